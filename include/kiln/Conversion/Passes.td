@@ -1,0 +1,49 @@
+//===- Passes.td - Kiln conversion passes ------------------*- tablegen -*-===//
+//
+// Passes that lower kiln.attention to kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_CONVERSION_PASSES_TD
+#define KILN_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Generate a tiled online-softmax GPU kernel per attention site";
+  let description = [{
+    For every `kiln.attention` in the module, builds (or reuses, when an
+    identical specialisation exists) a `gpu.func` kernel in the
+    `gpu.module @kiln_kernels` of the module, and tags the op with
+    `kiln.kernel = @kiln_kernels::@name` and `kiln.site = "attention_N"`.
+    The host side stays as it is: kernels are launched by the runtime from
+    the package manifest, not from host IR.
+
+    The kernel is FlashAttention-style: one block of `4 × rows-per-warp`
+    query rows per CTA (a warp owns `rows-per-warp` rows), a loop over
+    blocks of `kv-block-size` keys staged in shared memory as f32, a running
+    max and sum per row, `exp2` with `scale·log2(e)` folded into the scores,
+    and key blocks past the causal diagonal never visited. Pointers are
+    `!llvm.ptr<1>`; sizes are i32 and strides i64 kernel arguments, so one
+    kernel serves every dynamic shape and both layouts.
+
+    Kernel arguments, in order: `q, k, v, out` pointers, then `mask` and
+    `bias` pointers when the op has them; `batch, q_heads, kv_heads, q_len,
+    kv_len` (i32); `scale` (f32); then the batch, head and sequence strides
+    (i64, in elements) of q, k, v and out, then the four strides of mask and
+    bias (`[B, Hq, Sq, Sk]`, 0 for a broadcast axis).
+  }];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::LLVM::LLVMDialect"
+  ];
+  let options = [
+    Option<"kvBlockSize", "kv-block-size", "int64_t", "32",
+           "Keys staged in shared memory per iteration (a multiple of 32)">,
+    Option<"rowsPerWarp", "rows-per-warp", "int64_t", "4",
+           "Query rows each warp owns">
+  ];
+}
+
+#endif // KILN_CONVERSION_PASSES_TD

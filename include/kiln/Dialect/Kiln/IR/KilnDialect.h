@@ -1,0 +1,14 @@
+//===- KilnDialect.h - Kiln dialect -----------------------------*- C++ -*-===//
+//
+// Declares the kiln dialect class.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNDIALECT_H
+#define KILN_DIALECT_KILN_IR_KILNDIALECT_H
+
+#include "mlir/IR/Dialect.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOpsDialect.h.inc"
+
+#endif // KILN_DIALECT_KILN_IR_KILNDIALECT_H

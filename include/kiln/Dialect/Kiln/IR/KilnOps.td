@@ -1,0 +1,110 @@
+//===- KilnOps.td - Kiln operations ------------------------*- tablegen -*-===//
+//
+// Operations of the kiln dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_IR_KILNOPS_TD
+#define KILN_DIALECT_KILN_IR_KILNOPS_TD
+
+include "kiln/Dialect/Kiln/IR/KilnDialect.td"
+include "kiln/Dialect/Kiln/IR/KilnAttrs.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
+
+def Kiln_AttentionOp : Kiln_Op<"attention",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "Fused scaled dot-product attention";
+  let description = [{
+    Computes, for every batch `b`, query head `h` and query row `i`,
+
+    ```
+    s[j]   = scale · dot(Q[b, h, i, :], K[b, h / G, j, :])
+    s[j]   = softcap · tanh(s[j] / softcap)          (when `softcap` is set)
+    s[j]  += bias[b, h, i, j] + mask[b, h, i, j]      (when present)
+    s[j]   = -inf when j is hidden by `causal`/`window`
+    out[b, h, i, :] = Σ_j softmax(s)[j] · V[b, h / G, j, :]
+    ```
+
+    with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
+    K and V are never copied per query head). Operands, in the `bhsd` layout:
+    Q `[B, Hq, Sq, D]`, K and V `[B, Hkv, Sk, D]`; the `bshd` layout swaps the
+    head and sequence axes of Q, K, V and the result. Every dimension may be
+    dynamic.
+
+    `mask` is either additive (a float tensor) or boolean (`i1`, `true` means
+    the key takes part); `bias` is an additive float tensor (T5 relative
+    position bias, ALiBi). Both are indexed `[B, Hq, Sq, Sk]` whatever the
+    layout and broadcast numpy-style from a lower rank or size-1 axes.
+
+    `causal` keeps key `j` for query `i` when `j <= i + (Sk - Sq)`: the causal
+    diagonal is aligned to the bottom-right corner, so a query chunk that
+    follows `Sk - Sq` cached keys sees all of them (decode, chunked prefill).
+    `window = W` (which requires `causal`) also hides keys with
+    `j <= i + (Sk - Sq) - W`: each query sees its W most recent keys, itself
+    included. A query row that sees no key at all produces zeros.
+
+    Softmax statistics and the `P·V` product are accumulated in f32 whatever
+    the element type.
+
+    Example:
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v mask(%m : tensor<2x1x1x128xf32>)
+           {causal, scale = 0.125 : f32}
+           : tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>,
+             tensor<2x2x128x64xbf16> -> tensor<2x8x128x64xbf16>
+    ```
+  }];
+
+  let arguments = (ins
+    Kiln_FloatTensor:$query,
+    Kiln_FloatTensor:$key,
+    Kiln_FloatTensor:$value,
+    Optional<RankedTensorOf<[F16, BF16, F32, I1]>>:$mask,
+    Optional<Kiln_FloatTensor>:$bias,
+    F32Attr:$scale,
+    UnitAttr:$causal,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
+    OptionalAttr<F32Attr>:$softcap,
+    DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout
+  );
+  let results = (outs Kiln_FloatTensor:$result);
+
+  let assemblyFormat = [{
+    $query `,` $key `,` $value
+    (`mask` `(` $mask^ `:` type($mask) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value)
+    `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    /// Axis of the heads in Q, K, V and the result for this op's layout.
+    int64_t getHeadAxis() { return getLayout() == Layout::bhsd ? 1 : 2; }
+    /// Axis of the sequence in Q, K, V and the result for this op's layout.
+    int64_t getSeqAxis() { return getLayout() == Layout::bhsd ? 2 : 1; }
+    /// Size of `axis` of `value`'s type (ShapedType::kDynamic when dynamic).
+    static int64_t dimOf(::mlir::Value value, int64_t axis) {
+      return ::llvm::cast<::mlir::RankedTensorType>(value.getType())
+          .getDimSize(axis);
+    }
+    int64_t getBatchSize() { return dimOf(getQuery(), 0); }
+    int64_t getNumQueryHeads() { return dimOf(getQuery(), getHeadAxis()); }
+    int64_t getNumKvHeads() { return dimOf(getKey(), getHeadAxis()); }
+    int64_t getQueryLength() { return dimOf(getQuery(), getSeqAxis()); }
+    int64_t getKvLength() { return dimOf(getKey(), getSeqAxis()); }
+    int64_t getHeadDim() { return dimOf(getQuery(), 3); }
+    /// Element type shared by Q, K, V and the result.
+    ::mlir::Type getElementType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
+          .getElementType();
+    }
+  }];
+
+  let hasVerifier = 1;
+}
+
+#endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

@@ -1,0 +1,28 @@
+//===- Passes.h - Kiln transformation passes --------------------*- C++ -*-===//
+//
+// Declares the passes of the kiln dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DIALECT_KILN_TRANSFORMS_PASSES_H
+#define KILN_DIALECT_KILN_TRANSFORMS_PASSES_H
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::kiln {
+
+#define GEN_PASS_DECL
+#include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
+
+/// Adds the patterns that fuse TOSA attention subgraphs into kiln.attention.
+void populateFuseAttentionPatterns(RewritePatternSet &patterns);
+
+#define GEN_PASS_REGISTRATION
+#include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
+
+} // namespace mlir::kiln
+
+#endif // KILN_DIALECT_KILN_TRANSFORMS_PASSES_H

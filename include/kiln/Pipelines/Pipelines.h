@@ -1,0 +1,54 @@
+//===- Pipelines.h - Kiln pass pipelines ------------------------*- C++ -*-===//
+//
+// The pass pipelines shared by kiln-opt, kilnc and the C API.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_PIPELINES_PIPELINES_H
+#define KILN_PIPELINES_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
+namespace mlir::kiln {
+
+/// Options of the GPU pipelines.
+struct GPUPipelineOptions
+    : public PassPipelineOptions<GPUPipelineOptions> {
+  ListOption<std::string> targets{
+      *this, "targets",
+      llvm::cl::desc("GPU targets to emit PTX for (sm_80, sm_90a, ...)"),
+      llvm::cl::list_init<std::string>({"sm_90a"})};
+  Option<int64_t> kvBlockSize{
+      *this, "kv-block-size",
+      llvm::cl::desc("Keys staged in shared memory per iteration"),
+      llvm::cl::init(32)};
+  Option<int64_t> rowsPerWarp{*this, "rows-per-warp",
+                              llvm::cl::desc("Query rows each warp owns"),
+                              llvm::cl::init(4)};
+};
+
+/// Graph clean-up and attention fusion (`kiln-fusion-pipeline`).
+void buildFusionPipeline(OpPassManager &pm);
+
+/// kiln.attention → gpu.func kernels (`convert-kiln-to-gpu`).
+void buildKernelGenerationPipeline(OpPassManager &pm,
+                                   const GPUPipelineOptions &options);
+
+/// gpu.module kernels → NVVM → gpu.binary holding PTX, one object per
+/// target.
+void buildPTXPipeline(OpPassManager &pm,
+                      const GPUPipelineOptions &options);
+
+/// The whole GPU path (`kiln-gpu-pipeline`): kernel generation, then PTX.
+void buildGPUPipeline(OpPassManager &pm,
+                      const GPUPipelineOptions &options);
+
+/// Registers the pipelines above with the pass registry.
+void registerPipelines();
+
+} // namespace mlir::kiln
+
+#endif // KILN_PIPELINES_PIPELINES_H

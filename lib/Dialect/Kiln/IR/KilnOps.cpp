@@ -1,0 +1,138 @@
+//===- KilnOps.cpp - Kiln operations ----------------------------*- C++ -*-===//
+//
+// Verifiers of the kiln dialect's ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+#include "kiln/Dialect/Kiln/IR/KilnEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "kiln/Dialect/Kiln/IR/KilnOps.cpp.inc"
+
+namespace {
+/// Two static sizes disagree; dynamic sizes agree with everything.
+bool sizesConflict(int64_t a, int64_t b) {
+  return !ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b;
+}
+
+std::string sizeString(int64_t size) {
+  return ShapedType::isDynamic(size) ? std::string("?")
+                                     : std::to_string(size);
+}
+} // namespace
+
+/// Checks that `operand` broadcasts numpy-style to `[B, Hq, Sq, Sk]`.
+static LogicalResult verifyBroadcastable(AttentionOp op, Value operand,
+                                         StringRef name,
+                                         ArrayRef<int64_t> target) {
+  auto type = cast<RankedTensorType>(operand.getType());
+  if (type.getRank() > 4)
+    return op.emitOpError() << name << " must have rank at most 4, got rank "
+                            << type.getRank();
+  static const char *const axisNames[] = {"batch", "query heads",
+                                          "query length", "kv length"};
+  int64_t offset = 4 - type.getRank();
+  for (int64_t axis = 0; axis < type.getRank(); ++axis) {
+    int64_t size = type.getDimSize(axis);
+    int64_t wanted = target[axis + offset];
+    if (size == 1 || !sizesConflict(size, wanted))
+      continue;
+    return op.emitOpError()
+           << name << " axis " << axis << " has size " << size
+           << ", which does not broadcast to the " << axisNames[axis + offset]
+           << " size " << sizeString(wanted);
+  }
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  auto queryType = cast<RankedTensorType>(getQuery().getType());
+  auto keyType = cast<RankedTensorType>(getKey().getType());
+  auto valueType = cast<RankedTensorType>(getValue().getType());
+  auto resultType = cast<RankedTensorType>(getResult().getType());
+
+  const std::pair<StringRef, RankedTensorType> operands[] = {
+      {"query", queryType},
+      {"key", keyType},
+      {"value", valueType},
+      {"result", resultType}};
+  for (auto [name, type] : operands) {
+    if (type.getRank() != 4)
+      return emitOpError() << name << " must have rank 4, got rank "
+                           << type.getRank();
+    if (type.getElementType() != queryType.getElementType())
+      return emitOpError()
+             << name << " element type " << type.getElementType()
+             << " differs from the query element type "
+             << queryType.getElementType();
+  }
+
+  int64_t headAxis = getHeadAxis(), seqAxis = getSeqAxis();
+  auto checkSame = [&](StringRef what, int64_t axis, StringRef lhsName,
+                       RankedTensorType lhs, StringRef rhsName,
+                       RankedTensorType rhs) -> LogicalResult {
+    if (!sizesConflict(lhs.getDimSize(axis), rhs.getDimSize(axis)))
+      return success();
+    return emitOpError() << what << " of " << lhsName << " ("
+                         << lhs.getDimSize(axis) << ") differs from "
+                         << rhsName << " (" << rhs.getDimSize(axis) << ")";
+  };
+  if (failed(checkSame("batch size", 0, "key", keyType, "query", queryType)) ||
+      failed(checkSame("batch size", 0, "value", valueType, "query",
+                       queryType)) ||
+      failed(checkSame("head dim", 3, "key", keyType, "query", queryType)) ||
+      failed(checkSame("head dim", 3, "value", valueType, "query",
+                       queryType)) ||
+      failed(checkSame("number of heads", headAxis, "value", valueType, "key",
+                       keyType)) ||
+      failed(checkSame("sequence length", seqAxis, "value", valueType, "key",
+                       keyType)))
+    return failure();
+  if (resultType.getShape() != queryType.getShape() &&
+      failed(verifyCompatibleShape(resultType, queryType)))
+    return emitOpError() << "result shape " << resultType
+                         << " differs from the query shape " << queryType;
+
+  int64_t numQueryHeads = queryType.getDimSize(headAxis);
+  int64_t numKvHeads = keyType.getDimSize(headAxis);
+  if (!ShapedType::isDynamic(numQueryHeads) &&
+      !ShapedType::isDynamic(numKvHeads) &&
+      (numKvHeads == 0 || numQueryHeads % numKvHeads != 0))
+    return emitOpError() << "query heads (" << numQueryHeads
+                         << ") must be a multiple of the key/value heads ("
+                         << numKvHeads << ")";
+
+  int64_t logicalShape[4] = {queryType.getDimSize(0), numQueryHeads,
+                             queryType.getDimSize(seqAxis),
+                             keyType.getDimSize(seqAxis)};
+  if (getMask() &&
+      failed(verifyBroadcastable(*this, getMask(), "mask", logicalShape)))
+    return failure();
+  if (getBias() &&
+      failed(verifyBroadcastable(*this, getBias(), "bias", logicalShape)))
+    return failure();
+
+  if (!std::isfinite(getScale().convertToFloat()))
+    return emitOpError() << "scale must be finite, got "
+                         << getScale().convertToFloat();
+  if (getWindow() && !getCausal())
+    return emitOpError() << "window requires causal";
+  if (std::optional<APFloat> softcap = getSoftcap()) {
+    float cap = softcap->convertToFloat();
+    if (!std::isfinite(cap) || cap <= 0.0f)
+      return emitOpError() << "softcap must be positive and finite, got "
+                           << cap;
+  }
+  return success();
+}

@@ -1,0 +1,75 @@
+//===- Pipelines.cpp - Kiln pass pipelines ----------------------*- C++ -*-===//
+//
+// Pipelines as C++ functions, registered once for every tool.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Pipelines/Pipelines.h"
+
+#include "kiln/Conversion/Passes.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
+
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void mlir::kiln::buildFusionPipeline(OpPassManager &pm) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createKilnFuseAttention());
+  pm.addPass(createCanonicalizerPass());
+}
+
+void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
+                                         const GPUPipelineOptions &options) {
+  kiln::ConvertKilnToGPUOptions convertOptions;
+  convertOptions.kvBlockSize = options.kvBlockSize;
+  convertOptions.rowsPerWarp = options.rowsPerWarp;
+  pm.addPass(createConvertKilnToGPU(convertOptions));
+}
+
+void mlir::kiln::buildPTXPipeline(OpPassManager &pm,
+                            const GPUPipelineOptions &options) {
+  for (const std::string &chip : options.targets) {
+    GpuNVVMAttachTargetOptions attach;
+    attach.chip = chip;
+    // PTX ISA 8.0 is what sm_90a first needs and what CUDA 12.0+ accepts.
+    attach.features = "+ptx80";
+    attach.optLevel = 3;
+    pm.addPass(createGpuNVVMAttachTarget(attach));
+  }
+  OpPassManager &gpuPm = pm.nest<gpu::GPUModuleOp>();
+  gpuPm.addPass(createSCFToControlFlowPass());
+  ConvertGpuOpsToNVVMOpsOptions nvvmOptions;
+  nvvmOptions.indexBitwidth = 64;
+  gpuPm.addPass(createConvertGpuOpsToNVVMOps(nvvmOptions));
+  gpuPm.addPass(createCanonicalizerPass());
+  gpuPm.addPass(createCSEPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binaryOptions;
+  binaryOptions.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(binaryOptions));
+}
+
+void mlir::kiln::buildGPUPipeline(OpPassManager &pm,
+                            const GPUPipelineOptions &options) {
+  buildKernelGenerationPipeline(pm, options);
+  buildPTXPipeline(pm, options);
+}
+
+void mlir::kiln::registerPipelines() {
+  PassPipelineRegistration<>(
+      "kiln-fusion-pipeline",
+      "Canonicalize the graph and fuse attention into kiln.attention",
+      [](OpPassManager &pm) { buildFusionPipeline(pm); });
+  PassPipelineRegistration<GPUPipelineOptions>(
+      "kiln-gpu-pipeline",
+      "Lower kiln.attention to GPU kernels and serialize them to PTX",
+      buildGPUPipeline);
+}

@@ -1,0 +1,40 @@
+# -*- Python -*-
+# lit configuration of Kiln's regression tests.
+
+import os
+import shutil
+
+import lit.formats
+import lit.util
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "KILN"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test", ".py"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "gpu",
+                   "python", "CMakeLists.txt"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
+config.substitutions.append(("%python", config.python_executable))
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
+tools = ["kiln-opt", "kilnc"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+# ptxas assembles every PTX the tests emit; without it those tests are
+# unsupported rather than silently passing.
+if config.ptxas and os.path.exists(config.ptxas):
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", config.ptxas))
+
+# Tests that run kernels need a GPU and the CUDA driver.
+if os.path.exists("/dev/nvidia0") or os.environ.get("KILN_TEST_CUDA"):
+    config.available_features.add("cuda")
