@@ -1,0 +1,267 @@
+/*===- kiln-c/Runtime.h - Kiln runtime C API ----------------------*- C -*-===*\
+|*                                                                            *|
+|* The C API of libkilnrt: open a package written by kilnc (PTX files plus    *|
+|* manifest.json), look up its attention sites, validate launch arguments     *|
+|* against the manifest and launch the kernels on a caller's CUDA stream.     *|
+|*                                                                            *|
+|* libkilnrt depends only on the C/C++ runtime. The CUDA driver (libcuda.so.1) *|
+|* is loaded with dlopen the first time a kernel is launched, so everything   *|
+|* that does not launch (opening packages, queries, argument checks) works on *|
+|* machines without a GPU or driver.                                          *|
+|*                                                                            *|
+|* Errors: every function that can fail returns a kiln_status; the message of *|
+|* the last failure on the calling thread is kiln_last_error(). No function   *|
+|* lets a C++ exception escape.                                               *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+
+#ifndef KILN_C_RUNTIME_H
+#define KILN_C_RUNTIME_H
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define KILN_RT_API __declspec(dllexport)
+#else
+#define KILN_RT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Version of this C API. Bumped on any change of a struct layout below.
+#define KILN_RUNTIME_API_VERSION 1
+/// The manifest format_version this runtime reads.
+#define KILN_MANIFEST_FORMAT_VERSION 1
+/// Value of a site dimension that the manifest leaves dynamic (null).
+#define KILN_DYNAMIC ((int64_t)-1)
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  /// An argument does not satisfy the manifest or the API contract.
+  KILN_INVALID_ARGUMENT = 1,
+  /// A package directory, manifest, PTX file or named site does not exist.
+  KILN_NOT_FOUND = 2,
+  /// A file exists but could not be read.
+  KILN_IO_ERROR = 3,
+  /// manifest.json is not valid JSON or does not follow the format.
+  KILN_FORMAT_ERROR = 4,
+  /// The CUDA driver is missing or a driver call failed.
+  KILN_CUDA_ERROR = 5,
+  /// Valid input that this runtime cannot handle (format version, device).
+  KILN_UNSUPPORTED = 6,
+  /// A bug in libkilnrt (an unexpected exception was caught).
+  KILN_INTERNAL_ERROR = 7,
+} kiln_status;
+
+typedef enum kiln_dtype {
+  KILN_DTYPE_NONE = 0, /* no tensor */
+  KILN_DTYPE_F16 = 1,
+  KILN_DTYPE_BF16 = 2,
+  KILN_DTYPE_F32 = 3,
+  KILN_DTYPE_BOOL = 4, /* "i1" in the manifest: one byte, nonzero = attend */
+} kiln_dtype;
+
+typedef enum kiln_mask_kind {
+  KILN_MASK_NONE = 0,
+  KILN_MASK_ADDITIVE = 1, /* float tensor added to the scores */
+  KILN_MASK_BOOLEAN = 2,  /* bool tensor, true = the key takes part */
+} kiln_mask_kind;
+
+typedef enum kiln_layout {
+  KILN_LAYOUT_BHSD = 0, /* Q/K/V/out are [batch, heads, seq, head_dim] */
+  KILN_LAYOUT_BSHD = 1, /* Q/K/V/out are [batch, seq, heads, head_dim] */
+} kiln_layout;
+
+/// An open package. Immutable once open (its module cache is thread-safe).
+typedef struct kiln_package kiln_package;
+/// An attention site of a package; valid until the package is closed.
+typedef struct kiln_site kiln_site;
+
+/// Attributes of a site, as written in the manifest. Strings are owned by the
+/// package. Dimensions are KILN_DYNAMIC where the manifest says null.
+typedef struct kiln_site_info {
+  const char *name;
+  const char *kernel;   /* entry name of the kernel the site launches */
+  const char *function; /* function of the source graph holding the site */
+  const char *location; /* source location text ("" when absent) */
+  kiln_layout layout;
+  kiln_dtype dtype; /* of Q, K, V and out */
+  float scale;
+  int32_t causal;
+  int64_t window; /* 0 when the site has no sliding window */
+  int32_t has_softcap;
+  float softcap;
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t q_len;
+  int64_t kv_len;
+  int64_t head_dim;
+  kiln_mask_kind mask;
+  kiln_dtype mask_dtype; /* KILN_DTYPE_NONE when mask == KILN_MASK_NONE */
+  int32_t bias;
+  kiln_dtype bias_dtype; /* KILN_DTYPE_NONE when there is no bias */
+} kiln_site_info;
+
+/// Attributes of a kernel entry of a package.
+typedef struct kiln_kernel_info {
+  const char *name;
+  const char *kind; /* "attention" */
+  kiln_dtype dtype;
+  int64_t head_dim; /* KILN_DYNAMIC when not fixed */
+  int32_t block[3];
+  int64_t static_shared_bytes;
+  int64_t dynamic_shared_bytes;
+  int32_t num_args;
+} kiln_kernel_info;
+
+/// Arguments of one attention launch. Pointers are CUDA device pointers.
+/// Strides are in elements. Q, K, V and out strides are ordered
+/// {batch, head, seq, head_dim} whatever the site's layout, and the head_dim
+/// stride must be 1. Mask and bias strides are over their logical
+/// [batch, q_heads, q_len, kv_len] shape; a stride of 0 broadcasts that axis.
+typedef struct kiln_attention_args {
+  const void *q;
+  const void *k;
+  const void *v;
+  void *out;
+  const void *mask; /* NULL when the site has no mask */
+  const void *bias; /* NULL when the site has no bias */
+  kiln_dtype q_dtype;
+  kiln_dtype k_dtype;
+  kiln_dtype v_dtype;
+  kiln_dtype out_dtype;
+  kiln_dtype mask_dtype;
+  kiln_dtype bias_dtype;
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t q_len;
+  int64_t kv_len;
+  int64_t head_dim;
+  int64_t q_strides[4];
+  int64_t k_strides[4];
+  int64_t v_strides[4];
+  int64_t out_strides[4];
+  int64_t mask_strides[4];
+  int64_t bias_strides[4];
+} kiln_attention_args;
+
+/// The launch configuration a launch would use.
+typedef struct kiln_launch_config {
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t dynamic_shared_bytes;
+} kiln_launch_config;
+
+/*===-------------------------- General --------------------------------===*/
+
+/// The message of the last failure on this thread ("" if none). Valid until
+/// the next failing call on this thread.
+KILN_RT_API const char *kiln_last_error(void);
+/// A fixed name of a status ("KILN_OK", "KILN_INVALID_ARGUMENT", ...).
+KILN_RT_API const char *kiln_status_string(kiln_status status);
+/// The name of a dtype as the manifest spells it ("bf16", "i1", ...; "none").
+KILN_RT_API const char *kiln_dtype_name(kiln_dtype dtype);
+/// Size in bytes of one element of a dtype (0 for KILN_DTYPE_NONE).
+KILN_RT_API int64_t kiln_dtype_size(kiln_dtype dtype);
+/// KILN_RUNTIME_API_VERSION of the library (to check a header/library match).
+KILN_RT_API int32_t kiln_runtime_api_version(void);
+/// Loads the CUDA driver now (it is otherwise loaded at the first launch).
+/// KILN_CUDA_ERROR with a message when libcuda.so.1 cannot be loaded or
+/// initialised. The environment variable KILN_CUDA_DRIVER_LIB overrides the
+/// library name.
+KILN_RT_API kiln_status kiln_cuda_driver_load(void);
+
+/*===-------------------------- Packages -------------------------------===*/
+
+/// Opens the package in `directory`: reads and validates manifest.json and
+/// reads every PTX file it names. Nothing touches the CUDA driver.
+KILN_RT_API kiln_status kiln_package_open(const char *directory,
+                                          kiln_package **package);
+/// Closes a package (NULL is ignored); unloads the modules it loaded. Sites
+/// of the package are invalid afterwards.
+KILN_RT_API void kiln_package_close(kiln_package *package);
+/// The manifest's "producer" string.
+KILN_RT_API const char *kiln_package_producer(const kiln_package *package);
+/// Number of sites / kernels / targets in the package (0 for NULL).
+KILN_RT_API int64_t kiln_package_num_sites(const kiln_package *package);
+KILN_RT_API int64_t kiln_package_num_kernels(const kiln_package *package);
+KILN_RT_API int64_t kiln_package_num_targets(const kiln_package *package);
+/// The site at `index` in manifest order.
+KILN_RT_API kiln_status kiln_package_get_site(const kiln_package *package,
+                                              int64_t index,
+                                              const kiln_site **site);
+/// The site named `name`; KILN_NOT_FOUND lists the available names.
+KILN_RT_API kiln_status kiln_package_find_site(const kiln_package *package,
+                                               const char *name,
+                                               const kiln_site **site);
+/// The kernel at `index` in manifest order.
+KILN_RT_API kiln_status kiln_package_get_kernel(const kiln_package *package,
+                                                int64_t index,
+                                                kiln_kernel_info *info);
+/// The chip name ("sm_90a") of the target at `index`.
+KILN_RT_API kiln_status kiln_package_get_target(const kiln_package *package,
+                                                int64_t index,
+                                                const char **chip);
+/// The chip of the PTX that a device of compute capability major.minor
+/// would load: "sm_XYa" for exactly that device if present, else "sm_XY",
+/// else the newest plain target not newer than the device. KILN_UNSUPPORTED
+/// when there is none.
+KILN_RT_API kiln_status kiln_package_select_target(const kiln_package *package,
+                                                   int32_t major,
+                                                   int32_t minor,
+                                                   const char **chip);
+/// Loads the package's module for the current CUDA context now (launches
+/// otherwise load it lazily). Call it before capturing launches in a CUDA
+/// graph.
+KILN_RT_API kiln_status kiln_package_prepare(kiln_package *package);
+
+/*===-------------------------- Sites ----------------------------------===*/
+
+/// The attributes of a site.
+KILN_RT_API kiln_status kiln_site_get_info(const kiln_site *site,
+                                           kiln_site_info *info);
+
+/// Sets `args` to an empty argument set: NULL pointers, KILN_DTYPE_NONE,
+/// zero dimensions and strides.
+KILN_RT_API void kiln_attention_args_init(kiln_attention_args *args);
+
+/// Contiguous strides (elements, ordered {batch, head, seq, head_dim}) of a
+/// [batch, heads, seq, head_dim] tensor stored in `layout`.
+KILN_RT_API kiln_status kiln_contiguous_strides(kiln_layout layout,
+                                                int64_t batch, int64_t heads,
+                                                int64_t seq, int64_t head_dim,
+                                                int64_t strides[4]);
+
+/// Fills the Q, K, V and out strides of `args` for contiguous tensors in the
+/// site's layout, from the dimensions already in `args`; and, where `args`
+/// has a mask or bias pointer, contiguous [batch, q_heads, q_len, kv_len]
+/// strides for it.
+KILN_RT_API kiln_status
+kiln_attention_args_set_contiguous(const kiln_site *site,
+                                   kiln_attention_args *args);
+
+/// Checks `args` against the site and its kernel exactly as a launch would,
+/// without touching the CUDA driver. On success `config` (if not NULL) holds
+/// the launch configuration.
+KILN_RT_API kiln_status kiln_site_check_attention(const kiln_site *site,
+                                                  const kiln_attention_args *args,
+                                                  kiln_launch_config *config);
+
+/// Checks `args`, then launches the site's kernel on `stream` (a CUstream;
+/// NULL is the legacy default stream) in the current CUDA context (or the
+/// stream's context when none is current). Never synchronizes and never
+/// allocates device memory, so it can be captured in a CUDA graph once the
+/// module is loaded (see kiln_package_prepare). The kernel's own errors are
+/// reported asynchronously by the stream, as for any launch.
+KILN_RT_API kiln_status kiln_site_launch_attention(
+    const kiln_site *site, const kiln_attention_args *args, void *stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KILN_C_RUNTIME_H */

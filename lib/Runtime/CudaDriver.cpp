@@ -1,0 +1,96 @@
+//===- CudaDriver.cpp - CUDA driver entry points loaded at run time -------===//
+
+#include "CudaDriver.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <mutex>
+
+namespace kiln {
+namespace rt {
+
+namespace {
+
+struct DriverState {
+  CudaDriver driver{};
+  Error error;
+};
+
+template <typename Fn>
+bool resolve(void *library, const char *name, Fn &slot, Error &error) {
+  void *symbol = ::dlsym(library, name);
+  slot = reinterpret_cast<Fn>(symbol);
+  if (!symbol && !error) {
+    const char *reason = ::dlerror();
+    error = {KILN_CUDA_ERROR,
+             std::string("the CUDA driver lacks ") + name + ": " +
+                 (reason ? reason : "symbol not found")};
+  }
+  return symbol != nullptr;
+}
+
+void loadDriver(DriverState &state) {
+  const char *override = std::getenv("KILN_CUDA_DRIVER_LIB");
+  const char *name = override && *override ? override : "libcuda.so.1";
+  void *library = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!library) {
+    const char *reason = ::dlerror();
+    state.error = {KILN_CUDA_ERROR,
+                   std::string("cannot load the CUDA driver (") + name +
+                       "): " + (reason ? reason : "unknown reason") +
+                       "; is an NVIDIA driver installed?"};
+    return;
+  }
+  CudaDriver &d = state.driver;
+  Error &e = state.error;
+  resolve(library, "cuInit", d.cuInit, e);
+  resolve(library, "cuDriverGetVersion", d.cuDriverGetVersion, e);
+  resolve(library, "cuGetErrorName", d.cuGetErrorName, e);
+  resolve(library, "cuGetErrorString", d.cuGetErrorString, e);
+  resolve(library, "cuCtxGetCurrent", d.cuCtxGetCurrent, e);
+  resolve(library, "cuCtxSetCurrent", d.cuCtxSetCurrent, e);
+  resolve(library, "cuCtxGetDevice", d.cuCtxGetDevice, e);
+  resolve(library, "cuStreamGetCtx", d.cuStreamGetCtx, e);
+  resolve(library, "cuDeviceGetAttribute", d.cuDeviceGetAttribute, e);
+  resolve(library, "cuModuleLoadDataEx", d.cuModuleLoadDataEx, e);
+  resolve(library, "cuModuleUnload", d.cuModuleUnload, e);
+  resolve(library, "cuModuleGetFunction", d.cuModuleGetFunction, e);
+  resolve(library, "cuFuncSetAttribute", d.cuFuncSetAttribute, e);
+  resolve(library, "cuLaunchKernel", d.cuLaunchKernel, e);
+  if (e)
+    return;
+  Error optional;
+  resolve(library, "cuCtxGetId", d.cuCtxGetId, optional);
+  CUresult result = d.cuInit(0);
+  if (result != CUDA_SUCCESS)
+    e = {KILN_CUDA_ERROR, describeCudaError(d, "cuInit", result)};
+  // The library stays loaded for the life of the process, as libcudart does.
+}
+
+} // namespace
+
+Error getCudaDriver(const CudaDriver *&driver) {
+  static DriverState state;
+  static std::once_flag once;
+  std::call_once(once, [] { loadDriver(state); });
+  driver = state.error ? nullptr : &state.driver;
+  return state.error;
+}
+
+std::string describeCudaError(const CudaDriver &driver, const char *call,
+                              CUresult result) {
+  const char *name = nullptr;
+  const char *text = nullptr;
+  if (driver.cuGetErrorName)
+    driver.cuGetErrorName(result, &name);
+  if (driver.cuGetErrorString)
+    driver.cuGetErrorString(result, &text);
+  std::string message = std::string(call) + " failed: ";
+  message += name ? name : "CUDA error " + std::to_string(result);
+  if (text)
+    message += std::string(" (") + text + ")";
+  return message;
+}
+
+} // namespace rt
+} // namespace kiln

@@ -1,0 +1,56 @@
+//===- CudaDriver.h - CUDA driver entry points loaded at run time ---------===//
+//
+// libkilnrt never links libcuda: the driver is opened with dlopen at first
+// need and the few entry points the runtime calls are resolved with dlsym.
+// Only cuda.h's types are used, so that machines without a GPU can load the
+// library, open packages and check arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_RUNTIME_CUDADRIVER_H
+#define KILN_LIB_RUNTIME_CUDADRIVER_H
+
+#include "Manifest.h"
+
+#include <cuda.h>
+
+namespace kiln {
+namespace rt {
+
+/// The driver entry points libkilnrt calls.
+struct CudaDriver {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetDevice)(CUdevice *);
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
+  CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned int,
+                                 CUjit_option *, void **);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int,
+                             unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, CUstream, void **,
+                             void **);
+  /// Optional (CUDA 12+): a context id that is never reused.
+  CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
+};
+
+/// Loads and initialises the driver once per process. On failure every call
+/// returns the same error (the message names the library and the reason).
+Error getCudaDriver(const CudaDriver *&driver);
+
+/// "cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (a PTX JIT compilation
+/// failed)" for a failed call.
+std::string describeCudaError(const CudaDriver &driver, const char *call,
+                              CUresult result);
+
+} // namespace rt
+} // namespace kiln
+
+#endif // KILN_LIB_RUNTIME_CUDADRIVER_H

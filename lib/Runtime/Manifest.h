@@ -1,0 +1,143 @@
+//===- Manifest.h - Kiln package manifest model ---------------------------===//
+//
+// The in-memory form of a package's manifest.json (format version 1) and its
+// parser. Parsing validates everything a launch relies on, so that launches
+// only check the caller's arguments.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_RUNTIME_MANIFEST_H
+#define KILN_LIB_RUNTIME_MANIFEST_H
+
+#include "kiln-c/Runtime.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+namespace rt {
+
+/// A failure with the status it maps to in the C API.
+struct Error {
+  kiln_status status = KILN_OK;
+  std::string message;
+  explicit operator bool() const { return status != KILN_OK; }
+  static Error ok() { return {}; }
+};
+
+/// Dimensions a kernel argument or grid rule can refer to.
+enum class Dim : uint8_t { Batch, QHeads, KvHeads, QLen, KvLen, HeadDim };
+constexpr int kNumDims = 6;
+
+/// Tensors of an attention launch.
+enum class Tensor : uint8_t { Q, K, V, Out, Mask, Bias };
+constexpr int kNumTensors = 6;
+
+/// Where the value of one kernel parameter comes from.
+enum class ArgSource : uint8_t {
+  Pointer, ///< device pointer of `tensor`
+  Dim,     ///< the launch dimension `dim`
+  Stride,  ///< stride `axis` of `tensor` (axis 0..2 for Q/K/V/out, 0..3
+           ///< for mask/bias)
+  Scale,   ///< the site's scale
+  Softcap, ///< the site's soft-capping value
+  Window,  ///< the site's sliding-window size
+};
+
+enum class ArgKind : uint8_t { Pointer, I32, I64, F32 };
+
+struct KernelArg {
+  std::string name;
+  ArgKind kind = ArgKind::Pointer;
+  ArgSource source = ArgSource::Pointer;
+  Tensor tensor = Tensor::Q;
+  Dim dim = Dim::Batch;
+  int axis = 0;
+  kiln_dtype dtype = KILN_DTYPE_NONE; ///< of a pointer, when the manifest says
+};
+
+/// One grid axis: product of `dims` (empty = 1), divided rounding up.
+struct GridRule {
+  std::vector<Dim> dims;
+  int64_t constant = 1;
+  int64_t ceilDiv = 1;
+};
+
+struct Kernel {
+  std::string name;
+  std::string kind;
+  kiln_dtype dtype = KILN_DTYPE_NONE;
+  std::optional<int64_t> headDim;
+  bool causal = false;
+  kiln_mask_kind mask = KILN_MASK_NONE;
+  kiln_dtype maskDtype = KILN_DTYPE_NONE;
+  bool bias = false;
+  kiln_dtype biasDtype = KILN_DTYPE_NONE;
+  int32_t block[3] = {1, 1, 1};
+  GridRule grid[3];
+  int64_t staticSharedBytes = 0;
+  int64_t dynamicSharedBytes = 0;
+  std::vector<KernelArg> args;
+};
+
+struct Site {
+  std::string name;
+  std::string kernelName;
+  size_t kernelIndex = 0;
+  std::string function;
+  std::string location;
+  kiln_layout layout = KILN_LAYOUT_BHSD;
+  kiln_dtype dtype = KILN_DTYPE_NONE;
+  float scale = 1.0f;
+  bool causal = false;
+  std::optional<int64_t> window;
+  std::optional<float> softcap;
+  /// Static sizes, indexed by Dim; nullopt = dynamic.
+  std::optional<int64_t> dims[kNumDims];
+  kiln_mask_kind mask = KILN_MASK_NONE;
+  kiln_dtype maskDtype = KILN_DTYPE_NONE;
+  bool bias = false;
+  kiln_dtype biasDtype = KILN_DTYPE_NONE;
+};
+
+struct Target {
+  std::string chip; ///< "sm_90a"
+  std::string ptxFile;
+  std::string ptx; ///< contents, NUL-terminated by std::string
+  int smVersion = 0; ///< 90 for sm_90 and sm_90a
+  bool archSpecific = false; ///< the "a" suffix
+};
+
+struct Manifest {
+  std::string directory;
+  std::string producer;
+  std::string source;
+  std::vector<Target> targets;
+  std::vector<Kernel> kernels;
+  std::vector<Site> sites;
+};
+
+/// Most parameters a kernel may take.
+constexpr size_t kMaxKernelArgs = 64;
+
+/// Reads `directory`/manifest.json and every PTX file it names.
+Error loadManifest(const std::string &directory, Manifest &manifest);
+
+/// Parses manifest text; `directory` resolves PTX file names and prefixes
+/// messages. PTX files are read when `readPtx` is set.
+Error parseManifest(const std::string &text, const std::string &directory,
+                    bool readPtx, Manifest &manifest);
+
+/// Index into `manifest.targets` of the PTX for compute capability
+/// major.minor, or -1.
+int selectTarget(const Manifest &manifest, int major, int minor);
+
+const char *dtypeName(kiln_dtype dtype);
+const char *dimName(Dim dim);
+
+} // namespace rt
+} // namespace kiln
+
+#endif // KILN_LIB_RUNTIME_MANIFEST_H

@@ -1,0 +1,837 @@
+//===- Runtime.cpp - Kiln runtime C API -----------------------------------===//
+//
+// Packages, sites, argument checks and launches. Every C entry point catches
+// everything: a failure becomes a status and a thread-local message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln-c/Runtime.h"
+
+#include "CudaDriver.h"
+#include "Manifest.h"
+
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+using namespace kiln::rt;
+
+namespace {
+
+/// One module loaded in one CUDA context, with the functions looked up so far.
+struct LoadedModule {
+  unsigned long long contextId = 0;
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions; // per kernel index; null until needed
+};
+
+} // namespace
+
+struct kiln_site {
+  kiln_package *package = nullptr;
+  size_t index = 0;
+};
+
+struct kiln_package {
+  Manifest manifest;
+  std::vector<kiln_site> sites;
+  std::mutex mutex; // guards `modules`
+  std::vector<LoadedModule> modules;
+};
+
+namespace {
+
+thread_local std::string lastError;
+
+kiln_status fail(const Error &error) {
+  lastError = error.message;
+  return error.status;
+}
+
+kiln_status fail(kiln_status status, std::string message) {
+  lastError = std::move(message);
+  return status;
+}
+
+/// Runs `body` and turns any escaping exception into a status.
+template <typename Fn> kiln_status guarded(const char *function, Fn &&body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return fail(KILN_INTERNAL_ERROR,
+                std::string(function) + ": out of host memory");
+  } catch (const std::exception &error) {
+    return fail(KILN_INTERNAL_ERROR, std::string(function) +
+                                         ": unexpected error: " +
+                                         error.what());
+  } catch (...) {
+    return fail(KILN_INTERNAL_ERROR,
+                std::string(function) + ": unexpected error");
+  }
+}
+
+const char *tensorName(Tensor tensor) {
+  static const char *names[] = {"q", "k", "v", "out", "mask", "bias"};
+  return names[static_cast<int>(tensor)];
+}
+
+const void *tensorPointer(const kiln_attention_args &args, Tensor tensor) {
+  switch (tensor) {
+  case Tensor::Q:
+    return args.q;
+  case Tensor::K:
+    return args.k;
+  case Tensor::V:
+    return args.v;
+  case Tensor::Out:
+    return args.out;
+  case Tensor::Mask:
+    return args.mask;
+  case Tensor::Bias:
+    return args.bias;
+  }
+  return nullptr;
+}
+
+kiln_dtype tensorDtype(const kiln_attention_args &args, Tensor tensor) {
+  const kiln_dtype dtypes[] = {args.q_dtype,   args.k_dtype,
+                               args.v_dtype,   args.out_dtype,
+                               args.mask_dtype, args.bias_dtype};
+  return dtypes[static_cast<int>(tensor)];
+}
+
+const int64_t *tensorStrides(const kiln_attention_args &args, Tensor tensor) {
+  const int64_t *strides[] = {args.q_strides,   args.k_strides,
+                              args.v_strides,   args.out_strides,
+                              args.mask_strides, args.bias_strides};
+  return strides[static_cast<int>(tensor)];
+}
+
+int64_t dimValue(const kiln_attention_args &args, Dim dim) {
+  const int64_t values[] = {args.batch,  args.q_heads, args.kv_heads,
+                            args.q_len,  args.kv_len,  args.head_dim};
+  return values[static_cast<int>(dim)];
+}
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+/// Everything a launch needs once the arguments are checked.
+struct LaunchPlan {
+  kiln_launch_config config{};
+  union Value {
+    uint64_t pointer;
+    int32_t i32;
+    int64_t i64;
+    float f32;
+  };
+  Value values[kMaxKernelArgs];
+  void *params[kMaxKernelArgs];
+  size_t numParams = 0;
+};
+
+Error invalid(std::string message) {
+  return {KILN_INVALID_ARGUMENT, std::move(message)};
+}
+
+/// Checks a launch of `site` with `args` and computes the launch plan. Never
+/// touches the CUDA driver.
+Error planAttention(const Manifest &manifest, const Site &site,
+                    const kiln_attention_args *argsPointer, LaunchPlan &plan) {
+  const std::string where = "site \"" + site.name + "\": ";
+  if (!argsPointer)
+    return invalid(where + "the argument struct is NULL");
+  const kiln_attention_args &args = *argsPointer;
+  const Kernel &kernel = manifest.kernels[site.kernelIndex];
+
+  // Dimensions.
+  for (int i = 0; i < kNumDims; ++i) {
+    Dim dim = static_cast<Dim>(i);
+    int64_t value = dimValue(args, dim);
+    if (value <= 0)
+      return invalid(where + dimName(dim) + " must be positive, got " +
+                     str(value));
+    if (site.dims[i] && *site.dims[i] != value)
+      return invalid(where + dimName(dim) + " is " + str(value) +
+                     " but the site was compiled for " + dimName(dim) + " = " +
+                     str(*site.dims[i]));
+  }
+  if (kernel.headDim && *kernel.headDim != args.head_dim)
+    return invalid(where + "head_dim is " + str(args.head_dim) +
+                   " but kernel \"" + kernel.name + "\" is compiled for " +
+                   str(*kernel.headDim));
+  if (args.q_heads % args.kv_heads != 0)
+    return invalid(where + "q_heads (" + str(args.q_heads) +
+                   ") is not a multiple of kv_heads (" + str(args.kv_heads) +
+                   ")");
+
+  // Pointers and dtypes.
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    const void *pointer = tensorPointer(args, tensor);
+    kiln_dtype dtype = tensorDtype(args, tensor);
+    if (!pointer)
+      return invalid(where + tensorName(tensor) + " is NULL");
+    if (dtype != site.dtype)
+      return invalid(where + tensorName(tensor) + " has dtype " +
+                     dtypeName(dtype) + " but the site takes " +
+                     dtypeName(site.dtype));
+  }
+  if (site.mask == KILN_MASK_NONE && args.mask)
+    return invalid(where + "a mask was given but the site has no mask");
+  if (site.mask != KILN_MASK_NONE && !args.mask)
+    return invalid(where + "the site needs a " +
+                   (site.mask == KILN_MASK_BOOLEAN ? "boolean" : "additive") +
+                   " mask (" + dtypeName(site.maskDtype) +
+                   ") but none was given");
+  if (args.mask && args.mask_dtype != site.maskDtype)
+    return invalid(where + "mask has dtype " + dtypeName(args.mask_dtype) +
+                   " but the site takes " + dtypeName(site.maskDtype));
+  if (!site.bias && args.bias)
+    return invalid(where + "a bias was given but the site has no bias");
+  if (site.bias && !args.bias)
+    return invalid(where + "the site needs a bias (" +
+                   dtypeName(site.biasDtype) + ") but none was given");
+  if (args.bias && args.bias_dtype != site.biasDtype)
+    return invalid(where + "bias has dtype " + dtypeName(args.bias_dtype) +
+                   " but the site takes " + dtypeName(site.biasDtype));
+  for (int i = 0; i < kNumTensors; ++i) {
+    Tensor tensor = static_cast<Tensor>(i);
+    const void *pointer = tensorPointer(args, tensor);
+    int64_t size = kiln_dtype_size(tensorDtype(args, tensor));
+    if (pointer && size > 1 &&
+        reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(size))
+      return invalid(where + tensorName(tensor) + " is not aligned to its " +
+                     str(size) + "-byte elements");
+  }
+
+  // Strides.
+  static const char *qkvAxes[] = {"batch", "head", "seq", "head_dim"};
+  static const char *maskAxes[] = {"batch", "head", "q", "k"};
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    const int64_t *strides = tensorStrides(args, tensor);
+    if (strides[3] != 1)
+      return invalid(where + tensorName(tensor) +
+                     " must be contiguous along head_dim (stride 1), got "
+                     "head_dim stride " +
+                     str(strides[3]));
+    bool isKv = tensor == Tensor::K || tensor == Tensor::V;
+    int64_t extents[3] = {args.batch, isKv ? args.kv_heads : args.q_heads,
+                          isKv ? args.kv_len : args.q_len};
+    for (int axis = 0; axis < 3; ++axis) {
+      if (strides[axis] < 0)
+        return invalid(where + tensorName(tensor) + " has a negative " +
+                       qkvAxes[axis] + " stride (" + str(strides[axis]) +
+                       ")");
+      if (tensor == Tensor::Out && strides[axis] == 0 && extents[axis] > 1)
+        return invalid(where + "out has a zero " + std::string(qkvAxes[axis]) +
+                       " stride: its elements would overlap");
+    }
+  }
+  for (Tensor tensor : {Tensor::Mask, Tensor::Bias}) {
+    if (!tensorPointer(args, tensor))
+      continue;
+    const int64_t *strides = tensorStrides(args, tensor);
+    for (int axis = 0; axis < 4; ++axis)
+      if (strides[axis] < 0)
+        return invalid(where + tensorName(tensor) + " has a negative " +
+                       maskAxes[axis] + " stride (" + str(strides[axis]) +
+                       ")");
+  }
+
+  // Launch configuration.
+  static const int64_t gridLimits[3] = {std::numeric_limits<int32_t>::max(),
+                                        65535, 65535};
+  static const char *axisNames[3] = {"x", "y", "z"};
+  for (int axis = 0; axis < 3; ++axis) {
+    const GridRule &rule = kernel.grid[axis];
+    int64_t value = rule.constant;
+    std::string formula = rule.dims.empty() ? str(rule.constant) : "";
+    for (Dim dim : rule.dims) {
+      int64_t factor = dimValue(args, dim);
+      if (value > std::numeric_limits<int64_t>::max() / factor)
+        return invalid(where + "grid." + axisNames[axis] + " overflows");
+      value *= factor;
+      formula += (formula.empty() ? "" : "*") + std::string(dimName(dim));
+    }
+    value = (value + rule.ceilDiv - 1) / rule.ceilDiv;
+    if (value > gridLimits[axis])
+      return invalid(where + "grid." + axisNames[axis] + " = ceil(" + formula +
+                     " / " + str(rule.ceilDiv) + ") = " + str(value) +
+                     " is over CUDA's limit of " + str(gridLimits[axis]));
+    plan.config.grid[axis] = static_cast<uint32_t>(value);
+    plan.config.block[axis] = static_cast<uint32_t>(kernel.block[axis]);
+  }
+  plan.config.dynamic_shared_bytes =
+      static_cast<uint32_t>(kernel.dynamicSharedBytes);
+
+  // Parameters, in the kernel's order.
+  plan.numParams = kernel.args.size();
+  for (size_t i = 0; i < kernel.args.size(); ++i) {
+    const KernelArg &arg = kernel.args[i];
+    LaunchPlan::Value &value = plan.values[i];
+    plan.params[i] = &value;
+    int64_t integer = 0;
+    std::string what;
+    switch (arg.source) {
+    case ArgSource::Pointer: {
+      if (arg.dtype != KILN_DTYPE_NONE &&
+          tensorDtype(args, arg.tensor) != arg.dtype)
+        return invalid(where + arg.name + " has dtype " +
+                       dtypeName(tensorDtype(args, arg.tensor)) +
+                       " but kernel \"" + kernel.name + "\" takes " +
+                       dtypeName(arg.dtype));
+      value.pointer = static_cast<uint64_t>(
+          reinterpret_cast<uintptr_t>(tensorPointer(args, arg.tensor)));
+      continue;
+    }
+    case ArgSource::Scale:
+      value.f32 = site.scale;
+      continue;
+    case ArgSource::Softcap:
+      value.f32 = site.softcap ? *site.softcap : 0.0f;
+      continue;
+    case ArgSource::Window:
+      integer = site.window ? *site.window : 0;
+      what = "window";
+      break;
+    case ArgSource::Dim:
+      integer = dimValue(args, arg.dim);
+      what = dimName(arg.dim);
+      break;
+    case ArgSource::Stride:
+      integer = tensorStrides(args, arg.tensor)[arg.axis];
+      what = arg.name;
+      break;
+    }
+    if (arg.kind == ArgKind::I32) {
+      if (integer > std::numeric_limits<int32_t>::max() ||
+          integer < std::numeric_limits<int32_t>::min())
+        return invalid(where + what + " = " + str(integer) +
+                       " does not fit kernel \"" + kernel.name +
+                       "\"'s 32-bit argument \"" + arg.name + "\"");
+      value.i32 = static_cast<int32_t>(integer);
+    } else {
+      value.i64 = integer;
+    }
+  }
+  return Error::ok();
+}
+
+/// The id of a CUDA context that is not reused after the context dies, where
+/// the driver has one.
+unsigned long long contextIdOf(const CudaDriver &driver, CUcontext context) {
+  unsigned long long id = 0;
+  if (driver.cuCtxGetId && driver.cuCtxGetId(context, &id) == CUDA_SUCCESS)
+    return id;
+  return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(context));
+}
+
+/// Loads the package's PTX in the current context. Called with the package
+/// mutex held.
+Error loadModule(kiln_package &package, const CudaDriver &driver,
+                 CUcontext context, unsigned long long contextId,
+                 LoadedModule *&loaded) {
+  const Manifest &manifest = package.manifest;
+  CUdevice device;
+  CUresult result = driver.cuCtxGetDevice(&device);
+  if (result != CUDA_SUCCESS)
+    return {KILN_CUDA_ERROR, describeCudaError(driver, "cuCtxGetDevice",
+                                               result)};
+  int major = 0, minor = 0;
+  result = driver.cuDeviceGetAttribute(
+      &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  if (result == CUDA_SUCCESS)
+    result = driver.cuDeviceGetAttribute(
+        &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  if (result != CUDA_SUCCESS)
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuDeviceGetAttribute", result)};
+  int targetIndex = selectTarget(manifest, major, minor);
+  if (targetIndex < 0) {
+    std::string chips;
+    for (const Target &target : manifest.targets)
+      chips += (chips.empty() ? "" : ", ") + target.chip;
+    return {KILN_UNSUPPORTED, "package " + manifest.directory +
+                                  " has no PTX for a device of compute "
+                                  "capability " +
+                                  str(major) + "." + str(minor) +
+                                  " (targets: " + chips + ")"};
+  }
+  const Target &target = manifest.targets[targetIndex];
+
+  std::vector<char> errorLog(16384, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *optionValues[] = {
+      errorLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
+  CUmodule module = nullptr;
+  result = driver.cuModuleLoadDataEx(&module, target.ptx.c_str(), 2, options,
+                                     optionValues);
+  if (result != CUDA_SUCCESS) {
+    std::string log(errorLog.data());
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuModuleLoadDataEx", result) +
+                " loading " + target.ptxFile + " (" + target.chip +
+                ") on a compute capability " + str(major) + "." + str(minor) +
+                " device" + (log.empty() ? "" : "; JIT log:\n" + log)};
+  }
+
+  // Check the shared memory of every kernel before anything launches.
+  int sharedOptIn = 0;
+  driver.cuDeviceGetAttribute(
+      &sharedOptIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+      device);
+  for (const Kernel &kernel : manifest.kernels) {
+    int64_t shared = kernel.staticSharedBytes + kernel.dynamicSharedBytes;
+    if (sharedOptIn > 0 && shared > sharedOptIn) {
+      driver.cuModuleUnload(module);
+      return {KILN_UNSUPPORTED,
+              "kernel \"" + kernel.name + "\" needs " + str(shared) +
+                  " bytes of shared memory; the device allows " +
+                  str(sharedOptIn)};
+    }
+  }
+  package.modules.push_back({});
+  loaded = &package.modules.back();
+  loaded->contextId = contextId;
+  loaded->context = context;
+  loaded->module = module;
+  loaded->functions.assign(manifest.kernels.size(), nullptr);
+  return Error::ok();
+}
+
+/// The function of `kernelIndex` in the current context, loading the module
+/// the first time.
+Error getFunction(kiln_package &package, const CudaDriver &driver,
+                  size_t kernelIndex, CUfunction &function) {
+  CUcontext context = nullptr;
+  CUresult result = driver.cuCtxGetCurrent(&context);
+  if (result != CUDA_SUCCESS)
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuCtxGetCurrent", result)};
+  if (!context)
+    return {KILN_CUDA_ERROR,
+            "no CUDA context is current on this thread (create or activate "
+            "one first, e.g. by any torch.cuda call or cudaSetDevice)"};
+  unsigned long long contextId = contextIdOf(driver, context);
+
+  std::lock_guard<std::mutex> lock(package.mutex);
+  LoadedModule *loaded = nullptr;
+  for (LoadedModule &candidate : package.modules)
+    if (candidate.contextId == contextId && candidate.context == context)
+      loaded = &candidate;
+  if (!loaded)
+    if (Error error = loadModule(package, driver, context, contextId, loaded))
+      return error;
+  if (kernelIndex >= loaded->functions.size())
+    return Error::ok();
+  CUfunction &cached = loaded->functions[kernelIndex];
+  if (!cached) {
+    const Kernel &kernel = package.manifest.kernels[kernelIndex];
+    CUfunction found = nullptr;
+    result =
+        driver.cuModuleGetFunction(&found, loaded->module, kernel.name.c_str());
+    if (result != CUDA_SUCCESS)
+      return {KILN_CUDA_ERROR,
+              describeCudaError(driver, "cuModuleGetFunction", result) +
+                  " for kernel \"" + kernel.name + "\""};
+    if (kernel.dynamicSharedBytes > 48 * 1024) {
+      result = driver.cuFuncSetAttribute(
+          found, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          static_cast<int>(kernel.dynamicSharedBytes));
+      if (result != CUDA_SUCCESS)
+        return {KILN_CUDA_ERROR,
+                describeCudaError(driver, "cuFuncSetAttribute", result) +
+                    " setting " + str(kernel.dynamicSharedBytes) +
+                    " bytes of dynamic shared memory for kernel \"" +
+                    kernel.name + "\""};
+    }
+    cached = found;
+  }
+  function = cached;
+  return Error::ok();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// C API
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+
+const char *kiln_last_error(void) { return lastError.c_str(); }
+
+const char *kiln_status_string(kiln_status status) {
+  switch (status) {
+  case KILN_OK:
+    return "KILN_OK";
+  case KILN_INVALID_ARGUMENT:
+    return "KILN_INVALID_ARGUMENT";
+  case KILN_NOT_FOUND:
+    return "KILN_NOT_FOUND";
+  case KILN_IO_ERROR:
+    return "KILN_IO_ERROR";
+  case KILN_FORMAT_ERROR:
+    return "KILN_FORMAT_ERROR";
+  case KILN_CUDA_ERROR:
+    return "KILN_CUDA_ERROR";
+  case KILN_UNSUPPORTED:
+    return "KILN_UNSUPPORTED";
+  case KILN_INTERNAL_ERROR:
+    return "KILN_INTERNAL_ERROR";
+  }
+  return "KILN_UNKNOWN_STATUS";
+}
+
+const char *kiln_dtype_name(kiln_dtype dtype) { return dtypeName(dtype); }
+
+int64_t kiln_dtype_size(kiln_dtype dtype) {
+  switch (dtype) {
+  case KILN_DTYPE_F16:
+  case KILN_DTYPE_BF16:
+    return 2;
+  case KILN_DTYPE_F32:
+    return 4;
+  case KILN_DTYPE_BOOL:
+    return 1;
+  case KILN_DTYPE_NONE:
+    break;
+  }
+  return 0;
+}
+
+int32_t kiln_runtime_api_version(void) { return KILN_RUNTIME_API_VERSION; }
+
+kiln_status kiln_cuda_driver_load(void) {
+  return guarded("kiln_cuda_driver_load", [] {
+    const CudaDriver *driver = nullptr;
+    if (Error error = getCudaDriver(driver))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_package_open(const char *directory, kiln_package **package) {
+  return guarded("kiln_package_open", [&] {
+    if (!package)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_open: the result pointer is NULL");
+    *package = nullptr;
+    if (!directory || !*directory)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_open: the directory is NULL or empty");
+    auto opened = std::make_unique<kiln_package>();
+    if (Error error = loadManifest(directory, opened->manifest))
+      return fail(error);
+    opened->sites.resize(opened->manifest.sites.size());
+    for (size_t i = 0; i < opened->sites.size(); ++i)
+      opened->sites[i] = {opened.get(), i};
+    *package = opened.release();
+    return KILN_OK;
+  });
+}
+
+void kiln_package_close(kiln_package *package) {
+  if (!package)
+    return;
+  try {
+    if (!package->modules.empty()) {
+      const CudaDriver *driver = nullptr;
+      if (!getCudaDriver(driver))
+        for (LoadedModule &loaded : package->modules)
+          driver->cuModuleUnload(loaded.module); // fails harmlessly if the
+                                                 // context is gone
+    }
+  } catch (...) {
+  }
+  delete package;
+}
+
+const char *kiln_package_producer(const kiln_package *package) {
+  return package ? package->manifest.producer.c_str() : "";
+}
+
+int64_t kiln_package_num_sites(const kiln_package *package) {
+  return package ? static_cast<int64_t>(package->sites.size()) : 0;
+}
+
+int64_t kiln_package_num_kernels(const kiln_package *package) {
+  return package ? static_cast<int64_t>(package->manifest.kernels.size()) : 0;
+}
+
+int64_t kiln_package_num_targets(const kiln_package *package) {
+  return package ? static_cast<int64_t>(package->manifest.targets.size()) : 0;
+}
+
+kiln_status kiln_package_get_site(const kiln_package *package, int64_t index,
+                                  const kiln_site **site) {
+  return guarded("kiln_package_get_site", [&] {
+    if (!package || !site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_get_site: NULL package or result pointer");
+    if (index < 0 || index >= static_cast<int64_t>(package->sites.size()))
+      return fail(KILN_INVALID_ARGUMENT,
+                  "site index " + str(index) + " is out of range (package " +
+                      "has " + str(package->sites.size()) + " sites)");
+    *site = &package->sites[index];
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_package_find_site(const kiln_package *package,
+                                   const char *name, const kiln_site **site) {
+  return guarded("kiln_package_find_site", [&] {
+    if (!package || !name || !site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_find_site: NULL package, name or result "
+                  "pointer");
+    *site = nullptr;
+    std::string names;
+    for (size_t i = 0; i < package->sites.size(); ++i) {
+      const std::string &siteName = package->manifest.sites[i].name;
+      if (siteName == name) {
+        *site = &package->sites[i];
+        return KILN_OK;
+      }
+      names += (names.empty() ? "" : ", ") + siteName;
+    }
+    return fail(KILN_NOT_FOUND, "package " + package->manifest.directory +
+                                    " has no site \"" + name +
+                                    "\" (sites: " +
+                                    (names.empty() ? "none" : names) + ")");
+  });
+}
+
+kiln_status kiln_package_get_kernel(const kiln_package *package, int64_t index,
+                                    kiln_kernel_info *info) {
+  return guarded("kiln_package_get_kernel", [&] {
+    if (!package || !info)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_get_kernel: NULL package or result pointer");
+    const auto &kernels = package->manifest.kernels;
+    if (index < 0 || index >= static_cast<int64_t>(kernels.size()))
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kernel index " + str(index) + " is out of range (package " +
+                      "has " + str(kernels.size()) + " kernels)");
+    const Kernel &kernel = kernels[index];
+    info->name = kernel.name.c_str();
+    info->kind = kernel.kind.c_str();
+    info->dtype = kernel.dtype;
+    info->head_dim = kernel.headDim ? *kernel.headDim : KILN_DYNAMIC;
+    for (int i = 0; i < 3; ++i)
+      info->block[i] = kernel.block[i];
+    info->static_shared_bytes = kernel.staticSharedBytes;
+    info->dynamic_shared_bytes = kernel.dynamicSharedBytes;
+    info->num_args = static_cast<int32_t>(kernel.args.size());
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_package_get_target(const kiln_package *package, int64_t index,
+                                    const char **chip) {
+  return guarded("kiln_package_get_target", [&] {
+    if (!package || !chip)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_get_target: NULL package or result pointer");
+    const auto &targets = package->manifest.targets;
+    if (index < 0 || index >= static_cast<int64_t>(targets.size()))
+      return fail(KILN_INVALID_ARGUMENT,
+                  "target index " + str(index) + " is out of range");
+    *chip = targets[index].chip.c_str();
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_package_select_target(const kiln_package *package,
+                                       int32_t major, int32_t minor,
+                                       const char **chip) {
+  return guarded("kiln_package_select_target", [&] {
+    if (!package || !chip)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_package_select_target: NULL package or result "
+                  "pointer");
+    int index = selectTarget(package->manifest, major, minor);
+    if (index < 0)
+      return fail(KILN_UNSUPPORTED, "package " + package->manifest.directory +
+                                        " has no PTX for compute capability " +
+                                        str(major) + "." + str(minor));
+    *chip = package->manifest.targets[index].chip.c_str();
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_package_prepare(kiln_package *package) {
+  return guarded("kiln_package_prepare", [&] {
+    if (!package)
+      return fail(KILN_INVALID_ARGUMENT, "kiln_package_prepare: NULL package");
+    const CudaDriver *driver = nullptr;
+    if (Error error = getCudaDriver(driver))
+      return fail(error);
+    for (size_t i = 0; i < package->manifest.kernels.size(); ++i) {
+      CUfunction function = nullptr;
+      if (Error error = getFunction(*package, *driver, i, function))
+        return fail(error);
+    }
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
+  return guarded("kiln_site_get_info", [&] {
+    if (!site || !info)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_get_info: NULL site or result pointer");
+    const Site &s = site->package->manifest.sites[site->index];
+    std::memset(info, 0, sizeof(*info));
+    info->name = s.name.c_str();
+    info->kernel = s.kernelName.c_str();
+    info->function = s.function.c_str();
+    info->location = s.location.c_str();
+    info->layout = s.layout;
+    info->dtype = s.dtype;
+    info->scale = s.scale;
+    info->causal = s.causal;
+    info->window = s.window ? *s.window : 0;
+    info->has_softcap = s.softcap.has_value();
+    info->softcap = s.softcap ? *s.softcap : 0.0f;
+    auto dim = [&](Dim d) {
+      const auto &value = s.dims[static_cast<int>(d)];
+      return value ? *value : KILN_DYNAMIC;
+    };
+    info->batch = dim(Dim::Batch);
+    info->q_heads = dim(Dim::QHeads);
+    info->kv_heads = dim(Dim::KvHeads);
+    info->q_len = dim(Dim::QLen);
+    info->kv_len = dim(Dim::KvLen);
+    info->head_dim = dim(Dim::HeadDim);
+    info->mask = s.mask;
+    info->mask_dtype = s.maskDtype;
+    info->bias = s.bias;
+    info->bias_dtype = s.biasDtype;
+    return KILN_OK;
+  });
+}
+
+void kiln_attention_args_init(kiln_attention_args *args) {
+  if (args)
+    std::memset(args, 0, sizeof(*args));
+}
+
+kiln_status kiln_contiguous_strides(kiln_layout layout, int64_t batch,
+                                    int64_t heads, int64_t seq,
+                                    int64_t head_dim, int64_t strides[4]) {
+  return guarded("kiln_contiguous_strides", [&] {
+    if (!strides)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_contiguous_strides: NULL strides");
+    if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_contiguous_strides: dimensions must be positive");
+    if (layout != KILN_LAYOUT_BHSD && layout != KILN_LAYOUT_BSHD)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_contiguous_strides: unknown layout " + str(layout));
+    // Strides are {batch, head, seq, head_dim} whatever the layout.
+    strides[3] = 1;
+    if (layout == KILN_LAYOUT_BHSD) {
+      strides[2] = head_dim;
+      strides[1] = seq * head_dim;
+      strides[0] = heads * seq * head_dim;
+    } else {
+      strides[1] = head_dim;
+      strides[2] = heads * head_dim;
+      strides[0] = seq * heads * head_dim;
+    }
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_attention_args_set_contiguous(const kiln_site *site,
+                                               kiln_attention_args *args) {
+  return guarded("kiln_attention_args_set_contiguous", [&] {
+    if (!site || !args)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_attention_args_set_contiguous: NULL site or args");
+    const Site &s = site->package->manifest.sites[site->index];
+    kiln_status status;
+    if ((status = kiln_contiguous_strides(s.layout, args->batch, args->q_heads,
+                                          args->q_len, args->head_dim,
+                                          args->q_strides)) != KILN_OK ||
+        (status = kiln_contiguous_strides(s.layout, args->batch,
+                                          args->kv_heads, args->kv_len,
+                                          args->head_dim, args->k_strides)) !=
+            KILN_OK)
+      return status;
+    std::memcpy(args->v_strides, args->k_strides, sizeof(args->k_strides));
+    std::memcpy(args->out_strides, args->q_strides, sizeof(args->q_strides));
+    int64_t maskStrides[4] = {args->q_heads * args->q_len * args->kv_len,
+                              args->q_len * args->kv_len, args->kv_len, 1};
+    if (args->mask)
+      std::memcpy(args->mask_strides, maskStrides, sizeof(maskStrides));
+    if (args->bias)
+      std::memcpy(args->bias_strides, maskStrides, sizeof(maskStrides));
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_check_attention(const kiln_site *site,
+                                      const kiln_attention_args *args,
+                                      kiln_launch_config *config) {
+  return guarded("kiln_site_check_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_check_attention: NULL site");
+    const Manifest &manifest = site->package->manifest;
+    LaunchPlan plan;
+    if (Error error =
+            planAttention(manifest, manifest.sites[site->index], args, plan))
+      return fail(error);
+    if (config)
+      *config = plan.config;
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_launch_attention(const kiln_site *site,
+                                       const kiln_attention_args *args,
+                                       void *stream) {
+  return guarded("kiln_site_launch_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_launch_attention: NULL site");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    // Arguments are checked before the driver is touched, so that every
+    // argument error is reported the same way with or without a GPU.
+    LaunchPlan plan;
+    if (Error error = planAttention(package.manifest, s, args, plan))
+      return fail(error);
+    const CudaDriver *driver = nullptr;
+    if (Error error = getCudaDriver(driver))
+      return fail(error);
+    CUfunction function = nullptr;
+    if (Error error = getFunction(package, *driver, s.kernelIndex, function))
+      return fail(error);
+    const kiln_launch_config &c = plan.config;
+    CUresult result = driver->cuLaunchKernel(
+        function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+        c.block[2], c.dynamic_shared_bytes, static_cast<CUstream>(stream),
+        plan.params, nullptr);
+    if (result != CUDA_SUCCESS)
+      return fail(KILN_CUDA_ERROR,
+                  describeCudaError(*driver, "cuLaunchKernel", result) +
+                      " for site \"" + s.name + "\" (kernel \"" +
+                      s.kernelName + "\", grid " + str(c.grid[0]) + "x" +
+                      str(c.grid[1]) + "x" + str(c.grid[2]) + ", block " +
+                      str(c.block[0]) + "x" + str(c.block[1]) + "x" +
+                      str(c.block[2]) + ")");
+    return KILN_OK;
+  });
+}
+
+} // extern "C"
