@@ -3,11 +3,28 @@
 // Matches softmax(scale·QKᵀ + mask)·V in TOSA and rewrites it into one
 // kiln.attention op.
 //
+// The match is anchored on the softmax's first op (`tosa.reduce_max`) and
+// walks outwards: forwards from the softmax to the product with V and the
+// value that carries the result, backwards from the softmax input through
+// masks, soft-capping and scaling to the product QKᵀ, and from each matmul
+// operand through reshapes, transposes, scale factors and KV-head repeats to
+// the Q, K and V the fused op takes. Nothing in the IR changes until the
+// whole site has matched; every failure carries a reason, which the pattern
+// reports through notifyMatchFailure and the pass as a remark on the softmax.
+//
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <optional>
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_KILNFUSEATTENTION
@@ -17,11 +34,976 @@ namespace mlir::kiln {
 using namespace mlir;
 using namespace mlir::kiln;
 
-void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns) {}
-
 namespace {
+
+//===----------------------------------------------------------------------===//
+// Shape and constant helpers
+//===----------------------------------------------------------------------===//
+
+/// The most negative fill that still counts as "hidden" in a mask. HF uses
+/// finfo.min, older exports -1e4 or -1e9; after the max subtraction any of
+/// these makes exp() underflow to exactly 0 for realistic score ranges.
+constexpr double kMaskingThreshold = -1.0e4;
+
+/// True when `value` hides a key in an additive mask or a select fill.
+bool isMaskingValue(double value) {
+  return (std::isinf(value) && value < 0) || value <= kMaskingThreshold;
+}
+
+RankedTensorType getRankedType(Value value) {
+  return dyn_cast<RankedTensorType>(value.getType());
+}
+
+/// Two sizes that are known to be the same (both static and equal, or both
+/// dynamic and therefore carried through from the same source).
+bool sameSize(int64_t lhs, int64_t rhs) { return lhs == rhs; }
+
+/// True when `merged` is `source` with axes [first, last] merged into one,
+/// keeping the element order (a collapse reshape). At most one dynamic size
+/// in `merged` keeps the reshape unambiguous.
+bool isMergeOfAxes(RankedTensorType source, RankedTensorType merged,
+                   int64_t first, int64_t last) {
+  if (!source || !merged ||
+      merged.getRank() != source.getRank() - (last - first) ||
+      last >= source.getRank())
+    return false;
+  if (llvm::count_if(merged.getShape(), ShapedType::isDynamic) > 1)
+    return false;
+  for (int64_t axis = 0; axis < first; ++axis)
+    if (!sameSize(source.getDimSize(axis), merged.getDimSize(axis)))
+      return false;
+  int64_t product = 1;
+  for (int64_t axis = first; axis <= last; ++axis) {
+    if (ShapedType::isDynamic(source.getDimSize(axis))) {
+      product = ShapedType::kDynamic;
+      break;
+    }
+    product *= source.getDimSize(axis);
+  }
+  if (!sameSize(product, merged.getDimSize(first)))
+    return false;
+  for (int64_t axis = last + 1; axis < source.getRank(); ++axis)
+    if (!sameSize(source.getDimSize(axis),
+                  merged.getDimSize(axis - (last - first))))
+      return false;
+  return true;
+}
+
+/// The value of a splat float constant, looking through `tosa.reciprocal`
+/// (a division by a constant becomes a product with its reciprocal).
+std::optional<double> getSplatFloat(Value value) {
+  if (auto reciprocal = value.getDefiningOp<tosa::ReciprocalOp>()) {
+    std::optional<double> inner = getSplatFloat(reciprocal.getInput1());
+    if (!inner || *inner == 0.0)
+      return std::nullopt;
+    return 1.0 / *inner;
+  }
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  if (!constant)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseFPElementsAttr>(constant.getValues());
+  if (!attr || !attr.isSplat())
+    return std::nullopt;
+  return attr.getSplatValue<APFloat>().convertToDouble();
+}
+
+/// The static values of a `tosa.const_shape`.
+std::optional<SmallVector<int64_t>> getConstShape(Value shape) {
+  auto constShape = shape.getDefiningOp<tosa::ConstShapeOp>();
+  if (!constShape)
+    return std::nullopt;
+  return llvm::to_vector(
+      llvm::map_range(constShape.getValues().getValues<APInt>(),
+                      [](const APInt &v) { return v.getSExtValue(); }));
+}
+
+/// True when `perms` swaps the two innermost axes and keeps the others.
+bool swapsInnermostAxes(ArrayRef<int32_t> perms) {
+  int64_t rank = perms.size();
+  if (rank < 2 || perms[rank - 2] != rank - 1 || perms[rank - 1] != rank - 2)
+    return false;
+  for (int64_t axis = 0; axis < rank - 2; ++axis)
+    if (perms[axis] != axis)
+      return false;
+  return true;
+}
+
+/// Whether `value` is computed from a `tosa.matmul` through elementwise and
+/// layout ops. Tells the scores apart from the mask in an `add` or `select`.
+bool reachesMatmul(Value value, int depth = 16) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return false;
+  if (isa<tosa::MatMulOp>(def))
+    return true;
+  if (depth == 0 ||
+      !isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::MulOp,
+           tosa::AddOp, tosa::SubOp, tosa::SelectOp, tosa::TanhOp,
+           tosa::ExpOp, tosa::ReciprocalOp>(def))
+    return false;
+  return llvm::any_of(def->getOperands(), [&](Value operand) {
+    return reachesMatmul(operand, depth - 1);
+  });
+}
+
+bool isFloatCast(Operation *op) {
+  auto cast = dyn_cast_or_null<tosa::CastOp>(op);
+  return cast && isa<FloatType>(getElementTypeOrSelf(cast.getInput())) &&
+         isa<FloatType>(getElementTypeOrSelf(cast.getOutput()));
+}
+
+//===----------------------------------------------------------------------===//
+// The match
+//===----------------------------------------------------------------------===//
+
+/// A matmul operand traced back to the tensor the fused op takes.
+struct OperandSource {
+  /// The traced tensor: rank 4 `[b, h, x, y]` or rank 3 `[b·h, x, y]`.
+  Value base;
+  /// Whether an odd number of innermost-axis swaps lie between `base` and
+  /// the matmul operand.
+  bool transposed = false;
+  /// Query heads per head of `base`, from a provable KV-head repeat.
+  int64_t groups = 1;
+  /// Product of the splat factors peeled off on the way.
+  double scale = 1.0;
+};
+
+/// A mask or bias term added to (or selected into) the scores.
+struct MaskTerm {
+  Value value;
+  /// An i1 condition (through select) rather than an additive float tensor.
+  bool isBoolean = false;
+  /// The condition selects the fill, not the scores: `true` hides the key.
+  bool inverted = false;
+  /// Rank of the scores where the term is applied (3 before the split of
+  /// the batch into [B, H], 4 after).
+  int64_t scoresRank = 4;
+};
+
+/// Everything the rewrite needs about one attention site.
+struct AttentionMatch {
+  OperandSource query, key, value;
+  /// Logical [B, Hq, Sq, Sk] of the scores.
+  SmallVector<int64_t, 4> scoresShape;
+  double scale = 1.0;
+  std::optional<double> softcap;
+  bool causal = false;
+  std::optional<int64_t> window;
+  MaskTerm maskTerm, biasTerm;
+  /// The value the fused op replaces, and its defining op.
+  Value result;
+  /// Every op of the site, for the fused location and the cleanup.
+  llvm::SetVector<Operation *> ops;
+};
+
+/// The softmax ops, forwards from its first op.
+struct SoftmaxOps {
+  Value input;
+  Value output;
+  tosa::SubOp sub;
+  tosa::ExpOp exp;
+  tosa::ReduceSumOp sum;
+  tosa::ReciprocalOp reciprocal;
+  tosa::MulOp normalize;
+};
+
+/// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
+/// reports on starts this way.
+bool looksLikeSoftmax(tosa::ReduceMaxOp maxOp) {
+  return llvm::any_of(maxOp->getUsers(), [](Operation *user) {
+    return isa<tosa::SubOp>(user) &&
+           llvm::any_of(user->getUsers(),
+                        [](Operation *u) { return isa<tosa::ExpOp>(u); });
+  });
+}
+
+/// Reads a softmax starting at `maxOp` or says why it is not one.
+FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
+                                   std::string &whyNot) {
+  auto fail = [&](const Twine &reason) {
+    whyNot = reason.str();
+    return failure();
+  };
+  SoftmaxOps softmax;
+  softmax.input = maxOp.getInput();
+  if (!maxOp->hasOneUse())
+    return fail("the row max has other users");
+  softmax.sub = dyn_cast<tosa::SubOp>(*maxOp->user_begin());
+  if (!softmax.sub || softmax.sub.getInput1() != softmax.input ||
+      softmax.sub.getInput2() != maxOp.getOutput())
+    return fail("the row max is not subtracted from the softmax input");
+  if (!softmax.sub->hasOneUse() ||
+      !(softmax.exp = dyn_cast<tosa::ExpOp>(*softmax.sub->user_begin())))
+    return fail("the shifted scores do not feed only an exp");
+
+  Value exp = softmax.exp.getOutput();
+  for (Operation *user : exp.getUsers()) {
+    if (auto sum = dyn_cast<tosa::ReduceSumOp>(user)) {
+      if (softmax.sum)
+        return fail("the exponentials are summed twice");
+      softmax.sum = sum;
+    } else if (auto mul = dyn_cast<tosa::MulOp>(user)) {
+      if (softmax.normalize)
+        return fail("the exponentials have other users");
+      softmax.normalize = mul;
+    } else {
+      return fail("the exponentials have other users");
+    }
+  }
+  if (!softmax.sum)
+    return fail("the exponentials are not summed");
+  if (!softmax.normalize)
+    return fail("the exponentials are not normalised by a product");
+  if (softmax.sum.getAxis() != maxOp.getAxis())
+    return fail(llvm::formatv("reduce_sum axis {0} differs from reduce_max "
+                              "axis {1}",
+                              softmax.sum.getAxis(), maxOp.getAxis()));
+  if (!softmax.sum->hasOneUse() ||
+      !(softmax.reciprocal =
+            dyn_cast<tosa::ReciprocalOp>(*softmax.sum->user_begin())))
+    return fail("the row sum does not feed only a reciprocal");
+  Value normalizer = softmax.reciprocal.getOutput();
+  if (!softmax.reciprocal->hasOneUse() ||
+      !((softmax.normalize.getInput1() == exp &&
+         softmax.normalize.getInput2() == normalizer) ||
+        (softmax.normalize.getInput2() == exp &&
+         softmax.normalize.getInput1() == normalizer)))
+    return fail("the exponentials are not divided by their row sum");
+  softmax.output = softmax.normalize.getOutput();
+
+  auto inputType = getRankedType(softmax.input);
+  if (!inputType)
+    return fail("the softmax input is unranked");
+  if (static_cast<int64_t>(maxOp.getAxis()) != inputType.getRank() - 1)
+    return fail(llvm::formatv("softmax over axis {0}, not the last axis {1}",
+                              maxOp.getAxis(), inputType.getRank() - 1));
+  if (inputType.getRank() != 3 && inputType.getRank() != 4)
+    return fail(llvm::formatv("the scores have rank {0}, not 3 or 4",
+                              inputType.getRank()));
+  if (std::distance(softmax.input.use_begin(), softmax.input.use_end()) != 2)
+    return fail("the scores have other users");
+  return softmax;
+}
+
+/// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
+/// (or a tile of a single KV head): query head `h` then reads KV head
+/// `h / G`, which is what the fused op does with the unrepeated tensor.
+std::optional<std::pair<Value, int64_t>>
+matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
+  auto outType = getRankedType(value);
+  if (!outType)
+    return std::nullopt;
+  // A single KV head tiled over the head axis (MQA).
+  if (auto tile = value.getDefiningOp<tosa::TileOp>()) {
+    auto inType = getRankedType(tile.getInput1());
+    std::optional<SmallVector<int64_t>> multiples =
+        getConstShape(tile.getMultiples());
+    if (!inType || inType.getRank() != 4 || !multiples ||
+        inType.getDimSize(1) != 1 ||
+        *multiples != SmallVector<int64_t>{1, (*multiples)[1], 1, 1})
+      return std::nullopt;
+    ops.push_back(tile);
+    return std::make_pair(tile.getInput1(), (*multiples)[1]);
+  }
+  auto collapse = value.getDefiningOp<tosa::ReshapeOp>();
+  if (!collapse)
+    return std::nullopt;
+  auto tile = collapse.getInput1().getDefiningOp<tosa::TileOp>();
+  if (!tile)
+    return std::nullopt;
+  auto tiledType = getRankedType(tile.getOutput());
+  if (!tiledType || tiledType.getRank() != 5 ||
+      !(isMergeOfAxes(tiledType, outType, 1, 2) ||
+        isMergeOfAxes(tiledType, outType, 0, 2)))
+    return std::nullopt;
+  std::optional<SmallVector<int64_t>> multiples =
+      getConstShape(tile.getMultiples());
+  if (!multiples || multiples->size() != 5 || (*multiples)[0] != 1 ||
+      (*multiples)[1] != 1 || (*multiples)[3] != 1 || (*multiples)[4] != 1)
+    return std::nullopt;
+  auto expand = tile.getInput1().getDefiningOp<tosa::ReshapeOp>();
+  if (!expand)
+    return std::nullopt;
+  auto expandedType = getRankedType(expand.getOutput());
+  auto kvType = getRankedType(expand.getInput1());
+  if (!kvType || kvType.getRank() != 4 || expandedType.getDimSize(2) != 1 ||
+      !isMergeOfAxes(expandedType, kvType, 1, 2))
+    return std::nullopt;
+  ops.append({collapse.getOperation(), tile.getOperation(),
+              expand.getOperation()});
+  return std::make_pair(expand.getInput1(), (*multiples)[2]);
+}
+
+/// Traces a matmul operand back through collapse reshapes, innermost-axis
+/// transposes, KV-head repeats and (when `foldScale`) splat factors.
+OperandSource traceOperand(Value value, bool foldScale,
+                           SmallVectorImpl<Operation *> &ops) {
+  OperandSource source;
+  bool collapsed = false;
+  while (Operation *def = value.getDefiningOp()) {
+    if (auto mul = dyn_cast<tosa::MulOp>(def); mul && foldScale) {
+      auto outType = getRankedType(mul.getOutput());
+      bool peeled = false;
+      for (auto [operand, factor] :
+           {std::pair(mul.getInput1(), mul.getInput2()),
+            std::pair(mul.getInput2(), mul.getInput1())}) {
+        std::optional<double> splat = getSplatFloat(factor);
+        if (!splat || getRankedType(operand) != outType)
+          continue;
+        source.scale *= *splat;
+        ops.push_back(mul);
+        value = operand;
+        peeled = true;
+        break;
+      }
+      if (peeled)
+        continue;
+      break;
+    }
+    if (auto transpose = dyn_cast<tosa::TransposeOp>(def)) {
+      if (!swapsInnermostAxes(transpose.getPerms()))
+        break;
+      source.transposed = !source.transposed;
+      ops.push_back(transpose);
+      value = transpose.getInput1();
+      continue;
+    }
+    if (std::optional<std::pair<Value, int64_t>> repeat =
+            matchKvRepeat(value, ops)) {
+      source.groups *= repeat->second;
+      value = repeat->first;
+      continue;
+    }
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
+      auto inType = getRankedType(reshape.getInput1());
+      if (collapsed || !inType || inType.getRank() != 4 ||
+          !isMergeOfAxes(inType, getRankedType(value), 0, 1))
+        break;
+      collapsed = true;
+      ops.push_back(reshape);
+      value = reshape.getInput1();
+      continue;
+    }
+    break;
+  }
+  source.base = value;
+  return source;
+}
+
+/// How a traced operand becomes a rank-4 `[B, H, x, y]` tensor.
+enum class LeadingFit { AsIs, Reshape, Impossible };
+
+LeadingFit fitLeading(RankedTensorType type, int64_t batch, int64_t heads) {
+  if (type.getRank() == 4 && sameSize(type.getDimSize(0), batch) &&
+      sameSize(type.getDimSize(1), heads))
+    return LeadingFit::AsIs;
+  if (type.getRank() != 3 && type.getRank() != 4)
+    return LeadingFit::Impossible;
+  int64_t leading = type.getDimSize(0);
+  if (type.getRank() == 4)
+    leading = ShapedType::isDynamic(leading) ||
+                      ShapedType::isDynamic(type.getDimSize(1))
+                  ? ShapedType::kDynamic
+                  : leading * type.getDimSize(1);
+  ArrayRef<int64_t> trailing = type.getShape().take_back(2);
+  if (ShapedType::isDynamic(leading) || ShapedType::isDynamic(batch) ||
+      ShapedType::isDynamic(heads) || leading != batch * heads ||
+      llvm::count_if(trailing, ShapedType::isDynamic) > 1)
+    return LeadingFit::Impossible;
+  return LeadingFit::Reshape;
+}
+
+/// Reads the scores backwards from the softmax input to the QKᵀ matmul.
+LogicalResult matchScores(Value scores, AttentionMatch &match,
+                          tosa::MatMulOp &scoresMatmul,
+                          SmallVectorImpl<MaskTerm> &terms,
+                          std::string &whyNot) {
+  auto fail = [&](const Twine &reason) {
+    whyNot = reason.str();
+    return failure();
+  };
+  enum Phase { Masks, AfterSoftcap, Scale } phase = Masks;
+  bool split = false;
+  Value current = scores;
+  for (bool first = true;; first = false) {
+    Operation *def = current.getDefiningOp();
+    if (!def)
+      return fail("the scores do not come from a matmul");
+    if (!first && !current.hasOneUse())
+      return fail(llvm::formatv("the scores have other users (at '{0}')",
+                                def->getName()));
+    if (auto matmul = dyn_cast<tosa::MatMulOp>(def)) {
+      scoresMatmul = matmul;
+      match.ops.insert(matmul);
+      return success();
+    }
+    auto resultType = getRankedType(current);
+    // The operand of `def` that carries the scores; the other is a mask,
+    // a factor or a fill.
+    auto scoresOperand = [&](Value lhs, Value rhs) -> FailureOr<Value> {
+      bool lhsScores = reachesMatmul(lhs), rhsScores = reachesMatmul(rhs);
+      if (lhsScores && rhsScores)
+        return fail(llvm::formatv("both operands of '{0}' derive from a "
+                                  "matmul",
+                                  def->getName()));
+      if (!lhsScores && !rhsScores)
+        return fail("the scores do not come from a matmul");
+      Value chosen = lhsScores ? lhs : rhs;
+      if (getRankedType(chosen) != resultType)
+        return fail(llvm::formatv("'{0}' broadcasts the scores to a larger "
+                                  "shape (the mask shape does not broadcast "
+                                  "to the scores)",
+                                  def->getName()));
+      return chosen;
+    };
+
+    if (isFloatCast(def)) {
+      match.ops.insert(def);
+      current = def->getOperand(0);
+      continue;
+    }
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
+      if (split || !isMergeOfAxes(resultType,
+                                  getRankedType(reshape.getInput1()), 0, 1))
+        return fail("the scores are reshaped other than by splitting the "
+                    "batch into [batch, heads]");
+      split = true;
+      match.ops.insert(def);
+      current = reshape.getInput1();
+      continue;
+    }
+    if (auto add = dyn_cast<tosa::AddOp>(def)) {
+      if (phase != Masks)
+        return fail(phase == Scale ? "a mask is added before the scale"
+                                   : "a mask is added before the softcap");
+      FailureOr<Value> chain = scoresOperand(add.getInput1(), add.getInput2());
+      if (failed(chain))
+        return failure();
+      MaskTerm term;
+      term.value = *chain == add.getInput1() ? add.getInput2()
+                                             : add.getInput1();
+      term.scoresRank = resultType.getRank();
+      terms.push_back(term);
+      match.ops.insert(def);
+      current = *chain;
+      continue;
+    }
+    if (auto select = dyn_cast<tosa::SelectOp>(def)) {
+      if (phase != Masks)
+        return fail(phase == Scale ? "a mask is applied before the scale"
+                                   : "a mask is applied before the softcap");
+      FailureOr<Value> chain =
+          scoresOperand(select.getOnTrue(), select.getOnFalse());
+      if (failed(chain))
+        return failure();
+      MaskTerm term;
+      term.isBoolean = true;
+      term.inverted = *chain == select.getOnFalse();
+      Value fill = term.inverted ? select.getOnTrue() : select.getOnFalse();
+      std::optional<double> fillValue = getSplatFloat(fill);
+      if (!fillValue || !isMaskingValue(*fillValue))
+        return fail("the select fill is not -inf or a large negative "
+                    "constant");
+      term.value = select.getPred();
+      term.scoresRank = resultType.getRank();
+      terms.push_back(term);
+      match.ops.insert(def);
+      current = *chain;
+      continue;
+    }
+    if (auto mul = dyn_cast<tosa::MulOp>(def)) {
+      // Soft-capping: c · tanh(x · (1/c)).
+      for (auto [tanhValue, capValue] :
+           {std::pair(mul.getInput1(), mul.getInput2()),
+            std::pair(mul.getInput2(), mul.getInput1())}) {
+        auto tanh = tanhValue.getDefiningOp<tosa::TanhOp>();
+        std::optional<double> cap = getSplatFloat(capValue);
+        if (!tanh || !cap)
+          continue;
+        if (phase != Masks)
+          return fail(phase == Scale ? "the softcap is applied before the "
+                                       "scale"
+                                     : "the scores are soft-capped twice");
+        auto inner = tanh.getInput().getDefiningOp<tosa::MulOp>();
+        if (!tanh->hasOneUse() || !inner || !inner->hasOneUse())
+          return fail("tanh is not part of a softcap c·tanh(x/c)");
+        std::optional<double> inverse;
+        Value chain;
+        if ((inverse = getSplatFloat(inner.getInput2())))
+          chain = inner.getInput1();
+        else if ((inverse = getSplatFloat(inner.getInput1())))
+          chain = inner.getInput2();
+        if (!inverse || *cap <= 0.0 || !std::isfinite(*cap) ||
+            std::abs(*inverse * *cap - 1.0) > 1e-6)
+          return fail("tanh is not part of a softcap c·tanh(x/c) with one "
+                      "positive constant c");
+        if (getRankedType(chain) != resultType)
+          return fail("the softcap broadcasts the scores");
+        match.softcap = *cap;
+        match.ops.insert(mul);
+        match.ops.insert(tanh);
+        match.ops.insert(inner);
+        phase = AfterSoftcap;
+        current = chain;
+        break;
+      }
+      if (phase == AfterSoftcap && match.ops.contains(mul))
+        continue;
+      std::optional<double> factor;
+      Value chain;
+      if ((factor = getSplatFloat(mul.getInput2())))
+        chain = mul.getInput1();
+      else if ((factor = getSplatFloat(mul.getInput1())))
+        chain = mul.getInput2();
+      if (!factor)
+        return fail("the scale is not a splat constant");
+      if (getRankedType(chain) != resultType)
+        return fail("the scale broadcasts the scores");
+      match.scale *= *factor;
+      match.ops.insert(mul);
+      phase = Scale;
+      current = chain;
+      continue;
+    }
+    return fail(llvm::formatv("the scores come from '{0}', which is not part "
+                              "of attention",
+                              def->getName()));
+  }
+}
+
+/// Recognises a constant causal (or sliding-window causal) mask: hidden
+/// exactly when `j > i + (Sk - Sq)` (or `j <= i + (Sk - Sq) - W`), every
+/// element checked. Returns the window (0 for plain causal) or nothing.
+std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
+                                           ArrayRef<int64_t> scoresShape) {
+  auto constant = term.value.getDefiningOp<tosa::ConstOp>();
+  if (!constant)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseElementsAttr>(constant.getValues());
+  if (!attr || attr.isSplat())
+    return std::nullopt;
+  auto type = cast<RankedTensorType>(attr.getType());
+  int64_t rank = type.getRank();
+  int64_t queryLength = scoresShape[2], keyLength = scoresShape[3];
+  if (rank < 2 || ShapedType::isDynamic(queryLength) ||
+      ShapedType::isDynamic(keyLength) || keyLength < queryLength ||
+      type.getDimSize(rank - 2) != queryLength ||
+      type.getDimSize(rank - 1) != keyLength ||
+      llvm::any_of(type.getShape().drop_back(2),
+                   [](int64_t size) { return size != 1; }))
+    return std::nullopt;
+
+  SmallVector<bool> visible;
+  visible.reserve(queryLength * keyLength);
+  if (term.isBoolean) {
+    if (!attr.getElementType().isInteger(1))
+      return std::nullopt;
+    for (bool keep : attr.getValues<bool>())
+      visible.push_back(keep != term.inverted);
+  } else {
+    auto floats = dyn_cast<DenseFPElementsAttr>(attr);
+    if (!floats)
+      return std::nullopt;
+    for (const APFloat &value : floats.getValues<APFloat>()) {
+      double v = value.convertToDouble();
+      if (v == 0.0)
+        visible.push_back(true);
+      else if (isMaskingValue(v))
+        visible.push_back(false);
+      else
+        return std::nullopt;
+    }
+  }
+
+  // The last row sees the window's width of keys (all of them when plain
+  // causal); then every element must follow from (causal, window).
+  int64_t offset = keyLength - queryLength;
+  int64_t width = llvm::count(
+      ArrayRef<bool>(visible).take_back(keyLength), true);
+  if (width == 0)
+    return std::nullopt;
+  for (int64_t i = 0; i < queryLength; ++i) {
+    int64_t diagonal = i + offset;
+    for (int64_t j = 0; j < keyLength; ++j) {
+      bool expected = j <= diagonal && j > diagonal - width;
+      if (visible[i * keyLength + j] != expected)
+        return std::nullopt;
+    }
+  }
+  return width >= keyLength ? 0 : width;
+}
+
+/// Reads a whole attention site around the softmax starting at `maxOp`.
+FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
+                                         std::string &whyNot) {
+  auto fail = [&](const Twine &reason) {
+    whyNot = reason.str();
+    return failure();
+  };
+  FailureOr<SoftmaxOps> softmax = matchSoftmax(maxOp, whyNot);
+  if (failed(softmax))
+    return failure();
+  AttentionMatch match;
+  for (Operation *op :
+       {maxOp.getOperation(), softmax->sub.getOperation(),
+        softmax->exp.getOperation(), softmax->sum.getOperation(),
+        softmax->reciprocal.getOperation(), softmax->normalize.getOperation()})
+    match.ops.insert(op);
+
+  // Forwards: the probabilities must feed only the left side of P·V.
+  Value probs = softmax->output;
+  tosa::MatMulOp outputMatmul;
+  bool collapsed = false;
+  while (!outputMatmul) {
+    if (!probs.hasOneUse())
+      return fail("the probabilities have other users");
+    Operation *user = *probs.user_begin();
+    if (auto matmul = dyn_cast<tosa::MatMulOp>(user)) {
+      if (matmul.getA() != probs)
+        return fail("the probabilities are the right-hand side of the "
+                    "product (V·P)");
+      outputMatmul = matmul;
+    } else if (isFloatCast(user)) {
+      probs = user->getResult(0);
+    } else if (auto reshape = dyn_cast<tosa::ReshapeOp>(user)) {
+      if (collapsed || !isMergeOfAxes(getRankedType(probs),
+                                      getRankedType(reshape.getOutput()), 0,
+                                      1))
+        return fail("the probabilities are reshaped other than by merging "
+                    "[batch, heads]");
+      collapsed = true;
+      probs = reshape.getOutput();
+    } else {
+      return fail(llvm::formatv("the probabilities feed '{0}', not a matmul "
+                                "with V",
+                                user->getName()));
+    }
+    match.ops.insert(user);
+  }
+
+  // Backwards: masks, softcap and scale down to QKᵀ.
+  tosa::MatMulOp scoresMatmul;
+  SmallVector<MaskTerm> terms;
+  if (failed(matchScores(softmax->input, match, scoresMatmul, terms, whyNot)))
+    return failure();
+
+  auto scoresType = getRankedType(softmax->input);
+  if (scoresType.getRank() == 4)
+    match.scoresShape = llvm::to_vector(scoresType.getShape());
+  else
+    match.scoresShape = {1, scoresType.getDimSize(0),
+                         scoresType.getDimSize(1), scoresType.getDimSize(2)};
+  int64_t batch = match.scoresShape[0], numHeads = match.scoresShape[1];
+
+  // Q, K and V.
+  SmallVector<Operation *> operandOps;
+  match.query = traceOperand(scoresMatmul.getA(), /*foldScale=*/true,
+                             operandOps);
+  match.key = traceOperand(scoresMatmul.getB(), /*foldScale=*/true,
+                           operandOps);
+  match.value = traceOperand(outputMatmul.getB(), /*foldScale=*/false,
+                             operandOps);
+  match.ops.insert(operandOps.begin(), operandOps.end());
+  match.scale *= match.query.scale * match.key.scale;
+  if (match.query.groups != 1)
+    return fail("the query is repeated across heads");
+  if (match.key.groups != match.value.groups)
+    return fail("the keys and the values are repeated differently across "
+                "heads");
+  int64_t groups = match.key.groups;
+  if (groups > 1 && (ShapedType::isDynamic(numHeads) || numHeads % groups))
+    return fail("the KV-head repeat does not divide the query heads");
+  int64_t numKvHeads =
+      groups > 1 ? numHeads / groups : numHeads;
+
+  Type elementType = getElementTypeOrSelf(match.query.base);
+  for (Value base : {match.key.base, match.value.base})
+    if (getElementTypeOrSelf(base) != elementType)
+      return fail("Q, K and V have different element types");
+  if (!isa<Float16Type, BFloat16Type, Float32Type>(elementType))
+    return fail("Q, K and V are not f16, bf16 or f32");
+  for (auto [name, source, heads] :
+       {std::tuple("query", &match.query, numHeads),
+        std::tuple("key", &match.key, numKvHeads),
+        std::tuple("value", &match.value, numKvHeads)}) {
+    auto type = getRankedType(source->base);
+    if (!type || fitLeading(type, batch, heads) == LeadingFit::Impossible)
+      return fail(llvm::formatv("the {0} cannot be viewed as [batch, heads, "
+                                "seq, dim] without dynamic sizes",
+                                name));
+  }
+  auto innermost = [](const OperandSource &source, bool wantSwapped) {
+    auto shape = getRankedType(source.base).getShape();
+    return source.transposed == wantSwapped ? shape.back()
+                                            : shape[shape.size() - 2];
+  };
+  int64_t queryDim = innermost(match.query, false);
+  int64_t valueDim = innermost(match.value, false);
+  if (!ShapedType::isDynamic(queryDim) && !ShapedType::isDynamic(valueDim) &&
+      queryDim != valueDim)
+    return fail("the value head dim differs from the query head dim");
+
+  // The value that carries the result: the split back to rank 4 and a cast
+  // back to the element type, when present.
+  Value result = outputMatmul.getOutput();
+  match.ops.insert(outputMatmul);
+  if (result.hasOneUse())
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(*result.user_begin())) {
+      auto splitType = getRankedType(reshape.getOutput());
+      if (splitType.getRank() == 4 &&
+          isMergeOfAxes(splitType, getRankedType(result), 0, 1) &&
+          fitLeading(splitType, batch, numHeads) == LeadingFit::AsIs) {
+        result = reshape.getOutput();
+        match.ops.insert(reshape);
+      }
+    }
+  if (getElementTypeOrSelf(result) != elementType && result.hasOneUse())
+    if (Operation *user = *result.user_begin();
+        isFloatCast(user) &&
+        getElementTypeOrSelf(user->getResult(0)) == elementType) {
+      result = user->getResult(0);
+      match.ops.insert(user);
+    }
+  match.result = result;
+
+  // Masks: constant causal masks become attributes; the rest operands.
+  SmallVector<MaskTerm> kept;
+  for (const MaskTerm &term : terms) {
+    if (std::optional<int64_t> window =
+            matchCausalConstant(term, match.scoresShape)) {
+      match.causal = true;
+      if (*window > 0)
+        match.window = match.window ? std::min(*match.window, *window)
+                                    : *window;
+      if (Operation *def = term.value.getDefiningOp())
+        match.ops.insert(def);
+      continue;
+    }
+    auto type = getRankedType(term.value);
+    if (!type)
+      return fail("a mask is unranked");
+    if (term.scoresRank == 3 && batch != 1) {
+      int64_t leading = type.getDimSize(0);
+      if (leading != 1 && (ShapedType::isDynamic(leading) ||
+                           fitLeading(type, batch, numHeads) !=
+                               LeadingFit::Reshape))
+        return fail("a mask applied before the split into [batch, heads] "
+                    "cannot be split the same way");
+    }
+    if (term.scoresRank == 3 &&
+        llvm::count_if(type.getShape(), ShapedType::isDynamic) > 1)
+      return fail("a rank-3 mask has more than one dynamic size");
+    kept.push_back(term);
+  }
+  // Terms are collected from the softmax backwards: the one nearest the
+  // matmul comes last.
+  std::reverse(kept.begin(), kept.end());
+  unsigned numBoolean = llvm::count_if(
+      kept, [](const MaskTerm &term) { return term.isBoolean; });
+  if (numBoolean > 1)
+    return fail("more than one boolean mask");
+  if (kept.size() > 2)
+    return fail("more than two masks and biases");
+  if (numBoolean == 1) {
+    // The boolean term is the mask; a float term next to it is the bias.
+    for (const MaskTerm &term : kept)
+      (term.isBoolean ? match.maskTerm : match.biasTerm) = term;
+  } else if (kept.size() == 2) {
+    match.biasTerm = kept[0];
+    match.maskTerm = kept[1];
+  } else if (kept.size() == 1) {
+    match.maskTerm = kept[0];
+  }
+
+  // The fused op goes right before the op that defines the result; every
+  // op of the site must live in that block for the operands to dominate it.
+  Block *block = maxOp->getBlock();
+  if (llvm::any_of(match.ops,
+                   [&](Operation *op) { return op->getBlock() != block; }))
+    return fail("the attention spans several blocks");
+  return match;
+}
+
+//===----------------------------------------------------------------------===//
+// The rewrite
+//===----------------------------------------------------------------------===//
+
+Value createReshape(PatternRewriter &rewriter, Location loc, Value input,
+                    ArrayRef<int64_t> shape) {
+  auto inputType = cast<RankedTensorType>(input.getType());
+  SmallVector<int64_t> values = llvm::to_vector(llvm::map_range(
+      shape, [](int64_t size) {
+        return ShapedType::isDynamic(size) ? int64_t(-1) : size;
+      }));
+  auto shapeAttr = DenseIntElementsAttr::get(
+      RankedTensorType::get({static_cast<int64_t>(values.size())},
+                            rewriter.getIndexType()),
+      values);
+  Value shapeValue = tosa::ConstShapeOp::create(
+      rewriter, loc,
+      tosa::shapeType::get(rewriter.getContext(), values.size()), shapeAttr);
+  return tosa::ReshapeOp::create(
+      rewriter, loc, inputType.clone(shape), input, shapeValue);
+}
+
+Value createSwapInnermost(PatternRewriter &rewriter, Location loc,
+                          Value input) {
+  auto type = cast<RankedTensorType>(input.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  std::swap(shape[2], shape[3]);
+  return tosa::TransposeOp::create(rewriter, loc, type.clone(shape), input,
+                                   rewriter.getDenseI32ArrayAttr({0, 1, 3, 2}));
+}
+
+/// Builds the rank-4 `[B, H, S, D]` operand from a traced source.
+Value materialize(PatternRewriter &rewriter, Location loc,
+                  const OperandSource &source, bool wantSwapped,
+                  int64_t batch, int64_t heads) {
+  Value value = source.base;
+  auto type = cast<RankedTensorType>(value.getType());
+  if (fitLeading(type, batch, heads) == LeadingFit::Reshape) {
+    ArrayRef<int64_t> trailing = type.getShape().take_back(2);
+    value = createReshape(rewriter, loc, value,
+                          {batch, heads, trailing[0], trailing[1]});
+  }
+  if (source.transposed != wantSwapped)
+    value = createSwapInnermost(rewriter, loc, value);
+  return value;
+}
+
+/// Brings a mask term to the fused op's `[B, Hq, Sq, Sk]` indexing.
+Value materializeMask(PatternRewriter &rewriter, Location loc,
+                      const MaskTerm &term, int64_t batch, int64_t heads) {
+  Value value = term.value;
+  if (term.inverted)
+    value = tosa::LogicalNotOp::create(rewriter, loc, value.getType(), value);
+  auto type = cast<RankedTensorType>(value.getType());
+  if (term.scoresRank == 3) {
+    ArrayRef<int64_t> shape = type.getShape();
+    if (batch == 1)
+      value = createReshape(rewriter, loc, value,
+                            {1, shape[0], shape[1], shape[2]});
+    else if (shape[0] == 1)
+      value = createReshape(rewriter, loc, value, {1, 1, shape[1], shape[2]});
+    else
+      value = createReshape(rewriter, loc, value,
+                            {batch, heads, shape[1], shape[2]});
+  }
+  return value;
+}
+
+struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
+                                PatternRewriter &rewriter) const override {
+    std::string whyNot;
+    FailureOr<AttentionMatch> match = matchAttention(maxOp, whyNot);
+    if (failed(match))
+      return rewriter.notifyMatchFailure(maxOp, whyNot);
+
+    SmallVector<Location> locs = llvm::to_vector(
+        llvm::map_range(match->ops, [](Operation *op) { return op->getLoc(); }));
+    Location loc = rewriter.getFusedLoc(locs);
+    Operation *resultOp = match->result.getDefiningOp();
+    rewriter.setInsertionPoint(resultOp);
+
+    int64_t batch = match->scoresShape[0], numHeads = match->scoresShape[1];
+    int64_t numKvHeads = numHeads;
+    if (match->key.groups > 1)
+      numKvHeads = numHeads / match->key.groups;
+    Value query = materialize(rewriter, loc, match->query, false, batch,
+                              numHeads);
+    Value key = materialize(rewriter, loc, match->key, true, batch,
+                            numKvHeads);
+    Value value = materialize(rewriter, loc, match->value, false, batch,
+                              numKvHeads);
+    Value mask, bias;
+    if (match->maskTerm.value)
+      mask = materializeMask(rewriter, loc, match->maskTerm, batch, numHeads);
+    if (match->biasTerm.value)
+      bias = materializeMask(rewriter, loc, match->biasTerm, batch, numHeads);
+
+    auto queryType = cast<RankedTensorType>(query.getType());
+    auto resultType = cast<RankedTensorType>(match->result.getType());
+    RankedTensorType fusedType = resultType.getRank() == 4
+                                     ? resultType.clone(
+                                           queryType.getElementType())
+                                     : queryType;
+    auto fused = AttentionOp::create(
+        rewriter, loc, fusedType, query, key, value, mask, bias,
+        rewriter.getF32FloatAttr(static_cast<float>(match->scale)),
+        match->causal ? rewriter.getUnitAttr() : UnitAttr(),
+        match->window ? rewriter.getI64IntegerAttr(*match->window)
+                      : IntegerAttr(),
+        match->softcap
+            ? rewriter.getF32FloatAttr(static_cast<float>(*match->softcap))
+            : FloatAttr());
+
+    Value replacement = fused.getResult();
+    if (resultType.getRank() != 4)
+      replacement =
+          createReshape(rewriter, loc, replacement, resultType.getShape());
+    if (resultType.getElementType() != queryType.getElementType())
+      replacement =
+          tosa::CastOp::create(rewriter, loc, resultType, replacement);
+    rewriter.replaceOp(resultOp, replacement);
+
+    // Erase what the site leaves dead, constants included.
+    SmallVector<Operation *> worklist(match->ops.begin(), match->ops.end());
+    llvm::SmallPtrSet<Operation *, 32> erased;
+    erased.insert(resultOp);
+    while (!worklist.empty()) {
+      Operation *op = worklist.pop_back_val();
+      if (erased.contains(op) || !op->use_empty() || !isPure(op))
+        continue;
+      for (Value operand : op->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          worklist.push_back(def);
+      erased.insert(op);
+      rewriter.eraseOp(op);
+    }
+    return success();
+  }
+};
+
 struct KilnFuseAttentionPass
     : public kiln::impl::KilnFuseAttentionBase<KilnFuseAttentionPass> {
-  void runOnOperation() override {}
+  void runOnOperation() override {
+    Operation *root = getOperation();
+    auto countFused = [&] {
+      int64_t count = 0;
+      root->walk([&](AttentionOp) { ++count; });
+      return count;
+    };
+    int64_t before = countFused();
+
+    RewritePatternSet patterns(&getContext());
+    populateFuseAttentionPatterns(patterns);
+    // Folding would rewrite the unfused parts of the graph too; this pass
+    // only replaces attention sites.
+    GreedyRewriteConfig config;
+    config.enableFolding(false).enableConstantCSE(false);
+    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    if (failed(applyPatternsGreedily(root, std::move(patterns), config)))
+      return signalPassFailure();
+    numFused += countFused() - before;
+
+    root->walk([&](tosa::ReduceMaxOp maxOp) {
+      if (!looksLikeSoftmax(maxOp))
+        return;
+      std::string whyNot;
+      if (succeeded(matchAttention(maxOp, whyNot)))
+        whyNot = "the rewrite did not apply";
+      maxOp->emitRemark("softmax not fused: ") << whyNot;
+      ++numUnfused;
+    });
+  }
 };
+
 } // namespace
+
+void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns) {
+  patterns.add<FuseAttentionPattern>(patterns.getContext());
+}
