@@ -30,6 +30,7 @@
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Dialect/Tosa/Transforms/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/InitAllExtensions.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
@@ -55,7 +56,10 @@ void mlir::kiln::registerAllDialects(mlir::DialectRegistry &registry) {
   mlir::registerGPUDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);
   mlir::registerNVVMDialectTranslation(registry);
-  mlir::registerConvertToLLVMDependentDialectLoading(registry);
+  // The to-LLVM conversion interfaces of every dialect (convert-gpu-to-nvvm
+  // finds its cf/arith/math/memref patterns through them), and the other
+  // upstream extensions.
+  mlir::registerAllExtensions(registry);
 }
 
 void mlir::kiln::registerAllPasses() {

@@ -1,0 +1,24 @@
+//===- KilnToGPU.h - kiln.attention to GPU kernels --------------*- C++ -*-===//
+//
+// Names shared by the GPU kernel generator and the package writer.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_CONVERSION_KILNTOGPU_KILNTOGPU_H
+#define KILN_CONVERSION_KILNTOGPU_KILNTOGPU_H
+
+namespace mlir::kiln {
+
+/// The gpu.module that holds every generated kernel.
+inline constexpr char kKernelModuleName[] = "kiln_kernels";
+/// On kiln.attention: the kernel (`@kiln_kernels::@name`) that runs it.
+inline constexpr char kKernelAttrName[] = "kiln.kernel";
+/// On kiln.attention: the site name the manifest and runtime use.
+inline constexpr char kSiteAttrName[] = "kiln.site";
+/// On a generated gpu.func: launch facts for the manifest (block shape,
+/// rows per block, shared memory, argument names and kinds).
+inline constexpr char kKernelInfoAttrName[] = "kiln.kernel_info";
+
+} // namespace mlir::kiln
+
+#endif // KILN_CONVERSION_KILNTOGPU_KILNTOGPU_H

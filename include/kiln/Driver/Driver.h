@@ -1,0 +1,44 @@
+//===- Driver.h - The kilnc compile flow ------------------------*- C++ -*-===//
+//
+// Everything kilnc does, as a library: read a graph, fuse attention, generate
+// and serialize kernels, and write what was asked for.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DRIVER_DRIVER_H
+#define KILN_DRIVER_DRIVER_H
+
+#include "mlir/Support/LLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
+namespace mlir::kiln {
+
+/// What kilnc produces.
+enum class EmitKind { Package, MLIR, PTX };
+
+/// Options of one compilation.
+struct CompileOptions {
+  std::string inputPath;
+  /// A directory for packages; a file (or "-" for stdout) otherwise.
+  std::string outputPath;
+  EmitKind emit = EmitKind::Package;
+  std::vector<std::string> targets = {"sm_90a", "sm_80"};
+  int64_t kvBlockSize = 32;
+  int64_t rowsPerWarp = 4;
+};
+
+/// Runs one compilation; diagnostics go to the context's handler (kilnc
+/// prints them with their locations). Fails on any error.
+LogicalResult compile(const CompileOptions &options, MLIRContext &context,
+                      llvm::raw_ostream &stdoutStream);
+
+} // namespace mlir::kiln
+
+#endif // KILN_DRIVER_DRIVER_H

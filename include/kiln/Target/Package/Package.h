@@ -1,0 +1,49 @@
+//===- Package.h - Kiln package emission ------------------------*- C++ -*-===//
+//
+// A package is a directory: one PTX file per GPU target and manifest.json,
+// which describes every kernel (entry name, argument ABI, launch rule, shared
+// memory) and every attention site (its attributes and kernel). The format
+// is specified in docs/package.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_TARGET_PACKAGE_PACKAGE_H
+#define KILN_TARGET_PACKAGE_PACKAGE_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::kiln {
+
+/// Version of the manifest format this writer produces.
+inline constexpr int64_t kManifestFormatVersion = 1;
+
+/// PTX assembly of one target.
+struct TargetPTX {
+  std::string chip;
+  std::string assembly;
+};
+
+/// Describes the kernels and sites of `module`, which must have been through
+/// convert-kiln-to-gpu (and not yet through serialization: the kernel facts
+/// live on the gpu.func ops). Emits a diagnostic and fails on missing facts.
+FailureOr<llvm::json::Object> describeKernelsAndSites(ModuleOp module);
+
+/// Reads the PTX of every target from the serialized `gpu.binary` of the
+/// kernels in `module`.
+FailureOr<std::vector<TargetPTX>> extractPTX(ModuleOp module);
+
+/// Writes `dir`/manifest.json and one `kernels.<chip>.ptx` per target.
+/// `description` comes from describeKernelsAndSites; the target list and the
+/// producer fields are added here.
+LogicalResult writePackage(Location loc, llvm::StringRef dir,
+                           llvm::json::Object description,
+                           const std::vector<TargetPTX> &ptx,
+                           llvm::StringRef source);
+
+} // namespace mlir::kiln
+
+#endif // KILN_TARGET_PACKAGE_PACKAGE_H

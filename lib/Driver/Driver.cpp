@@ -1,0 +1,132 @@
+//===- Driver.cpp - The kilnc compile flow ----------------------*- C++ -*-===//
+//
+// Input → fusion → kernel generation → PTX → package, as kilnc runs it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/Driver.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Pipelines/Pipelines.h"
+#include "kiln/Target/Package/Package.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+namespace {
+
+OwningOpRef<ModuleOp> readMLIR(StringRef path, MLIRContext &context) {
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> buffer =
+      openInputFile(path, &errorMessage);
+  if (!buffer) {
+    emitError(FileLineColLoc::get(&context, path, 0, 0))
+        << "cannot read input: " << errorMessage;
+    return nullptr;
+  }
+  auto sourceMgr = std::make_shared<llvm::SourceMgr>();
+  sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+}
+
+/// Writes `text` to `path` ("-" is stdout).
+LogicalResult writeText(Location loc, StringRef path, StringRef text,
+                        llvm::raw_ostream &stdoutStream) {
+  if (path.empty() || path == "-") {
+    stdoutStream << text;
+    return success();
+  }
+  std::string errorMessage;
+  std::unique_ptr<llvm::ToolOutputFile> file =
+      openOutputFile(path, &errorMessage);
+  if (!file)
+    return emitError(loc) << "cannot write '" << path << "': " << errorMessage;
+  file->os() << text;
+  file->keep();
+  return success();
+}
+
+LogicalResult runPipeline(ModuleOp module,
+                          function_ref<void(OpPassManager &)> build) {
+  PassManager pm(module.getContext());
+  build(pm);
+  return pm.run(module);
+}
+
+} // namespace
+
+LogicalResult mlir::kiln::compile(const CompileOptions &options,
+                                  MLIRContext &context,
+                                  llvm::raw_ostream &stdoutStream) {
+  Location inputLoc = FileLineColLoc::get(&context, options.inputPath, 0, 0);
+  OwningOpRef<ModuleOp> module = readMLIR(options.inputPath, context);
+  if (!module)
+    return failure();
+  if (failed(runPipeline(*module,
+                         [](OpPassManager &pm) { buildFusionPipeline(pm); })))
+    return failure();
+
+  if (options.emit == EmitKind::MLIR) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os);
+    return writeText(inputLoc, options.outputPath, text, stdoutStream);
+  }
+
+  bool hasSites = false;
+  module->walk([&](AttentionOp) { hasSites = true; });
+  if (!hasSites)
+    return emitError(inputLoc) << "no attention site to compile";
+
+  GPUPipelineOptions gpuOptions;
+  gpuOptions.targets = options.targets;
+  gpuOptions.kvBlockSize = options.kvBlockSize;
+  gpuOptions.rowsPerWarp = options.rowsPerWarp;
+  if (failed(runPipeline(*module, [&](OpPassManager &pm) {
+        buildKernelGenerationPipeline(pm, gpuOptions);
+      })))
+    return failure();
+  FailureOr<llvm::json::Object> description = describeKernelsAndSites(*module);
+  if (failed(description))
+    return failure();
+  if (failed(runPipeline(*module, [&](OpPassManager &pm) {
+        buildPTXPipeline(pm, gpuOptions);
+      })))
+    return failure();
+  FailureOr<std::vector<TargetPTX>> ptx = extractPTX(*module);
+  if (failed(ptx))
+    return failure();
+
+  if (options.emit == EmitKind::PTX) {
+    if (ptx->size() == 1)
+      return writeText(inputLoc, options.outputPath, ptx->front().assembly,
+                       stdoutStream);
+    if (options.outputPath.empty() || options.outputPath == "-")
+      return emitError(inputLoc)
+             << "--emit=ptx to stdout needs exactly one --target";
+    // out.ptx → out.sm_90a.ptx, out.sm_80.ptx
+    for (const TargetPTX &target : *ptx) {
+      llvm::SmallString<256> path(options.outputPath);
+      llvm::sys::path::replace_extension(path, target.chip + ".ptx");
+      if (failed(writeText(inputLoc, path, target.assembly, stdoutStream)))
+        return failure();
+    }
+    return success();
+  }
+
+  if (options.outputPath.empty() || options.outputPath == "-")
+    return emitError(inputLoc) << "a package needs an output directory (-o)";
+  return writePackage(inputLoc, options.outputPath, std::move(*description),
+                      *ptx, options.inputPath);
+}

@@ -1,0 +1,256 @@
+//===- Package.cpp - Kiln package emission ----------------------*- C++ -*-===//
+//
+// Builds manifest.json from the generated kernels and the tagged attention
+// sites, pulls PTX out of gpu.binary, and writes the package directory.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Target/Package/Package.h"
+
+#include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+namespace {
+
+std::string typeName(Type type) {
+  if (type.isF16())
+    return "f16";
+  if (type.isBF16())
+    return "bf16";
+  if (type.isF32())
+    return "f32";
+  if (type.isInteger(1))
+    return "i1";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
+/// A static size, or null for a dynamic one.
+llvm::json::Value sizeValue(int64_t size) {
+  if (ShapedType::isDynamic(size))
+    return nullptr;
+  return size;
+}
+
+llvm::json::Value shapeValue(Value value) {
+  if (!value)
+    return nullptr;
+  llvm::json::Array dims;
+  for (int64_t size : cast<ShapedType>(value.getType()).getShape())
+    dims.push_back(sizeValue(size));
+  return std::move(dims);
+}
+
+llvm::json::Value elementTypeValue(Value value) {
+  if (!value)
+    return nullptr;
+  return typeName(cast<ShapedType>(value.getType()).getElementType());
+}
+
+std::string maskKind(AttentionOp op) {
+  if (!op.getMask())
+    return "none";
+  return cast<ShapedType>(op.getMask().getType()).getElementType().isInteger(1)
+             ? "boolean"
+             : "additive";
+}
+
+llvm::json::Value optionalWindow(AttentionOp op) {
+  if (std::optional<uint64_t> window = op.getWindow())
+    return int64_t(*window);
+  return nullptr;
+}
+
+llvm::json::Value optionalSoftcap(AttentionOp op) {
+  if (std::optional<APFloat> cap = op.getSoftcap())
+    return double(cap->convertToFloat());
+  return nullptr;
+}
+
+std::string locationText(Location loc) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  loc.print(os);
+  return text;
+}
+
+/// The attributes a kernel is specialised on, as the first site using it
+/// states them (every site sharing a kernel shares them).
+llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
+                                  AttentionOp site) {
+  llvm::json::Array args;
+  auto names = info.getAs<ArrayAttr>("arg_names");
+  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
+  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
+    StringRef name = cast<StringAttr>(nameAttr).getValue();
+    StringRef kind = cast<StringAttr>(kindAttr).getValue();
+    llvm::json::Object arg{{"name", name}, {"kind", kind}};
+    if (kind == "pointer") {
+      if (name == "mask")
+        arg["dtype"] = elementTypeValue(site.getMask());
+      else if (name == "bias")
+        arg["dtype"] = elementTypeValue(site.getBias());
+      else
+        arg["dtype"] = typeName(site.getElementType());
+    }
+    args.push_back(std::move(arg));
+  }
+  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
+  int64_t threads = info.getAs<IntegerAttr>("threads_per_block").getInt();
+  llvm::json::Array grid{
+      llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rowsPerBlock}},
+      llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}},
+      llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}}};
+  return llvm::json::Object{
+      {"name", func.getName()},
+      {"kind", "attention"},
+      {"dtype", typeName(site.getElementType())},
+      {"head_dim", site.getHeadDim()},
+      {"causal", site.getCausal()},
+      {"window", optionalWindow(site)},
+      {"softcap", optionalSoftcap(site)},
+      {"mask", maskKind(site)},
+      {"mask_dtype", elementTypeValue(site.getMask())},
+      {"bias", bool(site.getBias())},
+      {"bias_dtype", elementTypeValue(site.getBias())},
+      {"block", llvm::json::Array{threads, 1, 1}},
+      {"rows_per_block", rowsPerBlock},
+      {"kv_block_size", info.getAs<IntegerAttr>("kv_block_size").getInt()},
+      {"grid", std::move(grid)},
+      {"static_shared_bytes",
+       info.getAs<IntegerAttr>("static_shared_bytes").getInt()},
+      {"dynamic_shared_bytes", 0},
+      {"args", std::move(args)}};
+}
+
+llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
+                                StringRef kernelName) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  return llvm::json::Object{
+      {"name", siteName},
+      {"kernel", kernelName},
+      {"function", func ? func.getName().str() : std::string()},
+      {"location", locationText(op.getLoc())},
+      {"layout", stringifyLayout(op.getLayout())},
+      {"dtype", typeName(op.getElementType())},
+      {"scale", double(op.getScale().convertToFloat())},
+      {"causal", op.getCausal()},
+      {"window", optionalWindow(op)},
+      {"softcap", optionalSoftcap(op)},
+      {"batch", sizeValue(op.getBatchSize())},
+      {"q_heads", sizeValue(op.getNumQueryHeads())},
+      {"kv_heads", sizeValue(op.getNumKvHeads())},
+      {"q_len", sizeValue(op.getQueryLength())},
+      {"kv_len", sizeValue(op.getKvLength())},
+      {"head_dim", sizeValue(op.getHeadDim())},
+      {"mask", maskKind(op)},
+      {"mask_shape", shapeValue(op.getMask())},
+      {"bias", bool(op.getBias())},
+      {"bias_shape", shapeValue(op.getBias())}};
+}
+
+} // namespace
+
+FailureOr<llvm::json::Object>
+mlir::kiln::describeKernelsAndSites(ModuleOp module) {
+  llvm::json::Array kernels, sites;
+  llvm::StringMap<bool> described;
+  auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
+  WalkResult walk = module.walk([&](AttentionOp op) {
+    auto kernelRef = op->getAttrOfType<SymbolRefAttr>(kKernelAttrName);
+    auto siteName = op->getAttrOfType<StringAttr>(kSiteAttrName);
+    if (!kernelRef || !siteName || !gpuModule) {
+      op.emitOpError("has no generated kernel; run convert-kiln-to-gpu first");
+      return WalkResult::interrupt();
+    }
+    StringRef kernelName = kernelRef.getLeafReference().getValue();
+    auto func = gpuModule.lookupSymbol<gpu::GPUFuncOp>(kernelName);
+    DictionaryAttr info =
+        func ? func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
+             : DictionaryAttr();
+    if (!info) {
+      op.emitOpError("kernel '") << kernelName << "' has no kernel facts";
+      return WalkResult::interrupt();
+    }
+    if (!described.lookup(kernelName)) {
+      described[kernelName] = true;
+      kernels.push_back(describeKernel(func, info, op));
+    }
+    sites.push_back(describeSite(op, siteName.getValue(), kernelName));
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  return llvm::json::Object{{"kernels", std::move(kernels)},
+                            {"sites", std::move(sites)}};
+}
+
+FailureOr<std::vector<TargetPTX>> mlir::kiln::extractPTX(ModuleOp module) {
+  auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModuleName);
+  if (!binary)
+    return module.emitError("no serialized kernels (gpu.binary @")
+           << kKernelModuleName << ") in the module";
+  std::vector<TargetPTX> result;
+  for (Attribute attr : binary.getObjects()) {
+    auto object = cast<gpu::ObjectAttr>(attr);
+    auto target = dyn_cast<NVVM::NVVMTargetAttr>(object.getTarget());
+    if (!target || object.getFormat() != gpu::CompilationTarget::Assembly)
+      return binary.emitError("expected NVVM objects holding PTX assembly");
+    result.push_back({target.getChip().str(), object.getObject().str()});
+  }
+  return result;
+}
+
+LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
+                                       llvm::json::Object description,
+                                       const std::vector<TargetPTX> &ptx,
+                                       StringRef source) {
+  if (std::error_code error = llvm::sys::fs::create_directories(dir))
+    return emitError(loc) << "cannot create package directory '" << dir
+                          << "': " << error.message();
+  llvm::json::Array targets;
+  for (const TargetPTX &target : ptx) {
+    std::string fileName = "kernels." + target.chip + ".ptx";
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, fileName);
+    std::error_code error;
+    llvm::raw_fd_ostream os(path, error);
+    if (error)
+      return emitError(loc) << "cannot write '" << path
+                            << "': " << error.message();
+    os << target.assembly;
+    targets.push_back(
+        llvm::json::Object{{"chip", target.chip}, {"ptx", fileName}});
+  }
+  llvm::json::Object manifest{
+      {"format", "kiln-package"},
+      {"format_version", kManifestFormatVersion},
+      {"producer", "kilnc " KILN_VERSION_STRING},
+      {"source", llvm::sys::path::filename(source)},
+      {"targets", std::move(targets)},
+      {"kernels", std::move(*description.get("kernels"))},
+      {"sites", std::move(*description.get("sites"))}};
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, "manifest.json");
+  std::error_code error;
+  llvm::raw_fd_ostream os(path, error);
+  if (error)
+    return emitError(loc) << "cannot write '" << path
+                          << "': " << error.message();
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))) << "\n";
+  return success();
+}

@@ -1,0 +1,89 @@
+//===- kilnc.cpp - The Kiln compiler driver ---------------------*- C++ -*-===//
+//
+// Parses options and runs the compile flow of lib/Driver. Exit status 0 on
+// success, 1 on any error (each printed with its location).
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/Driver.h"
+#include "kiln/InitAll.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory kilncCategory("kilnc options");
+
+static cl::opt<std::string> inputPath(cl::Positional,
+                                      cl::desc("<input .mlir>"),
+                                      cl::Required, cl::cat(kilncCategory));
+
+static cl::opt<std::string>
+    outputPath("o", cl::desc("Output: a package directory, or a file for "
+                             "--emit=mlir|ptx (default: stdout)"),
+               cl::value_desc("path"), cl::init("-"), cl::cat(kilncCategory));
+
+static cl::opt<kiln::EmitKind> emitKind(
+    "emit", cl::desc("What to produce"), cl::init(kiln::EmitKind::Package),
+    cl::values(clEnumValN(kiln::EmitKind::Package, "package",
+                          "PTX per target and manifest.json in -o DIR"),
+               clEnumValN(kiln::EmitKind::MLIR, "mlir",
+                          "the graph after attention fusion"),
+               clEnumValN(kiln::EmitKind::PTX, "ptx",
+                          "PTX (-o FILE gets one FILE.<chip>.ptx per "
+                          "target)")),
+    cl::cat(kilncCategory));
+
+static cl::list<std::string>
+    targets("target", cl::desc("GPU targets (default: sm_90a,sm_80)"),
+            cl::CommaSeparated, cl::value_desc("sm_XX,..."),
+            cl::cat(kilncCategory));
+
+static cl::opt<int64_t> kvBlockSize("kv-block-size",
+                                    cl::desc("Keys per shared-memory stage"),
+                                    cl::init(32), cl::Hidden,
+                                    cl::cat(kilncCategory));
+static cl::opt<int64_t> rowsPerWarp("rows-per-warp",
+                                    cl::desc("Query rows per warp"),
+                                    cl::init(4), cl::Hidden,
+                                    cl::cat(kilncCategory));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "kilnc " KILN_VERSION_STRING " (LLVM/MLIR " LLVM_VERSION_STRING
+          ")\n";
+  });
+  cl::HideUnrelatedOptions(kilncCategory);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "kilnc: find attention in a model graph, fuse it and compile it to GPU "
+      "kernels\n");
+
+  kiln::initializeTargets();
+  DialectRegistry registry;
+  kiln::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, llvm::errs());
+
+  kiln::CompileOptions options;
+  options.inputPath = inputPath;
+  options.outputPath = outputPath;
+  options.emit = emitKind;
+  if (!targets.empty())
+    options.targets.assign(targets.begin(), targets.end());
+  options.kvBlockSize = kvBlockSize;
+  options.rowsPerWarp = rowsPerWarp;
+  return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;
+}
