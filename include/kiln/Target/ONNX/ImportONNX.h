@@ -1,0 +1,74 @@
+//===- ImportONNX.h - ONNX model to MLIR importer ---------------*- C++ -*-===//
+//
+// Reads an ONNX model (default domain, opsets 13-23) into a `func.func @main`
+// over TOSA, with `kiln.attention` for the opset-23 `Attention` op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_TARGET_ONNX_IMPORTONNX_H
+#define KILN_TARGET_ONNX_IMPORTONNX_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
+namespace mlir::kiln {
+
+/// What an import left opaque: ONNX nodes that were kept as generic
+/// `onnx.<OpType>` operations because Kiln has no lowering for them (or for
+/// the way they were used).
+struct ImportReport {
+  struct UnsupportedOp {
+    /// The ONNX node name (may be empty when the exporter wrote none).
+    std::string nodeName;
+    /// The ONNX op type, e.g. `Conv`.
+    std::string opType;
+    /// Why the node was kept opaque.
+    std::string reason;
+  };
+  std::vector<UnsupportedOp> unsupportedOps;
+  /// Opset version of the default domain the model was exported with.
+  int64_t opsetVersion = 0;
+  /// Number of ONNX nodes in the main graph.
+  size_t numNodes = 0;
+};
+
+/// Options of the importer.
+struct ImportOptions {
+  /// Emit a warning diagnostic for each node kept opaque.
+  bool warnOnUnsupported = true;
+  /// Import the opset-23 `Attention` op as `kiln.attention` (true) or as the
+  /// decomposed TOSA matmul/softmax/matmul graph (false).
+  bool attentionAsKilnOp = true;
+};
+
+/// Imports the ONNX model in the file `path`. Errors (unreadable or malformed
+/// files, unsupported opsets or element types, inconsistent graphs) are
+/// reported through `ctx`'s diagnostic engine, located at the file and the
+/// ONNX node, and give a null result. Registers and loads the dialects the
+/// result uses. When `report` is given, it receives the nodes kept opaque.
+OwningOpRef<ModuleOp> importONNXFile(llvm::StringRef path, MLIRContext *ctx,
+                                     ImportReport *report = nullptr,
+                                     const ImportOptions &options = {});
+
+/// Same, from the bytes of a serialised `ModelProto`; `bufferName` names the
+/// source in locations and diagnostics.
+OwningOpRef<ModuleOp> importONNXBuffer(llvm::StringRef bytes,
+                                       llvm::StringRef bufferName,
+                                       MLIRContext *ctx,
+                                       ImportReport *report = nullptr,
+                                       const ImportOptions &options = {});
+
+/// Registers the `--import-onnx` translation (for mlir-translate style tools).
+void registerONNXImportTranslation();
+
+} // namespace mlir::kiln
+
+#endif // KILN_TARGET_ONNX_IMPORTONNX_H

@@ -1,0 +1,1267 @@
+//===- ImportONNX.cpp - ONNX model to MLIR importer -----------------------===//
+//
+// Reads an ONNX ModelProto into a `func.func @main` over TOSA. Shape
+// computations and constant masks are folded while importing, so that the
+// graph that reaches Kiln's passes has static reshape targets and constant
+// masks wherever the model's dims are static. See docs/onnx.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Target/ONNX/ImportONNX.h"
+
+#include "Lit.h"
+#include "ModelLoader.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::kiln;
+using namespace mlir::kiln::onnx_import;
+
+namespace {
+
+constexpr int64_t kDynamic = ShapedType::kDynamic;
+/// Tensors up to this many elements are folded at import time.
+constexpr int64_t kFoldLimit = int64_t(1) << 22;
+
+/// Outcome of importing one node.
+enum class Status {
+  /// The node was imported.
+  Ok,
+  /// Kiln has no lowering for the node (or for how it is used): it is kept
+  /// as an opaque `onnx.<OpType>` operation.
+  Unsupported,
+  /// The model is malformed; a diagnostic has been emitted.
+  Error,
+};
+
+/// What is known about one ONNX tensor.
+struct TensorInfo {
+  /// The SSA value, created lazily for constants.
+  Value value;
+  /// The value, when known at import time.
+  DenseElementsAttr constant;
+  /// RankedTensorType, or UnrankedTensorType when the rank is unknown.
+  TensorType type;
+  /// For rank-0/1 integer tensors that are partly known (shape vectors of
+  /// dynamic tensors): the elements, kDynamic where unknown.
+  std::optional<Shape> partial;
+  /// Location of the producer.
+  Location loc;
+};
+
+class Importer {
+public:
+  Importer(MLIRContext *ctx, StringRef fileName, const ImportOptions &options,
+           ImportReport *report)
+      : ctx(ctx), builder(ctx), fileName(fileName.str()),
+        fileLoc(FileLineColLoc::get(ctx, fileName, 0, 0)), loc(fileLoc),
+        options(options), report(report) {}
+
+  OwningOpRef<ModuleOp> run(LoadedModel &model);
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Diagnostics
+  //===--------------------------------------------------------------------===//
+
+  InFlightDiagnostic error() {
+    InFlightDiagnostic diag = emitError(loc);
+    if (currentNode)
+      diag << "node '" << currentNode->name() << "' ("
+           << currentNode->op_type() << "): ";
+    return diag;
+  }
+  Status fail(const Twine &message) {
+    error() << message;
+    return Status::Error;
+  }
+  Status unsupported(const Twine &reason) {
+    unsupportedReason = reason.str();
+    return Status::Unsupported;
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Types and tensors
+  //===--------------------------------------------------------------------===//
+
+  FailureOr<Type> convertElementType(int32_t onnxType);
+  FailureOr<TensorType> convertType(const onnx::TypeProto &type);
+  FailureOr<DenseElementsAttr> convertTensor(const onnx::TensorProto &tensor);
+
+  TensorInfo *lookup(const std::string &name);
+  Status define(const std::string &name, TensorInfo info);
+  Status defineValue(int outputIndex, Value value);
+  Status defineConstant(int outputIndex, DenseElementsAttr attr);
+  Status defineLit(int outputIndex, const Lit &lit) {
+    return defineConstant(outputIndex, lit.toAttr());
+  }
+  Status definePartial(int outputIndex, ArrayRef<int64_t> values, Type elemTy);
+
+  /// The SSA value of `info`, materialising constants on first use.
+  Value valueOf(TensorInfo *info);
+  std::optional<Lit> litOf(TensorInfo *info);
+  /// Elements of a rank-0/1 integer tensor, kDynamic where unknown.
+  std::optional<Shape> intsOf(TensorInfo *info);
+  static RankedTensorType rankedOf(TensorInfo *info) {
+    return info ? dyn_cast<RankedTensorType>(info->type) : RankedTensorType();
+  }
+  static RankedTensorType rankedOf(Value value) {
+    return dyn_cast<RankedTensorType>(value.getType());
+  }
+
+  //===--------------------------------------------------------------------===//
+  // IR helpers
+  //===--------------------------------------------------------------------===//
+
+  Operation *create(StringRef name, ValueRange operands, TypeRange results,
+                    ArrayRef<NamedAttribute> attrs = {});
+  Value create1(StringRef name, ValueRange operands, Type result,
+                ArrayRef<NamedAttribute> attrs = {}) {
+    return create(name, operands, TypeRange(result), attrs)->getResult(0);
+  }
+  Value constant(DenseElementsAttr attr);
+  Value constShape(ArrayRef<int64_t> values);
+  /// A tensor<1x..x1xT> (rank `rank`) holding `value`.
+  Value scalarConstant(Type elemType, double value, int64_t rank);
+  Value zeroPoint(Type elemType);
+  Value shiftZero();
+  /// Reshape; null (with unsupportedReason) when TOSA cannot express it.
+  Value reshape(Value value, ArrayRef<int64_t> shape);
+  Value transpose(Value value, ArrayRef<int64_t> perm);
+  /// Left-pads `value`'s shape with 1s up to `rank`.
+  Value padRank(Value value, int64_t rank);
+  /// Broadcast-compatible result shape, or failure on a static mismatch.
+  FailureOr<Shape> broadcastShape(ArrayRef<int64_t> a, ArrayRef<int64_t> b);
+  /// Emits a TOSA elementwise op, equalising operand ranks first.
+  Value elementwise(StringRef name, ArrayRef<Value> operands, Type elemType);
+  Value add(Value a, Value b) {
+    return elementwise("tosa.add", {a, b}, elemOf(a));
+  }
+  Value sub(Value a, Value b) {
+    return elementwise("tosa.sub", {a, b}, elemOf(a));
+  }
+  Value mul(Value a, Value b);
+  Value unary(StringRef name, Value value) {
+    return create1(name, value, value.getType());
+  }
+  Value castTo(Value value, Type elemType);
+  Value reduce(StringRef name, Value value, int64_t axis);
+  Value matmul(Value a, Value b);
+  Value softmax(Value value, int64_t axis);
+  Value tile(Value value, ArrayRef<int64_t> multiples);
+  Value slice(Value value, ArrayRef<int64_t> starts, ArrayRef<int64_t> sizes);
+  static Type elemOf(Value value) {
+    return cast<ShapedType>(value.getType()).getElementType();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Nodes
+  //===--------------------------------------------------------------------===//
+
+  Status importNode(const onnx::NodeProto &node);
+  Status importOpaque(const onnx::NodeProto &node, StringRef reason);
+  Status dispatch(const onnx::NodeProto &node);
+
+  TensorInfo *input(int index);
+  Status requireInputs(int count);
+  const onnx::AttributeProto *attr(StringRef name);
+  int64_t attrInt(StringRef name, int64_t defaultValue);
+  float attrFloat(StringRef name, float defaultValue);
+  std::string attrString(StringRef name, StringRef defaultValue);
+  std::optional<Shape> attrInts(StringRef name);
+  /// Axes given as an attribute (older opsets) or as input `inputIndex`.
+  FailureOr<std::optional<Shape>> axesOf(int inputIndex);
+  FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+  Status importConstant();
+  Status importIdentity();
+  Status importCast();
+  Status importShape();
+  Status importConstantOfShape();
+  Status importRange();
+  Status importReshape();
+  Status importFlatten();
+  Status importUnsqueeze();
+  Status importSqueeze();
+  Status importTranspose();
+  Status importConcat();
+  Status importSlice();
+  Status importSplit();
+  Status importGather();
+  Status importGatherElements();
+  Status importGatherND();
+  Status importExpand();
+  Status importTrilu();
+  Status importWhere();
+  Status importBinary(StringRef opType);
+  Status importVariadic(StringRef opType);
+  Status importUnary(StringRef opType);
+  Status importSoftmax();
+  Status importReduce(StringRef opType);
+  Status importMatMul();
+  Status importGemm();
+  Status importLayerNorm();
+  Status importRMSNorm();
+  Status importGelu();
+  Status importClip();
+  Status importConv();
+  Status importAttention();
+
+  /// Emits the linear-index gather of `data` (flattened) at the constant
+  /// positions `indices`, shaped `resultShape`.
+  Value gatherLinear(Value data, ArrayRef<int64_t> indices,
+                     ArrayRef<int64_t> resultShape);
+
+  MLIRContext *ctx;
+  OpBuilder builder;
+  std::string fileName;
+  Location fileLoc;
+  Location loc;
+  ImportOptions options;
+  ImportReport *report;
+  int64_t opset = 0;
+  const onnx::NodeProto *currentNode = nullptr;
+  std::string unsupportedReason;
+  llvm::StringMap<TensorInfo> tensors;
+  /// Types the model declares for its tensors (value_info, inferred shapes).
+  llvm::StringMap<const onnx::TypeProto *> declaredTypes;
+  Value cachedShift;
+  llvm::DenseMap<Type, Value> cachedZeroPoints;
+};
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Types and tensors
+//===----------------------------------------------------------------------===//
+
+FailureOr<Type> Importer::convertElementType(int32_t onnxType) {
+  switch (onnxType) {
+  case onnx::TensorProto::FLOAT:
+    return Type(Float32Type::get(ctx));
+  case onnx::TensorProto::FLOAT16:
+    return Type(Float16Type::get(ctx));
+  case onnx::TensorProto::BFLOAT16:
+    return Type(BFloat16Type::get(ctx));
+  case onnx::TensorProto::DOUBLE:
+    return Type(Float64Type::get(ctx));
+  case onnx::TensorProto::BOOL:
+    return Type(IntegerType::get(ctx, 1));
+  case onnx::TensorProto::INT8:
+    return Type(IntegerType::get(ctx, 8));
+  case onnx::TensorProto::INT16:
+    return Type(IntegerType::get(ctx, 16));
+  case onnx::TensorProto::INT32:
+    return Type(IntegerType::get(ctx, 32));
+  case onnx::TensorProto::INT64:
+    return Type(IntegerType::get(ctx, 64));
+  case onnx::TensorProto::UINT8:
+    return Type(IntegerType::get(ctx, 8, IntegerType::Unsigned));
+  default:
+    break;
+  }
+  const char *name = "unknown";
+  if (onnx::TensorProto_DataType_IsValid(onnxType))
+    name = onnx::TensorProto_DataType_Name(onnxType).c_str();
+  error() << "unsupported element type " << name << " (" << onnxType << ")";
+  return failure();
+}
+
+FailureOr<TensorType> Importer::convertType(const onnx::TypeProto &type) {
+  if (!type.has_tensor_type()) {
+    error() << "only tensor types are supported";
+    return failure();
+  }
+  const auto &tensorType = type.tensor_type();
+  FailureOr<Type> elemType = convertElementType(tensorType.elem_type());
+  if (failed(elemType))
+    return failure();
+  if (!tensorType.has_shape())
+    return TensorType(UnrankedTensorType::get(*elemType));
+  Shape shape;
+  for (const auto &dim : tensorType.shape().dim()) {
+    if (dim.has_dim_value()) {
+      if (dim.dim_value() < 0 || dim.dim_value() > (int64_t(1) << 40)) {
+        error() << "invalid dimension " << dim.dim_value();
+        return failure();
+      }
+      shape.push_back(dim.dim_value());
+    } else {
+      shape.push_back(kDynamic);
+    }
+  }
+  return TensorType(RankedTensorType::get(shape, *elemType));
+}
+
+FailureOr<DenseElementsAttr>
+Importer::convertTensor(const onnx::TensorProto &tensor) {
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL ||
+      tensor.external_data_size() > 0) {
+    error() << "tensor '" << tensor.name()
+            << "' uses external data, which is not supported";
+    return failure();
+  }
+  if (tensor.has_segment()) {
+    error() << "tensor '" << tensor.name() << "' is segmented";
+    return failure();
+  }
+  FailureOr<Type> elemType = convertElementType(tensor.data_type());
+  if (failed(elemType))
+    return failure();
+  Shape shape;
+  int64_t count = 1;
+  for (int64_t dim : tensor.dims()) {
+    if (dim < 0 || dim > (int64_t(1) << 40) ||
+        (dim > 0 && count > (int64_t(1) << 40) / dim)) {
+      error() << "tensor '" << tensor.name() << "' has an invalid shape";
+      return failure();
+    }
+    shape.push_back(dim);
+    count *= dim;
+  }
+  auto type = RankedTensorType::get(shape, *elemType);
+  unsigned bitWidth = elemType->getIntOrFloatBitWidth();
+  auto mismatch = [&](int64_t got) -> FailureOr<DenseElementsAttr> {
+    error() << "tensor '" << tensor.name() << "' holds " << got
+            << " elements, its shape needs " << count
+            << " (truncated or corrupt file?)";
+    return failure();
+  };
+
+  if (tensor.has_raw_data()) {
+    const std::string &raw = tensor.raw_data();
+    int64_t byteWidth = bitWidth == 1 ? 1 : bitWidth / 8;
+    if ((int64_t)raw.size() != count * byteWidth)
+      return mismatch((int64_t)raw.size() / byteWidth);
+    if (bitWidth == 1) {
+      SmallVector<bool> values;
+      values.reserve(count);
+      for (char c : raw)
+        values.push_back(c != 0);
+      return DenseElementsAttr::get(type, ArrayRef<bool>(values));
+    }
+    return DenseElementsAttr::getFromRawBuffer(
+        type, ArrayRef<char>(raw.data(), raw.size()));
+  }
+
+  Lit lit = Lit::make(shape, *elemType);
+  switch (tensor.data_type()) {
+  case onnx::TensorProto::FLOAT:
+    if (tensor.float_data_size() != count)
+      return mismatch(tensor.float_data_size());
+    for (int64_t k = 0; k < count; ++k)
+      lit.floats[k] = tensor.float_data(k);
+    break;
+  case onnx::TensorProto::DOUBLE:
+    if (tensor.double_data_size() != count)
+      return mismatch(tensor.double_data_size());
+    for (int64_t k = 0; k < count; ++k)
+      lit.floats[k] = tensor.double_data(k);
+    break;
+  case onnx::TensorProto::INT64:
+    if (tensor.int64_data_size() != count)
+      return mismatch(tensor.int64_data_size());
+    for (int64_t k = 0; k < count; ++k)
+      lit.ints[k] = tensor.int64_data(k);
+    break;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16: {
+    // Stored as raw 16-bit patterns in int32_data.
+    if (tensor.int32_data_size() != count)
+      return mismatch(tensor.int32_data_size());
+    SmallVector<uint16_t> bits;
+    for (int64_t k = 0; k < count; ++k)
+      bits.push_back((uint16_t)tensor.int32_data(k));
+    return DenseElementsAttr::getFromRawBuffer(
+        type, ArrayRef<char>((const char *)bits.data(), bits.size() * 2));
+  }
+  default:
+    if (tensor.int32_data_size() != count)
+      return mismatch(tensor.int32_data_size());
+    for (int64_t k = 0; k < count; ++k)
+      lit.ints[k] = tensor.int32_data(k);
+    break;
+  }
+  lit.normalize();
+  return lit.toAttr();
+}
+
+TensorInfo *Importer::lookup(const std::string &name) {
+  auto it = tensors.find(name);
+  return it == tensors.end() ? nullptr : &it->second;
+}
+
+Status Importer::define(const std::string &name, TensorInfo info) {
+  if (name.empty())
+    return Status::Ok;
+  if (tensors.count(name))
+    return fail("tensor '" + name + "' is defined twice");
+  tensors.try_emplace(name, std::move(info));
+  return Status::Ok;
+}
+
+Status Importer::defineValue(int outputIndex, Value value) {
+  if (outputIndex >= currentNode->output_size())
+    return Status::Ok;
+  TensorInfo info{value, {}, cast<TensorType>(value.getType()), {}, loc};
+  return define(currentNode->output(outputIndex), info);
+}
+
+Status Importer::defineConstant(int outputIndex, DenseElementsAttr attr) {
+  if (outputIndex >= currentNode->output_size())
+    return Status::Ok;
+  TensorInfo info{Value(), attr, cast<TensorType>(attr.getType()), {}, loc};
+  return define(currentNode->output(outputIndex), info);
+}
+
+Status Importer::definePartial(int outputIndex, ArrayRef<int64_t> values,
+                               Type elemType) {
+  if (llvm::none_of(values, [](int64_t v) { return v == kDynamic; })) {
+    Lit lit = Lit::make({(int64_t)values.size()}, elemType);
+    lit.ints.assign(values.begin(), values.end());
+    return defineLit(outputIndex, lit);
+  }
+  // Partly known: the value itself is not materialisable.
+  if (outputIndex >= currentNode->output_size())
+    return Status::Ok;
+  TensorInfo info{Value(), {},
+                  RankedTensorType::get({(int64_t)values.size()}, elemType),
+                  Shape(values.begin(), values.end()), loc};
+  return define(currentNode->output(outputIndex), info);
+}
+
+Value Importer::valueOf(TensorInfo *info) {
+  if (info->value)
+    return info->value;
+  if (!info->constant) {
+    unsupportedReason = "a shape vector depends on a dynamic dimension";
+    return {};
+  }
+  OpBuilder::InsertionGuard guard(builder);
+  Location saved = loc;
+  loc = info->loc;
+  info->value = constant(info->constant);
+  loc = saved;
+  return info->value;
+}
+
+std::optional<Lit> Importer::litOf(TensorInfo *info) {
+  if (!info || !info->constant ||
+      cast<ShapedType>(info->constant.getType()).getNumElements() > kFoldLimit)
+    return std::nullopt;
+  return Lit::fromAttr(info->constant);
+}
+
+std::optional<Shape> Importer::intsOf(TensorInfo *info) {
+  if (!info)
+    return std::nullopt;
+  if (info->partial)
+    return info->partial;
+  auto type = rankedOf(info);
+  if (!info->constant || !type || type.getRank() > 1 ||
+      !isa<IntegerType>(type.getElementType()))
+    return std::nullopt;
+  std::optional<Lit> lit = litOf(info);
+  if (!lit)
+    return std::nullopt;
+  return Shape(lit->ints.begin(), lit->ints.end());
+}
+
+//===----------------------------------------------------------------------===//
+// IR helpers
+//===----------------------------------------------------------------------===//
+
+Operation *Importer::create(StringRef name, ValueRange operands,
+                            TypeRange results, ArrayRef<NamedAttribute> attrs) {
+  OperationState state(loc, name);
+  state.addOperands(operands);
+  state.addTypes(results);
+  state.addAttributes(attrs);
+  return builder.create(state);
+}
+
+Value Importer::constant(DenseElementsAttr attr) {
+  return create1("tosa.const", {}, attr.getType(),
+                 {builder.getNamedAttr("values", attr)});
+}
+
+Value Importer::constShape(ArrayRef<int64_t> values) {
+  auto type = RankedTensorType::get({(int64_t)values.size()},
+                                    builder.getIndexType());
+  auto attr = DenseIntElementsAttr::get(type, values);
+  return create1("tosa.const_shape", {},
+                 tosa::shapeType::get(ctx, values.size()),
+                 {builder.getNamedAttr("values", attr)});
+}
+
+Value Importer::scalarConstant(Type elemType, double value, int64_t rank) {
+  Lit lit = Lit::make(Shape(rank, 1), elemType);
+  lit.set(0, value, (int64_t)value);
+  lit.normalize();
+  return constant(lit.toAttr());
+}
+
+Value Importer::zeroPoint(Type elemType) {
+  auto it = cachedZeroPoints.find(elemType);
+  if (it != cachedZeroPoints.end())
+    return it->second;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(builder.getInsertionBlock());
+  Value zp = scalarConstant(elemType, 0, 1);
+  cachedZeroPoints[elemType] = zp;
+  return zp;
+}
+
+Value Importer::shiftZero() {
+  if (cachedShift)
+    return cachedShift;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(builder.getInsertionBlock());
+  cachedShift = scalarConstant(builder.getI8Type(), 0, 1);
+  return cachedShift;
+}
+
+Value Importer::reshape(Value value, ArrayRef<int64_t> shape) {
+  auto type = rankedOf(value);
+  if (!type) {
+    unsupportedReason = "operand of unknown rank";
+    return {};
+  }
+  if (type.getShape() == shape)
+    return value;
+  Shape target(shape.begin(), shape.end());
+  int numDynamic = llvm::count(target, kDynamic);
+  if (numDynamic > 1) {
+    unsupportedReason = "reshape to more than one dynamic dimension";
+    return {};
+  }
+  for (int64_t &d : target)
+    if (d == kDynamic)
+      d = -1;
+  auto resultType = RankedTensorType::get(shape, type.getElementType());
+  return create1("tosa.reshape", {value, constShape(target)}, resultType);
+}
+
+Value Importer::transpose(Value value, ArrayRef<int64_t> perm) {
+  auto type = rankedOf(value);
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+    return value;
+  Shape shape;
+  SmallVector<int32_t> perms;
+  for (int64_t p : perm) {
+    shape.push_back(type.getDimSize(p));
+    perms.push_back((int32_t)p);
+  }
+  return create1("tosa.transpose", value,
+                 RankedTensorType::get(shape, type.getElementType()),
+                 {builder.getNamedAttr("perms",
+                                       builder.getDenseI32ArrayAttr(perms))});
+}
+
+Value Importer::padRank(Value value, int64_t rank) {
+  auto type = rankedOf(value);
+  if (!type) {
+    unsupportedReason = "operand of unknown rank";
+    return {};
+  }
+  if (type.getRank() >= rank)
+    return value;
+  Shape shape(rank - type.getRank(), 1);
+  llvm::append_range(shape, type.getShape());
+  return reshape(value, shape);
+}
+
+FailureOr<Shape> Importer::broadcastShape(ArrayRef<int64_t> a,
+                                          ArrayRef<int64_t> b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape result(rank);
+  for (size_t k = 0; k < rank; ++k) {
+    int64_t da = k < rank - a.size() ? 1 : a[k - (rank - a.size())];
+    int64_t db = k < rank - b.size() ? 1 : b[k - (rank - b.size())];
+    if (da == 1)
+      result[k] = db;
+    else if (db == 1)
+      result[k] = da;
+    else if (da == kDynamic)
+      result[k] = db;
+    else if (db == kDynamic || da == db)
+      result[k] = da;
+    else
+      return failure();
+  }
+  return result;
+}
+
+Value Importer::elementwise(StringRef name, ArrayRef<Value> operands,
+                            Type elemType) {
+  int64_t rank = 0;
+  for (Value v : operands) {
+    auto type = rankedOf(v);
+    if (!type) {
+      unsupportedReason = "operand of unknown rank";
+      return {};
+    }
+    rank = std::max(rank, type.getRank());
+  }
+  SmallVector<Value> padded;
+  Shape shape;
+  for (Value v : operands) {
+    Value p = padRank(v, rank);
+    if (!p)
+      return {};
+    padded.push_back(p);
+    FailureOr<Shape> s = broadcastShape(shape, rankedOf(p).getShape());
+    if (failed(s)) {
+      error() << "operand shapes do not broadcast";
+      unsupportedReason.clear();
+      return {};
+    }
+    shape = *s;
+  }
+  auto resultType = RankedTensorType::get(shape, elemType);
+  if (name == "tosa.mul")
+    padded.push_back(shiftZero());
+  return create1(name, padded, resultType);
+}
+
+Value Importer::mul(Value a, Value b) {
+  return elementwise("tosa.mul", {a, b}, elemOf(a));
+}
+
+Value Importer::castTo(Value value, Type elemType) {
+  if (elemOf(value) == elemType)
+    return value;
+  auto type = cast<TensorType>(value.getType()).clone(elemType);
+  return create1("tosa.cast", value, type);
+}
+
+Value Importer::reduce(StringRef name, Value value, int64_t axis) {
+  auto type = rankedOf(value);
+  Shape shape(type.getShape());
+  shape[axis] = 1;
+  return create1(name, value,
+                 RankedTensorType::get(shape, type.getElementType()),
+                 {builder.getNamedAttr("axis",
+                                       builder.getI32IntegerAttr(axis))});
+}
+
+Value Importer::tile(Value value, ArrayRef<int64_t> multiples) {
+  auto type = rankedOf(value);
+  if (llvm::all_of(multiples, [](int64_t m) { return m == 1; }))
+    return value;
+  Shape shape;
+  for (auto [d, m] : llvm::zip(type.getShape(), multiples))
+    shape.push_back(d == kDynamic ? kDynamic : d * m);
+  return create1("tosa.tile", {value, constShape(multiples)},
+                 RankedTensorType::get(shape, type.getElementType()));
+}
+
+Value Importer::slice(Value value, ArrayRef<int64_t> starts,
+                      ArrayRef<int64_t> sizes) {
+  auto type = rankedOf(value);
+  if (type.getShape() == sizes)
+    return value;
+  Shape target(sizes.begin(), sizes.end());
+  for (int64_t &d : target)
+    if (d == kDynamic)
+      d = -1;
+  return create1("tosa.slice", {value, constShape(starts), constShape(target)},
+                 RankedTensorType::get(sizes, type.getElementType()));
+}
+
+/// Product of `dims`, kDynamic when any is dynamic.
+static int64_t product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d == kDynamic)
+      return kDynamic;
+    n *= d;
+  }
+  return n;
+}
+
+Value Importer::matmul(Value a, Value b) {
+  auto ta = rankedOf(a), tb = rankedOf(b);
+  if (!ta || !tb) {
+    unsupportedReason = "operand of unknown rank";
+    return {};
+  }
+  if (ta.getRank() == 0 || tb.getRank() == 0) {
+    error() << "MatMul operands must have rank >= 1";
+    return {};
+  }
+  bool vecA = ta.getRank() == 1, vecB = tb.getRank() == 1;
+  if (vecA && !(a = reshape(a, {1, ta.getDimSize(0)})))
+    return {};
+  if (vecB && !(b = reshape(b, {tb.getDimSize(0), 1})))
+    return {};
+  ta = rankedOf(a);
+  tb = rankedOf(b);
+  ArrayRef<int64_t> sa = ta.getShape(), sb = tb.getShape();
+  int64_t m = sa[sa.size() - 2], k = sa.back(), k2 = sb[sb.size() - 2],
+          n = sb.back();
+  if (k != kDynamic && k2 != kDynamic && k != k2) {
+    error() << "MatMul contraction sizes differ (" << k << " vs " << k2 << ")";
+    return {};
+  }
+  ArrayRef<int64_t> batchA = sa.drop_back(2), batchB = sb.drop_back(2);
+  FailureOr<Shape> batch = broadcastShape(batchA, batchB);
+  if (failed(batch)) {
+    error() << "MatMul batch dimensions do not broadcast";
+    return {};
+  }
+  Type elemType = ta.getElementType();
+  Value zp = zeroPoint(elemType);
+  Shape outShape(*batch);
+  outShape.push_back(m);
+  outShape.push_back(n);
+  auto isOne = [](int64_t d) { return d == 1; };
+  Value a3, b3;
+  int64_t rows;
+  if (llvm::all_of(batchB, isOne)) {
+    // A weight (or a batch of one): fold A's batch into its rows.
+    rows = product(batchA);
+    rows = rows == kDynamic || m == kDynamic ? kDynamic : rows * m;
+    if (!(a3 = reshape(a, {1, rows, k})) || !(b3 = reshape(b, {1, k2, n})))
+      return {};
+    a3 = a3;
+    auto resultType = RankedTensorType::get({1, rows, n}, elemType);
+    Value mm = create1("tosa.matmul", {a3, b3, zp, zp}, resultType);
+    Shape full(*batch);
+    full.push_back(m);
+    full.push_back(n);
+    if (vecA || vecB) {
+      Shape dropped(*batch);
+      if (!vecA)
+        dropped.push_back(m);
+      if (!vecB)
+        dropped.push_back(n);
+      return reshape(mm, dropped);
+    }
+    return reshape(mm, full);
+  }
+  // Batched on both sides (or only on B): broadcast size-1 batch axes by
+  // tiling, then fold the batch into one axis.
+  int64_t rank = batch->size() + 2;
+  Value pa = padRank(a, rank), pb = padRank(b, rank);
+  if (!pa || !pb)
+    return {};
+  auto tileTo = [&](Value v) -> Value {
+    auto t = rankedOf(v);
+    Shape multiples(rank, 1);
+    for (int64_t axis = 0; axis < rank - 2; ++axis) {
+      int64_t have = t.getDimSize(axis), want = (*batch)[axis];
+      if (have == want)
+        continue;
+      if (have != 1 || want == kDynamic) {
+        unsupportedReason = "MatMul batch broadcast to a dynamic size";
+        return {};
+      }
+      multiples[axis] = want;
+    }
+    return tile(v, multiples);
+  };
+  if (!(pa = tileTo(pa)) || !(pb = tileTo(pb)))
+    return {};
+  int64_t batchSize = product(*batch);
+  if (!(a3 = reshape(pa, {batchSize, m, k})) ||
+      !(b3 = reshape(pb, {batchSize, k2, n})))
+    return {};
+  auto resultType = RankedTensorType::get({batchSize, m, n}, elemType);
+  Value mm = create1("tosa.matmul", {a3, b3, zp, zp}, resultType);
+  if (vecA || vecB) {
+    Shape dropped(*batch);
+    if (!vecA)
+      dropped.push_back(m);
+    if (!vecB)
+      dropped.push_back(n);
+    return reshape(mm, dropped);
+  }
+  return reshape(mm, outShape);
+}
+
+Value Importer::softmax(Value x, int64_t axis) {
+  Value max = reduce("tosa.reduce_max", x, axis);
+  Value shifted = sub(x, max);
+  Value exp = unary("tosa.exp", shifted);
+  Value sum = reduce("tosa.reduce_sum", exp, axis);
+  Value inv = unary("tosa.reciprocal", sum);
+  return mul(exp, inv);
+}
+
+//===----------------------------------------------------------------------===//
+// Node helpers
+//===----------------------------------------------------------------------===//
+
+TensorInfo *Importer::input(int index) {
+  if (index >= currentNode->input_size() || currentNode->input(index).empty())
+    return nullptr;
+  return lookup(currentNode->input(index));
+}
+
+Status Importer::requireInputs(int count) {
+  for (int k = 0; k < count; ++k)
+    if (!input(k))
+      return fail("missing input " + Twine(k));
+  return Status::Ok;
+}
+
+const onnx::AttributeProto *Importer::attr(StringRef name) {
+  for (const auto &a : currentNode->attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t Importer::attrInt(StringRef name, int64_t defaultValue) {
+  const auto *a = attr(name);
+  return a && a->has_i() ? a->i() : defaultValue;
+}
+
+float Importer::attrFloat(StringRef name, float defaultValue) {
+  const auto *a = attr(name);
+  return a && a->has_f() ? a->f() : defaultValue;
+}
+
+std::string Importer::attrString(StringRef name, StringRef defaultValue) {
+  const auto *a = attr(name);
+  return a && a->has_s() ? a->s() : defaultValue.str();
+}
+
+std::optional<Shape> Importer::attrInts(StringRef name) {
+  const auto *a = attr(name);
+  if (!a)
+    return std::nullopt;
+  return Shape(a->ints().begin(), a->ints().end());
+}
+
+FailureOr<std::optional<Shape>> Importer::axesOf(int inputIndex) {
+  if (std::optional<Shape> axes = attrInts("axes"))
+    return std::optional<Shape>(axes);
+  TensorInfo *axesInput = input(inputIndex);
+  if (!axesInput)
+    return std::optional<Shape>();
+  std::optional<Shape> axes = intsOf(axesInput);
+  if (!axes || llvm::is_contained(*axes, kDynamic)) {
+    unsupportedReason = "axes are not constant";
+    return failure();
+  }
+  return std::optional<Shape>(axes);
+}
+
+FailureOr<int64_t> Importer::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1)) {
+    error() << "axis " << axis << " is out of range for rank " << rank;
+    return failure();
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+Status Importer::importOpaque(const onnx::NodeProto &node, StringRef reason) {
+  SmallVector<Value> operands;
+  for (const std::string &name : node.input()) {
+    if (name.empty())
+      continue;
+    TensorInfo *info = lookup(name);
+    Value v = info ? valueOf(info) : Value();
+    if (!v)
+      return fail("cannot keep the node: input '" + name +
+                  "' is not materialisable");
+    operands.push_back(v);
+  }
+  SmallVector<Type> resultTypes;
+  Type fallbackElem = builder.getF32Type();
+  if (!operands.empty())
+    fallbackElem = elemOf(operands.front());
+  for (const std::string &name : node.output()) {
+    Type type = UnrankedTensorType::get(fallbackElem);
+    auto it = declaredTypes.find(name);
+    if (it != declaredTypes.end()) {
+      // Element type errors here are not fatal: fall back to the guess.
+      if (it->second->has_tensor_type() &&
+          it->second->tensor_type().elem_type() != 0) {
+        FailureOr<TensorType> declared = convertType(*it->second);
+        if (failed(declared))
+          return Status::Error;
+        type = *declared;
+      }
+    }
+    resultTypes.push_back(type);
+  }
+  SmallVector<NamedAttribute> attrs;
+  for (const auto &a : node.attribute()) {
+    Attribute value;
+    switch (a.type()) {
+    case onnx::AttributeProto::INT:
+      value = builder.getI64IntegerAttr(a.i());
+      break;
+    case onnx::AttributeProto::FLOAT:
+      value = builder.getF32FloatAttr(a.f());
+      break;
+    case onnx::AttributeProto::STRING:
+      value = builder.getStringAttr(a.s());
+      break;
+    case onnx::AttributeProto::INTS:
+      value = builder.getI64ArrayAttr(
+          SmallVector<int64_t>(a.ints().begin(), a.ints().end()));
+      break;
+    case onnx::AttributeProto::FLOATS:
+      value = builder.getF32ArrayAttr(
+          SmallVector<float>(a.floats().begin(), a.floats().end()));
+      break;
+    case onnx::AttributeProto::TENSOR: {
+      FailureOr<DenseElementsAttr> t = convertTensor(a.t());
+      if (failed(t))
+        return Status::Error;
+      value = *t;
+      break;
+    }
+    default:
+      value = builder.getStringAttr("<unsupported attribute kind>");
+      break;
+    }
+    attrs.push_back(builder.getNamedAttr(a.name(), value));
+  }
+  std::string opName = "onnx." + node.op_type();
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    attrs.push_back(builder.getNamedAttr("onnx.domain",
+                                         builder.getStringAttr(node.domain())));
+  Operation *op = create(opName, operands, resultTypes, attrs);
+  for (auto [k, name] : llvm::enumerate(node.output())) {
+    if (name.empty())
+      continue;
+    TensorInfo info{op->getResult(k), {},
+                    cast<TensorType>(op->getResult(k).getType()), {}, loc};
+    if (define(name, info) != Status::Ok)
+      return Status::Error;
+  }
+  if (report)
+    report->unsupportedOps.push_back({node.name(), node.op_type(), reason.str()});
+  if (options.warnOnUnsupported)
+    emitWarning(loc) << "ONNX node '" << node.name() << "' (" << node.op_type()
+                     << ") is kept opaque: " << reason;
+  return Status::Ok;
+}
+
+Status Importer::importNode(const onnx::NodeProto &node) {
+  currentNode = &node;
+  std::string locName = node.name();
+  if (locName.empty() && node.output_size() > 0)
+    locName = node.output(0);
+  loc = NameLoc::get(builder.getStringAttr(locName), fileLoc);
+  for (const std::string &name : node.input())
+    if (!name.empty() && !lookup(name))
+      return fail("uses undefined tensor '" + name + "'");
+
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return importOpaque(node, "operator domain '" + node.domain() +
+                                  "' is not supported");
+
+  unsupportedReason.clear();
+  Status status = dispatch(node);
+  if (status == Status::Error)
+    return status;
+  if (status == Status::Unsupported) {
+    if (unsupportedReason.empty())
+      return Status::Error; // A diagnostic was emitted by a helper.
+    // Whatever the failed attempt created is unused; it is erased with the
+    // other dead operations once the graph is imported.
+    for (const std::string &name : node.output())
+      tensors.erase(name);
+    std::string reason = unsupportedReason;
+    return importOpaque(node, reason);
+  }
+  for (const std::string &name : node.output())
+    if (!name.empty() && !lookup(name))
+      return fail("output '" + name + "' was not produced");
+  return Status::Ok;
+}
+
+Status Importer::dispatch(const onnx::NodeProto &node) {
+  StringRef op = node.op_type();
+  if (op == "Constant")
+    return importConstant();
+  if (op == "Identity" || op == "Dropout")
+    return importIdentity();
+  if (op == "Cast")
+    return importCast();
+  if (op == "Shape")
+    return importShape();
+  if (op == "Size") {
+    auto type = rankedOf(input(0));
+    if (!type || !type.hasStaticShape())
+      return unsupported("Size of a dynamic tensor");
+    Lit lit = Lit::make({}, builder.getI64Type());
+    lit.ints[0] = type.getNumElements();
+    return defineLit(0, lit);
+  }
+  if (op == "ConstantOfShape")
+    return importConstantOfShape();
+  if (op == "Range")
+    return importRange();
+  if (op == "Reshape")
+    return importReshape();
+  if (op == "Flatten")
+    return importFlatten();
+  if (op == "Unsqueeze")
+    return importUnsqueeze();
+  if (op == "Squeeze")
+    return importSqueeze();
+  if (op == "Transpose")
+    return importTranspose();
+  if (op == "Concat")
+    return importConcat();
+  if (op == "Slice")
+    return importSlice();
+  if (op == "Split")
+    return importSplit();
+  if (op == "Gather")
+    return importGather();
+  if (op == "GatherElements")
+    return importGatherElements();
+  if (op == "GatherND")
+    return importGatherND();
+  if (op == "Expand")
+    return importExpand();
+  if (op == "Trilu")
+    return importTrilu();
+  if (op == "Where")
+    return importWhere();
+  if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less",
+                          "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+                          "Or", "Xor", "Mod"},
+                         op))
+    return importBinary(op);
+  if (llvm::is_contained({"Max", "Min", "Sum", "Mean"}, op))
+    return importVariadic(op);
+  if (llvm::is_contained({"Sqrt", "Reciprocal", "Neg", "Tanh", "Erf", "Exp",
+                          "Log", "Sigmoid", "Abs", "Floor", "Ceil", "Relu",
+                          "Not", "IsNaN", "Sin", "Cos", "IsInf"},
+                         op))
+    return importUnary(op);
+  if (op == "Softmax")
+    return importSoftmax();
+  if (llvm::is_contained({"ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin",
+                          "ReduceProd"},
+                         op))
+    return importReduce(op);
+  if (op == "MatMul")
+    return importMatMul();
+  if (op == "Gemm")
+    return importGemm();
+  if (op == "LayerNormalization")
+    return importLayerNorm();
+  if (op == "RMSNormalization")
+    return importRMSNorm();
+  if (op == "Gelu")
+    return importGelu();
+  if (op == "Clip")
+    return importClip();
+  if (op == "Conv")
+    return importConv();
+  if (op == "Attention")
+    return importAttention();
+  return unsupported("no lowering for this operator");
+}
+
+OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
+  onnx::ModelProto &model = loaded.model;
+  // Opset of the default domain.
+  bool haveDefault = false;
+  for (const auto &opsetId : model.opset_import()) {
+    if (opsetId.domain().empty() || opsetId.domain() == "ai.onnx") {
+      opset = opsetId.version();
+      haveDefault = true;
+    }
+  }
+  if (!haveDefault) {
+    emitError(fileLoc) << "ONNX model imports no opset of the default domain";
+    return {};
+  }
+  if (opset < 13 || opset > 23) {
+    emitError(fileLoc) << "ONNX opset " << opset
+                       << " is not supported (Kiln imports opsets 13 to 23)";
+    return {};
+  }
+  if (!model.has_graph()) {
+    emitError(fileLoc) << "ONNX model has no graph";
+    return {};
+  }
+  const onnx::GraphProto &graph = model.graph();
+  if (graph.output_size() == 0) {
+    emitError(fileLoc) << "ONNX graph has no outputs (truncated file?)";
+    return {};
+  }
+  if (report) {
+    report->opsetVersion = opset;
+    report->numNodes = graph.node_size();
+  }
+  for (const auto &vi : graph.value_info())
+    declaredTypes[vi.name()] = &vi.type();
+  for (const auto &vi : loaded.inferred.value_info())
+    declaredTypes.try_emplace(vi.name(), &vi.type());
+  for (const auto &vi : graph.output())
+    declaredTypes[vi.name()] = &vi.type();
+
+  auto module = ModuleOp::create(fileLoc);
+  builder.setInsertionPointToEnd(module.getBody());
+
+  // Initializers first: they may shadow graph inputs (default values).
+  for (const auto &init : graph.initializer()) {
+    loc = NameLoc::get(builder.getStringAttr(init.name()), fileLoc);
+    FailureOr<DenseElementsAttr> attr = convertTensor(init);
+    if (failed(attr))
+      return {};
+    if (init.name().empty() || tensors.count(init.name())) {
+      emitError(loc) << "initializer '" << init.name()
+                     << "' is unnamed or defined twice";
+      return {};
+    }
+    tensors.try_emplace(init.name(),
+                        TensorInfo{Value(), *attr,
+                                   cast<TensorType>(attr->getType()), {}, loc});
+  }
+  SmallVector<Type> argTypes;
+  SmallVector<std::string> argNames;
+  for (const auto &in : graph.input()) {
+    if (tensors.count(in.name()))
+      continue;
+    loc = NameLoc::get(builder.getStringAttr(in.name()), fileLoc);
+    FailureOr<TensorType> type = convertType(in.type());
+    if (failed(type))
+      return {};
+    argTypes.push_back(*type);
+    argNames.push_back(in.name());
+  }
+
+  loc = fileLoc;
+  auto func = func::FuncOp::create(builder, fileLoc, "main",
+                                   builder.getFunctionType(argTypes, {}));
+  Block *entry = func.addEntryBlock();
+  builder.setInsertionPointToStart(entry);
+  for (auto [k, name] : llvm::enumerate(argNames)) {
+    Location argLoc = NameLoc::get(builder.getStringAttr(name), fileLoc);
+    Value arg = entry->getArgument(k);
+    arg.setLoc(argLoc);
+    tensors.try_emplace(name, TensorInfo{arg, {},
+                                         cast<TensorType>(arg.getType()), {},
+                                         argLoc});
+    func.setArgAttr(k, "onnx.name", builder.getStringAttr(name));
+  }
+
+  for (const auto &node : graph.node())
+    if (importNode(node) == Status::Error)
+      return {};
+  currentNode = nullptr;
+
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const auto &out : graph.output()) {
+    loc = NameLoc::get(builder.getStringAttr(out.name()), fileLoc);
+    TensorInfo *info = lookup(out.name());
+    if (!info) {
+      emitError(loc) << "graph output '" << out.name() << "' is never defined";
+      return {};
+    }
+    Value v = valueOf(info);
+    if (!v) {
+      emitError(loc) << "graph output '" << out.name()
+                     << "' depends on a dynamic shape";
+      return {};
+    }
+    results.push_back(v);
+    resultTypes.push_back(v.getType());
+  }
+  func::ReturnOp::create(builder, fileLoc, results);
+  func.setType(builder.getFunctionType(argTypes, resultTypes));
+  for (auto [k, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(k, "onnx.name", builder.getStringAttr(out.name()));
+
+  // Constants materialised for folded computations may be unused.
+  SmallVector<Operation *> ops;
+  for (Operation &op : *entry)
+    ops.push_back(&op);
+  for (Operation *op : llvm::reverse(ops))
+    if (op->getName().getDialectNamespace() != "onnx" &&
+        isOpTriviallyDead(op))
+      op->erase();
+
+  if (failed(verify(module))) {
+    emitError(fileLoc) << "internal error: the imported module does not "
+                          "verify";
+    module->erase();
+    return {};
+  }
+  return OwningOpRef<ModuleOp>(module);
+}
+
+#include "ImportOps.inc"
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+static void prepareContext(MLIRContext *ctx) {
+  ctx->getOrLoadDialect<func::FuncDialect>();
+  ctx->getOrLoadDialect<tosa::TosaDialect>();
+  ctx->getOrLoadDialect<kiln::KilnDialect>();
+  // Nodes without a lowering are kept as `onnx.<OpType>` operations.
+  ctx->allowUnregisteredDialects();
+}
+
+OwningOpRef<ModuleOp> mlir::kiln::importONNXBuffer(StringRef bytes,
+                                                   StringRef bufferName,
+                                                   MLIRContext *ctx,
+                                                   ImportReport *report,
+                                                   const ImportOptions &options) {
+  prepareContext(ctx);
+  Location fileLoc = FileLineColLoc::get(ctx, bufferName, 0, 0);
+  LoadedModel model;
+  std::string message;
+  if (!loadModel(bytes, model, message)) {
+    emitError(fileLoc) << "cannot import ONNX file '" << bufferName
+                       << "': " << message;
+    return {};
+  }
+  Importer importer(ctx, bufferName, options, report);
+  return importer.run(model);
+}
+
+OwningOpRef<ModuleOp> mlir::kiln::importONNXFile(StringRef path,
+                                                 MLIRContext *ctx,
+                                                 ImportReport *report,
+                                                 const ImportOptions &options) {
+  prepareContext(ctx);
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    emitError(FileLineColLoc::get(ctx, path, 0, 0))
+        << "cannot open ONNX file '" << path
+        << "': " << buffer.getError().message();
+    return {};
+  }
+  return importONNXBuffer((*buffer)->getBuffer(), path, ctx, report, options);
+}

@@ -1,0 +1,147 @@
+//===- Lit.cpp - Constant tensors folded at import time -------------------===//
+//
+// Conversion between Lit and DenseElementsAttr, and broadcasting helpers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lit.h"
+
+#include "llvm/ADT/APFloat.h"
+#include "llvm/ADT/APInt.h"
+
+using namespace mlir;
+using namespace mlir::kiln::onnx_import;
+
+static double roundToFloatType(double value, FloatType type) {
+  if (type.isF64())
+    return value;
+  llvm::APFloat f(value);
+  bool losesInfo = false;
+  f.convert(type.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven,
+            &losesInfo);
+  f.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
+            &losesInfo);
+  return f.convertToDouble();
+}
+
+static int64_t wrapToIntType(int64_t value, IntegerType type) {
+  unsigned width = type.getWidth();
+  if (width == 1)
+    return value != 0;
+  if (width >= 64)
+    return value;
+  llvm::APInt v(64, (uint64_t)value, /*isSigned=*/true);
+  llvm::APInt t = v.trunc(width);
+  return type.isUnsigned() ? (int64_t)t.getZExtValue() : t.getSExtValue();
+}
+
+void Lit::normalize() {
+  if (auto ft = dyn_cast<FloatType>(elementType)) {
+    if (!ft.isF64())
+      for (double &v : floats)
+        v = roundToFloatType(v, ft);
+    return;
+  }
+  if (auto it = dyn_cast<IntegerType>(elementType))
+    for (int64_t &v : ints)
+      v = wrapToIntType(v, it);
+}
+
+std::optional<Lit> Lit::fromAttr(DenseElementsAttr attr) {
+  auto type = cast<ShapedType>(attr.getType());
+  Lit lit;
+  lit.shape.assign(type.getShape().begin(), type.getShape().end());
+  lit.elementType = type.getElementType();
+  int64_t n = type.getNumElements();
+  if (isa<FloatType>(lit.elementType)) {
+    lit.floats.reserve(n);
+    if (attr.isSplat()) {
+      APFloat v = attr.getSplatValue<APFloat>();
+      bool losesInfo;
+      v.convert(llvm::APFloat::IEEEdouble(),
+                llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+      lit.floats.assign(n, v.convertToDouble());
+      return lit;
+    }
+    for (APFloat v : attr.getValues<APFloat>()) {
+      bool losesInfo;
+      v.convert(llvm::APFloat::IEEEdouble(),
+                llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+      lit.floats.push_back(v.convertToDouble());
+    }
+    return lit;
+  }
+  auto intType = dyn_cast<IntegerType>(lit.elementType);
+  if (!intType)
+    return std::nullopt;
+  auto toInt = [&](const APInt &v) -> int64_t {
+    if (intType.getWidth() == 1 || intType.isUnsigned())
+      return (int64_t)v.getZExtValue();
+    return v.getSExtValue();
+  };
+  if (attr.isSplat()) {
+    lit.ints.assign(n, toInt(attr.getSplatValue<APInt>()));
+    return lit;
+  }
+  lit.ints.reserve(n);
+  for (APInt v : attr.getValues<APInt>())
+    lit.ints.push_back(toInt(v));
+  return lit;
+}
+
+DenseElementsAttr Lit::toAttr() const {
+  auto type = RankedTensorType::get(shape, elementType);
+  if (auto ft = dyn_cast<FloatType>(elementType)) {
+    bool splat = !floats.empty() && llvm::all_equal(floats);
+    llvm::SmallVector<APFloat> values;
+    for (double v : splat ? llvm::ArrayRef<double>(floats).take_front(1)
+                          : llvm::ArrayRef<double>(floats)) {
+      APFloat f(v);
+      bool losesInfo;
+      f.convert(ft.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven,
+                &losesInfo);
+      values.push_back(f);
+    }
+    return DenseElementsAttr::get(type, values);
+  }
+  auto it = cast<IntegerType>(elementType);
+  bool splat = !ints.empty() && llvm::all_equal(ints);
+  llvm::SmallVector<APInt> values;
+  for (int64_t v : splat ? llvm::ArrayRef<int64_t>(ints).take_front(1)
+                         : llvm::ArrayRef<int64_t>(ints))
+    values.push_back(APInt(it.getWidth(), (uint64_t)v,
+                           /*isSigned=*/it.getWidth() > 1 && !it.isUnsigned(),
+                           /*implicitTrunc=*/true));
+  return DenseElementsAttr::get(type, values);
+}
+
+std::vector<int64_t>
+mlir::kiln::onnx_import::broadcastIndices(llvm::ArrayRef<int64_t> in,
+                                          llvm::ArrayRef<int64_t> out) {
+  size_t rank = out.size();
+  Shape padded(rank - in.size(), 1);
+  padded.append(in.begin(), in.end());
+  // Strides of `in`, zero along broadcast axes.
+  Shape strides(rank, 0);
+  int64_t stride = 1;
+  for (int64_t axis = rank - 1; axis >= 0; --axis) {
+    strides[axis] = padded[axis] == 1 ? 0 : stride;
+    stride *= padded[axis];
+  }
+  int64_t n = numElements(out);
+  std::vector<int64_t> result(n);
+  Shape index(rank, 0);
+  int64_t offset = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    result[k] = offset;
+    for (int64_t axis = rank - 1; axis >= 0; --axis) {
+      ++index[axis];
+      offset += strides[axis];
+      if (index[axis] < out[axis])
+        break;
+      offset -= strides[axis] * index[axis];
+      index[axis] = 0;
+    }
+  }
+  return result;
+}
