@@ -73,6 +73,8 @@ int main(int argc, char **argv) {
   kiln::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // Diagnostics name the place; dumping whole ops helps nobody reading them.
+  context.printOpOnDiagnostic(false);
 
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, llvm::errs());

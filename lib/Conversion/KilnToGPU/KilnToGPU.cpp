@@ -634,6 +634,7 @@ struct ConvertKilnToGPUPass
         OpBuilder kernelBuilder =
             OpBuilder::atBlockEnd(gpuModule.getBody());
         gpu::GPUFuncOp func = kernel.build(kernelBuilder, op.getLoc());
+        kernels.insert(func);
         func->setAttr(kKernelInfoAttrName,
                       makeKernelInfo(builder, spec, kernel));
       }

@@ -1,0 +1,74 @@
+// Attention sites compiled for the GPU checks (test/gpu/check_attention.py):
+// every dtype, head dim and causal combination the kernels must cover, with
+// batch and sequence lengths dynamic, 8 query heads over 2 KV heads.
+// Build with: kilnc test/gpu/attention_sites.mlir -o PKG
+
+func.func @bf16_d64_full(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d64_causal(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d128_full(%q: tensor<?x8x?x128xbf16>, %k: tensor<?x2x?x128xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.08838834764831843 : f32} : tensor<?x8x?x128xbf16>, tensor<?x2x?x128xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @bf16_d128_causal(%q: tensor<?x8x?x128xbf16>, %k: tensor<?x2x?x128xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831843 : f32} : tensor<?x8x?x128xbf16>, tensor<?x2x?x128xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @f32_d64_full(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>) -> tensor<?x8x?x64xf32> {
+  %o = kiln.attention %q, %k, %v {scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}
+
+func.func @f32_d64_causal(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>) -> tensor<?x8x?x64xf32> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}
+
+func.func @f32_d128_full(%q: tensor<?x8x?x128xf32>, %k: tensor<?x2x?x128xf32>, %v: tensor<?x2x?x128xf32>) -> tensor<?x8x?x128xf32> {
+  %o = kiln.attention %q, %k, %v {scale = 0.08838834764831843 : f32} : tensor<?x8x?x128xf32>, tensor<?x2x?x128xf32>, tensor<?x2x?x128xf32> -> tensor<?x8x?x128xf32>
+  return %o : tensor<?x8x?x128xf32>
+}
+
+func.func @f32_d128_causal(%q: tensor<?x8x?x128xf32>, %k: tensor<?x2x?x128xf32>, %v: tensor<?x2x?x128xf32>) -> tensor<?x8x?x128xf32> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831843 : f32} : tensor<?x8x?x128xf32>, tensor<?x2x?x128xf32>, tensor<?x2x?x128xf32> -> tensor<?x8x?x128xf32>
+  return %o : tensor<?x8x?x128xf32>
+}
+
+func.func @f16_d64_full(%q: tensor<?x8x?x64xf16>, %k: tensor<?x2x?x64xf16>, %v: tensor<?x2x?x64xf16>) -> tensor<?x8x?x64xf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.125 : f32} : tensor<?x8x?x64xf16>, tensor<?x2x?x64xf16>, tensor<?x2x?x64xf16> -> tensor<?x8x?x64xf16>
+  return %o : tensor<?x8x?x64xf16>
+}
+
+func.func @bf16_d64_additive_mask(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>, %m: tensor<?x1x1x?xf32>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xf32>) {scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d64_boolean_mask_causal(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>, %m: tensor<?x?x?x?xi1>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x?x?x?xi1>) {causal, scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d64_bias_softcap(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>, %b: tensor<1x8x?x?xbf16>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v bias(%b : tensor<1x8x?x?xbf16>) {scale = 0.125 : f32, softcap = 30.0 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d128_window(%q: tensor<?x8x?x128xbf16>, %k: tensor<?x2x?x128xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, window = 256 : i64, scale = 0.08838834764831845 : f32} : tensor<?x8x?x128xbf16>, tensor<?x2x?x128xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @bf16_d64_bshd(%q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf16>, %v: tensor<?x?x2x64xbf16>) -> tensor<?x?x8x64xbf16> {
+  %o = kiln.attention %q, %k, %v {layout = #kiln.layout<bshd>, scale = 0.125 : f32} : tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16> -> tensor<?x?x8x64xbf16>
+  return %o : tensor<?x?x8x64xbf16>
+}
