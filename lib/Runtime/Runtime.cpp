@@ -405,15 +405,33 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   return Error::ok();
 }
 
-/// The function of `kernelIndex` in the current context, loading the module
-/// the first time.
+/// The NULL, legacy and per-thread default stream handles, which belong to
+/// whatever context is current.
+bool isSpecialStream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY ||
+         stream == CU_STREAM_PER_THREAD;
+}
+
+/// The function of `kernelIndex` in the current context (or, when none is
+/// current, `stream`'s), loading the module the first time.
 Error getFunction(kiln_package &package, const CudaDriver &driver,
-                  size_t kernelIndex, CUfunction &function) {
+                  size_t kernelIndex, CUstream stream, CUfunction &function) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
   if (result != CUDA_SUCCESS)
     return {KILN_CUDA_ERROR,
             describeCudaError(driver, "cuCtxGetCurrent", result)};
+  if (!context && !isSpecialStream(stream)) {
+    // No context is current on this thread: use the caller's stream's, and
+    // keep it current as the CUDA runtime would.
+    result = driver.cuStreamGetCtx(stream, &context);
+    if (result != CUDA_SUCCESS)
+      return {KILN_CUDA_ERROR,
+              describeCudaError(driver, "cuStreamGetCtx", result)};
+    if (context && (result = driver.cuCtxSetCurrent(context)) != CUDA_SUCCESS)
+      return {KILN_CUDA_ERROR,
+              describeCudaError(driver, "cuCtxSetCurrent", result)};
+  }
   if (!context)
     return {KILN_CUDA_ERROR,
             "no CUDA context is current on this thread (create or activate "
@@ -675,7 +693,7 @@ kiln_status kiln_package_prepare(kiln_package *package) {
       return fail(error);
     for (size_t i = 0; i < package->manifest.kernels.size(); ++i) {
       CUfunction function = nullptr;
-      if (Error error = getFunction(*package, *driver, i, function))
+      if (Error error = getFunction(*package, *driver, i, nullptr, function))
         return fail(error);
     }
     return KILN_OK;
@@ -815,7 +833,9 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     if (Error error = getCudaDriver(driver))
       return fail(error);
     CUfunction function = nullptr;
-    if (Error error = getFunction(package, *driver, s.kernelIndex, function))
+    if (Error error = getFunction(package, *driver, s.kernelIndex,
+                                      static_cast<CUstream>(stream),
+                                      function))
       return fail(error);
     const kiln_launch_config &c = plan.config;
     CUresult result = driver->cuLaunchKernel(
