@@ -1,0 +1,1123 @@
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-attention | FileCheck %s
+// RUN: kiln-opt %s --split-input-file --kiln-fuse-attention -verify-diagnostics -mlir-print-op-on-diagnostic=false -o /dev/null
+
+// The importer's canonical form: 4-D MatMul collapsed to rank 3 and split back, scale as a splat Mul, an additive float mask. The mask stays broadcastable; no S×S tensor appears.
+// CHECK-LABEL: func.func @canonical
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x2x16x8xf32>, %[[K:[^:]+]]: tensor<1x2x16x8xf32>, %[[MASK:[^:]+]]: tensor<1x1x1x16xf32>, %[[V:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK-NOT:     tosa.
+// CHECK:         %[[O:.*]] = kiln.attention %[[Q]], %[[K]], %[[V]] mask(%[[MASK]] : tensor<1x1x1x16xf32>) {scale = 0.353553385 : f32}
+// CHECK-NOT:     tosa.
+// CHECK:         return %[[O]]
+func.func @canonical(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %mask: tensor<1x1x1x16xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.add %v12, %mask : (tensor<1x2x16x16xf32>, tensor<1x1x1x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v21 = tosa.reshape %v19, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v22 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v23 = tosa.matmul %v21, %v22, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v25 = tosa.reshape %v23, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v25 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// No scale and no mask: scale defaults to 1.
+// CHECK-LABEL: func.func @no_scale_no_mask
+// CHECK-NOT:     tosa.
+// CHECK:         kiln.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.000000e+00 : f32}
+// CHECK-NOT:     mask(
+func.func @no_scale_no_mask(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v9 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v11 = tosa.sub %v9, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v12 = tosa.exp %v11 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.reduce_sum %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v14 = tosa.reciprocal %v13 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v16 = tosa.mul %v12, %v14, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v18 = tosa.reshape %v16, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v19 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v20 = tosa.matmul %v18, %v19, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v22 = tosa.reshape %v20, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v22 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A Div by a constant, as TOSA writes it (Mul by reciprocal(const)), folds to 1/c.
+// CHECK-LABEL: func.func @div_scale
+// CHECK-NOT:     tosa.reciprocal
+// CHECK:         kiln.attention {{.*}} {scale = 1.250000e-01 : f32}
+func.func @div_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %denom = "tosa.const"() {values = dense<8.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v11 = tosa.reciprocal %denom : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v13 = tosa.mul %v9, %v11, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v21 = tosa.reshape %v19, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v22 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v23 = tosa.matmul %v21, %v22, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v25 = tosa.reshape %v23, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v25 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// The scale applied to Q before the product folds into `scale`.
+// CHECK-LABEL: func.func @scale_on_q
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK-NOT:     tosa.mul
+// CHECK:         kiln.attention %[[Q]], {{.*}} {scale = 1.250000e-01 : f32}
+func.func @scale_on_q(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %cq = "tosa.const"() {values = dense<0.125> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v3 = tosa.mul %q, %cq, %shift : (tensor<1x2x16x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x8xf32>
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v6 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v8 = tosa.reshape %v6, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v10 = tosa.matmul %v5, %v8, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v12 = tosa.reshape %v10, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// √scale on both Q and K (times the Mul after QKᵀ): every factor multiplies into `scale`.
+// CHECK-LABEL: func.func @split_scale
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x2x16x8xf32>, %[[K:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK-NOT:     tosa.mul
+// CHECK:         kiln.attention %[[Q]], %[[K]], {{.*}} {scale = 0.353553355 : f32}
+func.func @split_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %cq = "tosa.const"() {values = dense<0.59460355> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v3 = tosa.mul %q, %cq, %shift : (tensor<1x2x16x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x8xf32>
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %ck = "tosa.const"() {values = dense<0.59460355> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v7 = tosa.mul %k, %ck, %shift : (tensor<1x2x16x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x8xf32>
+  %v8 = tosa.transpose %v7 {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v10 = tosa.reshape %v8, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v12 = tosa.matmul %v5, %v10, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v14 = tosa.reshape %v12, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// K arrives already transposed ([B,H,D,S], as GPT-2's TorchScript export writes it): K is transposed back for the op.
+// CHECK-LABEL: func.func @k_pre_transposed
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x2x16x8xf32>, %[[KT:[^:]+]]: tensor<1x2x8x16xf32>, %[[V:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK:         %[[K:.*]] = tosa.transpose %[[KT]] {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x8x16xf32>) -> tensor<1x2x16x8xf32>
+// CHECK-NEXT:    kiln.attention %[[Q]], %[[K]], %[[V]]
+// CHECK-NOT:     tosa.matmul
+func.func @k_pre_transposed(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x8x16xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v4 = tosa.reshape %k, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v6 = tosa.matmul %v2, %v4, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v8 = tosa.reshape %v6, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v11 = tosa.mul %v8, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v13 = tosa.sub %v11, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v20 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v23 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A rank-3 MatMul: the batch is the heads (B = 1); reshapes to rank 4 are inserted around the op.
+// CHECK-LABEL: func.func @rank3
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<4x16x8xf32>, %[[K:[^:]+]]: tensor<4x16x8xf32>, %[[V:[^:]+]]: tensor<4x16x8xf32>
+// CHECK:         %[[Q4:.*]] = tosa.reshape %[[Q]], %{{.*}} -> tensor<1x4x16x8xf32>
+// CHECK:         %[[K4:.*]] = tosa.reshape %[[K]], %{{.*}} -> tensor<1x4x16x8xf32>
+// CHECK:         %[[V4:.*]] = tosa.reshape %[[V]], %{{.*}} -> tensor<1x4x16x8xf32>
+// CHECK:         %[[O4:.*]] = kiln.attention %[[Q4]], %[[K4]], %[[V4]] {scale = 0.353553385 : f32}
+// CHECK:         %[[O:.*]] = tosa.reshape %[[O4]], %{{.*}} -> tensor<4x16x8xf32>
+// CHECK-NOT:     tosa.transpose
+// CHECK:         return %[[O]]
+func.func @rank3(%q: tensor<4x16x8xf32>, %k: tensor<4x16x8xf32>, %v: tensor<4x16x8xf32>) -> (tensor<4x16x8xf32>) {
+  %v1 = tosa.transpose %k {perms = array<i32: 0, 2, 1>} : (tensor<4x16x8xf32>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v3 = tosa.matmul %q, %v1, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1xf32>} : () -> tensor<1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v6 = tosa.mul %v3, %scale, %shift : (tensor<4x16x16xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<4x16x16xf32>
+  %max = tosa.reduce_max %v6 {axis = 2 : i32} : (tensor<4x16x16xf32>) -> tensor<4x16x1xf32>
+  %v8 = tosa.sub %v6, %max : (tensor<4x16x16xf32>, tensor<4x16x1xf32>) -> tensor<4x16x16xf32>
+  %v9 = tosa.exp %v8 : (tensor<4x16x16xf32>) -> tensor<4x16x16xf32>
+  %v10 = tosa.reduce_sum %v9 {axis = 2 : i32} : (tensor<4x16x16xf32>) -> tensor<4x16x1xf32>
+  %v11 = tosa.reciprocal %v10 : (tensor<4x16x1xf32>) -> tensor<4x16x1xf32>
+  %v12 = tosa.mul %v9, %v11, %shift : (tensor<4x16x16xf32>, tensor<4x16x1xf32>, tensor<1xi8>) -> tensor<4x16x16xf32>
+  %v13 = tosa.matmul %v12, %v, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  return %v13 : tensor<4x16x8xf32>
+}
+
+// -----
+
+// A boolean mask through select(cond, x, -inf) becomes an i1 `mask` operand.
+// CHECK-LABEL: func.func @bool_mask
+// CHECK-SAME:    %[[COND:[^:]+]]: tensor<1x1x1x16xi1>
+// CHECK-NOT:     tosa.select
+// CHECK:         kiln.attention {{.*}} mask(%[[COND]] : tensor<1x1x1x16xi1>)
+func.func @bool_mask(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %cond: tensor<1x1x1x16xi1>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %fill = "tosa.const"() {values = dense<0xFF800000> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v14 = tosa.select %cond, %v12, %fill : (tensor<1x1x1x16xi1>, tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// select(cond, -1e9, x): `true` hides the key, so the mask is the negated condition.
+// CHECK-LABEL: func.func @bool_mask_inverted
+// CHECK-SAME:    %[[COND:[^:]+]]: tensor<1x1x16x16xi1>
+// CHECK:         %[[KEEP:.*]] = tosa.logical_not %[[COND]]
+// CHECK-NEXT:    kiln.attention {{.*}} mask(%[[KEEP]] : tensor<1x1x16x16xi1>)
+// CHECK-NOT:     tosa.select
+func.func @bool_mask_inverted(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %cond: tensor<1x1x16x16xi1>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %fill = "tosa.const"() {values = dense<-1.0e+09> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v14 = tosa.select %cond, %fill, %v12 : (tensor<1x1x16x16xi1>, tensor<1x1x1x1xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A constant lower-triangular 0/-inf additive mask is exactly causal: an attribute, no mask operand, no constant.
+// CHECK-LABEL: func.func @causal_additive
+// CHECK-NOT:     tosa.const
+// CHECK:         kiln.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {causal, scale = 0.353553385 : f32}
+// CHECK-NOT:     tosa.
+func.func @causal_additive(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>) {
+  %sh2x4x8 = tosa.const_shape {values = dense<[2, 4, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
+  %sh2x8x4 = tosa.const_shape {values = dense<[2, 8, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x4 : (tensor<1x2x8x4xf32>, !tosa.shape<3>) -> tensor<2x8x4xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x4xf32>
+  %sh1x2x4x4 = tosa.const_shape {values = dense<[1, 2, 4, 4]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x4x4 : (tensor<2x4x4xf32>, !tosa.shape<4>) -> tensor<1x2x4x4xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x4x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %mc = "tosa.const"() {values = dense<[[[[0.0, 0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>} : () -> tensor<1x1x4x4xf32>
+  %v14 = tosa.add %v12, %mc : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>) -> tensor<1x2x4x4xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x4x1xf32>) -> tensor<1x2x4x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %sh2x4x4 = tosa.const_shape {values = dense<[2, 4, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x4x4 : (tensor<1x2x4x4xf32>, !tosa.shape<3>) -> tensor<2x4x4xf32>
+  %v23 = tosa.reshape %v, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x4x4xf32>, tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x8xf32>
+  %sh1x2x4x8 = tosa.const_shape {values = dense<[1, 2, 4, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x4x8 : (tensor<2x4x8xf32>, !tosa.shape<4>) -> tensor<1x2x4x8xf32>
+  return %v26 : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Sq = 2 < Sk = 4 with the diagonal at the bottom-right corner and finfo.min fill: causal.
+// CHECK-LABEL: func.func @causal_offset
+// CHECK-NOT:     tosa.const
+// CHECK:         kiln.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {causal, scale = 0.353553385 : f32} : tensor<1x2x2x8xf32>, tensor<1x2x4x8xf32>
+func.func @causal_offset(%q: tensor<1x2x2x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x2x8xf32>) {
+  %sh2x2x8 = tosa.const_shape {values = dense<[2, 2, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x2x8 : (tensor<1x2x2x8xf32>, !tosa.shape<3>) -> tensor<2x2x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
+  %sh2x8x4 = tosa.const_shape {values = dense<[2, 8, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x4 : (tensor<1x2x8x4xf32>, !tosa.shape<3>) -> tensor<2x8x4xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x2x8xf32>, tensor<2x8x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x2x4xf32>
+  %sh1x2x2x4 = tosa.const_shape {values = dense<[1, 2, 2, 4]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x2x4 : (tensor<2x2x4xf32>, !tosa.shape<4>) -> tensor<1x2x2x4xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x2x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x2x4xf32>
+  %mc = "tosa.const"() {values = dense<[[[[0.0, 0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x2x4xf32>} : () -> tensor<1x1x2x4xf32>
+  %v14 = tosa.add %v12, %mc : (tensor<1x2x2x4xf32>, tensor<1x1x2x4xf32>) -> tensor<1x2x2x4xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x2x4xf32>) -> tensor<1x2x2x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x2x4xf32>, tensor<1x2x2x1xf32>) -> tensor<1x2x2x4xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x2x4xf32>) -> tensor<1x2x2x4xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x2x4xf32>) -> tensor<1x2x2x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x2x1xf32>) -> tensor<1x2x2x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x2x4xf32>, tensor<1x2x2x1xf32>, tensor<1xi8>) -> tensor<1x2x2x4xf32>
+  %sh2x2x4 = tosa.const_shape {values = dense<[2, 2, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x2x4 : (tensor<1x2x2x4xf32>, !tosa.shape<3>) -> tensor<2x2x4xf32>
+  %sh2x4x8 = tosa.const_shape {values = dense<[2, 4, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v24 = tosa.reshape %v, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v25 = tosa.matmul %v22, %v24, %zp_f32, %zp_f32 : (tensor<2x2x4xf32>, tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x2x8xf32>
+  %sh1x2x2x8 = tosa.const_shape {values = dense<[1, 2, 2, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v27 = tosa.reshape %v25, %sh1x2x2x8 : (tensor<2x2x8xf32>, !tosa.shape<4>) -> tensor<1x2x2x8xf32>
+  return %v27 : tensor<1x2x2x8xf32>
+}
+
+// -----
+
+// A boolean band matrix (each query sees its 2 most recent keys) becomes causal with window = 2.
+// CHECK-LABEL: func.func @causal_bool_window
+// CHECK-NOT:     tosa.select
+// CHECK:         kiln.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {causal, scale = 0.353553385 : f32, window = 2 : i64}
+func.func @causal_bool_window(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>) {
+  %sh2x4x8 = tosa.const_shape {values = dense<[2, 4, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
+  %sh2x8x4 = tosa.const_shape {values = dense<[2, 8, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x4 : (tensor<1x2x8x4xf32>, !tosa.shape<3>) -> tensor<2x8x4xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x4xf32>
+  %sh1x2x4x4 = tosa.const_shape {values = dense<[1, 2, 4, 4]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x4x4 : (tensor<2x4x4xf32>, !tosa.shape<4>) -> tensor<1x2x4x4xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x4x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %cond = "tosa.const"() {values = dense<[[[[true, false, false, false], [true, true, false, false], [false, true, true, false], [false, false, true, true]]]]> : tensor<1x1x4x4xi1>} : () -> tensor<1x1x4x4xi1>
+  %fill = "tosa.const"() {values = dense<0xFF800000> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v15 = tosa.select %cond, %v12, %fill : (tensor<1x1x4x4xi1>, tensor<1x2x4x4xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x4x4xf32>
+  %max = tosa.reduce_max %v15 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v17 = tosa.sub %v15, %max : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>) -> tensor<1x2x4x4xf32>
+  %v18 = tosa.exp %v17 : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %v19 = tosa.reduce_sum %v18 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v20 = tosa.reciprocal %v19 : (tensor<1x2x4x1xf32>) -> tensor<1x2x4x1xf32>
+  %v21 = tosa.mul %v18, %v20, %shift : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %sh2x4x4 = tosa.const_shape {values = dense<[2, 4, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v23 = tosa.reshape %v21, %sh2x4x4 : (tensor<1x2x4x4xf32>, !tosa.shape<3>) -> tensor<2x4x4xf32>
+  %v24 = tosa.reshape %v, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v25 = tosa.matmul %v23, %v24, %zp_f32, %zp_f32 : (tensor<2x4x4xf32>, tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x8xf32>
+  %sh1x2x4x8 = tosa.const_shape {values = dense<[1, 2, 4, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v27 = tosa.reshape %v25, %sh1x2x4x8 : (tensor<2x4x8xf32>, !tosa.shape<4>) -> tensor<1x2x4x8xf32>
+  return %v27 : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// A constant that differs from causal in one element is kept as a mask operand, not turned into `causal`.
+// CHECK-LABEL: func.func @almost_causal
+// CHECK:         %[[MASK:.*]] = "tosa.const"() <{values = dense<{{.*}}> : tensor<1x1x4x4xf32>}>
+// CHECK:         kiln.attention {{.*}} mask(%[[MASK]] : tensor<1x1x4x4xf32>) {scale = 0.353553385 : f32}
+// CHECK-NOT:     causal
+func.func @almost_causal(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>) {
+  %sh2x4x8 = tosa.const_shape {values = dense<[2, 4, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
+  %sh2x8x4 = tosa.const_shape {values = dense<[2, 8, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x4 : (tensor<1x2x8x4xf32>, !tosa.shape<3>) -> tensor<2x8x4xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x4x8xf32>, tensor<2x8x4xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x4xf32>
+  %sh1x2x4x4 = tosa.const_shape {values = dense<[1, 2, 4, 4]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x4x4 : (tensor<2x4x4xf32>, !tosa.shape<4>) -> tensor<1x2x4x4xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x4x4xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %mc = "tosa.const"() {values = dense<[[[[0.0, 0xFF800000, 0.0, 0xFF800000], [0.0, 0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0, 0.0]]]]> : tensor<1x1x4x4xf32>} : () -> tensor<1x1x4x4xf32>
+  %v14 = tosa.add %v12, %mc : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>) -> tensor<1x2x4x4xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x4x4xf32>) -> tensor<1x2x4x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x4x1xf32>) -> tensor<1x2x4x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>, tensor<1xi8>) -> tensor<1x2x4x4xf32>
+  %sh2x4x4 = tosa.const_shape {values = dense<[2, 4, 4]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x4x4 : (tensor<1x2x4x4xf32>, !tosa.shape<3>) -> tensor<2x4x4xf32>
+  %v23 = tosa.reshape %v, %sh2x4x8 : (tensor<1x2x4x8xf32>, !tosa.shape<3>) -> tensor<2x4x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x4x4xf32>, tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x4x8xf32>
+  %sh1x2x4x8 = tosa.const_shape {values = dense<[1, 2, 4, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x4x8 : (tensor<2x4x8xf32>, !tosa.shape<4>) -> tensor<1x2x4x8xf32>
+  return %v26 : tensor<1x2x4x8xf32>
+}
+
+// -----
+
+// Logit soft-capping c·tanh(x/c) after the scale becomes the softcap attribute.
+// CHECK-LABEL: func.func @softcap
+// CHECK-NOT:     tosa.tanh
+// CHECK:         kiln.attention {{.*}} {scale = 0.353553385 : f32, softcap = 5.000000e+01 : f32}
+func.func @softcap(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %inv_cap = "tosa.const"() {values = dense<0.02> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %cap = "tosa.const"() {values = dense<50.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v15 = tosa.mul %v12, %inv_cap, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.tanh %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.mul %v16, %cap, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.sub %v17, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v20 = tosa.exp %v19 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v21 = tosa.reduce_sum %v20 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v22 = tosa.reciprocal %v21 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v23 = tosa.mul %v20, %v22, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v25 = tosa.reshape %v23, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v26 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v27 = tosa.matmul %v25, %v26, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v29 = tosa.reshape %v27, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v29 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// bf16 MatMuls with f32 results, casts back to bf16 after the softmax and the output: one bf16 op, no cast left.
+// CHECK-LABEL: func.func @bf16_accumulate_f32
+// CHECK-NOT:     tosa.cast
+// CHECK:         %[[O:.*]] = kiln.attention {{.*}} mask(%{{.*}} : tensor<1x1x1x16xf32>) {{.*}} -> tensor<1x2x16x8xbf16>
+// CHECK-NOT:     tosa.cast
+// CHECK:         return %[[O]] : tensor<1x2x16x8xbf16>
+func.func @bf16_accumulate_f32(%q: tensor<1x2x16x8xbf16>, %k: tensor<1x2x16x8xbf16>, %mask: tensor<1x1x1x16xf32>, %v: tensor<1x2x16x8xbf16>) -> (tensor<1x2x16x8xbf16>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xbf16>, !tosa.shape<3>) -> tensor<2x16x8xbf16>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xbf16>) -> tensor<1x2x8x16xbf16>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xbf16>, !tosa.shape<3>) -> tensor<2x8x16xbf16>
+  %zp_bf16 = "tosa.const"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>
+  %v7 = tosa.matmul %v2, %v5, %zp_bf16, %zp_bf16 : (tensor<2x16x8xbf16>, tensor<2x8x16xbf16>, tensor<1xbf16>, tensor<1xbf16>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.add %v12, %mask : (tensor<1x2x16x16xf32>, tensor<1x1x1x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v20 = tosa.cast %v19 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xbf16>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xbf16>, !tosa.shape<3>) -> tensor<2x16x16xbf16>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xbf16>, !tosa.shape<3>) -> tensor<2x16x8xbf16>
+  %v24 = tosa.matmul %v22, %v23, %zp_bf16, %zp_bf16 : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>, tensor<1xbf16>, tensor<1xbf16>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  %v27 = tosa.cast %v26 : (tensor<1x2x16x8xf32>) -> tensor<1x2x16x8xbf16>
+  return %v27 : tensor<1x2x16x8xbf16>
+}
+
+// -----
+
+// A bf16 graph that upcasts the scores to f32 for the softmax and casts the probabilities back.
+// CHECK-LABEL: func.func @bf16_softmax_upcast
+// CHECK-NOT:     tosa.cast
+// CHECK:         kiln.attention {{.*}} {scale = 0.353515625 : f32} : tensor<1x2x16x8xbf16>
+func.func @bf16_softmax_upcast(%q: tensor<1x2x16x8xbf16>, %k: tensor<1x2x16x8xbf16>, %v: tensor<1x2x16x8xbf16>) -> (tensor<1x2x16x8xbf16>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xbf16>, !tosa.shape<3>) -> tensor<2x16x8xbf16>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xbf16>) -> tensor<1x2x8x16xbf16>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xbf16>, !tosa.shape<3>) -> tensor<2x8x16xbf16>
+  %zp_bf16 = "tosa.const"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>
+  %v7 = tosa.matmul %v2, %v5, %zp_bf16, %zp_bf16 : (tensor<2x16x8xbf16>, tensor<2x8x16xbf16>, tensor<1xbf16>, tensor<1xbf16>) -> tensor<2x16x16xbf16>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xbf16>, !tosa.shape<4>) -> tensor<1x2x16x16xbf16>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xbf16>} : () -> tensor<1x1x1x1xbf16>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xbf16>, tensor<1x1x1x1xbf16>, tensor<1xi8>) -> tensor<1x2x16x16xbf16>
+  %v13 = tosa.cast %v12 : (tensor<1x2x16x16xbf16>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v20 = tosa.cast %v19 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xbf16>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xbf16>, !tosa.shape<3>) -> tensor<2x16x16xbf16>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xbf16>, !tosa.shape<3>) -> tensor<2x16x8xbf16>
+  %v24 = tosa.matmul %v22, %v23, %zp_bf16, %zp_bf16 : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>, tensor<1xbf16>, tensor<1xbf16>) -> tensor<2x16x8xbf16>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xbf16>, !tosa.shape<4>) -> tensor<1x2x16x8xbf16>
+  return %v26 : tensor<1x2x16x8xbf16>
+}
+
+// -----
+
+// GQA written as reshape [B,Hkv,1,S,D] → tile G → reshape [B,Hq,S,D]: head h reads KV head h / G, so K and V stay unexpanded.
+// CHECK-LABEL: func.func @gqa
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x4x16x8xf32>, %[[K:[^:]+]]: tensor<1x2x16x8xf32>, %[[V:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK-NOT:     tosa.tile
+// CHECK:         kiln.attention %[[Q]], %[[K]], %[[V]] {{.*}} : tensor<1x4x16x8xf32>, tensor<1x2x16x8xf32>, tensor<1x2x16x8xf32> -> tensor<1x4x16x8xf32>
+func.func @gqa(%q: tensor<1x4x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x4x16x8xf32>) {
+  %sh4x16x8 = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %sh1x2x1x16x8 = tosa.const_shape {values = dense<[1, 2, 1, 16, 8]> : tensor<5xindex>} : () -> !tosa.shape<5>
+  %v4 = tosa.reshape %k, %sh1x2x1x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x1x16x8xf32>
+  %sh1x1x2x1x1 = tosa.const_shape {values = dense<[1, 1, 2, 1, 1]> : tensor<5xindex>} : () -> !tosa.shape<5>
+  %v6 = tosa.tile %v4, %sh1x1x2x1x1 : (tensor<1x2x1x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x2x16x8xf32>
+  %sh1x4x16x8 = tosa.const_shape {values = dense<[1, 4, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v8 = tosa.reshape %v6, %sh1x4x16x8 : (tensor<1x2x2x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %v9 = tosa.transpose %v8 {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x4x16x8xf32>) -> tensor<1x4x8x16xf32>
+  %sh4x8x16 = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v11 = tosa.reshape %v9, %sh4x8x16 : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v13 = tosa.matmul %v2, %v11, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %sh1x4x16x16 = tosa.const_shape {values = dense<[1, 4, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v15 = tosa.reshape %v13, %sh1x4x16x16 : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<1x4x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v18 = tosa.mul %v15, %scale, %shift : (tensor<1x4x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %max = tosa.reduce_max %v18 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v20 = tosa.sub %v18, %max : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) -> tensor<1x4x16x16xf32>
+  %v21 = tosa.exp %v20 : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %v22 = tosa.reduce_sum %v21 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v23 = tosa.reciprocal %v22 : (tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
+  %v24 = tosa.mul %v21, %v23, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %sh4x16x16 = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v26 = tosa.reshape %v24, %sh4x16x16 : (tensor<1x4x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v27 = tosa.reshape %v, %sh1x2x1x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x1x16x8xf32>
+  %v28 = tosa.tile %v27, %sh1x1x2x1x1 : (tensor<1x2x1x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x2x16x8xf32>
+  %v29 = tosa.reshape %v28, %sh1x4x16x8 : (tensor<1x2x2x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %v30 = tosa.reshape %v29, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v31 = tosa.matmul %v26, %v30, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %v32 = tosa.reshape %v31, %sh1x4x16x8 : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  return %v32 : tensor<1x4x16x8xf32>
+}
+
+// -----
+
+// MQA: a single KV head tiled over the heads; any repeat of one head is h / G.
+// CHECK-LABEL: func.func @mqa
+// CHECK-NOT:     tosa.tile
+// CHECK:         kiln.attention {{.*}} : tensor<1x4x16x8xf32>, tensor<1x1x16x8xf32>, tensor<1x1x16x8xf32>
+func.func @mqa(%q: tensor<1x4x16x8xf32>, %k: tensor<1x1x16x8xf32>, %v: tensor<1x1x16x8xf32>) -> (tensor<1x4x16x8xf32>) {
+  %sh4x16x8 = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %sh1x4x1x1 = tosa.const_shape {values = dense<[1, 4, 1, 1]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v4 = tosa.tile %k, %sh1x4x1x1 : (tensor<1x1x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %v5 = tosa.transpose %v4 {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x4x16x8xf32>) -> tensor<1x4x8x16xf32>
+  %sh4x8x16 = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v7 = tosa.reshape %v5, %sh4x8x16 : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v9 = tosa.matmul %v2, %v7, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %sh1x4x16x16 = tosa.const_shape {values = dense<[1, 4, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v11 = tosa.reshape %v9, %sh1x4x16x16 : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<1x4x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v14 = tosa.mul %v11, %scale, %shift : (tensor<1x4x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) -> tensor<1x4x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %sh4x16x16 = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh4x16x16 : (tensor<1x4x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v23 = tosa.tile %v, %sh1x4x1x1 : (tensor<1x1x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %v24 = tosa.reshape %v23, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v25 = tosa.matmul %v22, %v24, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh1x4x16x8 = tosa.const_shape {values = dense<[1, 4, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v27 = tosa.reshape %v25, %sh1x4x16x8 : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  return %v27 : tensor<1x4x16x8xf32>
+}
+
+// -----
+
+// A tile of 2 KV heads along the head axis repeats them as h % Hkv, not h / G: fused, but with the tiled K (no GQA claimed).
+// CHECK-LABEL: func.func @tile_heads
+// CHECK:         %[[KREP:.*]] = tosa.tile
+// CHECK:         kiln.attention %{{[^,]*}}, %[[KREP]], {{.*}} : tensor<1x4x16x8xf32>, tensor<1x4x16x8xf32>, tensor<1x4x16x8xf32>
+func.func @tile_heads(%q: tensor<1x4x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x4x16x8xf32>) -> (tensor<1x4x16x8xf32>) {
+  %sh4x16x8 = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %sh1x2x1x1 = tosa.const_shape {values = dense<[1, 2, 1, 1]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v4 = tosa.tile %k, %sh1x2x1x1 : (tensor<1x2x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %v5 = tosa.transpose %v4 {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x4x16x8xf32>) -> tensor<1x4x8x16xf32>
+  %sh4x8x16 = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v7 = tosa.reshape %v5, %sh4x8x16 : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v9 = tosa.matmul %v2, %v7, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %sh1x4x16x16 = tosa.const_shape {values = dense<[1, 4, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v11 = tosa.reshape %v9, %sh1x4x16x16 : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<1x4x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v14 = tosa.mul %v11, %scale, %shift : (tensor<1x4x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) -> tensor<1x4x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %sh4x16x16 = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh4x16x16 : (tensor<1x4x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v23 = tosa.reshape %v, %sh4x16x8 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh1x4x16x8 = tosa.const_shape {values = dense<[1, 4, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x4x16x8 : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  return %v26 : tensor<1x4x16x8xf32>
+}
+
+// -----
+
+// Q, K, V from transpose [0,2,1,3] of [B,S,H,D]: the head transposes stay, the K transpose for QKᵀ goes.
+// CHECK-LABEL: func.func @bshd
+// CHECK:         %[[Q:.*]] = tosa.transpose %{{.*}} {perms = array<i32: 0, 2, 1, 3>}
+// CHECK:         %[[K:.*]] = tosa.transpose %{{.*}} {perms = array<i32: 0, 2, 1, 3>}
+// CHECK:         %[[V:.*]] = tosa.transpose %{{.*}} {perms = array<i32: 0, 2, 1, 3>}
+// CHECK-NOT:     array<i32: 0, 1, 3, 2>
+// CHECK:         kiln.attention %[[Q]], %[[K]], %[[V]]
+func.func @bshd(%q: tensor<1x16x2x8xf32>, %k: tensor<1x16x2x8xf32>, %v: tensor<1x16x2x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %v1 = tosa.transpose %q {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x16x8xf32>
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v3 = tosa.reshape %v1, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v4 = tosa.transpose %k {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x16x8xf32>
+  %v5 = tosa.transpose %v4 {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v7 = tosa.reshape %v5, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v9 = tosa.matmul %v3, %v7, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v11 = tosa.reshape %v9, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v14 = tosa.mul %v11, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.transpose %v {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x16x8xf32>
+  %v24 = tosa.reshape %v23, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v25 = tosa.matmul %v22, %v24, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v27 = tosa.reshape %v25, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v27 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// Two additive terms: the one nearer the product (a per-head bias) is `bias`, the other `mask`.
+// CHECK-LABEL: func.func @bias_and_mask
+// CHECK-SAME:    %[[BIAS:[^:]+]]: tensor<1x2x16x16xf32>, %[[MASK:[^:]+]]: tensor<1x1x1x16xf32>
+// CHECK-NOT:     tosa.add
+// CHECK:         kiln.attention {{.*}} mask(%[[MASK]] : tensor<1x1x1x16xf32>) bias(%[[BIAS]] : tensor<1x2x16x16xf32>)
+func.func @bias_and_mask(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %bias: tensor<1x2x16x16xf32>, %mask: tensor<1x1x1x16xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.add %v12, %bias : (tensor<1x2x16x16xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v14 = tosa.add %v13, %mask : (tensor<1x2x16x16xf32>, tensor<1x1x1x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// An additive bias and a boolean select mask: the boolean is `mask`, the float is `bias`.
+// CHECK-LABEL: func.func @bool_mask_and_bias
+// CHECK-SAME:    %[[BIAS:[^:]+]]: tensor<1x2x16x16xf32>, %[[COND:[^:]+]]: tensor<1x1x1x16xi1>
+// CHECK:         kiln.attention {{.*}} mask(%[[COND]] : tensor<1x1x1x16xi1>) bias(%[[BIAS]] : tensor<1x2x16x16xf32>)
+func.func @bool_mask_and_bias(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %bias: tensor<1x2x16x16xf32>, %cond: tensor<1x1x1x16xi1>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.add %v12, %bias : (tensor<1x2x16x16xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %fill = "tosa.const"() {values = dense<0xFF800000> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v15 = tosa.select %cond, %v13, %fill : (tensor<1x1x1x16xi1>, tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.sub %v15, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.exp %v17 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v19 = tosa.reduce_sum %v18 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.reciprocal %v19 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v21 = tosa.mul %v18, %v20, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v23 = tosa.reshape %v21, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v24 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v25 = tosa.matmul %v23, %v24, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v27 = tosa.reshape %v25, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v27 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A softmax over axis 2 (the queries) is not attention.
+// CHECK-LABEL: func.func @softmax_axis
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @softmax_axis(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 2 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x1x16xf32>
+  // expected-remark @above {{softmax not fused: softmax over axis 2, not the last axis 3}}
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x1x16xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 2 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x1x16xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x1x16xf32>) -> tensor<1x2x1x16xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x16xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// Max over the keys but sum over the queries is not a softmax at all.
+// CHECK-LABEL: func.func @sum_axis
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @sum_axis(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: reduce_sum axis 2 differs from reduce_max axis 3}}
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 2 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x1x16xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x1x16xf32>) -> tensor<1x2x1x16xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x16xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// The product on the wrong side (V·P) is not attention.
+// CHECK-LABEL: func.func @pv_swapped
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @pv_swapped(%q: tensor<1x2x8x8xf32>, %k: tensor<1x2x8x8xf32>, %v: tensor<1x2x8x8xf32>) -> (tensor<1x2x8x8xf32>) {
+  %sh2x8x8 = tosa.const_shape {values = dense<[2, 8, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x8x8 : (tensor<1x2x8x8xf32>, !tosa.shape<3>) -> tensor<2x8x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  %v4 = tosa.reshape %v3, %sh2x8x8 : (tensor<1x2x8x8xf32>, !tosa.shape<3>) -> tensor<2x8x8xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v6 = tosa.matmul %v2, %v4, %zp_f32, %zp_f32 : (tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x8x8xf32>
+  %sh1x2x8x8 = tosa.const_shape {values = dense<[1, 2, 8, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v8 = tosa.reshape %v6, %sh1x2x8x8 : (tensor<2x8x8xf32>, !tosa.shape<4>) -> tensor<1x2x8x8xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v11 = tosa.mul %v8, %scale, %shift : (tensor<1x2x8x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x8x8xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x8x8xf32>) -> tensor<1x2x8x1xf32>
+  // expected-remark @above {{softmax not fused: the probabilities are the right-hand side of the product (V·P)}}
+  %v13 = tosa.sub %v11, %max : (tensor<1x2x8x8xf32>, tensor<1x2x8x1xf32>) -> tensor<1x2x8x8xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x2x8x8xf32>) -> tensor<1x2x8x8xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x8x8xf32>) -> tensor<1x2x8x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x2x8x1xf32>) -> tensor<1x2x8x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x2x8x8xf32>, tensor<1x2x8x1xf32>, tensor<1xi8>) -> tensor<1x2x8x8xf32>
+  %v18 = tosa.reshape %v17, %sh2x8x8 : (tensor<1x2x8x8xf32>, !tosa.shape<3>) -> tensor<2x8x8xf32>
+  %v19 = tosa.reshape %v, %sh2x8x8 : (tensor<1x2x8x8xf32>, !tosa.shape<3>) -> tensor<2x8x8xf32>
+  %v20 = tosa.matmul %v19, %v18, %zp_f32, %zp_f32 : (tensor<2x8x8xf32>, tensor<2x8x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x8x8xf32>
+  %v21 = tosa.reshape %v20, %sh1x2x8x8 : (tensor<2x8x8xf32>, !tosa.shape<4>) -> tensor<1x2x8x8xf32>
+  return %v21 : tensor<1x2x8x8xf32>
+}
+
+// -----
+
+// The probabilities are also returned (attention weights as an output): fusing would lose them.
+// CHECK-LABEL: func.func @probs_returned
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @probs_returned(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>, tensor<1x2x16x16xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the probabilities have other users}}
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24, %v18 : tensor<1x2x16x8xf32>, tensor<1x2x16x16xf32>
+}
+
+// -----
+
+// The masked scores are also returned.
+// CHECK-LABEL: func.func @scores_returned
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @scores_returned(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>, tensor<1x2x16x16xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scores have other users}}
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24, %v12 : tensor<1x2x16x8xf32>, tensor<1x2x16x16xf32>
+}
+
+// -----
+
+// A per-head scale is not a splat constant.
+// CHECK-LABEL: func.func @nonsplat_scale
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<[[[[0.5]], [[0.25]]]]> : tensor<1x2x1x1xf32>} : () -> tensor<1x2x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is not a splat constant}}
+  %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.reciprocal %v16 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.mul %v15, %v17, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v20 = tosa.reshape %v18, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v21 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v22 = tosa.matmul %v20, %v21, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v24 = tosa.reshape %v22, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v24 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A scale computed at run time is not a constant.
+// CHECK-LABEL: func.func @runtime_scale
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @runtime_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %scale: tensor<1x1x1x1xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v11 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is not a splat constant}}
+  %v13 = tosa.sub %v11, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v20 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v23 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// select(cond, x, 0) does not hide keys.
+// CHECK-LABEL: func.func @select_fill_zero
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @select_fill_zero(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %cond: tensor<1x1x1x16xi1>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %fill = "tosa.const"() {values = dense<0.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v14 = tosa.select %cond, %v12, %fill : (tensor<1x1x1x16xi1>, tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the select fill is not -inf or a large negative constant}}
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// (QKᵀ + mask)·c scales the mask too; the op adds the mask after the scale.
+// CHECK-LABEL: func.func @mask_before_scale
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @mask_before_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %mask: tensor<1x1x1x16xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %v10 = tosa.add %v9, %mask : (tensor<1x2x16x16xf32>, tensor<1x1x1x16xf32>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v13 = tosa.mul %v10, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: a mask is added before the scale}}
+  %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v21 = tosa.reshape %v19, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v22 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v23 = tosa.matmul %v21, %v22, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v25 = tosa.reshape %v23, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v25 : tensor<1x2x16x8xf32>
+}
