@@ -489,6 +489,11 @@ class Site:
         self.bias: bool = bool(info.bias)
         self.bias_dtype: Optional[str] = DType(info.bias_dtype).manifest_name
 
+    @property
+    def package(self) -> "Package":
+        """The package this site belongs to."""
+        return self._package
+
     def __repr__(self) -> str:
         return (
             f"Site({self.name!r}, dtype={self.dtype}, head_dim={self.head_dim}, "
@@ -552,6 +557,32 @@ class Site:
         up to 4). `stream` is a torch.cuda.Stream or a raw CUstream int;
         default torch.cuda.current_stream(q.device). The launch is
         asynchronous and never synchronizes."""
+        import torch
+
+        args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out)
+        device = q.device
+        if stream is None:
+            handle = torch.cuda.current_stream(device).cuda_stream
+        elif isinstance(stream, int):
+            handle = stream
+        else:
+            handle = stream.cuda_stream
+        with torch.cuda.device(device):
+            self.launch(args, int(handle))
+        return out
+
+    def attention_args(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        mask: Any = None,
+        bias: Any = None,
+        out: Any = None,
+    ) -> Tuple[AttentionArgs, Any]:
+        """The raw launch arguments of attention() and its `out` tensor, for
+        launching repeatedly with launch() (the caller keeps the tensors
+        alive). Checks the tensors, not yet the site (launch() does)."""
         import torch
 
         dtypes = _torch_dtype_map()
@@ -631,15 +662,7 @@ class Site:
                 broadcast_strides(tensor.shape, tensor.stride(), target, name)
             )
 
-        if stream is None:
-            handle = torch.cuda.current_stream(device).cuda_stream
-        elif isinstance(stream, int):
-            handle = stream
-        else:
-            handle = stream.cuda_stream
-        with torch.cuda.device(device):
-            self.launch(args, int(handle))
-        return out
+        return args, out
 
 
 class Package:

@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Checks every attention site of a Kiln package on the GPU against a float64
+reference computed with torch.
+
+    python3 test/gpu/check_attention.py PACKAGE_DIR [--out results.json]
+    compute-sanitizer --tool memcheck python3 test/gpu/check_attention.py \\
+        PACKAGE_DIR --sanitize
+
+For each site: all pairs of query/key lengths in {1, 17, 128, 1000, 4096}
+(lengths the site fixes are kept), batch 2, 8 query heads over 2 KV heads
+(unless the site fixes them), the site's head_dim, dtype, causality, mask and
+bias; fresh random inputs per case (never zeros); the output poisoned with NaN
+before each launch. Also: Q/K/V/out as strided views (transposed and sliced
+from packed tensors), broadcast masks, and one launch captured in a CUDA graph
+and replayed. Passes when ||out - ref|| / ||ref|| is below 1e-2 (f16, bf16)
+or 1e-5 (f32) and nothing is NaN. Prints a table, writes JSON, exits 1 on any
+failure.
+
+Semantics (those of kiln.attention): causal keeps key j for query i iff
+j <= i + (Sk - Sq) (bottom-right aligned); window W also hides
+j <= i + (Sk - Sq) - W; a query row that sees no key gives 0; q head h uses
+KV head h // (Hq / Hkv); softcap c maps a score s to c * tanh(s / c) before
+mask and bias are added; boolean masks are True where the key takes part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+
+import kiln  # noqa: E402
+
+LENGTHS = (1, 17, 128, 1000, 4096)
+SANITIZE_CASES = ((1, 17), (17, 17), (33, 128), (128, 40))
+TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-5}
+TORCH_DTYPES = {
+    "bf16": torch.bfloat16,
+    "f16": torch.float16,
+    "f32": torch.float32,
+    "i1": torch.bool,
+}
+
+
+class Case:
+    """One launch: shapes, the layout of every tensor, and what to vary."""
+
+    def __init__(
+        self,
+        batch: int,
+        q_heads: int,
+        kv_heads: int,
+        q_len: int,
+        kv_len: int,
+        variant: str = "contiguous",
+        mask_shape: str = "full",
+    ) -> None:
+        self.batch, self.q_heads, self.kv_heads = batch, q_heads, kv_heads
+        self.q_len, self.kv_len = q_len, kv_len
+        self.variant = variant
+        self.mask_shape = mask_shape
+
+
+def physical(shape_bhsd: Tuple[int, int, int, int], layout: str) -> Tuple[int, ...]:
+    b, h, s, d = shape_bhsd
+    return (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
+
+
+def to_bhsd(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """A [B, H, S, D] view of a tensor in `layout`."""
+    return tensor if layout == "bhsd" else tensor.transpose(1, 2)
+
+
+def make_qkv(
+    shape_bhsd: Tuple[int, int, int, int],
+    layout: str,
+    dtype: torch.dtype,
+    variant: str,
+    device: torch.device,
+    count: int = 1,
+) -> List[torch.Tensor]:
+    """`count` random tensors of logical [B, H, S, D] shape, stored in
+    `layout`; the "strided" variant builds them as views that are not
+    contiguous: the other layout transposed, sliced out of one packed
+    tensor."""
+    b, h, s, d = shape_bhsd
+    if variant == "contiguous":
+        return [
+            torch.randn(physical(shape_bhsd, layout), dtype=dtype, device=device)
+            for _ in range(count)
+        ]
+    other = "bshd" if layout == "bhsd" else "bhsd"
+    # Packed [B, S, count, H, D] (or [B, count, H, S, D]) storage: each tensor
+    # is a slice (batch stride covers all of them), in the other layout.
+    if other == "bshd":
+        packed = torch.randn(b, s, count, h, d, dtype=dtype, device=device)
+        views = [packed[:, :, i] for i in range(count)]  # [B, S, H, D]
+    else:
+        packed = torch.randn(b, count, h, s, d, dtype=dtype, device=device)
+        views = [packed[:, i] for i in range(count)]  # [B, H, S, D]
+    return [view.transpose(1, 2) for view in views]  # now in `layout`
+
+
+def make_mask(
+    site: kiln.Site, case: Case, device: torch.device
+) -> Optional[torch.Tensor]:
+    if site.mask == "none":
+        return None
+    b, hq, sq, sk = case.batch, case.q_heads, case.q_len, case.kv_len
+    shape = {
+        "full": (b, hq, sq, sk),
+        "batch-keys": (b, 1, 1, sk),
+        "rows-keys": (sq, sk),
+    }[case.mask_shape]
+    hidden = torch.rand(shape, device=device) < 0.25
+    # Key 0 is visible to every query that sees any key under causal/window,
+    # so keeping it unmasked means no row is fully masked except by causal.
+    hidden[..., 0] = False
+    if site.mask == "boolean":
+        return ~hidden
+    dtype = TORCH_DTYPES[site.mask_dtype or "f32"]
+    mask = torch.randn(shape, device=device, dtype=torch.float32)
+    mask = mask.masked_fill(hidden, float("-inf"))
+    return mask.to(dtype)
+
+
+def make_bias(
+    site: kiln.Site, case: Case, device: torch.device
+) -> Optional[torch.Tensor]:
+    if not site.bias:
+        return None
+    dtype = TORCH_DTYPES[site.bias_dtype or site.dtype]
+    return torch.randn(
+        1, case.q_heads, case.q_len, case.kv_len, dtype=dtype, device=device
+    )
+
+
+def reference(
+    site: kiln.Site,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """float64 attention of [B, H, S, D] views; returns [B, Hq, Sq, D]."""
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    device = q.device
+    out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=device)
+    rows = torch.arange(sq, device=device)[:, None]
+    cols = torch.arange(sk, device=device)[None, :]
+    hidden = torch.zeros(sq, sk, dtype=torch.bool, device=device)
+    if site.causal:
+        hidden |= cols > rows + (sk - sq)
+        if site.window:
+            hidden |= cols <= rows + (sk - sq) - site.window
+    full = (b, hq, sq, sk)
+    mask_full = None if mask is None else mask.broadcast_to(full)
+    bias_full = None if bias is None else bias.broadcast_to(full)
+    # Bound the float64 score memory: a few heads at a time.
+    heads_per_chunk = max(1, min(hq, (1 << 27) // max(1, b * sq * sk)))
+    for h0 in range(0, hq, heads_per_chunk):
+        h1 = min(hq, h0 + heads_per_chunk)
+        qh = q[:, h0:h1].double()
+        kv_index = torch.arange(h0, h1, device=device) // group
+        kh = k[:, kv_index].double()
+        vh = v[:, kv_index].double()
+        scores = site.scale * torch.matmul(qh, kh.transpose(-1, -2))
+        if site.softcap:
+            scores = site.softcap * torch.tanh(scores / site.softcap)
+        if bias_full is not None:
+            scores = scores + bias_full[:, h0:h1].double()
+        if mask_full is not None:
+            chunk = mask_full[:, h0:h1]
+            if site.mask == "boolean":
+                scores = scores.masked_fill(~chunk, float("-inf"))
+            else:
+                scores = scores + chunk.double()
+        scores = scores.masked_fill(hidden, float("-inf"))
+        row_max = scores.amax(dim=-1, keepdim=True)
+        row_max = torch.where(torch.isinf(row_max), 0.0, row_max)
+        weights = torch.exp(scores - row_max)
+        total = weights.sum(dim=-1, keepdim=True)
+        weights = weights / torch.where(total == 0, 1.0, total)
+        out[:, h0:h1] = torch.matmul(weights, vh)
+        del scores, weights
+    return out
+
+
+def run_case(
+    site: kiln.Site, case: Case, head_dim: int, device: torch.device
+) -> Dict[str, Any]:
+    dtype = TORCH_DTYPES[site.dtype]
+    layout = site.layout
+    q_shape = (case.batch, case.q_heads, case.q_len, head_dim)
+    kv_shape = (case.batch, case.kv_heads, case.kv_len, head_dim)
+    (q,) = make_qkv(q_shape, layout, dtype, case.variant, device)
+    k, v = make_qkv(kv_shape, layout, dtype, case.variant, device, count=2)
+    if case.variant == "contiguous":
+        out = torch.empty(physical(q_shape, layout), dtype=dtype, device=device)
+    else:
+        (out,) = make_qkv(q_shape, layout, dtype, case.variant, device)
+    mask = make_mask(site, case, device)
+    bias = make_bias(site, case, device)
+    out.fill_(float("nan"))
+
+    result: Dict[str, Any] = {
+        "site": site.name,
+        "layout": layout,
+        "dtype": site.dtype,
+        "head_dim": head_dim,
+        "causal": site.causal,
+        "mask": site.mask if site.mask == "none" else f"{site.mask}:{case.mask_shape}",
+        "bias": site.bias,
+        "batch": case.batch,
+        "q_heads": case.q_heads,
+        "kv_heads": case.kv_heads,
+        "q_len": case.q_len,
+        "kv_len": case.kv_len,
+        "variant": case.variant,
+    }
+    try:
+        if case.variant == "graph":
+            static_out = out
+            site.package.prepare()  # module loads are not capturable
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                site.attention(q, k, v, mask=mask, bias=bias, out=static_out)
+            static_out.fill_(float("nan"))
+            graph.replay()
+        else:
+            site.attention(q, k, v, mask=mask, bias=bias, out=out)
+        torch.cuda.synchronize()
+    except Exception as error:  # KilnError, or a CUDA error from the kernel
+        result.update(ok=False, error=f"{type(error).__name__}: {error}")
+        return result
+
+    ref = reference(
+        site,
+        to_bhsd(q, layout),
+        to_bhsd(k, layout),
+        to_bhsd(v, layout),
+        mask,
+        bias,
+    )
+    got = to_bhsd(out, layout).double()
+    nan_count = int(torch.isnan(got).sum())
+    ref_norm = float(ref.norm())
+    err_norm = float((got - ref).nan_to_num(nan=float("inf")).norm())
+    rel = err_norm / ref_norm if ref_norm > 0 else err_norm
+    tolerance = TOLERANCE[site.dtype]
+    ok = nan_count == 0 and math.isfinite(rel) and rel <= tolerance
+    result.update(ok=ok, rel_err=rel, tolerance=tolerance, nan=nan_count)
+    return result
+
+
+def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
+    kv_heads = site.kv_heads or (2 if (site.q_heads or 8) % 2 == 0 else 1)
+    q_heads = site.q_heads or 4 * kv_heads
+    batch = site.batch or (1 if sanitize else 2)
+
+    def lengths(static: Optional[int], options) -> List[int]:
+        return [static] if static else list(options)
+
+    if sanitize:
+        pairs = [(site.q_len or sq, site.kv_len or sk) for sq, sk in SANITIZE_CASES]
+        pairs = list(dict.fromkeys(pairs))
+    else:
+        pairs = [
+            (sq, sk)
+            for sq in lengths(site.q_len, LENGTHS)
+            for sk in lengths(site.kv_len, LENGTHS)
+        ]
+    cases = [Case(batch, q_heads, kv_heads, sq, sk) for sq, sk in pairs]
+    # Strided views, broadcast masks and a CUDA graph on a few shapes.
+    extra = [(sq, sk) for sq, sk in pairs if max(sq, sk) <= 1000][:3] or pairs[:1]
+    for sq, sk in extra:
+        cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="strided"))
+        if site.mask != "none":
+            for shape in ("batch-keys", "rows-keys"):
+                cases.append(Case(batch, q_heads, kv_heads, sq, sk, mask_shape=shape))
+    sq, sk = extra[0]
+    cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="graph"))
+    return cases
+
+
+def head_dim_of(package: kiln.Package, site: kiln.Site) -> int:
+    if site.head_dim:
+        return site.head_dim
+    for kernel in package.kernels:
+        if kernel.name == site.kernel and kernel.head_dim:
+            return kernel.head_dim
+    return 64
+
+
+HEADER = (
+    f"{'site':<16} {'layout':<6} {'dtype':<5} {'D':>4} {'causal':<6} "
+    f"{'mask':<18} {'B':>2} {'Hq':>3} {'Hkv':>3} {'Sq':>5} {'Sk':>5} "
+    f"{'variant':<10} {'rel_err':>10}  result"
+)
+
+
+def format_row(r: Dict[str, Any]) -> str:
+    rel = f"{r['rel_err']:.2e}" if "rel_err" in r else "-"
+    verdict = "ok" if r["ok"] else "FAIL"
+    if "error" in r:
+        verdict += f" ({r['error'].strip().splitlines()[-1][:160]})"
+    elif not r["ok"]:
+        verdict += f" (nan={r['nan']}, tol={r['tolerance']:.0e})"
+    return (
+        f"{r['site']:<16} {r['layout']:<6} {r['dtype']:<5} {r['head_dim']:>4} "
+        f"{str(r['causal']):<6} {r['mask']:<18} {r['batch']:>2} "
+        f"{r['q_heads']:>3} {r['kv_heads']:>3} {r['q_len']:>5} "
+        f"{r['kv_len']:>5} {r['variant']:<10} {rel:>10}  {verdict}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("package", help="package directory written by kilnc")
+    parser.add_argument("--out", help="JSON results file")
+    parser.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="a few small cases only (for compute-sanitizer)",
+    )
+    parser.add_argument("--site", action="append", help="only these sites")
+    parser.add_argument("--seed", type=int, default=0)
+    options = parser.parse_args()
+
+    if not torch.cuda.is_available():
+        print("check_attention: no CUDA device", file=sys.stderr)
+        return 1
+    device = torch.device("cuda")
+    torch.manual_seed(options.seed)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    package = kiln.Package(options.package)
+    major, minor = torch.cuda.get_device_capability(device)
+    print(
+        f"device {torch.cuda.get_device_name(device)} (sm_{major}{minor}), "
+        f"torch {torch.__version__}, package {options.package}: "
+        f"{len(package.sites)} sites, targets {package.targets}, "
+        f"loads {package.select_target(major, minor)}",
+        flush=True,
+    )
+
+    results: List[Dict[str, Any]] = []
+    start = time.time()
+    print(HEADER)
+    print("-" * len(HEADER), flush=True)
+    for site in package.sites:
+        if options.site and site.name not in options.site:
+            continue
+        head_dim = head_dim_of(package, site)
+        for case in cases_for(site, options.sanitize):
+            try:
+                result = run_case(site, case, head_dim, device)
+            except Exception:
+                result = {
+                    "site": site.name,
+                    "layout": site.layout,
+                    "dtype": site.dtype,
+                    "head_dim": head_dim,
+                    "causal": site.causal,
+                    "mask": site.mask,
+                    "batch": case.batch,
+                    "q_heads": case.q_heads,
+                    "kv_heads": case.kv_heads,
+                    "q_len": case.q_len,
+                    "kv_len": case.kv_len,
+                    "variant": case.variant,
+                    "ok": False,
+                    "error": traceback.format_exc(limit=3),
+                }
+            results.append(result)
+            print(format_row(result), flush=True)
+    failures = [r for r in results if not r["ok"]]
+    if failures:
+        print(f"\nFailures:\n{HEADER}")
+        for r in failures:
+            print(format_row(r))
+    summary = {
+        "device": torch.cuda.get_device_name(device),
+        "capability": f"{major}.{minor}",
+        "torch": torch.__version__,
+        "package": options.package,
+        "target": package.select_target(major, minor),
+        "sanitize": options.sanitize,
+        "seconds": round(time.time() - start, 1),
+        "passed": len(results) - len(failures),
+        "failed": len(failures),
+        "results": results,
+    }
+    out_path = options.out or os.path.join(
+        os.environ.get("OUT", "."), "check_attention.json"
+    )
+    with open(out_path, "w") as stream:
+        json.dump(summary, stream, indent=1)
+    print(
+        f"\n{summary['passed']} passed, {summary['failed']} failed "
+        f"({summary['seconds']} s); results in {out_path}"
+    )
+    return 1 if failures or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
