@@ -29,6 +29,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
+#include <map>
 #include <limits>
 #include <numeric>
 
@@ -88,6 +89,8 @@ private:
     if (currentNode)
       diag << "node '" << currentNode->name() << "' ("
            << currentNode->op_type() << "): ";
+    else if (!currentTensor.empty())
+      diag << "tensor '" << currentTensor << "': ";
     return diag;
   }
   Status fail(const Twine &message) {
@@ -241,11 +244,14 @@ private:
   int64_t opset = 0;
   const onnx::NodeProto *currentNode = nullptr;
   std::string unsupportedReason;
+  /// Graph input or initializer being converted (for diagnostics).
+  std::string currentTensor;
   llvm::StringMap<TensorInfo> tensors;
   /// Types the model declares for its tensors (value_info, inferred shapes).
   llvm::StringMap<const onnx::TypeProto *> declaredTypes;
   Value cachedShift;
   llvm::DenseMap<Type, Value> cachedZeroPoints;
+  std::map<std::vector<int64_t>, Value> cachedShapes;
 };
 
 } // namespace
@@ -505,12 +511,23 @@ Value Importer::constant(DenseElementsAttr attr) {
 }
 
 Value Importer::constShape(ArrayRef<int64_t> values) {
+  auto key = std::vector<int64_t>(values.begin(), values.end());
+  auto it = cachedShapes.find(key);
+  if (it != cachedShapes.end())
+    return it->second;
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(builder.getInsertionBlock());
+  Location saved = loc;
+  loc = fileLoc;
   auto type = RankedTensorType::get({(int64_t)values.size()},
                                     builder.getIndexType());
   auto attr = DenseIntElementsAttr::get(type, values);
-  return create1("tosa.const_shape", {},
-                 tosa::shapeType::get(ctx, values.size()),
-                 {builder.getNamedAttr("values", attr)});
+  Value shape = create1("tosa.const_shape", {},
+                        tosa::shapeType::get(ctx, values.size()),
+                        {builder.getNamedAttr("values", attr)});
+  loc = saved;
+  cachedShapes[key] = shape;
+  return shape;
 }
 
 Value Importer::scalarConstant(Type elemType, double value, int64_t rank) {
@@ -558,6 +575,12 @@ Value Importer::reshape(Value value, ArrayRef<int64_t> shape) {
     if (d == kDynamic)
       d = -1;
   auto resultType = RankedTensorType::get(shape, type.getElementType());
+  // Constants are reshaped here rather than in the IR.
+  if (Operation *def = value.getDefiningOp())
+    if (def->getName().getStringRef() == "tosa.const" &&
+        resultType.hasStaticShape())
+      if (auto attr = def->getAttrOfType<DenseElementsAttr>("values"))
+        return constant(attr.reshape(resultType));
   return create1("tosa.reshape", {value, constShape(target)}, resultType);
 }
 
@@ -1132,6 +1155,7 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
   // Initializers first: they may shadow graph inputs (default values).
   for (const auto &init : graph.initializer()) {
     loc = NameLoc::get(builder.getStringAttr(init.name()), fileLoc);
+    currentTensor = init.name();
     FailureOr<DenseElementsAttr> attr = convertTensor(init);
     if (failed(attr))
       return {};
@@ -1150,6 +1174,7 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
     if (tensors.count(in.name()))
       continue;
     loc = NameLoc::get(builder.getStringAttr(in.name()), fileLoc);
+    currentTensor = in.name();
     FailureOr<TensorType> type = convertType(in.type());
     if (failed(type))
       return {};
@@ -1158,6 +1183,7 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
   }
 
   loc = fileLoc;
+  currentTensor.clear();
   auto func = func::FuncOp::create(builder, fileLoc, "main",
                                    builder.getFunctionType(argTypes, {}));
   Block *entry = func.addEntryBlock();

@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""Generates the small ONNX graphs of test/Target/ONNX/Inputs.
+
+Run with a Python that has `onnx` and `numpy` (Debian's /usr/bin/python3 with
+python3-onnx). The outputs are committed; rerun this script after changing
+it:
+
+    /usr/bin/python3 utils/make_onnx_tests.py
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test",
+                   "Target", "ONNX", "Inputs")
+RNG = np.random.default_rng(0)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def weight(name, shape, dtype=np.float32):
+    return const(name, (RNG.standard_normal(shape) * 0.1).astype(dtype))
+
+
+def save(name, nodes, inputs, outputs, inits=(), opset=17, value_info=()):
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits),
+                              value_info=list(value_info))
+    model = helper.make_model(graph, producer_name="kiln-tests",
+                              opset_imports=[helper.make_opsetid("", opset)])
+    # The installed onnx may predate the opset: no checker, and ir_version 8.
+    model.ir_version = 8
+    onnx.save(model, os.path.join(OUT, name + ".onnx"))
+
+
+def tensor(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def node(op, inputs, outputs, name=None, **attrs):
+    return helper.make_node(op, inputs, outputs, name=name or outputs[0],
+                            **attrs)
+
+
+def eager_attention():
+    """Eager-style attention at opset 17 with a causal mask built from
+    Shape/Range/Less/Where and a Trilu, which must fold to constants."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("MatMul", ["x", "wq"], ["q2"], name="q_proj"),
+        node("MatMul", ["x", "wk"], ["k2"], name="k_proj"),
+        node("MatMul", ["x", "wv"], ["v2"], name="v_proj"),
+        node("Reshape", ["q2", "heads_shape"], ["q3"]),
+        node("Reshape", ["k2", "heads_shape"], ["k3"]),
+        node("Reshape", ["v2", "heads_shape"], ["v3"]),
+        node("Transpose", ["q3"], ["q"], perm=[0, 2, 1, 3]),
+        node("Transpose", ["k3"], ["kt"], perm=[0, 2, 3, 1]),
+        node("Transpose", ["v3"], ["v"], perm=[0, 2, 1, 3]),
+        node("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        node("Div", ["scores", "sqrt_d"], ["scaled"], name="scale"),
+        # Causal mask: j <= i from the static sequence length.
+        node("Shape", ["x"], ["xs"]),
+        node("Gather", ["xs", "one"], ["seq"], axis=0),
+        node("Range", ["zero", "seq", "one"], ["pos"]),
+        node("Unsqueeze", ["pos", "axes0"], ["row"]),
+        node("Unsqueeze", ["pos", "axes1"], ["col"]),
+        node("Less", ["col", "row"], ["future"]),
+        node("Where", ["future", "neg_inf", "zero_f"], ["causal"]),
+        node("Add", ["scaled", "causal"], ["masked"]),
+        node("Softmax", ["masked"], ["probs"], axis=-1, name="softmax"),
+        node("MatMul", ["probs", "v"], ["ctx"], name="pv"),
+        node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+        node("Reshape", ["ctx_t", "out_shape"], ["y"]),
+        # A Trilu of a constant folds too.
+        node("ConstantOfShape", ["sq_shape"], ["ones"],
+             value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+        node("Trilu", ["ones"], ["tril"], upper=0),
+        node("ReduceSum", ["tril", "axes1"], ["rowsum"], keepdims=0),
+    ]
+    inits = [
+        weight("wq", [16, 16]), weight("wk", [16, 16]), weight("wv", [16, 16]),
+        const("heads_shape", np.array([1, 8, 2, 8], np.int64)),
+        const("out_shape", np.array([0, 0, 16], np.int64)),
+        const("sqrt_d", np.array(np.sqrt(8.0), np.float32)),
+        const("one", np.array(1, np.int64)),
+        const("zero", np.array(0, np.int64)),
+        const("axes0", np.array([0], np.int64)),
+        const("axes1", np.array([1], np.int64)),
+        const("neg_inf", np.array(-np.inf, np.float32)),
+        const("zero_f", np.array(0.0, np.float32)),
+        const("sq_shape", np.array([8, 8], np.int64)),
+    ]
+    save("eager_attention", nodes, [tensor("x", f, [1, 8, 16])],
+         [tensor("y", f, [1, 8, 16]), tensor("rowsum", f, [8])], inits)
+
+
+def attention_opset23():
+    """The opset-23 Attention op: 4-D with a bool mask, 3-D GQA causal."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Attention", ["q", "k", "v", "mask"], ["o4"], name="attn4d",
+             scale=0.25),
+        node("Attention", ["q3", "k3", "v3"], ["o3"], name="attn3d",
+             q_num_heads=4, kv_num_heads=2, is_causal=1, softcap=30.0),
+        node("Attention", ["q", "k", "v", "fmask"], ["o4f"], name="attnf"),
+    ]
+    save("attention_opset23", nodes,
+         [tensor("q", f, [2, 4, 8, 16]), tensor("k", f, [2, 4, 8, 16]),
+          tensor("v", f, [2, 4, 8, 16]),
+          tensor("mask", TensorProto.BOOL, [2, 1, 1, 8]),
+          tensor("fmask", f, [8, 8]),
+          tensor("q3", f, [1, 8, 64]), tensor("k3", f, [1, 8, 32]),
+          tensor("v3", f, [1, 8, 32])],
+         [tensor("o4", f, [2, 4, 8, 16]), tensor("o3", f, [1, 8, 64]),
+          tensor("o4f", f, [2, 4, 8, 16])], opset=23)
+
+
+def dynamic_dims():
+    """dim_param dims stay dynamic; shape arithmetic on them is tracked."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("MatMul", ["x", "w"], ["h"], name="proj"),
+        node("Shape", ["h"], ["hs"]),
+        node("Gather", ["hs", "idx01"], ["bs"], axis=0),
+        node("Concat", ["bs", "heads"], ["target"], axis=0),
+        node("Reshape", ["h", "target"], ["h4"], name="split_heads"),
+        node("Softmax", ["h4"], ["p"], axis=-1),
+        node("Add", ["x", "bias"], ["xb"]),
+    ]
+    inits = [weight("w", [16, 16]),
+             const("idx01", np.array([0, 1], np.int64)),
+             const("heads", np.array([2, 8], np.int64)),
+             weight("bias", [16])]
+    save("dynamic_dims", nodes, [tensor("x", f, [1, "seq", 16])],
+         [tensor("p", f, None), tensor("xb", f, None)], inits, opset=18)
+
+
+def mixed_ops():
+    """A spread of element-type and shape ops."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    nodes = [
+        node("Gemm", ["a", "wg", "bg"], ["g"], transB=1, alpha=0.5),
+        node("LayerNormalization", ["g", "ln_s", "ln_b"], ["ln"], axis=-1,
+             epsilon=1e-5),
+        node("Split", ["ln", "split"], ["s0", "s1"], axis=1),
+        node("Pow", ["s0", "two"], ["sq"]),
+        node("ReduceMean", ["sq"], ["mean"], axes=[1], keepdims=1),
+        node("Sqrt", ["mean"], ["rms"]),
+        node("Reciprocal", ["rms"], ["inv"]),
+        node("Neg", ["inv"], ["ninv"]),
+        node("Mul", ["s1", "ninv"], ["m"]),
+        node("Tanh", ["m"], ["t"]),
+        node("Erf", ["t"], ["e"]),
+        node("Exp", ["e"], ["ex"]),
+        node("ReduceMax", ["ex"], ["mx"], axes=[1], keepdims=0),
+        node("Slice", ["ex", "st", "en", "ax"], ["sl"]),
+        node("Squeeze", ["mx"], ["sqz"]),
+        node("Unsqueeze", ["sqz", "ax0"], ["unsq"]),
+        node("Expand", ["unsq", "exp_shape"], ["expd"]),
+        node("Cast", ["ids"], ["ids_f"], to=TensorProto.FLOAT),
+        node("Equal", ["ids", "zero"], ["is_pad"]),
+        node("Not", ["is_pad"], ["keep"]),
+        node("And", ["keep", "keep"], ["keep2"]),
+        node("Where", ["keep2", "ids_f", "zero_f"], ["ids_masked"]),
+        node("Identity", ["ids_masked"], ["ids_out"]),
+        node("Sub", ["sl", "sl"], ["zsl"]),
+        node("Hardmax", ["zsl"], ["hm"], name="kept_opaque"),
+        node("Concat", ["expd", "expd"], ["cat"], axis=0),
+    ]
+    inits = [weight("wg", [8, 4]), weight("bg", [8]),
+             const("ln_s", np.ones(8, np.float32)),
+             const("ln_b", np.zeros(8, np.float32)),
+             const("split", np.array([4, 4], np.int64)),
+             const("two", np.array(2.0, np.float32)),
+             const("st", np.array([1], np.int64)),
+             const("en", np.array([3], np.int64)),
+             const("ax", np.array([1], np.int64)),
+             const("ax0", np.array([0], np.int64)),
+             const("exp_shape", np.array([3, 2], np.int64)),
+             const("zero", np.array(0, np.int64)),
+             const("zero_f", np.array(0.0, np.float32))]
+    save("mixed_ops", nodes,
+         [tensor("a", f, [2, 4]), tensor("ids", i64, [2, 5])],
+         [tensor("cat", f, [6, 2]), tensor("ids_out", f, [2, 5]),
+          tensor("hm", f, [2, 2])], inits)
+
+
+def bf16_matmul():
+    """Element types are kept: a bf16 batched MatMul with a rank-2 weight."""
+    bf = TensorProto.BFLOAT16
+    w = helper.make_tensor("w", bf, [8, 4], np.zeros(32, np.uint16).tolist())
+    nodes = [node("MatMul", ["x", "w"], ["y"], name="mm")]
+    save("bf16_matmul", nodes, [tensor("x", bf, [2, 3, 8])],
+         [tensor("y", bf, [2, 3, 4])], [w], opset=18)
+
+
+def bad_models():
+    f = TensorProto.FLOAT
+    nodes = [node("Relu", ["x"], ["y"])]
+    save("opset12", nodes, [tensor("x", f, [2])], [tensor("y", f, [2])],
+         opset=12)
+    save("opset24", nodes, [tensor("x", f, [2])], [tensor("y", f, [2])],
+         opset=24)
+    save("bad_dtype", [node("Identity", ["x"], ["y"])],
+         [tensor("x", TensorProto.COMPLEX64, [2])],
+         [tensor("y", TensorProto.COMPLEX64, [2])])
+    save("undefined_input", [node("Relu", ["nowhere"], ["y"], name="relu")],
+         [tensor("x", f, [2])], [tensor("y", f, [2])])
+    save("custom_domain",
+         [helper.make_node("FusedThing", ["x"], ["y"], name="fused",
+                           domain="com.example"),
+          node("Relu", ["y"], ["z"])],
+         [tensor("x", f, [2])], [tensor("z", f, [2])])
+    with open(os.path.join(OUT, "not_onnx.onnx"), "wb") as out:
+        out.write(b"This is not a protobuf file at all.\n\xff\xfe\x00\x01")
+    open(os.path.join(OUT, "empty.onnx"), "wb").close()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    eager_attention()
+    attention_opset23()
+    dynamic_dims()
+    mixed_ops()
+    bf16_matmul()
+    bad_models()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
