@@ -1,0 +1,43 @@
+//===- FakeCudaDriver.h - State of the unit tests' stand-in libcuda -------===//
+
+#ifndef KILN_TEST_UNIT_FAKECUDADRIVER_H
+#define KILN_TEST_UNIT_FAKECUDADRIVER_H
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+constexpr int kFakeMaxParams = 64;
+
+/// What the last cuLaunchKernel received.
+struct FakeLaunch {
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  unsigned sharedBytes = 0;
+  CUstream stream = nullptr;
+  bool hasExtra = false;
+  /// The first 8 bytes behind each kernelParams entry.
+  uint64_t params[kFakeMaxParams] = {};
+};
+
+struct FakeCudaState {
+  int major = 9;
+  int minor = 0;
+  /// Id of the context current on the (single) test thread; 0 = none.
+  uintptr_t currentContext = 1;
+  /// Id of the context cuStreamGetCtx reports.
+  uintptr_t streamContext = 7;
+  int initCalls = 0;
+  int moduleLoads = 0;
+  int moduleUnloads = 0;
+  std::string loadedPtx;
+  int maxDynamicShared = 0;
+  int expectedParams = 0;
+  int launches = 0;
+  FakeLaunch lastLaunch;
+};
+
+extern "C" FakeCudaState *fakeCudaState();
+
+#endif // KILN_TEST_UNIT_FAKECUDADRIVER_H
