@@ -143,7 +143,12 @@ def write_package(directory: Path, manifest: Any, text: str = "") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "manifest.json").write_text(text or json.dumps(manifest, indent=2))
     if isinstance(manifest, dict):
+        entries = "".join(
+            f".entry {k['name']}\n"
+            for k in manifest.get("kernels", [])
+            if isinstance(k, dict) and isinstance(k.get("name"), str)
+        )
         for target in manifest.get("targets", []):
             if isinstance(target, dict) and isinstance(target.get("ptx"), str):
-                (directory / target["ptx"]).write_text("// placeholder PTX\n")
+                (directory / target["ptx"]).write_text("// placeholder PTX\n" + entries)
     return directory

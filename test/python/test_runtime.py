@@ -2,6 +2,7 @@
 error messages, argument checks through the C library, stride helpers."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -307,3 +308,34 @@ def test_torch_argument_errors(package: kiln.Package) -> None:
     q = torch.zeros(1, 8, 4, 64, dtype=torch.bfloat16)
     with pytest.raises(KilnError, match="CUDA tensor"):
         site.attention(q, q, q)
+
+
+def test_launch_through_stand_in_driver(package_dir: Path) -> None:
+    """A raw launch reaches cuLaunchKernel of the unit tests' stand-in
+    libcuda (built with KilnLaunchTests); run in a subprocess, since the
+    driver is loaded once per process."""
+    import subprocess
+    import sys
+
+    library = Path(kiln.find_library()).resolve()
+    fake = library.parents[1] / "test" / "unit" / "fake-driver"
+    fake_driver = next(iter(sorted(fake.glob("libkiln_fake_cuda.so*"))), None)
+    if fake_driver is None:
+        pytest.skip("stand-in driver not built (ninja KilnLaunchTests)")
+    script = f"""
+import sys
+sys.path[:0] = {[str(Path(__file__).parent), str(Path(kiln.__file__).parents[1])]!r}
+import kiln
+from test_runtime import fake_args
+package = kiln.Package({str(package_dir)!r})
+site = package.site("attention_0")
+package.prepare()
+site.launch(fake_args(site, 2, 8, 2, 33, 40), 0x1234)
+print("launched")
+"""
+    env = dict(os.environ, KILN_CUDA_DRIVER_LIB=str(fake_driver))
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "launched" in result.stdout
