@@ -207,12 +207,13 @@ def run_case(
     layout = site.layout
     q_shape = (case.batch, case.q_heads, case.q_len, head_dim)
     kv_shape = (case.batch, case.kv_heads, case.kv_len, head_dim)
-    (q,) = make_qkv(q_shape, layout, dtype, case.variant, device)
-    k, v = make_qkv(kv_shape, layout, dtype, case.variant, device, count=2)
-    if case.variant == "contiguous":
+    storage = "strided" if case.variant == "strided" else "contiguous"
+    (q,) = make_qkv(q_shape, layout, dtype, storage, device)
+    k, v = make_qkv(kv_shape, layout, dtype, storage, device, count=2)
+    if storage == "contiguous":
         out = torch.empty(physical(q_shape, layout), dtype=dtype, device=device)
     else:
-        (out,) = make_qkv(q_shape, layout, dtype, case.variant, device)
+        (out,) = make_qkv(q_shape, layout, dtype, storage, device)
     mask = make_mask(site, case, device)
     bias = make_bias(site, case, device)
     out.fill_(float("nan"))
@@ -286,7 +287,8 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
         ]
     cases = [Case(batch, q_heads, kv_heads, sq, sk) for sq, sk in pairs]
     # Strided views, broadcast masks and a CUDA graph on a few shapes.
-    extra = [(sq, sk) for sq, sk in pairs if max(sq, sk) <= 1000][:3] or pairs[:1]
+    preferred = [(17, 128), (128, 128), (1000, 1000), (17, 17), (33, 128)]
+    extra = [pair for pair in preferred if pair in pairs][:3] or pairs[:1]
     for sq, sk in extra:
         cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="strided"))
         if site.mask != "none":
