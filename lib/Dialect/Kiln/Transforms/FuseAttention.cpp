@@ -484,6 +484,26 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       term.value = *chain == add.getInput1() ? add.getInput2()
                                              : add.getInput1();
       term.scoresRank = resultType.getRank();
+      std::optional<double> splat = getSplatFloat(term.value);
+      if (splat && *splat == 0.0) {
+        // Adding zeros changes nothing.
+        match.ops.insert(def);
+        current = *chain;
+        continue;
+      }
+      // An additive mask built as select(keep, 0, -inf) is that boolean.
+      if (auto build = term.value.getDefiningOp<tosa::SelectOp>()) {
+        std::optional<double> onTrue = getSplatFloat(build.getOnTrue());
+        std::optional<double> onFalse = getSplatFloat(build.getOnFalse());
+        if (onTrue && onFalse &&
+            ((*onTrue == 0.0 && isMaskingValue(*onFalse)) ||
+             (isMaskingValue(*onTrue) && *onFalse == 0.0))) {
+          term.isBoolean = true;
+          term.inverted = *onTrue != 0.0;
+          term.value = build.getPred();
+          match.ops.insert(build);
+        }
+      }
       terms.push_back(term);
       match.ops.insert(def);
       current = *chain;
@@ -634,6 +654,51 @@ std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
   return width >= keyLength ? 0 : width;
 }
 
+/// Matches the guard exporters put after a softmax over masked scores,
+/// `select(isnan(p), 0, p)` (written with `equal(p, p)`), which turns a row
+/// that sees no key into zeros: what the fused op does for such a row.
+/// Returns the guarded value and adds the guard's ops.
+std::optional<Value> matchNanGuard(Value probs,
+                                   llvm::SetVector<Operation *> &ops) {
+  tosa::EqualOp isOrdered;
+  tosa::SelectOp select;
+  for (Operation *user : probs.getUsers()) {
+    if (auto equal = dyn_cast<tosa::EqualOp>(user);
+        equal && equal.getInput1() == probs && equal.getInput2() == probs &&
+        (!isOrdered || isOrdered == equal))
+      isOrdered = equal;
+    else if (auto candidate = dyn_cast<tosa::SelectOp>(user);
+             candidate && (!select || select == candidate))
+      select = candidate;
+    else
+      return std::nullopt;
+  }
+  if (!isOrdered || !select || !isOrdered->hasOneUse() ||
+      select.getOutput().getType() != probs.getType())
+    return std::nullopt;
+  auto isZero = [](Value value) {
+    std::optional<double> splat = getSplatFloat(value);
+    return splat && *splat == 0.0;
+  };
+  Operation *condition = *isOrdered->user_begin();
+  if (condition == select && select.getPred() == isOrdered.getOutput() &&
+      select.getOnTrue() == probs && isZero(select.getOnFalse())) {
+    ops.insert(isOrdered);
+    ops.insert(select);
+    return select.getOutput();
+  }
+  auto isNan = dyn_cast<tosa::LogicalNotOp>(condition);
+  if (isNan && isNan->hasOneUse() && *isNan->user_begin() == select &&
+      select.getPred() == isNan.getOutput() && select.getOnFalse() == probs &&
+      isZero(select.getOnTrue())) {
+    ops.insert(isOrdered);
+    ops.insert(isNan);
+    ops.insert(select);
+    return select.getOutput();
+  }
+  return std::nullopt;
+}
+
 /// Reads a whole attention site around the softmax starting at `maxOp`.
 FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                                          std::string &whyNot) {
@@ -656,6 +721,10 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   tosa::MatMulOp outputMatmul;
   bool collapsed = false;
   while (!outputMatmul) {
+    if (std::optional<Value> guarded = matchNanGuard(probs, match.ops)) {
+      probs = *guarded;
+      continue;
+    }
     if (!probs.hasOneUse())
       return fail("the probabilities have other users");
     Operation *user = *probs.user_begin();
@@ -867,9 +936,23 @@ Value materialize(PatternRewriter &rewriter, Location loc,
     value = createReshape(rewriter, loc, value,
                           {batch, heads, trailing[0], trailing[1]});
   }
-  if (source.transposed != wantSwapped)
-    value = createSwapInnermost(rewriter, loc, value);
-  return value;
+  if (source.transposed == wantSwapped)
+    return value;
+  // Fold the swap into a transpose that produced the base (e.g. an
+  // exporter's [0,2,3,1] from [B,S,H,D] to Kᵀ) rather than stacking two.
+  if (auto producer = value.getDefiningOp<tosa::TransposeOp>();
+      producer && producer.getPerms().size() == 4) {
+    ArrayRef<int32_t> perms = producer.getPerms();
+    SmallVector<int32_t> composed = {perms[0], perms[1], perms[3], perms[2]};
+    auto type = cast<RankedTensorType>(value.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    std::swap(shape[2], shape[3]);
+    Value result = tosa::TransposeOp::create(
+        rewriter, loc, type.clone(shape), producer.getInput1(),
+        rewriter.getDenseI32ArrayAttr(composed));
+    return result;
+  }
+  return createSwapInnermost(rewriter, loc, value);
 }
 
 /// Brings a mask term to the fused op's `[B, Hq, Sq, Sk]` indexing.
@@ -903,8 +986,13 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     if (failed(match))
       return rewriter.notifyMatchFailure(maxOp, whyNot);
 
+    // The fused location lists the site's ops in program order.
+    SmallVector<Operation *> siteOps(match->ops.begin(), match->ops.end());
+    llvm::sort(siteOps, [](Operation *lhs, Operation *rhs) {
+      return lhs->isBeforeInBlock(rhs);
+    });
     SmallVector<Location> locs = llvm::to_vector(
-        llvm::map_range(match->ops, [](Operation *op) { return op->getLoc(); }));
+        llvm::map_range(siteOps, [](Operation *op) { return op->getLoc(); }));
     Location loc = rewriter.getFusedLoc(locs);
     Operation *resultOp = match->result.getDefiningOp();
     rewriter.setInsertionPoint(resultOp);
@@ -952,6 +1040,10 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
 
     // Erase what the site leaves dead, constants included.
     SmallVector<Operation *> worklist(match->ops.begin(), match->ops.end());
+    for (const OperandSource *source :
+         {&match->query, &match->key, &match->value})
+      if (Operation *def = source->base.getDefiningOp())
+        worklist.push_back(def);
     llvm::SmallPtrSet<Operation *, 32> erased;
     erased.insert(resultOp);
     while (!worklist.empty()) {
