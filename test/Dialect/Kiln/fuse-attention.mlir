@@ -810,6 +810,91 @@ func.func @bool_mask_and_bias(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>
 
 // -----
 
+// PyTorch's SDPA decomposition as exported: Q/K/V from [B,S,H,D] (K through [0,2,3,1]), a scale on Q, an additive mask built as select(keep, 0, -inf), and the NaN guard select(isnan(p), 0, p) after the softmax (the op's zeros for a row that sees no key). The mask becomes the boolean `keep`; the K transposes compose into one [0,2,1,3].
+// CHECK-LABEL: func.func @sdpa_export
+// CHECK-SAME:    %[[QS:[^:]+]]: tensor<1x16x2x8xf32>, %[[KS:[^:]+]]: tensor<1x16x2x8xf32>, %[[KEEP:[^:]+]]: tensor<1x1x16x16xi1>, %[[VS:[^:]+]]: tensor<1x16x2x8xf32>
+// CHECK-DAG:     %[[Q:.*]] = tosa.transpose %[[QS]] {perms = array<i32: 0, 2, 1, 3>}
+// CHECK-DAG:     %[[V:.*]] = tosa.transpose %[[VS]] {perms = array<i32: 0, 2, 1, 3>}
+// CHECK-DAG:     %[[K:.*]] = tosa.transpose %[[KS]] {perms = array<i32: 0, 2, 1, 3>}
+// CHECK-NOT:     tosa.select
+// CHECK:         kiln.attention %[[Q]], %[[K]], %[[V]] mask(%[[KEEP]] : tensor<1x1x16x16xi1>) {scale = 0.594603539 : f32}
+// CHECK-NOT:     tosa.equal
+func.func @sdpa_export(%q: tensor<1x16x2x8xf32>, %k: tensor<1x16x2x8xf32>, %keep: tensor<1x1x16x16xi1>, %v: tensor<1x16x2x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %v1 = tosa.transpose %q {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x16x8xf32>
+  %cq = "tosa.const"() {values = dense<0.59460355> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v4 = tosa.mul %v1, %cq, %shift : (tensor<1x2x16x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x8xf32>
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v6 = tosa.reshape %v4, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v7 = tosa.transpose %k {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v9 = tosa.reshape %v7, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v11 = tosa.matmul %v6, %v9, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v13 = tosa.reshape %v11, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %zero = "tosa.const"() {values = dense<0.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %neg_inf = "tosa.const"() {values = dense<0xFF800000> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v16 = tosa.select %keep, %zero, %neg_inf : (tensor<1x1x16x16xi1>, tensor<1x1x1x1xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x16x16xf32>
+  %v17 = tosa.add %v13, %v16 : (tensor<1x2x16x16xf32>, tensor<1x1x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.sub %v17, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v20 = tosa.exp %v19 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v21 = tosa.reduce_sum %v20 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v22 = tosa.reciprocal %v21 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v23 = tosa.mul %v20, %v22, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v24 = tosa.equal %v23, %v23 : (tensor<1x2x16x16xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xi1>
+  %v25 = tosa.logical_not %v24 : (tensor<1x2x16x16xi1>) -> tensor<1x2x16x16xi1>
+  %zero_p = "tosa.const"() {values = dense<0.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %v27 = tosa.select %v25, %zero_p, %v23 : (tensor<1x2x16x16xi1>, tensor<1x1x1x1xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v29 = tosa.reshape %v27, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v30 = tosa.transpose %v {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x16x2x8xf32>) -> tensor<1x2x16x8xf32>
+  %v31 = tosa.reshape %v30, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v32 = tosa.matmul %v29, %v31, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v34 = tosa.reshape %v32, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v34 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// Adding a splat-zero mask (ViT's export) changes nothing and is dropped.
+// CHECK-LABEL: func.func @zero_mask
+// CHECK-NOT:     tosa.const
+// CHECK:         kiln.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {scale = 0.353553385 : f32}
+func.func @zero_mask(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %mc = "tosa.const"() {values = dense<0.0> : tensor<1x1x16x16xf32>} : () -> tensor<1x1x16x16xf32>
+  %v14 = tosa.add %v12, %mc : (tensor<1x2x16x16xf32>, tensor<1x1x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v14, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
 // A softmax over axis 2 (the queries) is not attention.
 // CHECK-LABEL: func.func @softmax_axis
 // CHECK-NOT:     kiln.attention
@@ -1120,4 +1205,51 @@ func.func @mask_before_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>,
   %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
   %v25 = tosa.reshape %v23, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
   return %v25 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// Llama SDPA export: K repeated (reshape/tile) and collapsed straight to rank 3, transposed there with [0,2,1], split back to rank 4 and scaled; V repeated to rank 4 and collapsed. Both trace to the unrepeated 2-head tensors.
+// CHECK-LABEL: func.func @gqa_rank3_transpose
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x4x16x8xf32>, %[[K:[^:]+]]: tensor<1x2x16x8xf32>, %[[V:[^:]+]]: tensor<1x2x16x8xf32>
+// CHECK-NOT:     tosa.
+// CHECK:         kiln.attention %[[Q]], %[[K]], %[[V]] {scale = 0.124999993 : f32}
+// CHECK-NOT:     tosa.tile
+func.func @gqa_rank3_transpose(%q: tensor<1x4x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> tensor<1x4x16x8xf32> {
+  %sh5 = tosa.const_shape {values = dense<[1, 2, 1, 16, 8]> : tensor<5xindex>} : () -> !tosa.shape<5>
+  %rep = tosa.const_shape {values = dense<[1, 1, 2, 1, 1]> : tensor<5xindex>} : () -> !tosa.shape<5>
+  %sh3 = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %sh3t = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %sh4 = tosa.const_shape {values = dense<[1, 4, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %sh4t = tosa.const_shape {values = dense<[1, 4, 8, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %sh4s = tosa.const_shape {values = dense<[1, 4, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %sh3s = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %zp = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %k5 = tosa.reshape %k, %sh5 : (tensor<1x2x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x1x16x8xf32>
+  %kt5 = tosa.tile %k5, %rep : (tensor<1x2x1x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x2x16x8xf32>
+  %v5 = tosa.reshape %v, %sh5 : (tensor<1x2x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x1x16x8xf32>
+  %vt5 = tosa.tile %v5, %rep : (tensor<1x2x1x16x8xf32>, !tosa.shape<5>) -> tensor<1x2x2x16x8xf32>
+  %v4 = tosa.reshape %vt5, %sh4 : (tensor<1x2x2x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  %k3 = tosa.reshape %kt5, %sh3 : (tensor<1x2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %kt3 = tosa.transpose %k3 {perms = array<i32: 0, 2, 1>} : (tensor<4x16x8xf32>) -> tensor<4x8x16xf32>
+  %kt4 = tosa.reshape %kt3, %sh4t : (tensor<4x8x16xf32>, !tosa.shape<4>) -> tensor<1x4x8x16xf32>
+  %c = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %qs = tosa.mul %q, %c, %shift : (tensor<1x4x16x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x16x8xf32>
+  %kts = tosa.mul %kt4, %c, %shift : (tensor<1x4x8x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x8x16xf32>
+  %q3 = tosa.reshape %qs, %sh3 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %kts3 = tosa.reshape %kts, %sh3t : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %s = tosa.matmul %q3, %kts3, %zp, %zp : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %s4 = tosa.reshape %s, %sh4s : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<1x4x16x16xf32>
+  %max = tosa.reduce_max %s4 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %d = tosa.sub %s4, %max : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) -> tensor<1x4x16x16xf32>
+  %e = tosa.exp %d : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %sum = tosa.reduce_sum %e {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %r = tosa.reciprocal %sum : (tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
+  %p = tosa.mul %e, %r, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %p3 = tosa.reshape %p, %sh3s : (tensor<1x4x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v3 = tosa.reshape %v4, %sh3 : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %o = tosa.matmul %p3, %v3, %zp, %zp : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %o4 = tosa.reshape %o, %sh4 : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  return %o4 : tensor<1x4x16x8xf32>
 }

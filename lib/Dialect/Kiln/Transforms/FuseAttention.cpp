@@ -335,12 +335,41 @@ matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
   return std::make_pair(expand.getInput1(), (*multiples)[2]);
 }
 
-/// Traces a matmul operand back through collapse reshapes, innermost-axis
-/// transposes, KV-head repeats and (when `foldScale`) splat factors.
+/// True when `source` and `result` (rank 3 or 4) differ only in how the
+/// leading (batch and head) axes are grouped: the innermost two axes are kept
+/// and the element order is unchanged, so every [S, D] matrix keeps its flat
+/// batch·head index, which is all the fused op's indexing depends on.
+bool regroupsLeadingAxes(RankedTensorType source, RankedTensorType result) {
+  if (!source || !result || source.getRank() < 3 || source.getRank() > 4 ||
+      result.getRank() < 3 || result.getRank() > 4)
+    return false;
+  if (isMergeOfAxes(source, result, 0, 1) ||
+      isMergeOfAxes(result, source, 0, 1))
+    return true;
+  if (!sameSize(source.getShape().take_back(2)[0],
+                result.getShape().take_back(2)[0]) ||
+      !sameSize(source.getShape().back(), result.getShape().back()))
+    return false;
+  auto leadingProduct = [](RankedTensorType type) -> int64_t {
+    int64_t product = 1;
+    for (int64_t size : type.getShape().drop_back(2)) {
+      if (ShapedType::isDynamic(size))
+        return ShapedType::kDynamic;
+      product *= size;
+    }
+    return product;
+  };
+  int64_t sourceLeading = leadingProduct(source);
+  return !ShapedType::isDynamic(sourceLeading) &&
+         sourceLeading == leadingProduct(result);
+}
+
+/// Traces a matmul operand back through reshapes of the leading axes,
+/// innermost-axis transposes, KV-head repeats and (when `foldScale`) splat
+/// factors.
 OperandSource traceOperand(Value value, bool foldScale,
                            SmallVectorImpl<Operation *> &ops) {
   OperandSource source;
-  bool collapsed = false;
   while (Operation *def = value.getDefiningOp()) {
     if (auto mul = dyn_cast<tosa::MulOp>(def); mul && foldScale) {
       auto outType = getRankedType(mul.getOutput());
@@ -376,11 +405,9 @@ OperandSource traceOperand(Value value, bool foldScale,
       continue;
     }
     if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
-      auto inType = getRankedType(reshape.getInput1());
-      if (collapsed || !inType || inType.getRank() != 4 ||
-          !isMergeOfAxes(inType, getRankedType(value), 0, 1))
+      if (!regroupsLeadingAxes(getRankedType(reshape.getInput1()),
+                               getRankedType(value)))
         break;
-      collapsed = true;
       ops.push_back(reshape);
       value = reshape.getInput1();
       continue;
