@@ -16,6 +16,9 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
@@ -57,6 +60,35 @@ LogicalResult writeText(Location loc, StringRef path, StringRef text,
   return success();
 }
 
+/// Accepts `sm_NN`, `sm_NNa` and `sm_NNf` chips from sm_80 on that LLVM's
+/// NVPTX back end knows; the kernels use sm_80 instructions.
+LogicalResult checkTarget(Location loc, StringRef chip) {
+  auto fail = [&]() {
+    return emitError(loc) << "unknown GPU target '" << chip
+                          << "': expected sm_80 or newer (sm_80, sm_86, "
+                             "sm_89, sm_90, sm_90a, ...)";
+  };
+  StringRef rest = chip;
+  if (!rest.consume_front("sm_"))
+    return fail();
+  StringRef digits = rest.take_while([](char c) { return llvm::isDigit(c); });
+  StringRef suffix = rest.drop_front(digits.size());
+  unsigned number = 0;
+  if (digits.getAsInteger(10, number) || number < 80 ||
+      !(suffix.empty() || suffix == "a" || suffix == "f"))
+    return fail();
+  llvm::Triple triple("nvptx64-nvidia-cuda");
+  std::string error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return emitError(loc) << "the NVPTX back end is not available: " << error;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      target->createMCSubtargetInfo(triple, chip, ""));
+  if (!subtarget || !subtarget->isCPUStringValid(chip))
+    return fail();
+  return success();
+}
+
 LogicalResult runPipeline(ModuleOp module,
                           function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
@@ -70,6 +102,11 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
                                   MLIRContext &context,
                                   llvm::raw_ostream &stdoutStream) {
   Location inputLoc = FileLineColLoc::get(&context, options.inputPath, 0, 0);
+  if (options.targets.empty())
+    return emitError(inputLoc) << "no GPU target given";
+  for (const std::string &chip : options.targets)
+    if (failed(checkTarget(UnknownLoc::get(&context), chip)))
+      return failure();
   OwningOpRef<ModuleOp> module = readMLIR(options.inputPath, context);
   if (!module)
     return failure();

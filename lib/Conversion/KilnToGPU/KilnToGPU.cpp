@@ -131,6 +131,26 @@ private:
   Value fmul(Value x, Value y) { return arith::MulFOp::create(*b, x, y); }
   Value fmax(Value x, Value y) { return arith::MaximumFOp::create(*b, x, y); }
 
+  /// 2^x with the hardware's ex2.approx.f32 (about 2 ulp; 2^-inf = +0).
+  /// Called as an NVVM intrinsic: the generic exp2 lowers to a libdevice
+  /// call, which would make the PTX depend on the CUDA toolkit's bitcode.
+  Value exp2(Value x) {
+    return LLVM::CallIntrinsicOp::create(
+               *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.ex2.approx.f32"),
+               ValueRange{x})
+        .getResult(0);
+  }
+
+  /// tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1), built on the same ex2 the
+  /// softmax uses, so no math library is needed; ±1 at the extremes.
+  Value tanh(Value x) {
+    Value twoXLog2e = fmul(x, constF32(2.0f * 1.4426950408889634f));
+    Value e = exp2(twoXLog2e);
+    Value ratio =
+        arith::DivFOp::create(*b, constF32(2.0f), fadd(e, constF32(1.0f)));
+    return arith::SubFOp::create(*b, constF32(1.0f), ratio);
+  }
+
   /// Loads element `offset` (i64) of global `base` as f32.
   Value loadGlobalAsF32(Value base, Type elementType, Value offset) {
     auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
@@ -252,7 +272,7 @@ Value AttentionKernelBuilder::scoreFor(Value queryRowInBlock, Value keyInBlock,
                                             ValueRange{queryRowInBlock, column});
           Value kv = memref::LoadOp::create(ib, kBuffer,
                                             ValueRange{keyInBlock, column});
-          acc = math::FmaOp::create(ib, qv, kv, acc);
+          acc = LLVM::FMAOp::create(ib, qv, kv, acc);
         }
         scf::YieldOp::create(ib, acc);
       });
@@ -262,8 +282,7 @@ Value AttentionKernelBuilder::scoreFor(Value queryRowInBlock, Value keyInBlock,
     // softcap·tanh(scale·dot / softcap), then into log2 units.
     Value scale = arith::DivFOp::create(*b, scaleLog2, constF32(log2e));
     Value scaled = fmul(score, scale);
-    Value capped =
-        math::TanhOp::create(*b, fmul(scaled, constF32(1.0f / *spec.softcap)));
+    Value capped = tanh(fmul(scaled, constF32(1.0f / *spec.softcap)));
     score = fmul(capped, constF32(*spec.softcap * log2e));
   } else {
     score = fmul(score, scaleLog2);
@@ -479,12 +498,10 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
           Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
                                                 newMax, negInf);
           Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
-          Value alpha = math::Exp2Op::create(
-              ib, arith::SubFOp::create(ib, oldMax, safeMax));
+          Value alpha = exp2(arith::SubFOp::create(ib, oldMax, safeMax));
           Value tileSum = zero;
           for (Value &score : scores) {
-            score = math::Exp2Op::create(
-                ib, arith::SubFOp::create(ib, score, safeMax));
+            score = exp2(arith::SubFOp::create(ib, score, safeMax));
             tileSum = fadd(tileSum, score);
           }
           tileSum = warpReduce(tileSum, /*isMax=*/false);
@@ -518,7 +535,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
                         arith::ConstantIndexOp::create(pb, d * kWarpSize));
                     Value vv = memref::LoadOp::create(
                         pb, vBuffer, ValueRange{keyInBlock, column});
-                    accOut.push_back(math::FmaOp::create(pb, p, vv, accIn[d]));
+                    accOut.push_back(LLVM::FMAOp::create(pb, p, vv, accIn[d]));
                   }
                   scf::YieldOp::create(pb, accOut);
                 });

@@ -1,0 +1,134 @@
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+// Q must be rank 4.
+func.func @rank(%q: tensor<8x128x64xf32>, %k: tensor<1x8x128x64xf32>, %v: tensor<1x8x128x64xf32>) -> tensor<1x8x128x64xf32> {
+  // expected-error @+1 {{query must have rank 4, got rank 3}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<8x128x64xf32>, tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32> -> tensor<1x8x128x64xf32>
+  return %o : tensor<1x8x128x64xf32>
+}
+
+// -----
+
+// Q, K, V and the result share one element type.
+func.func @dtype(%q: tensor<1x8x128x64xf32>, %k: tensor<1x8x128x64xbf16>, %v: tensor<1x8x128x64xf32>) -> tensor<1x8x128x64xf32> {
+  // expected-error @+1 {{key element type 'bf16' differs from the query element type 'f32'}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x128x64xf32>, tensor<1x8x128x64xbf16>, tensor<1x8x128x64xf32> -> tensor<1x8x128x64xf32>
+  return %o : tensor<1x8x128x64xf32>
+}
+
+// -----
+
+// Head dims of Q and K agree.
+func.func @head_dim(%q: tensor<1x8x128x64xf32>, %k: tensor<1x8x128x32xf32>, %v: tensor<1x8x128x64xf32>) -> tensor<1x8x128x64xf32> {
+  // expected-error @+1 {{head dim of key (32) differs from query (64)}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x128x64xf32>, tensor<1x8x128x32xf32>, tensor<1x8x128x64xf32> -> tensor<1x8x128x64xf32>
+  return %o : tensor<1x8x128x64xf32>
+}
+
+// -----
+
+// Batch sizes agree.
+func.func @batch(%q: tensor<2x8x128x64xf32>, %k: tensor<3x8x128x64xf32>, %v: tensor<3x8x128x64xf32>) -> tensor<2x8x128x64xf32> {
+  // expected-error @+1 {{batch size of key (3) differs from query (2)}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<2x8x128x64xf32>, tensor<3x8x128x64xf32>, tensor<3x8x128x64xf32> -> tensor<2x8x128x64xf32>
+  return %o : tensor<2x8x128x64xf32>
+}
+
+// -----
+
+// K and V have the same sequence length.
+func.func @kv_length(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x128x64xf32>, %v: tensor<1x8x100x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{sequence length of value (100) differs from key (128)}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x128x64xf32>, tensor<1x8x100x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// K and V have the same number of heads.
+func.func @kv_heads(%q: tensor<1x8x16x64xf32>, %k: tensor<1x2x16x64xf32>, %v: tensor<1x4x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{number of heads of value (4) differs from key (2)}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x2x16x64xf32>, tensor<1x4x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// Grouped-query attention needs Hq to be a multiple of Hkv.
+func.func @gqa(%q: tensor<1x8x16x64xf32>, %k: tensor<1x3x16x64xf32>, %v: tensor<1x3x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{query heads (8) must be a multiple of the key/value heads (3)}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x3x16x64xf32>, tensor<1x3x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// The result has the query's shape.
+func.func @result(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x32x64xf32> {
+  // expected-error @+1 {{result shape 'tensor<1x8x32x64xf32>' differs from the query shape 'tensor<1x8x16x64xf32>'}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x32x64xf32>
+  return %o : tensor<1x8x32x64xf32>
+}
+
+// -----
+
+// A mask must broadcast to [B, Hq, Sq, Sk].
+func.func @mask_shape(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x20x64xf32>, %v: tensor<1x8x20x64xf32>, %m: tensor<1x1x16x16xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{mask axis 3 has size 16, which does not broadcast to the kv length size 20}}
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<1x1x16x16xf32>) {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x20x64xf32>, tensor<1x8x20x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// A bias of rank 5 cannot broadcast to rank 4.
+func.func @bias_rank(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>, %b: tensor<1x1x8x16x16xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{bias must have rank at most 4, got rank 5}}
+  %o = kiln.attention %q, %k, %v bias(%b : tensor<1x1x8x16x16xf32>) {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// A sliding window is defined relative to the causal diagonal.
+func.func @window(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{window requires causal}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, window = 4 : i64} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// A window of zero keys is meaningless.
+func.func @window_zero(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{attribute 'window' failed to satisfy constraint}}
+  %o = kiln.attention %q, %k, %v {causal, scale = 1.0 : f32, window = 0 : i64} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// Soft-capping needs a positive cap.
+func.func @softcap(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{softcap must be positive and finite, got -1}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, softcap = -1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// The scale must be finite.
+func.func @scale(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{scale must be finite, got INF}}
+  %o = kiln.attention %q, %k, %v {scale = 0x7F800000 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// Integer tensors are not attention inputs.
+func.func @int_query(%q: tensor<1x8x16x64xi32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{operand #0 must be ranked tensor of 16-bit float or bfloat16 type or 32-bit float values}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xi32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}

@@ -1,0 +1,35 @@
+// RUN: kiln-opt %s | FileCheck %s
+// RUN: kiln-opt %s --mlir-print-op-generic | kiln-opt | FileCheck %s
+
+// The plainest form: static shapes, no mask, the default layout is elided.
+// CHECK-LABEL: func.func @plain
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f32} : tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16> -> tensor<2x8x128x64xbf16>
+func.func @plain(%q: tensor<2x8x128x64xbf16>, %k: tensor<2x8x128x64xbf16>, %v: tensor<2x8x128x64xbf16>) -> tensor<2x8x128x64xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.125 : f32} : tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16>, tensor<2x8x128x64xbf16> -> tensor<2x8x128x64xbf16>
+  return %o : tensor<2x8x128x64xbf16>
+}
+
+// GQA with dynamic batch and lengths, causal, and a broadcast padding mask.
+// CHECK-LABEL: func.func @gqa_causal_mask
+// CHECK-SAME: (%[[Q:.*]]: tensor<?x8x?x128xf16>, %[[K:.*]]: tensor<?x2x?x128xf16>, %[[V:.*]]: tensor<?x2x?x128xf16>, %[[M:.*]]: tensor<?x1x1x?xf32>)
+// CHECK: kiln.attention %[[Q]], %[[K]], %[[V]] mask(%[[M]] : tensor<?x1x1x?xf32>) {causal, scale = 0.0883883461 : f32}
+func.func @gqa_causal_mask(%q: tensor<?x8x?x128xf16>, %k: tensor<?x2x?x128xf16>, %v: tensor<?x2x?x128xf16>, %m: tensor<?x1x1x?xf32>) -> tensor<?x8x?x128xf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xf32>) {causal, scale = 0.0883883461 : f32} : tensor<?x8x?x128xf16>, tensor<?x2x?x128xf16>, tensor<?x2x?x128xf16> -> tensor<?x8x?x128xf16>
+  return %o : tensor<?x8x?x128xf16>
+}
+
+// Boolean mask, position bias, sliding window and soft-capping together.
+// CHECK-LABEL: func.func @everything
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x1x16x16xi1>) bias(%{{.*}} : tensor<4x16x16xf32>) {causal, scale = 1.000000e+00 : f32, softcap = 5.000000e+01 : f32, window = 4 : i64}
+func.func @everything(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x32xf32>, %m: tensor<1x1x16x16xi1>, %b: tensor<4x16x16xf32>) -> tensor<1x4x16x32xf32> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<1x1x16x16xi1>) bias(%b : tensor<4x16x16xf32>) {causal, window = 4 : i64, softcap = 50.0 : f32, scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
+  return %o : tensor<1x4x16x32xf32>
+}
+
+// The bshd layout: heads on axis 2, sequence on axis 1 (MQA: one KV head).
+// CHECK-LABEL: func.func @bshd
+// CHECK: {layout = #kiln.layout<bshd>, scale = 1.250000e-01 : f32} : tensor<1x100x8x64xbf16>, tensor<1x100x1x64xbf16>
+func.func @bshd(%q: tensor<1x100x8x64xbf16>, %k: tensor<1x100x1x64xbf16>, %v: tensor<1x100x1x64xbf16>) -> tensor<1x100x8x64xbf16> {
+  %o = kiln.attention %q, %k, %v {layout = #kiln.layout<bshd>, scale = 0.125 : f32} : tensor<1x100x8x64xbf16>, tensor<1x100x1x64xbf16>, tensor<1x100x1x64xbf16> -> tensor<1x100x8x64xbf16>
+  return %o : tensor<1x100x8x64xbf16>
+}

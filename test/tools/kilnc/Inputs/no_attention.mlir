@@ -1,0 +1,4 @@
+// A graph without attention (used by errors.test).
+func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
+  return %a : tensor<4xf32>
+}
