@@ -241,6 +241,7 @@ private:
   Location loc;
   ImportOptions options;
   ImportReport *report;
+  LoadedModel *loadedModel = nullptr;
   int64_t opset = 0;
   const onnx::NodeProto *currentNode = nullptr;
   std::string unsupportedReason;
@@ -919,6 +920,16 @@ Status Importer::importOpaque(const onnx::NodeProto &node, StringRef reason) {
   Type fallbackElem = builder.getF32Type();
   if (!operands.empty())
     fallbackElem = elemOf(operands.front());
+  // Result types come from the model's value_info, else from ONNX's own
+  // shape inference (run on first need), else stay unranked.
+  if (llvm::any_of(node.output(), [&](const std::string &name) {
+        return !name.empty() && !declaredTypes.count(name);
+      }) &&
+      !loadedModel->inferenceRan) {
+    inferShapes(*loadedModel);
+    for (const auto &vi : loadedModel->inferred.value_info())
+      declaredTypes.try_emplace(vi.name(), &vi.type());
+  }
   for (const std::string &name : node.output()) {
     Type type = UnrankedTensorType::get(fallbackElem);
     auto it = declaredTypes.find(name);
@@ -1112,6 +1123,7 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
 
 OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
   onnx::ModelProto &model = loaded.model;
+  loadedModel = &loaded;
   // Opset of the default domain.
   bool haveDefault = false;
   for (const auto &opsetId : model.opset_import()) {
@@ -1144,13 +1156,12 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
   }
   for (const auto &vi : graph.value_info())
     declaredTypes[vi.name()] = &vi.type();
-  for (const auto &vi : loaded.inferred.value_info())
-    declaredTypes.try_emplace(vi.name(), &vi.type());
   for (const auto &vi : graph.output())
     declaredTypes[vi.name()] = &vi.type();
 
-  auto module = ModuleOp::create(fileLoc);
-  builder.setInsertionPointToEnd(module.getBody());
+  // Owned from here on: every early return frees it.
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  builder.setInsertionPointToEnd(module->getBody());
 
   // Initializers first: they may shadow graph inputs (default values).
   for (const auto &init : graph.initializer()) {
@@ -1235,13 +1246,12 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
         isOpTriviallyDead(op))
       op->erase();
 
-  if (failed(verify(module))) {
+  if (failed(verify(*module))) {
     emitError(fileLoc) << "internal error: the imported module does not "
                           "verify";
-    module->erase();
     return {};
   }
-  return OwningOpRef<ModuleOp>(module);
+  return module;
 }
 
 #include "ImportOps.inc"

@@ -6,6 +6,7 @@
 
 #include "ModelLoader.h"
 
+#include "onnx/checker.h"
 #include "onnx/shape_inference/implementation.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -51,13 +52,22 @@ bool mlir::kiln::onnx_import::loadModel(llvm::StringRef bytes,
     return false;
   }
 
+  return true;
+}
+
+void mlir::kiln::onnx_import::inferShapes(LoadedModel &loaded) {
+  if (loaded.inferenceRan)
+    return;
+  loaded.inferenceRan = true;
   int64_t opset = 0;
   for (const auto &id : loaded.model.opset_import())
     if (id.domain().empty() || id.domain() == "ai.onnx")
       opset = id.version();
   if (opset < 1 || opset > kMaxInferredOpset)
-    return true;
+    return;
   try {
+    // libonnx's shape inference assumes a model that passes its checker.
+    onnx::checker::check_model(loaded.model);
     onnx::ModelProto copy = loaded.model;
     onnx::ShapeInferenceOptions options(/*check_type=*/false,
                                         /*strict_mode=*/0,
@@ -70,5 +80,4 @@ bool mlir::kiln::onnx_import::loadModel(llvm::StringRef bytes,
     // Shape inference is only a hint; the importer computes its own shapes.
     loaded.inferred.Clear();
   }
-  return true;
 }

@@ -20,13 +20,17 @@ struct LoadedModel {
   /// The graph with ONNX's own shape inference applied (empty when it did
   /// not run); used only for the result types of nodes kept opaque.
   onnx::GraphProto inferred;
+  bool inferenceRan = false;
 };
 
-/// Parses `bytes` as a ModelProto and runs ONNX shape inference where it
-/// knows the opset. Returns false with `message` set when `bytes` is not a
-/// well-formed model.
+/// Parses `bytes` as a ModelProto. Returns false with `message` set when
+/// `bytes` is not a well-formed model.
 bool loadModel(llvm::StringRef bytes, LoadedModel &loaded,
                std::string &message);
+
+/// Runs ONNX's checker and shape inference once (opsets libonnx knows, and
+/// only on models its checker accepts), filling `loaded.inferred`.
+void inferShapes(LoadedModel &loaded);
 
 } // namespace mlir::kiln::onnx_import
 

@@ -1,0 +1,54 @@
+#!/bin/sh
+# Builds the libFuzzer target of the ONNX importer with clang++-22
+# (-fsanitize=fuzzer,address,undefined) and runs it for a bounded time,
+# seeded with the test graphs and, when present, ../shared/models.
+#
+#   utils/fuzz-onnx.sh [seconds=60] [build-dir=build-fuzz]
+#
+# Needs a configured CMake build dir with the kiln dialect's generated headers
+# (KILN_BUILD, default build/, or build-onnx/ when build/ has none). Exits
+# non-zero when the fuzzer finds a crash, leak or sanitizer report; the
+# reproducer is left in the build dir (crash-*).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-60}
+out=${2:-$here/build-fuzz}
+gen=${KILN_BUILD:-$here/build}
+[ -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ] || gen=$here/build-onnx
+if [ ! -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ]; then
+  echo "fuzz-onnx.sh: no generated kiln headers; build MLIRKilnOpsIncGen first" >&2
+  exit 2
+fi
+llvm=/usr/lib/llvm-22
+cxx=${CXX_FUZZ:-clang++-22}
+mkdir -p "$out/obj" "$out/corpus"
+flags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-rtti
+  -fsanitize=address,undefined -fno-sanitize=vptr
+  -I$here/include -I$gen/include -I$llvm/include
+  -DONNX_NAMESPACE=onnx -DONNX_ML=1 -D_GLIBCXX_USE_CXX11_ABI=1"
+objs=""
+for src in lib/Target/ONNX/ImportONNX.cpp lib/Target/ONNX/Lit.cpp \
+           lib/Target/ONNX/ModelLoader.cpp lib/Dialect/Kiln/IR/KilnDialect.cpp \
+           lib/Dialect/Kiln/IR/KilnOps.cpp utils/fuzz-onnx-import.cpp; do
+  obj=$out/obj/$(echo "$src" | tr / _).o
+  extra="-fsanitize=fuzzer-no-link"
+  case $src in *ModelLoader.cpp) extra="$extra -fexceptions";; esac
+  if [ ! -f "$obj" ] || [ "$here/$src" -nt "$obj" ]; then
+    echo "compiling $src"
+    # shellcheck disable=SC2086
+    $cxx $flags $extra -c "$here/$src" -o "$obj"
+  fi
+  objs="$objs $obj"
+done
+# shellcheck disable=SC2086
+$cxx -fsanitize=fuzzer,address,undefined $objs -o "$out/fuzz-onnx-import" \
+  -L$llvm/lib -Wl,-rpath,$llvm/lib -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf
+cp "$here"/test/Target/ONNX/Inputs/*.onnx "$out/corpus/" 2>/dev/null || true
+for model in "$here"/../shared/models/*.onnx; do
+  [ -f "$model" ] && cp "$model" "$out/corpus/"
+done
+cd "$out"
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ./fuzz-onnx-import -max_total_time="$seconds" -max_len=2000000 \
+  -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 corpus
