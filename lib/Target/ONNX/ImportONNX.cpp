@@ -316,6 +316,10 @@ FailureOr<TensorType> Importer::convertType(const onnx::TypeProto &type) {
       shape.push_back(kDynamic);
     }
   }
+  if (isShapeTooLarge(shape)) {
+    error() << "tensor shape is too large";
+    return failure();
+  }
   return TensorType(RankedTensorType::get(shape, *elemType));
 }
 
@@ -429,6 +433,9 @@ Status Importer::define(const std::string &name, TensorInfo info) {
 Status Importer::defineValue(int outputIndex, Value value) {
   if (outputIndex >= currentNode->output_size())
     return Status::Ok;
+  if (auto type = dyn_cast<RankedTensorType>(value.getType()))
+    if (isShapeTooLarge(type.getShape()))
+      return fail("result shape is too large");
   TensorInfo info{value, {}, cast<TensorType>(value.getType()), {}, loc};
   return define(currentNode->output(outputIndex), info);
 }
@@ -533,7 +540,7 @@ Value Importer::constShape(ArrayRef<int64_t> values) {
 
 Value Importer::scalarConstant(Type elemType, double value, int64_t rank) {
   Lit lit = Lit::make(Shape(rank, 1), elemType);
-  lit.set(0, value, (int64_t)value);
+  lit.set(0, value, toInt64(value));
   lit.normalize();
   return constant(lit.toAttr());
 }
@@ -712,13 +719,15 @@ Value Importer::slice(Value value, ArrayRef<int64_t> starts,
                  RankedTensorType::get(sizes, type.getElementType()));
 }
 
-/// Product of `dims`, kDynamic when any is dynamic.
+/// Product of `dims`, kDynamic when any is dynamic (shapes are bounded by
+/// kMaxElements, so this does not overflow).
 static int64_t product(ArrayRef<int64_t> dims) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d == kDynamic)
       return kDynamic;
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n))
+      return INT64_MAX;
   }
   return n;
 }

@@ -23,15 +23,46 @@ namespace mlir::kiln::onnx_import {
 
 using Shape = llvm::SmallVector<int64_t, 6>;
 
-/// Number of elements of a static shape (-1 when a dim is dynamic).
+/// Number of elements of a static shape (-1 when a dim is dynamic; INT64_MAX
+/// when the product overflows).
 inline int64_t numElements(llvm::ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0)
       return -1;
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n))
+      return INT64_MAX;
   }
   return n;
+}
+
+/// Largest dimension and element count the importer accepts.
+constexpr int64_t kMaxDim = int64_t(1) << 40;
+constexpr int64_t kMaxElements = int64_t(1) << 48;
+
+/// Whether a shape is beyond what the importer accepts (dynamic dims count
+/// as 1).
+inline bool isShapeTooLarge(llvm::ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      continue;
+    if (d > kMaxDim || __builtin_mul_overflow(n, d, &n) || n > kMaxElements)
+      return true;
+  }
+  return false;
+}
+
+/// Converts a double to int64 without undefined behaviour (NaN -> 0,
+/// saturating out-of-range values).
+inline int64_t toInt64(double v) {
+  if (std::isnan(v))
+    return 0;
+  if (v >= 9.2e18)
+    return INT64_MAX;
+  if (v <= -9.2e18)
+    return INT64_MIN;
+  return (int64_t)v;
 }
 
 /// A constant tensor held as doubles (float element types) or int64s
@@ -50,16 +81,7 @@ struct Lit {
     return isFloat() ? floats[k] : (double)ints[k];
   }
   int64_t getI(int64_t k) const {
-    if (!isFloat())
-      return ints[k];
-    double v = floats[k];
-    if (std::isnan(v))
-      return 0;
-    if (v >= 9.2e18)
-      return INT64_MAX;
-    if (v <= -9.2e18)
-      return INT64_MIN;
-    return (int64_t)v;
+    return isFloat() ? toInt64(floats[k]) : ints[k];
   }
 
   /// An empty tensor of the given shape and element type.
