@@ -229,13 +229,13 @@ def main() -> int:
     flex = create_block_mask = None
     if not options.no_flex:
         try:
-            import torch._dynamo
+            from torch import _dynamo
             from torch.nn.attention.flex_attention import (
                 create_block_mask,
                 flex_attention,
             )
 
-            torch._dynamo.config.cache_size_limit = 64
+            _dynamo.config.cache_size_limit = 64
             flex = torch.compile(flex_attention, dynamic=False)
         except Exception as error:
             print(f"FlexAttention unavailable: {error}")

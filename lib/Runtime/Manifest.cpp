@@ -366,6 +366,10 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
   Node causal = node.optionalKey("causal");
   kernel.causal = causal.isNull() ? false : causal.boolean();
+  kernel.window = node.optionalKey("window").optionalInteger(1);
+  Node softcap = node.optionalKey("softcap");
+  if (!softcap.isNull())
+    kernel.softcap = static_cast<float>(softcap.number());
   parseMask(node, kernel.mask, kernel.maskDtype);
   parseBias(node, kernel.bias, kernel.biasDtype);
 
@@ -495,10 +499,14 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
         return true;
     return false;
   };
-  if (site.window && !hasArg(ArgSource::Window))
-    mismatch("the window (the kernel takes no \"window\" argument)");
-  if (site.softcap && !hasArg(ArgSource::Softcap))
-    mismatch("softcap (the kernel takes no \"softcap\" argument)");
+  // A window or softcap is either compiled into the kernel (and then must be
+  // the site's) or passed as an argument.
+  if (!hasArg(ArgSource::Window) && site.window != kernel.window)
+    mismatch("the window (the kernel has it compiled in and takes no "
+             "\"window\" argument)");
+  if (!hasArg(ArgSource::Softcap) && site.softcap != kernel.softcap)
+    mismatch("softcap (the kernel has it compiled in and takes no "
+             "\"softcap\" argument)");
   const auto &qHeads = site.dims[static_cast<int>(Dim::QHeads)];
   const auto &kvHeads = site.dims[static_cast<int>(Dim::KvHeads)];
   if (qHeads && kvHeads && *qHeads % *kvHeads != 0)

@@ -71,6 +71,10 @@ struct Kernel {
   kiln_dtype dtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
   bool causal = false;
+  /// Window and softcap compiled into the kernel (null when the kernel has
+  /// none, or takes them as arguments).
+  std::optional<int64_t> window;
+  std::optional<float> softcap;
   kiln_mask_kind mask = KILN_MASK_NONE;
   kiln_dtype maskDtype = KILN_DTYPE_NONE;
   bool bias = false;

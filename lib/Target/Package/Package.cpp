@@ -158,8 +158,10 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
       {"kv_len", sizeValue(op.getKvLength())},
       {"head_dim", sizeValue(op.getHeadDim())},
       {"mask", maskKind(op)},
+      {"mask_dtype", elementTypeValue(op.getMask())},
       {"mask_shape", shapeValue(op.getMask())},
       {"bias", bool(op.getBias())},
+      {"bias_dtype", elementTypeValue(op.getBias())},
       {"bias_shape", shapeValue(op.getBias())}};
 }
 
