@@ -7,6 +7,8 @@
 #include "kiln/Driver/Driver.h"
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Driver/Report.h"
+#include "kiln/Target/ONNX/ImportONNX.h"
 #include "kiln/Pipelines/Pipelines.h"
 #include "kiln/Target/Package/Package.h"
 
@@ -20,6 +22,7 @@
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -89,6 +92,19 @@ LogicalResult checkTarget(Location loc, StringRef chip) {
   return success();
 }
 
+/// Reads an ONNX model (by extension) or MLIR text; opaque ONNX nodes are
+/// added to `report`.
+OwningOpRef<ModuleOp> readInput(StringRef path, MLIRContext &context,
+                                FusionReport &report) {
+  if (!path.ends_with_insensitive(".onnx"))
+    return readMLIR(path, context);
+  ImportReport importReport;
+  OwningOpRef<ModuleOp> module = importONNXFile(path, &context, &importReport);
+  for (const ImportReport::UnsupportedOp &op : importReport.unsupportedOps)
+    report.opaque.push_back({op.nodeName, op.opType, op.reason});
+  return module;
+}
+
 LogicalResult runPipeline(ModuleOp module,
                           function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
@@ -107,12 +123,41 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   for (const std::string &chip : options.targets)
     if (failed(checkTarget(UnknownLoc::get(&context), chip)))
       return failure();
-  OwningOpRef<ModuleOp> module = readMLIR(options.inputPath, context);
+  FusionReport report;
+  OwningOpRef<ModuleOp> module = readInput(options.inputPath, context, report);
   if (!module)
     return failure();
-  if (failed(runPipeline(*module,
-                         [](OpPassManager &pm) { buildFusionPipeline(pm); })))
-    return failure();
+  {
+    // The fusion pass explains each softmax it leaves alone with a remark;
+    // those go into the report instead of onto the terminal.
+    ScopedDiagnosticHandler collectRemarks(&context, [&](Diagnostic &diag) {
+      if (diag.getSeverity() != DiagnosticSeverity::Remark)
+        return failure();
+      std::string message = diag.str();
+      StringRef text(message);
+      if (!text.consume_front(kUnfusedRemarkPrefix))
+        return failure();
+      std::vector<std::string> names = nodeNames(diag.getLocation());
+      report.unfused.push_back(
+          {names.empty() ? std::string() : names.front(), text.str()});
+      return success();
+    });
+    if (failed(runPipeline(*module, [](OpPassManager &pm) {
+          buildFusionPipeline(pm);
+        })))
+      return failure();
+  }
+
+  if (options.report == ReportKind::JSON)
+    stdoutStream << llvm::formatv("{0:2}",
+                                  llvm::json::Value(report.toJSON(*module)))
+                 << "\n";
+  else if (options.report == ReportKind::Text)
+    report.printText(*module, stdoutStream);
+  bool toStdout = options.outputPath.empty() || options.outputPath == "-";
+  if (options.report != ReportKind::None && options.emit == EmitKind::Package &&
+      toStdout)
+    return success();
 
   if (options.emit == EmitKind::MLIR) {
     std::string text;

@@ -23,7 +23,7 @@ namespace cl = llvm::cl;
 static cl::OptionCategory kilncCategory("kilnc options");
 
 static cl::opt<std::string> inputPath(cl::Positional,
-                                      cl::desc("<input .mlir>"),
+                                      cl::desc("<model.onnx | graph.mlir>"),
                                       cl::Required, cl::cat(kilncCategory));
 
 static cl::opt<std::string>
@@ -40,6 +40,15 @@ static cl::opt<kiln::EmitKind> emitKind(
                clEnumValN(kiln::EmitKind::PTX, "ptx",
                           "PTX (-o FILE gets one FILE.<chip>.ptx per "
                           "target)")),
+    cl::cat(kilncCategory));
+
+static cl::opt<kiln::ReportKind> reportKind(
+    "report",
+    cl::desc("Print the fusion report on stdout (alone, unless -o DIR)"),
+    cl::init(kiln::ReportKind::None), cl::ValueOptional,
+    cl::values(clEnumValN(kiln::ReportKind::Text, "text", "readable tables"),
+               clEnumValN(kiln::ReportKind::Text, "", "readable tables"),
+               clEnumValN(kiln::ReportKind::JSON, "json", "JSON")),
     cl::cat(kilncCategory));
 
 static cl::list<std::string>
@@ -83,6 +92,7 @@ int main(int argc, char **argv) {
   options.inputPath = inputPath;
   options.outputPath = outputPath;
   options.emit = emitKind;
+  options.report = reportKind;
   if (!targets.empty())
     options.targets.assign(targets.begin(), targets.end());
   options.kvBlockSize = kvBlockSize;

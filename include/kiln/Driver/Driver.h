@@ -23,12 +23,17 @@ namespace mlir::kiln {
 /// What kilnc produces.
 enum class EmitKind { Package, MLIR, PTX };
 
+/// Whether and how kilnc prints the fusion report (on stdout).
+enum class ReportKind { None, Text, JSON };
+
 /// Options of one compilation.
 struct CompileOptions {
   std::string inputPath;
   /// A directory for packages; a file (or "-" for stdout) otherwise.
   std::string outputPath;
   EmitKind emit = EmitKind::Package;
+  /// With a report and no output path, kilnc stops after the report.
+  ReportKind report = ReportKind::None;
   std::vector<std::string> targets = {"sm_90a", "sm_80"};
   int64_t kvBlockSize = 32;
   int64_t rowsPerWarp = 4;

@@ -1,0 +1,53 @@
+//===- Report.h - The fusion report -----------------------------*- C++ -*-===//
+//
+// What kilnc --report prints: every fused attention site in graph order, and
+// every softmax left unfused with the reason the fusion pass gave.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_DRIVER_REPORT_H
+#define KILN_DRIVER_REPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::kiln {
+
+/// A softmax the fusion pass did not fuse.
+struct UnfusedSoftmax {
+  std::string node;
+  std::string reason;
+};
+
+/// A node the importer kept as an opaque op.
+struct OpaqueNode {
+  std::string node;
+  std::string opType;
+  std::string reason;
+};
+
+/// Collects the report of a fused module.
+struct FusionReport {
+  std::vector<UnfusedSoftmax> unfused;
+  std::vector<OpaqueNode> opaque;
+
+  /// The report as JSON: {"sites": [...], "unfused": [...], "opaque": [...]}.
+  llvm::json::Object toJSON(ModuleOp fused) const;
+  /// The report as readable tables.
+  void printText(ModuleOp fused, llvm::raw_ostream &os) const;
+};
+
+/// The names of the graph nodes behind `loc`: every NameLoc inside it, in
+/// order, without repeats.
+std::vector<std::string> nodeNames(Location loc);
+
+/// The prefix of the fusion pass's remarks on unfused softmaxes.
+inline constexpr char kUnfusedRemarkPrefix[] = "softmax not fused: ";
+
+} // namespace mlir::kiln
+
+#endif // KILN_DRIVER_REPORT_H

@@ -1,0 +1,154 @@
+//===- Report.cpp - The fusion report ---------------------------*- C++ -*-===//
+//
+// Sites from the kiln.attention ops of a fused module; unfused softmaxes from
+// the fusion pass's remarks; opaque nodes from the importer.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Driver/Report.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
+  llvm::SetVector<StringRef> names;
+  loc->walk([&](Location inner) {
+    if (auto named = dyn_cast<NameLoc>(inner))
+      names.insert(named.getName().getValue());
+    return WalkResult::advance();
+  });
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+namespace {
+
+llvm::json::Value sizeOrNull(int64_t size) {
+  if (ShapedType::isDynamic(size))
+    return nullptr;
+  return size;
+}
+
+std::string typeName(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
+std::string maskKind(AttentionOp op) {
+  if (!op.getMask())
+    return "none";
+  return cast<ShapedType>(op.getMask().getType()).getElementType().isInteger(1)
+             ? "boolean"
+             : "additive";
+}
+
+llvm::json::Object describeSite(AttentionOp op) {
+  llvm::json::Array nodes;
+  for (const std::string &name : nodeNames(op.getLoc()))
+    nodes.push_back(name);
+  llvm::json::Value window = nullptr, softcap = nullptr;
+  if (std::optional<uint64_t> value = op.getWindow())
+    window = int64_t(*value);
+  if (std::optional<APFloat> value = op.getSoftcap())
+    softcap = double(value->convertToFloat());
+  return llvm::json::Object{
+      {"nodes", std::move(nodes)},
+      {"q_heads", sizeOrNull(op.getNumQueryHeads())},
+      {"kv_heads", sizeOrNull(op.getNumKvHeads())},
+      {"head_dim", sizeOrNull(op.getHeadDim())},
+      {"q_len", sizeOrNull(op.getQueryLength())},
+      {"kv_len", sizeOrNull(op.getKvLength())},
+      {"batch", sizeOrNull(op.getBatchSize())},
+      {"scale", double(op.getScale().convertToFloat())},
+      {"causal", op.getCausal()},
+      {"window", std::move(window)},
+      {"softcap", std::move(softcap)},
+      {"mask", maskKind(op)},
+      {"bias", bool(op.getBias())},
+      {"dtype", typeName(op.getElementType())},
+      {"layout", stringifyLayout(op.getLayout())}};
+}
+
+std::string orDash(const llvm::json::Value *value) {
+  if (!value || value->kind() == llvm::json::Value::Null)
+    return "-";
+  if (std::optional<int64_t> integer = value->getAsInteger())
+    return std::to_string(*integer);
+  if (std::optional<double> number = value->getAsNumber())
+    return llvm::formatv("{0}", llvm::format("%g", *number)).str();
+  if (std::optional<bool> flag = value->getAsBoolean())
+    return *flag ? "yes" : "no";
+  if (std::optional<StringRef> text = value->getAsString())
+    return text->str();
+  return "?";
+}
+
+} // namespace
+
+llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
+  llvm::json::Array sites;
+  fused.walk([&](AttentionOp op) { sites.push_back(describeSite(op)); });
+  llvm::json::Array unfusedArray;
+  for (const UnfusedSoftmax &entry : unfused)
+    unfusedArray.push_back(
+        llvm::json::Object{{"node", entry.node}, {"reason", entry.reason}});
+  llvm::json::Array opaqueArray;
+  for (const OpaqueNode &entry : opaque)
+    opaqueArray.push_back(llvm::json::Object{{"node", entry.node},
+                                             {"op_type", entry.opType},
+                                             {"reason", entry.reason}});
+  return llvm::json::Object{{"sites", std::move(sites)},
+                            {"unfused", std::move(unfusedArray)},
+                            {"opaque", std::move(opaqueArray)}};
+}
+
+void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
+  llvm::json::Object json = toJSON(fused);
+  const llvm::json::Array &sites = *json.getArray("sites");
+  os << llvm::formatv("Fused attention sites: {0}\n", sites.size());
+  if (!sites.empty()) {
+    os << llvm::formatv("  {0,-3} {1,-5} {2,-4} {3,-4} {4,-5} {5,-5} "
+                        "{6,-10} {7,-6} {8,-6} {9,-7} {10,-8} {11,-4} {12}\n",
+                        "#", "dtype", "Hq", "Hkv", "D", "Sq", "scale",
+                        "causal", "window", "softcap", "mask", "bias",
+                        "nodes");
+    for (auto [index, siteValue] : llvm::enumerate(sites)) {
+      const llvm::json::Object &site = *siteValue.getAsObject();
+      const llvm::json::Array &nodes = *site.getArray("nodes");
+      std::string nodeText;
+      if (!nodes.empty()) {
+        nodeText = nodes.front().getAsString()->str();
+        if (nodes.size() > 1)
+          nodeText += llvm::formatv(" … {0} ({1} nodes)",
+                                    *nodes.back().getAsString(), nodes.size())
+                          .str();
+      }
+      os << llvm::formatv(
+          "  {0,-3} {1,-5} {2,-4} {3,-4} {4,-5} {5,-5} {6,-10} {7,-6} "
+          "{8,-6} {9,-7} {10,-8} {11,-4} {12}\n",
+          index, orDash(site.get("dtype")), orDash(site.get("q_heads")),
+          orDash(site.get("kv_heads")), orDash(site.get("head_dim")),
+          orDash(site.get("q_len")), orDash(site.get("scale")),
+          orDash(site.get("causal")), orDash(site.get("window")),
+          orDash(site.get("softcap")), orDash(site.get("mask")),
+          orDash(site.get("bias")), nodeText);
+    }
+  }
+  os << llvm::formatv("Softmaxes left unfused: {0}\n", unfused.size());
+  for (const UnfusedSoftmax &entry : unfused)
+    os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "
+       << entry.reason << "\n";
+  if (!opaque.empty()) {
+    os << llvm::formatv("Nodes kept opaque by the importer: {0}\n",
+                        opaque.size());
+    for (const OpaqueNode &entry : opaque)
+      os << "  " << entry.node << " (" << entry.opType << "): " << entry.reason
+         << "\n";
+  }
+}
