@@ -20,6 +20,10 @@ namespace mlir::kiln {
 /// Adds the patterns that fuse TOSA attention subgraphs into kiln.attention.
 void populateFuseAttentionPatterns(RewritePatternSet &patterns);
 
+/// Adds the patterns that fold K/V head repeats and constant causal masks on
+/// existing kiln.attention ops into the op's group count and attributes.
+void populateSimplifyAttentionPatterns(RewritePatternSet &patterns);
+
 #define GEN_PASS_REGISTRATION
 #include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
 

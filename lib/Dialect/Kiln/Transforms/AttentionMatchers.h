@@ -1,0 +1,47 @@
+//===- AttentionMatchers.h - Matchers shared by Kiln's passes ---*- C++ -*-===//
+//
+// Recognisers of attention building blocks in TOSA, shared by the fusion
+// pattern and the simplification of kiln.attention operands.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_DIALECT_KILN_TRANSFORMS_ATTENTIONMATCHERS_H
+#define KILN_LIB_DIALECT_KILN_TRANSFORMS_ATTENTIONMATCHERS_H
+
+#include "mlir/IR/Operation.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+#include <utility>
+
+namespace mlir::kiln::detail {
+
+/// A mask or bias term added to (or selected into) the scores.
+struct MaskTerm {
+  Value value;
+  /// An i1 condition (through select) rather than an additive float tensor.
+  bool isBoolean = false;
+  /// The condition selects the fill, not the scores: `true` hides the key.
+  bool inverted = false;
+  /// Rank of the scores where the term is applied (3 before the split of
+  /// the batch into [B, H], 4 after).
+  int64_t scoresRank = 4;
+};
+
+/// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
+/// (or a tile of a single KV head): query head `h` then reads KV head
+/// `h / G`. Returns the unrepeated tensor and G, and adds the repeat's ops.
+std::optional<std::pair<Value, int64_t>>
+matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops);
+
+/// Recognises a constant causal (or sliding-window causal) mask over logical
+/// scores `[B, Hq, Sq, Sk]`: hidden exactly when `j > i + (Sk - Sq)` (or
+/// `j <= i + (Sk - Sq) - W`), every element checked. Returns the window (0
+/// for plain causal) or nothing.
+std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
+                                           ArrayRef<int64_t> scoresShape);
+
+} // namespace mlir::kiln::detail
+
+#endif // KILN_LIB_DIALECT_KILN_TRANSFORMS_ATTENTIONMATCHERS_H

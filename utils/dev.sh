@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+#===- utils/dev.sh - Set up, build, and run Kiln ---------------------------===#
+#
+# One command per job, each doing all the set-up on a fresh Debian 12 machine
+# (pinned packages, configure, build) and safe to re-run:
+#
+#   utils/dev.sh example   compile the bundled example, print the fusion
+#                          report, verify the numerics on the CPU
+#   utils/dev.sh test      build everything and run every test; the last line
+#                          is "N passed, N failed"
+#   utils/dev.sh build     set-up and build only
+#
+# Environment: BUILD_DIR (default build), JOBS (default 2).
+#===----------------------------------------------------------------------===#
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+JOBS="${JOBS:-2}"
+LLVM_BIN=/usr/lib/llvm-22/bin
+# The interpreter with Debian's python3-onnx/numpy/pytest; the first python3 on
+# PATH may be another one.
+PYTHON=/usr/bin/python3
+
+PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22
+  libclang-rt-22-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libgtest-dev nlohmann-json3-dev
+  zlib1g-dev libzstd-dev libedit-dev libxml2-dev
+  python3 python3-onnx python3-numpy python3-pytest
+)
+
+log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+install_packages() {
+  local missing=()
+  for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+      grep -q 'install ok installed' || missing+=("$package")
+  done
+  if ((${#missing[@]} == 0)); then
+    return
+  fi
+  log "installing ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+build() {
+  install_packages
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    log "configuring $BUILD_DIR"
+    cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+      -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+      -DLLVM_EXTERNAL_LIT="$LLVM_BIN/lit" >/dev/null
+  fi
+  log "building (ninja -j$JOBS)"
+  ninja -C "$BUILD_DIR" -j"$JOBS"
+}
+
+run_example() {
+  build
+  local model="$ROOT/examples/tiny_gpt2.onnx"
+  local package="$BUILD_DIR/example-package"
+  log "kilnc $model --report -o $package"
+  "$BUILD_DIR/bin/kilnc" "$model" --report -o "$package"
+  log "kilnc $model --verify (CPU: fused and unfused graph on the same inputs)"
+  "$BUILD_DIR/bin/kilnc" "$model" --verify
+  log "package written to $package:"
+  ls -l "$package"
+}
+
+run_tests() {
+  build
+  local results="$BUILD_DIR/test-results"
+  rm -rf "$results" && mkdir -p "$results"
+  local status=0
+  log "lit: regression and unit tests"
+  "$LLVM_BIN/lit" -sv --xunit-xml-output "$results/lit.xml" \
+    "$BUILD_DIR/test" "$BUILD_DIR/test/unit" || status=1
+  log "pytest: Python package"
+  KILN_RUNTIME_LIB="$BUILD_DIR/lib/libkilnrt.so" \
+    "$PYTHON" -m pytest -q -p no:cacheprovider --junitxml "$results/pytest.xml" \
+    "$ROOT/test/python" || status=1
+  "$PYTHON" "$ROOT/utils/count-results.py" "$results/lit.xml" \
+    "$results/pytest.xml" || status=1
+  return $status
+}
+
+case "${1:-}" in
+example) run_example ;;
+test) run_tests ;;
+build) build ;;
+*)
+  echo "usage: utils/dev.sh example|test|build" >&2
+  exit 2
+  ;;
+esac
