@@ -19,6 +19,7 @@ config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
+config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
 config.substitutions.append(("%python", config.python_executable))
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 
@@ -34,6 +35,12 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 if config.ptxas and os.path.exists(config.ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", config.ptxas))
+
+# The importer's fuzz test needs clang with libFuzzer and the sanitizers.
+if shutil.which("clang++-22") and os.path.exists(
+    "/usr/lib/llvm-22/lib/clang/22/lib/linux/libclang_rt.fuzzer-x86_64.a"
+):
+    config.available_features.add("fuzzer")
 
 # Tests that run kernels need a GPU and the CUDA driver.
 if os.path.exists("/dev/nvidia0") or os.environ.get("KILN_TEST_CUDA"):

@@ -65,7 +65,7 @@ build() {
 
 run_example() {
   build
-  local model="$ROOT/examples/tiny_gpt2.onnx"
+  local model="$ROOT/examples/gpt2_2layer.onnx"
   local package="$BUILD_DIR/example-package"
   log "kilnc $model --report -o $package"
   "$BUILD_DIR/bin/kilnc" "$model" --report -o "$package"
