@@ -11,7 +11,7 @@ from lit.llvm.subst import ToolSubst
 
 config.name = "KILN"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir", ".test", ".py"]
+config.suffixes = [".mlir", ".test"]
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "Inputs", "unit", "gpu",
                    "python", "CMakeLists.txt"]
 config.test_source_root = os.path.dirname(__file__)
@@ -20,6 +20,7 @@ config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
 config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
+config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 
@@ -35,6 +36,12 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 if config.ptxas and os.path.exists(config.ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", config.ptxas))
+
+# The real model graphs beside the repository (../shared/models), when present.
+shared_models = os.path.join(os.path.dirname(config.kiln_src_root), "shared", "models")
+if os.path.isdir(shared_models):
+    config.available_features.add("shared-models")
+    config.substitutions.append(("%shared_models", shared_models))
 
 # The importer's fuzz test needs clang with libFuzzer and the sanitizers.
 if shutil.which("clang++-22") and os.path.exists(
