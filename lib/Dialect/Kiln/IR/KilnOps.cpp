@@ -136,3 +136,75 @@ LogicalResult AttentionOp::verify() {
   }
   return success();
 }
+
+LogicalResult PagedAttentionOp::verify() {
+  auto queryType = cast<RankedTensorType>(getQuery().getType());
+  auto keyCacheType = cast<RankedTensorType>(getKeyCache().getType());
+  auto valueCacheType = cast<RankedTensorType>(getValueCache().getType());
+  auto pageTableType = cast<RankedTensorType>(getPageTable().getType());
+  auto kvLensType = cast<RankedTensorType>(getKvLens().getType());
+  auto resultType = cast<RankedTensorType>(getResult().getType());
+
+  const std::tuple<StringRef, RankedTensorType, int64_t> ranks[] = {
+      {"query", queryType, 4},         {"key_cache", keyCacheType, 4},
+      {"value_cache", valueCacheType, 4}, {"result", resultType, 4},
+      {"page_table", pageTableType, 2}, {"kv_lens", kvLensType, 1}};
+  for (auto [name, type, rank] : ranks)
+    if (type.getRank() != rank)
+      return emitOpError() << name << " must have rank " << rank
+                           << ", got rank " << type.getRank();
+  for (auto [name, type] :
+       {std::make_pair(StringRef("key_cache"), keyCacheType),
+        std::make_pair(StringRef("value_cache"), valueCacheType),
+        std::make_pair(StringRef("result"), resultType)})
+    if (type.getElementType() != queryType.getElementType())
+      return emitOpError() << name << " element type " << type.getElementType()
+                           << " differs from the query element type "
+                           << queryType.getElementType();
+
+  if (failed(verifyCompatibleShape(keyCacheType, valueCacheType)))
+    return emitOpError() << "key_cache shape " << keyCacheType
+                         << " differs from the value_cache shape "
+                         << valueCacheType;
+  if (failed(verifyCompatibleShape(resultType, queryType)))
+    return emitOpError() << "result shape " << resultType
+                         << " differs from the query shape " << queryType;
+  if (sizesConflict(keyCacheType.getDimSize(3), queryType.getDimSize(3)))
+    return emitOpError() << "head dim of key_cache ("
+                         << keyCacheType.getDimSize(3)
+                         << ") differs from query ("
+                         << queryType.getDimSize(3) << ")";
+  if (sizesConflict(pageTableType.getDimSize(0), queryType.getDimSize(0)))
+    return emitOpError() << "batch size of page_table ("
+                         << pageTableType.getDimSize(0)
+                         << ") differs from query (" << queryType.getDimSize(0)
+                         << ")";
+  if (sizesConflict(kvLensType.getDimSize(0), queryType.getDimSize(0)))
+    return emitOpError() << "batch size of kv_lens ("
+                         << kvLensType.getDimSize(0) << ") differs from query ("
+                         << queryType.getDimSize(0) << ")";
+
+  int64_t numQueryHeads = queryType.getDimSize(1);
+  int64_t numKvHeads = keyCacheType.getDimSize(2);
+  if (!ShapedType::isDynamic(numQueryHeads) &&
+      !ShapedType::isDynamic(numKvHeads) &&
+      (numKvHeads == 0 || numQueryHeads % numKvHeads != 0))
+    return emitOpError() << "query heads (" << numQueryHeads
+                         << ") must be a multiple of the key/value heads ("
+                         << numKvHeads << ")";
+  if (keyCacheType.getDimSize(1) == 0)
+    return emitOpError() << "page size must be positive";
+
+  if (!std::isfinite(getScale().convertToFloat()))
+    return emitOpError() << "scale must be finite, got "
+                         << getScale().convertToFloat();
+  if (getWindow() && !getCausal())
+    return emitOpError() << "window requires causal";
+  if (std::optional<APFloat> softcap = getSoftcap()) {
+    float cap = softcap->convertToFloat();
+    if (!std::isfinite(cap) || cap <= 0.0f)
+      return emitOpError() << "softcap must be positive and finite, got "
+                           << cap;
+  }
+  return success();
+}

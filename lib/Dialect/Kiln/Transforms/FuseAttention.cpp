@@ -1089,6 +1089,29 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
 
 struct KilnFuseAttentionPass
     : public kiln::impl::KilnFuseAttentionBase<KilnFuseAttentionPass> {
+  using KilnFuseAttentionBase::KilnFuseAttentionBase;
+
+  /// Tags the op producing each matched site's result with
+  /// `kiln.site_root = N`, numbering the sites in program order (the order
+  /// of the kiln.attention ops a fusion would create), and rewrites nothing.
+  void annotateSites(Operation *root) {
+    llvm::SmallPtrSet<Operation *, 8> roots;
+    root->walk([&](tosa::ReduceMaxOp maxOp) {
+      std::string whyNot;
+      FailureOr<AttentionMatch> match = matchAttention(maxOp, whyNot);
+      if (succeeded(match))
+        if (Operation *resultOp = match->result.getDefiningOp())
+          roots.insert(resultOp);
+    });
+    int64_t site = 0;
+    root->walk([&](Operation *op) {
+      if (roots.contains(op))
+        op->setAttr("kiln.site_root",
+                    IntegerAttr::get(IntegerType::get(op->getContext(), 64),
+                                     site++));
+    });
+  }
+
   void runOnOperation() override {
     Operation *root = getOperation();
     auto countFused = [&] {
@@ -1097,6 +1120,11 @@ struct KilnFuseAttentionPass
       return count;
     };
     int64_t before = countFused();
+
+    if (annotateOnly) {
+      annotateSites(root);
+      return;
+    }
 
     RewritePatternSet patterns(&getContext());
     populateFuseAttentionPatterns(patterns);

@@ -107,4 +107,72 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
   let hasVerifier = 1;
 }
 
+def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
+  let summary = "Attention over a paged key/value cache";
+  let description = [{
+    `kiln.attention` with K and V read through a page table, the form decode
+    and chunked prefill use over a paged KV cache. For batch `b`, key `j`
+    (`0 <= j < kv_lens[b]`) lives at
+
+    ```
+    K[b, h, j, :] = key_cache[page_table[b, j / P], j % P, h, :]
+    ```
+
+    with `P` the page size (`key_cache` axis 1), and V likewise. Operands:
+    Q `[B, Hq, Sq, D]`; `key_cache` and `value_cache`
+    `[num_pages, P, Hkv, D]`; `page_table` `[B, max_pages]` (i32);
+    `kv_lens` `[B]` (i32), the number of keys of each sequence. Every
+    dimension may be dynamic.
+
+    `scale`, `causal`, `window` and `softcap` mean what they mean on
+    `kiln.attention`, per sequence: `causal` keeps key `j` for query `i`
+    when `j <= i + (kv_lens[b] - Sq)` (bottom-right aligned), `window = W`
+    also hides `j <= i + (kv_lens[b] - Sq) - W`, and a query row that sees
+    no key produces zeros. Grouped-query attention reads KV head `h / G`,
+    `G = Hq / Hkv`. Statistics and `P·V` are accumulated in f32.
+
+    `kv_lens[b]` must not exceed `max_pages · P` and page table entries
+    must lie in `[0, num_pages)`; the CPU lowering clamps both, so a bad
+    table never reads outside the cache.
+
+    Example:
+
+    ```mlir
+    %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {scale = 0.125 : f32}
+           : tensor<4x32x1x128xbf16>, tensor<512x16x8x128xbf16>,
+             tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>
+             -> tensor<4x32x1x128xbf16>
+    ```
+  }];
+
+  let arguments = (ins
+    Kiln_FloatTensor:$query,
+    Kiln_FloatTensor:$key_cache,
+    Kiln_FloatTensor:$value_cache,
+    RankedTensorOf<[I32]>:$page_table,
+    RankedTensorOf<[I32]>:$kv_lens,
+    F32Attr:$scale,
+    UnitAttr:$causal,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
+    OptionalAttr<F32Attr>:$softcap
+  );
+  let results = (outs Kiln_FloatTensor:$result);
+
+  let assemblyFormat = [{
+    $query `,` $key_cache `,` $value_cache `,` $page_table `,` $kv_lens
+    attr-dict `:` type($query) `,` type($key_cache) `,` type($value_cache)
+    `,` type($page_table) `,` type($kv_lens) `->` type($result)
+  }];
+
+  let extraClassDeclaration = [{
+    /// Element type shared by Q, the caches and the result.
+    ::mlir::Type getElementType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
+          .getElementType();
+    }
+  }];
+
+  let hasVerifier = 1;
+}
+
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_TD

@@ -44,9 +44,90 @@ def KilnFuseAttention : Pass<"kiln-fuse-attention"> {
   }];
   let dependentDialects = ["::mlir::kiln::KilnDialect",
                            "::mlir::tosa::TosaDialect"];
+  let options = [
+    Option<"annotateOnly", "annotate-only", "bool", "false",
+           "Rewrite nothing: tag the op that produces each matched site's "
+           "result with `kiln.site_root = N` (N counts sites in program "
+           "order, the order of the kiln.attention ops a fusion creates)">
+  ];
   let statistics = [
     Statistic<"numFused", "num-fused", "Attention sites fused">,
     Statistic<"numUnfused", "num-unfused", "Softmaxes left unfused">
+  ];
+}
+
+def KilnTileAttention : Pass<"kiln-tile-attention"> {
+  let summary = "Lower kiln.attention and kiln.paged_attention to the tiled "
+                "online-softmax form";
+  let description = [{
+    Rewrites every `kiln.attention` and `kiln.paged_attention` into the tiled
+    online-softmax form that the CPU and GPU back ends share, in upstream
+    dialects (`scf`, `tensor`, `linalg`, `arith`, `math`) on tensors:
+
+    - loops over the batch, the query heads and blocks of `q-block-size`
+      query rows; for each, the range of visible keys is computed from
+      `causal`/`window` (per sequence for the paged op), so whole KV blocks
+      outside it are never visited;
+    - that range is cut into `num-splits` parts (split-KV); each part runs a
+      loop over blocks of `kv-block-size` keys carrying the running row max
+      `m`, row sum `l` and the f32 accumulator, with scores in base 2
+      (`exp2`, `scale·log2(e)` folded into the score scaling), soft-capping,
+      bias, mask and the causal/window edge applied per tile, and
+      `-inf - -inf` guarded so rows that see no key give 0;
+    - each part writes its normalised partial output and its base-2
+      log-sum-exp; with more than one part, a combine step weights the parts
+      by `exp2(lse_s - max_s lse_s)`;
+    - K and V are read from KV head `h / G` (grouped-query attention never
+      copies K/V); the paged op gathers each K/V tile through the page table.
+
+    Every dimension may be dynamic (sizes come from `tensor.dim`). Lengths
+    need not be multiples of the block sizes.
+
+    Example:
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32} : ...
+    // becomes scf.for loops over b, h, query blocks and KV blocks, with
+    // linalg.generic ops computing each tile.
+    ```
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::math::MathDialect", "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let options = [
+    Option<"kvBlockSize", "kv-block-size", "int64_t", "32",
+           "Keys per KV block">,
+    Option<"qBlockSize", "q-block-size", "int64_t", "16",
+           "Query rows per query block">,
+    Option<"numSplits", "num-splits", "int64_t", "1",
+           "Parts the visible KV range is split into (split-KV); more than "
+           "one adds a combine step over the parts' log-sum-exp">
+  ];
+}
+
+def KilnDecomposeAttention : Pass<"kiln-decompose-attention"> {
+  let summary = "Lower kiln attention ops to a plain, untiled softmax";
+  let description = [{
+    The reference lowering: for each batch and query head, the whole score
+    matrix `scale·QKᵀ` (soft-capped, plus bias and mask, with hidden keys
+    set to -inf), `exp(s - max)`, its row sums and `P·V`, in `linalg` on
+    tensors, all in f32. Rows that see no key give 0. It shares no
+    statistics or block logic with `kiln-tile-attention`, so the two can be
+    compared; the paged op gathers its whole K/V through the page table.
+
+    Example:
+
+    ```mlir
+    %o = kiln.attention %q, %k, %v {scale = 0.125 : f32} : ...
+    // becomes scf.for loops over b and h around linalg.generic ops.
+    ```
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::linalg::LinalgDialect",
+    "::mlir::math::MathDialect", "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect"
   ];
 }
 

@@ -1,0 +1,854 @@
+//===- TileAttention.cpp - Tiled online-softmax lowering --------*- C++ -*-===//
+//
+// Lowers kiln.attention and kiln.paged_attention to upstream dialects on
+// tensors, in two forms:
+//
+// - kiln-tile-attention: the tiled online-softmax form the back ends share.
+//   Loops over (batch, query head, query block, KV split, KV block); the KV
+//   loop carries the running row max, row sum and f32 accumulator; scores are
+//   kept in base 2 so the softmax is one exp2 per score.
+// - kiln-decompose-attention: a plain softmax over whole rows, the reference
+//   the tiled form is checked against.
+//
+// Both read K/V of KV head h / G in place (extract_slice, or a gather through
+// the page table for the paged op): K and V are never copied per query head.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
+#include "kiln/Dialect/Kiln/Transforms/TileAttention.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/WalkPatternRewriteDriver.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace mlir::kiln {
+#define GEN_PASS_DEF_KILNTILEATTENTION
+#define GEN_PASS_DEF_KILNDECOMPOSEATTENTION
+#include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
+} // namespace mlir::kiln
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+constexpr double kLog2E = 1.4426950408889634;
+
+/// Small builder helpers over one insertion point and location.
+struct IR {
+  OpBuilder &b;
+  Location loc;
+
+  Value idx(int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  }
+  Value f32(double value) {
+    return arith::ConstantOp::create(b, loc,
+                                     b.getF32FloatAttr(static_cast<float>(value)));
+  }
+  Value negInf() { return f32(-std::numeric_limits<double>::infinity()); }
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value div(Value x, Value y) { return arith::DivSIOp::create(b, loc, x, y); }
+  Value rem(Value x, Value y) { return arith::RemSIOp::create(b, loc, x, y); }
+  Value ceilDiv(Value x, Value y) {
+    return arith::CeilDivSIOp::create(b, loc, x, y);
+  }
+  Value min(Value x, Value y) { return arith::MinSIOp::create(b, loc, x, y); }
+  Value max(Value x, Value y) { return arith::MaxSIOp::create(b, loc, x, y); }
+  Value clamp(Value x, Value lo, Value hi) { return min(max(x, lo), hi); }
+  Value cmp(arith::CmpIPredicate pred, Value x, Value y) {
+    return arith::CmpIOp::create(b, loc, pred, x, y);
+  }
+  Value cmpf(arith::CmpFPredicate pred, Value x, Value y) {
+    return arith::CmpFOp::create(b, loc, pred, x, y);
+  }
+  Value select(Value cond, Value x, Value y) {
+    return arith::SelectOp::create(b, loc, cond, x, y);
+  }
+  Value addf(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value subf(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value mulf(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value divf(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  Value maxf(Value x, Value y) {
+    return arith::MaximumFOp::create(b, loc, x, y);
+  }
+  Value dim(Value tensor, int64_t axis) {
+    return tensor::DimOp::create(b, loc, tensor, axis);
+  }
+  Value index(int64_t loopDim) {
+    return linalg::IndexOp::create(b, loc, loopDim);
+  }
+  /// Converts a scalar of any float type to f32.
+  Value toF32(Value value) {
+    if (value.getType().isF32())
+      return value;
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), value);
+  }
+  Value toIndex(Value value) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
+  }
+  /// A fully dynamic tensor of `sizes.size()` dims.
+  Value empty(ArrayRef<Value> sizes, Type elementType) {
+    return tensor::EmptyOp::create(
+        b, loc, SmallVector<int64_t>(sizes.size(), kDyn), elementType, sizes);
+  }
+  Value full(ArrayRef<Value> sizes, Value fillValue) {
+    Value init = empty(sizes, fillValue.getType());
+    return linalg::FillOp::create(b, loc, ValueRange{fillValue},
+                                  ValueRange{init})
+        .getResult(0);
+  }
+  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims) {
+    SmallVector<AffineExpr> exprs;
+    for (unsigned d : dims)
+      exprs.push_back(b.getAffineDimExpr(d));
+    return AffineMap::get(numDims, 0, exprs, b.getContext());
+  }
+  /// linalg.generic with one result.
+  Value generic(ValueRange inputs, Value init, ArrayRef<AffineMap> maps,
+                ArrayRef<utils::IteratorType> iterators,
+                function_ref<Value(IR &, ValueRange)> body) {
+    auto op = linalg::GenericOp::create(
+        b, loc, TypeRange{init.getType()}, inputs, ValueRange{init}, maps,
+        iterators, [&](OpBuilder &nested, Location nestedLoc, ValueRange args) {
+          IR inner{nested, nestedLoc};
+          Value result = body(inner, args);
+          linalg::YieldOp::create(nested, nestedLoc, result);
+        });
+    return op.getResult(0);
+  }
+};
+
+constexpr utils::IteratorType kPar = utils::IteratorType::parallel;
+constexpr utils::IteratorType kRed = utils::IteratorType::reduction;
+
+/// One attention op, with its sizes as index values computed once before the
+/// loops.
+struct Site {
+  Type elementType;
+  RankedTensorType resultType;
+  Value query, key, value;
+  bool paged = false;
+  bool bshd = false;
+  Value pageTable, kvLens, mask, bias;
+  float scale = 1.0f;
+  bool causal = false;
+  std::optional<int64_t> window;
+  std::optional<float> softcap;
+
+  Value batch, numQueryHeads, queryLength, headDim, groupSize;
+  /// Keys of every sequence (contiguous K/V only).
+  Value kvLength;
+  /// Paged K/V only.
+  Value pageSize, maxPages, numPages;
+  /// For mask and bias: per operand axis, whether it broadcasts (size 1).
+  SmallVector<Value> maskBroadcast, biasBroadcast;
+
+  static Site fromOp(IR &ir, AttentionOp op) {
+    Site site;
+    site.elementType = op.getElementType();
+    site.resultType = cast<RankedTensorType>(op.getResult().getType());
+    site.query = op.getQuery();
+    site.key = op.getKey();
+    site.value = op.getValue();
+    site.bshd = op.getLayout() == Layout::bshd;
+    site.mask = op.getMask();
+    site.bias = op.getBias();
+    site.copyAttrs(op);
+    int64_t headAxis = op.getHeadAxis(), seqAxis = op.getSeqAxis();
+    site.batch = ir.dim(site.query, 0);
+    site.numQueryHeads = ir.dim(site.query, headAxis);
+    site.queryLength = ir.dim(site.query, seqAxis);
+    site.headDim = ir.dim(site.query, 3);
+    site.groupSize =
+        ir.div(site.numQueryHeads, ir.max(ir.dim(site.key, headAxis), ir.idx(1)));
+    site.kvLength = ir.dim(site.key, seqAxis);
+    site.computeBroadcasts(ir);
+    return site;
+  }
+
+  static Site fromOp(IR &ir, PagedAttentionOp op) {
+    Site site;
+    site.elementType = op.getElementType();
+    site.resultType = cast<RankedTensorType>(op.getResult().getType());
+    site.query = op.getQuery();
+    site.key = op.getKeyCache();
+    site.value = op.getValueCache();
+    site.paged = true;
+    site.pageTable = op.getPageTable();
+    site.kvLens = op.getKvLens();
+    site.copyAttrs(op);
+    site.batch = ir.dim(site.query, 0);
+    site.numQueryHeads = ir.dim(site.query, 1);
+    site.queryLength = ir.dim(site.query, 2);
+    site.headDim = ir.dim(site.query, 3);
+    site.groupSize =
+        ir.div(site.numQueryHeads, ir.max(ir.dim(site.key, 2), ir.idx(1)));
+    site.numPages = ir.dim(site.key, 0);
+    site.pageSize = ir.dim(site.key, 1);
+    site.maxPages = ir.dim(site.pageTable, 1);
+    return site;
+  }
+
+  template <typename OpT>
+  void copyAttrs(OpT op) {
+    scale = op.getScale().convertToFloat();
+    causal = op.getCausal();
+    window = op.getWindow();
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      softcap = cap->convertToFloat();
+  }
+
+  void computeBroadcasts(IR &ir) {
+    auto of = [&](Value operand, SmallVector<Value> &flags) {
+      if (!operand)
+        return;
+      int64_t rank = cast<RankedTensorType>(operand.getType()).getRank();
+      for (int64_t axis = 0; axis < rank; ++axis)
+        flags.push_back(ir.cmp(arith::CmpIPredicate::eq, ir.dim(operand, axis),
+                               ir.idx(1)));
+    };
+    of(mask, maskBroadcast);
+    of(bias, biasBroadcast);
+  }
+
+  /// Keys of sequence `b`: the K/V length, or kv_lens[b] clamped to the
+  /// pages the table can address.
+  Value keysOf(IR &ir, Value b) const {
+    if (!paged)
+      return kvLength;
+    Value length = ir.toIndex(tensor::ExtractOp::create(
+        ir.b, ir.loc, kvLens, ValueRange{b}));
+    return ir.clamp(length, ir.idx(0), ir.mul(maxPages, pageSize));
+  }
+
+  /// The `[rows, D]` query tile of batch `b`, head `h` from row `row0`.
+  Value queryTile(IR &ir, Value b, Value h, Value row0, Value rows) const {
+    return sliceRows(ir, query, b, h, row0, rows);
+  }
+
+  /// Rows [row0, row0 + rows) of `tensor` (`[B, H, S, D]` or `[B, S, H, D]`)
+  /// as a `[rows, D]` tensor.
+  Value sliceRows(IR &ir, Value tensor, Value b, Value h, Value row0,
+                  Value rows) const {
+    OpFoldResult one = ir.b.getIndexAttr(1);
+    SmallVector<OpFoldResult> offsets, sizes;
+    if (bshd) {
+      offsets = {b, row0, h, ir.b.getIndexAttr(0)};
+      sizes = {one, rows, one, headDim};
+    } else {
+      offsets = {b, h, row0, ir.b.getIndexAttr(0)};
+      sizes = {one, one, rows, headDim};
+    }
+    auto type = RankedTensorType::get({kDyn, kDyn}, elementType);
+    return tensor::ExtractSliceOp::create(ir.b, ir.loc, type, tensor, offsets,
+                                          sizes,
+                                          SmallVector<OpFoldResult>(4, one));
+  }
+
+  /// Keys (or values) [key0, key0 + rows) of KV head `kvHead` of sequence
+  /// `b` as a `[rows, D]` tensor: a slice of contiguous K/V, or a gather of
+  /// just this tile through the page table.
+  Value kvTile(IR &ir, Value source, Value b, Value kvHead, Value key0,
+               Value rows) const {
+    if (!paged)
+      return sliceRows(ir, source, b, kvHead, key0, rows);
+    Value init = ir.empty({rows, headDim}, elementType);
+    Value lastPage = ir.sub(numPages, ir.idx(1));
+    Value lastTableEntry = ir.sub(maxPages, ir.idx(1));
+    return ir.generic(
+        {}, init, {ir.map(2, {0, 1})}, {kPar, kPar},
+        [&](IR &in, ValueRange) -> Value {
+          Value key = in.add(key0, in.index(0));
+          Value entry = in.clamp(in.div(key, pageSize), in.idx(0),
+                                 lastTableEntry);
+          Value page = in.toIndex(tensor::ExtractOp::create(
+              in.b, in.loc, pageTable, ValueRange{b, entry}));
+          page = in.clamp(page, in.idx(0), lastPage);
+          Value slot = in.rem(key, pageSize);
+          return tensor::ExtractOp::create(
+              in.b, in.loc, source, ValueRange{page, slot, kvHead, in.index(1)});
+        });
+  }
+
+  /// `operand[b, h, row, key]` broadcast numpy-style, as f32 (for a boolean
+  /// mask: whether the key takes part, as i1).
+  Value broadcastRead(IR &in, Value operand, ArrayRef<Value> broadcast,
+                      ArrayRef<Value> logical) const {
+    int64_t rank = broadcast.size();
+    SmallVector<Value> indices;
+    for (int64_t axis = 0; axis < rank; ++axis)
+      indices.push_back(in.select(broadcast[axis], in.idx(0),
+                                  logical[4 - rank + axis]));
+    Value element =
+        tensor::ExtractOp::create(in.b, in.loc, operand, indices);
+    if (element.getType().isInteger(1))
+      return element;
+    return in.toF32(element);
+  }
+
+  /// The `[rows, keys]` f32 score tile of query rows [row0, ...) against keys
+  /// [key0, ...): `scale·QKᵀ`, soft-capped, plus bias and mask, -inf where
+  /// the key is hidden, all multiplied by `outScale` (log2(e) for the exp2
+  /// form, 1 for the exp form). Without a soft-cap, scale and outScale are
+  /// one multiplication.
+  Value scores(IR &ir, Value queryTile, Value keyTile, Value b, Value h,
+               Value row0, Value key0, Value rows, Value keys, Value keyCount,
+               double outScale) const {
+    Value zero = ir.full({rows, keys}, ir.f32(0.0));
+    Value dots = ir.generic(
+        {queryTile, keyTile}, zero,
+        {ir.map(3, {0, 2}), ir.map(3, {1, 2}), ir.map(3, {0, 1})},
+        {kPar, kPar, kRed}, [&](IR &in, ValueRange args) -> Value {
+          return in.addf(args[2],
+                         in.mulf(in.toF32(args[0]), in.toF32(args[1])));
+        });
+
+    // Bottom-right aligned causal diagonal: key j is visible to query i when
+    // j <= i + (keys - queries).
+    Value diagonal = ir.sub(keyCount, queryLength);
+    Value init = ir.empty({rows, keys}, ir.b.getF32Type());
+    return ir.generic(
+        {dots}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})}, {kPar, kPar},
+        [&](IR &in, ValueRange args) -> Value {
+          Value score = args[0];
+          bool additive = softcap || bias || (mask && !isBoolMask());
+          if (softcap) {
+            Value capped = math::TanhOp::create(
+                in.b, in.loc, in.mulf(score, in.f32(scale / *softcap)));
+            score = in.mulf(capped, in.f32(*softcap * outScale));
+          } else {
+            score = in.mulf(score, in.f32(scale * outScale));
+          }
+          Value row = in.add(row0, in.index(0));
+          Value key = in.add(key0, in.index(1));
+          SmallVector<Value> logical = {b, h, row, key};
+          if (additive) {
+            Value extra;
+            if (bias)
+              extra = broadcastRead(in, bias, biasBroadcast, logical);
+            if (mask && !isBoolMask()) {
+              Value maskValue = broadcastRead(in, mask, maskBroadcast, logical);
+              extra = extra ? in.addf(extra, maskValue) : maskValue;
+            }
+            if (extra)
+              score = in.addf(score, in.mulf(extra, in.f32(outScale)));
+          }
+          Value hidden;
+          auto orHidden = [&](Value cond) {
+            hidden = hidden ? arith::OrIOp::create(in.b, in.loc, hidden, cond)
+                                  .getResult()
+                            : cond;
+          };
+          if (mask && isBoolMask())
+            orHidden(arith::XOrIOp::create(
+                in.b, in.loc, broadcastRead(in, mask, maskBroadcast, logical),
+                arith::ConstantIntOp::create(in.b, in.loc, 1, 1)));
+          if (causal) {
+            Value edge = in.add(row, diagonal);
+            orHidden(in.cmp(arith::CmpIPredicate::sgt, key, edge));
+            if (window)
+              orHidden(in.cmp(arith::CmpIPredicate::sle, key,
+                              in.sub(edge, in.idx(*window))));
+          }
+          if (hidden)
+            score = in.select(hidden, in.negInf(), score);
+          return score;
+        });
+  }
+
+  bool isBoolMask() const {
+    return mask &&
+           cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1);
+  }
+
+  /// The range [begin, end) of keys any of the query rows [row0, row0 + rows)
+  /// can see: all keys, cut by the causal diagonal and the window. `begin`
+  /// is aligned down to a KV block, so whole blocks outside are skipped and
+  /// the blocks visited are the ones a GPU kernel visits.
+  std::pair<Value, Value> visibleKeys(IR &ir, Value row0, Value rows,
+                                      Value keyCount,
+                                      int64_t kvBlockSize) const {
+    Value begin = ir.idx(0), end = keyCount;
+    if (causal) {
+      Value diagonal = ir.sub(keyCount, queryLength);
+      end = ir.clamp(ir.add(ir.add(row0, rows), diagonal), ir.idx(0),
+                     keyCount);
+      if (window) {
+        Value first = ir.add(ir.sub(ir.add(row0, diagonal), ir.idx(*window)),
+                             ir.idx(1));
+        first = ir.clamp(first, ir.idx(0), end);
+        Value block = ir.idx(kvBlockSize);
+        begin = ir.mul(ir.div(first, block), block);
+      }
+    }
+    return {begin, end};
+  }
+
+  /// The result tensor of the op from `[B, Hq, Sq, D]` f32 values computed by
+  /// `element(b, h, i, d)` (in the bhsd order), cast and laid out.
+  Value emitResult(IR &ir, ValueRange inputs, ArrayRef<AffineMap> inputMaps,
+                   function_ref<Value(IR &, ValueRange)> element) const {
+    SmallVector<Value> dynamicSizes;
+    for (int64_t axis = 0; axis < resultType.getRank(); ++axis)
+      if (resultType.isDynamicDim(axis))
+        dynamicSizes.push_back(ir.dim(query, axis));
+    Value init = tensor::EmptyOp::create(ir.b, ir.loc, resultType.getShape(),
+                                         elementType, dynamicSizes);
+    // Loops run over the result's axes; inputs are indexed in bhsd order.
+    SmallVector<AffineMap> maps;
+    for (AffineMap inputMap : inputMaps) {
+      if (!bshd) {
+        maps.push_back(inputMap);
+        continue;
+      }
+      // Result loop (b, s, h, d) -> bhsd loop (b, h, s, d).
+      AffineMap swap = ir.map(4, {0, 2, 1, 3});
+      maps.push_back(inputMap.compose(swap));
+    }
+    maps.push_back(ir.map(4, {0, 1, 2, 3}));
+    return ir.generic(inputs, init, maps, {kPar, kPar, kPar, kPar},
+                      [&](IR &in, ValueRange args) -> Value {
+                        Value value = element(in, args);
+                        if (elementType.isF32())
+                          return value;
+                        return arith::TruncFOp::create(in.b, in.loc,
+                                                       elementType, value);
+                      });
+  }
+};
+
+/// Runs `body(iv, iterArgs) -> yielded` as an scf.for from lb to ub.
+SmallVector<Value>
+forLoop(IR &ir, Value lb, Value ub, Value step, ValueRange inits,
+        function_ref<SmallVector<Value>(IR &, Value, ValueRange)> body) {
+  auto loop = scf::ForOp::create(ir.b, ir.loc, lb, ub, step, inits);
+  OpBuilder::InsertionGuard guard(ir.b);
+  ir.b.setInsertionPointToStart(loop.getBody());
+  IR in{ir.b, ir.loc};
+  SmallVector<Value> yielded =
+      body(in, loop.getInductionVar(), loop.getRegionIterArgs());
+  if (loop.getBody()->empty() ||
+      !loop.getBody()->back().hasTrait<OpTrait::IsTerminator>())
+    scf::YieldOp::create(ir.b, ir.loc, yielded);
+  return SmallVector<Value>(loop.getResults());
+}
+
+/// The tiled online-softmax form.
+Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
+  Type f32 = ir.b.getF32Type();
+  Value zero = ir.idx(0), one = ir.idx(1);
+  Value qBlock = ir.idx(tiling.qBlockSize);
+  Value kvBlock = ir.idx(tiling.kvBlockSize);
+  int64_t numSplits = tiling.numSplits;
+  Value splits = ir.idx(numSplits);
+
+  // Each split's normalised output and base-2 log-sum-exp:
+  // [N, B, Hq, Sq, D] and [N, B, Hq, Sq].
+  Value partialOut = ir.empty({splits, site.batch, site.numQueryHeads,
+                               site.queryLength, site.headDim},
+                              f32);
+  Value partialLse = ir.empty(
+      {splits, site.batch, site.numQueryHeads, site.queryLength}, f32);
+
+  SmallVector<Value> partials = forLoop(
+      ir, zero, site.batch, one, {partialOut, partialLse},
+      [&](IR &ir, Value b, ValueRange args) -> SmallVector<Value> {
+        Value keyCount = site.keysOf(ir, b);
+        return forLoop(
+            ir, zero, site.numQueryHeads, one, args,
+            [&](IR &ir, Value h, ValueRange args) -> SmallVector<Value> {
+              Value kvHead = ir.div(h, site.groupSize);
+              return forLoop(
+                  ir, zero, site.queryLength, qBlock, args,
+                  [&](IR &ir, Value row0, ValueRange args)
+                      -> SmallVector<Value> {
+                    Value rows = ir.min(qBlock, ir.sub(site.queryLength, row0));
+                    Value queryTile = site.queryTile(ir, b, h, row0, rows);
+                    auto [begin, end] = site.visibleKeys(
+                        ir, row0, rows, keyCount, tiling.kvBlockSize);
+                    // Whole KV blocks per split.
+                    Value numBlocks =
+                        ir.ceilDiv(ir.max(ir.sub(end, begin), zero), kvBlock);
+                    Value splitKeys =
+                        ir.mul(ir.ceilDiv(numBlocks, splits), kvBlock);
+                    return forLoop(
+                        ir, zero, splits, one, args,
+                        [&](IR &ir, Value split, ValueRange args)
+                            -> SmallVector<Value> {
+                          Value splitBegin = ir.min(
+                              ir.add(begin, ir.mul(split, splitKeys)), end);
+                          Value splitEnd = ir.min(
+                              ir.add(splitBegin, splitKeys), end);
+                          Value rowMax = ir.full({rows}, ir.negInf());
+                          Value rowSum = ir.full({rows}, ir.f32(0.0));
+                          Value acc =
+                              ir.full({rows, site.headDim}, ir.f32(0.0));
+                          SmallVector<Value> state = forLoop(
+                              ir, splitBegin, splitEnd, kvBlock,
+                              {rowMax, rowSum, acc},
+                              [&](IR &ir, Value key0, ValueRange state)
+                                  -> SmallVector<Value> {
+                                Value keys =
+                                    ir.min(kvBlock, ir.sub(splitEnd, key0));
+                                Value keyTile = site.kvTile(
+                                    ir, site.key, b, kvHead, key0, keys);
+                                Value valueTile = site.kvTile(
+                                    ir, site.value, b, kvHead, key0, keys);
+                                Value s = site.scores(ir, queryTile, keyTile,
+                                                      b, h, row0, key0, rows,
+                                                      keys, keyCount, kLog2E);
+                                // m' = max(m, rowmax(s)).
+                                Value newMax = ir.generic(
+                                    {s}, state[0],
+                                    {ir.map(2, {0, 1}), ir.map(2, {0})},
+                                    {kPar, kRed},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return in.maxf(a[1], a[0]);
+                                    });
+                                // exp2 is taken relative to m', or to 0 while
+                                // the row has seen no key (m' = -inf), so
+                                // -inf - -inf never happens.
+                                auto safe = [](IR &in, Value m) {
+                                  Value isNegInf = in.cmpf(
+                                      arith::CmpFPredicate::OEQ, m,
+                                      in.negInf());
+                                  return in.select(isNegInf, in.f32(0.0), m);
+                                };
+                                Value rowsInit = ir.empty({rows}, f32);
+                                Value correction = ir.generic(
+                                    {state[0], newMax}, rowsInit,
+                                    {ir.map(1, {0}), ir.map(1, {0}),
+                                     ir.map(1, {0})},
+                                    {kPar},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return math::Exp2Op::create(
+                                          in.b, in.loc,
+                                          in.subf(a[0], safe(in, a[1])));
+                                    });
+                                Value probs = ir.generic(
+                                    {s, newMax}, ir.empty({rows, keys}, f32),
+                                    {ir.map(2, {0, 1}), ir.map(2, {0}),
+                                     ir.map(2, {0, 1})},
+                                    {kPar, kPar},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return math::Exp2Op::create(
+                                          in.b, in.loc,
+                                          in.subf(a[0], safe(in, a[1])));
+                                    });
+                                // l' = l·c + rowsum(p).
+                                Value scaledSum = ir.generic(
+                                    {state[1], correction}, rowsInit,
+                                    {ir.map(1, {0}), ir.map(1, {0}),
+                                     ir.map(1, {0})},
+                                    {kPar},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return in.mulf(a[0], a[1]);
+                                    });
+                                Value newSum = ir.generic(
+                                    {probs}, scaledSum,
+                                    {ir.map(2, {0, 1}), ir.map(2, {0})},
+                                    {kPar, kRed},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return in.addf(a[1], a[0]);
+                                    });
+                                // acc' = acc·c + p·V.
+                                Value scaledAcc = ir.generic(
+                                    {state[2], correction},
+                                    ir.empty({rows, site.headDim}, f32),
+                                    {ir.map(2, {0, 1}), ir.map(2, {0}),
+                                     ir.map(2, {0, 1})},
+                                    {kPar, kPar},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return in.mulf(a[0], a[1]);
+                                    });
+                                Value newAcc = ir.generic(
+                                    {probs, valueTile}, scaledAcc,
+                                    {ir.map(3, {0, 2}), ir.map(3, {2, 1}),
+                                     ir.map(3, {0, 1})},
+                                    {kPar, kPar, kRed},
+                                    [&](IR &in, ValueRange a) -> Value {
+                                      return in.addf(
+                                          a[2],
+                                          in.mulf(a[0], in.toF32(a[1])));
+                                    });
+                                return {newMax, newSum, newAcc};
+                              });
+                          // This split's normalised output (0 where the row
+                          // saw no key) and log-sum-exp (-inf there).
+                          Value out = ir.generic(
+                              {state[2], state[1]},
+                              ir.empty({rows, site.headDim}, f32),
+                              {ir.map(2, {0, 1}), ir.map(2, {0}),
+                               ir.map(2, {0, 1})},
+                              {kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
+                                Value seen = in.cmpf(arith::CmpFPredicate::OGT,
+                                                     a[1], in.f32(0.0));
+                                return in.select(seen, in.divf(a[0], a[1]),
+                                                 in.f32(0.0));
+                              });
+                          Value lse = ir.generic(
+                              {state[0], state[1]}, ir.empty({rows}, f32),
+                              {ir.map(1, {0}), ir.map(1, {0}),
+                               ir.map(1, {0})},
+                              {kPar}, [&](IR &in, ValueRange a) -> Value {
+                                Value seen = in.cmpf(arith::CmpFPredicate::OGT,
+                                                     a[1], in.f32(0.0));
+                                Value log = math::Log2Op::create(in.b, in.loc,
+                                                                 a[1]);
+                                return in.select(seen, in.addf(a[0], log),
+                                                 in.negInf());
+                              });
+                          OpFoldResult unit = ir.b.getIndexAttr(1);
+                          Value newOut = tensor::InsertSliceOp::create(
+                              ir.b, ir.loc, out, args[0],
+                              ArrayRef<OpFoldResult>{split, b, h, row0,
+                                                     ir.b.getIndexAttr(0)},
+                              ArrayRef<OpFoldResult>{unit, unit, unit, rows,
+                                                     site.headDim},
+                              SmallVector<OpFoldResult>(5, unit));
+                          Value newLse = tensor::InsertSliceOp::create(
+                              ir.b, ir.loc, lse, args[1],
+                              ArrayRef<OpFoldResult>{split, b, h, row0},
+                              ArrayRef<OpFoldResult>{unit, unit, unit, rows},
+                              SmallVector<OpFoldResult>(4, unit));
+                          return {newOut, newLse};
+                        });
+                  });
+            });
+      });
+
+  if (numSplits == 1) {
+    OpFoldResult unit = ir.b.getIndexAttr(1);
+    OpFoldResult zeroAttr = ir.b.getIndexAttr(0);
+    Value out = tensor::ExtractSliceOp::create(
+        ir.b, ir.loc, RankedTensorType::get({kDyn, kDyn, kDyn, kDyn}, f32),
+        partials[0],
+        ArrayRef<OpFoldResult>{zeroAttr, zeroAttr, zeroAttr, zeroAttr,
+                               zeroAttr},
+        ArrayRef<OpFoldResult>{unit, site.batch, site.numQueryHeads,
+                               site.queryLength, site.headDim},
+        SmallVector<OpFoldResult>(5, unit));
+    return site.emitResult(ir, {out}, {ir.map(4, {0, 1, 2, 3})},
+                           [](IR &, ValueRange a) { return a[0]; });
+  }
+
+  // Combine: weight split s by exp2(lse_s - max_s lse_s).
+  SmallVector<Value> rowSizes = {site.batch, site.numQueryHeads,
+                                 site.queryLength};
+  Value maxLse = ir.generic(
+      {partials[1]}, ir.full(rowSizes, ir.negInf()),
+      {ir.map(4, {0, 1, 2, 3}), ir.map(4, {1, 2, 3})},
+      {kRed, kPar, kPar, kPar},
+      [](IR &in, ValueRange a) { return in.maxf(a[1], a[0]); });
+  Value weights = ir.generic(
+      {partials[1], maxLse},
+      ir.empty({splits, site.batch, site.numQueryHeads, site.queryLength},
+               f32),
+      {ir.map(4, {0, 1, 2, 3}), ir.map(4, {1, 2, 3}), ir.map(4, {0, 1, 2, 3})},
+      {kPar, kPar, kPar, kPar}, [](IR &in, ValueRange a) -> Value {
+        Value noKey =
+            in.cmpf(arith::CmpFPredicate::OEQ, a[1], in.negInf());
+        Value weight =
+            math::Exp2Op::create(in.b, in.loc, in.subf(a[0], a[1]));
+        return in.select(noKey, in.f32(0.0), weight);
+      });
+  Value total = ir.generic(
+      {weights}, ir.full(rowSizes, ir.f32(0.0)),
+      {ir.map(4, {0, 1, 2, 3}), ir.map(4, {1, 2, 3})},
+      {kRed, kPar, kPar, kPar},
+      [](IR &in, ValueRange a) { return in.addf(a[1], a[0]); });
+  Value weighted = ir.generic(
+      {partials[0], weights},
+      ir.full({site.batch, site.numQueryHeads, site.queryLength, site.headDim},
+              ir.f32(0.0)),
+      {ir.map(5, {4, 0, 1, 2, 3}), ir.map(5, {4, 0, 1, 2}),
+       ir.map(5, {0, 1, 2, 3})},
+      {kPar, kPar, kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
+        return in.addf(a[2], in.mulf(a[0], a[1]));
+      });
+  return site.emitResult(
+      ir, {weighted, total}, {ir.map(4, {0, 1, 2, 3}), ir.map(4, {0, 1, 2})},
+      [](IR &in, ValueRange a) -> Value {
+        Value seen = in.cmpf(arith::CmpFPredicate::OGT, a[1], in.f32(0.0));
+        return in.select(seen, in.divf(a[0], a[1]), in.f32(0.0));
+      });
+}
+
+/// The plain reference form: whole rows, exp, no running statistics.
+Value lowerDecomposed(IR &ir, const Site &site) {
+  Type f32 = ir.b.getF32Type();
+  Value zero = ir.idx(0), one = ir.idx(1);
+  Value outInit = ir.empty(
+      {site.batch, site.numQueryHeads, site.queryLength, site.headDim}, f32);
+  SmallVector<Value> out = forLoop(
+      ir, zero, site.batch, one, {outInit},
+      [&](IR &ir, Value b, ValueRange args) -> SmallVector<Value> {
+        Value keyCount = site.keysOf(ir, b);
+        return forLoop(
+            ir, zero, site.numQueryHeads, one, args,
+            [&](IR &ir, Value h, ValueRange args) -> SmallVector<Value> {
+              Value kvHead = ir.div(h, site.groupSize);
+              Value rows = site.queryLength;
+              Value queryTile = site.queryTile(ir, b, h, zero, rows);
+              Value keyTile =
+                  site.kvTile(ir, site.key, b, kvHead, zero, keyCount);
+              Value valueTile =
+                  site.kvTile(ir, site.value, b, kvHead, zero, keyCount);
+              Value s = site.scores(ir, queryTile, keyTile, b, h, zero, zero,
+                                    rows, keyCount, keyCount, 1.0);
+              Value rowMax = ir.generic(
+                  {s}, ir.full({rows}, ir.negInf()),
+                  {ir.map(2, {0, 1}), ir.map(2, {0})}, {kPar, kRed},
+                  [](IR &in, ValueRange a) { return in.maxf(a[1], a[0]); });
+              Value probs = ir.generic(
+                  {s, rowMax}, ir.empty({rows, keyCount}, f32),
+                  {ir.map(2, {0, 1}), ir.map(2, {0}), ir.map(2, {0, 1})},
+                  {kPar, kPar}, [](IR &in, ValueRange a) -> Value {
+                    // A row that sees no key has max -inf: its
+                    // probabilities are 0, not NaN.
+                    Value noKey = in.cmpf(arith::CmpFPredicate::OEQ, a[1],
+                                          in.negInf());
+                    Value p = math::ExpOp::create(in.b, in.loc,
+                                                  in.subf(a[0], a[1]));
+                    return in.select(noKey, in.f32(0.0), p);
+                  });
+              Value rowSum = ir.generic(
+                  {probs}, ir.full({rows}, ir.f32(0.0)),
+                  {ir.map(2, {0, 1}), ir.map(2, {0})}, {kPar, kRed},
+                  [](IR &in, ValueRange a) { return in.addf(a[1], a[0]); });
+              Value normalised = ir.generic(
+                  {probs, rowSum}, ir.empty({rows, keyCount}, f32),
+                  {ir.map(2, {0, 1}), ir.map(2, {0}), ir.map(2, {0, 1})},
+                  {kPar, kPar}, [](IR &in, ValueRange a) -> Value {
+                    Value seen = in.cmpf(arith::CmpFPredicate::OGT, a[1],
+                                         in.f32(0.0));
+                    return in.select(seen, in.divf(a[0], a[1]), in.f32(0.0));
+                  });
+              Value headOut = ir.generic(
+                  {normalised, valueTile},
+                  ir.full({rows, site.headDim}, ir.f32(0.0)),
+                  {ir.map(3, {0, 2}), ir.map(3, {2, 1}), ir.map(3, {0, 1})},
+                  {kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
+                    return in.addf(a[2], in.mulf(a[0], in.toF32(a[1])));
+                  });
+              OpFoldResult unit = ir.b.getIndexAttr(1);
+              OpFoldResult zeroAttr = ir.b.getIndexAttr(0);
+              Value inserted = tensor::InsertSliceOp::create(
+                  ir.b, ir.loc, headOut, args[0],
+                  ArrayRef<OpFoldResult>{b, h, zeroAttr, zeroAttr},
+                  ArrayRef<OpFoldResult>{unit, unit, rows, site.headDim},
+                  SmallVector<OpFoldResult>(4, unit));
+              return {inserted};
+            });
+      });
+  return site.emitResult(ir, {out[0]}, {ir.map(4, {0, 1, 2, 3})},
+                         [](IR &, ValueRange a) { return a[0]; });
+}
+
+template <typename OpT>
+struct TileAttentionPattern : public OpRewritePattern<OpT> {
+  TileAttentionPattern(MLIRContext *context, AttentionTiling tiling)
+      : OpRewritePattern<OpT>(context), tiling(tiling) {}
+
+  LogicalResult matchAndRewrite(OpT op,
+                                PatternRewriter &rewriter) const override {
+    if (tiling.kvBlockSize <= 0 || tiling.qBlockSize <= 0 ||
+        tiling.numSplits <= 0)
+      return rewriter.notifyMatchFailure(op, "block sizes and split count "
+                                             "must be positive");
+    IR ir{rewriter, op.getLoc()};
+    Site site = Site::fromOp(ir, op);
+    rewriter.replaceOp(op, lowerTiled(ir, site, tiling));
+    return success();
+  }
+
+  AttentionTiling tiling;
+};
+
+template <typename OpT>
+struct DecomposeAttentionPattern : public OpRewritePattern<OpT> {
+  using OpRewritePattern<OpT>::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(OpT op,
+                                PatternRewriter &rewriter) const override {
+    IR ir{rewriter, op.getLoc()};
+    Site site = Site::fromOp(ir, op);
+    rewriter.replaceOp(op, lowerDecomposed(ir, site));
+    return success();
+  }
+};
+
+/// Fails when an attention op is left (a pattern refused it).
+LogicalResult checkAllLowered(Operation *root) {
+  WalkResult result = root->walk([](Operation *op) {
+    if (isa<AttentionOp, PagedAttentionOp>(op)) {
+      op->emitError("could not lower this attention op");
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+struct KilnTileAttentionPass
+    : public kiln::impl::KilnTileAttentionBase<KilnTileAttentionPass> {
+  using KilnTileAttentionBase::KilnTileAttentionBase;
+
+  void runOnOperation() override {
+    if (kvBlockSize <= 0 || qBlockSize <= 0 || numSplits <= 0) {
+      getOperation()->emitError()
+          << "kiln-tile-attention: kv-block-size, q-block-size and num-splits "
+             "must be positive";
+      return signalPassFailure();
+    }
+    AttentionTiling tiling{kvBlockSize, qBlockSize, numSplits};
+    RewritePatternSet patterns(&getContext());
+    populateTileAttentionPatterns(patterns, tiling);
+    walkAndApplyPatterns(getOperation(), std::move(patterns));
+    if (failed(checkAllLowered(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct KilnDecomposeAttentionPass
+    : public kiln::impl::KilnDecomposeAttentionBase<
+          KilnDecomposeAttentionPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateDecomposeAttentionPatterns(patterns);
+    walkAndApplyPatterns(getOperation(), std::move(patterns));
+    if (failed(checkAllLowered(getOperation())))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::kiln::populateTileAttentionPatterns(RewritePatternSet &patterns,
+                                               const AttentionTiling &tiling) {
+  patterns.add<TileAttentionPattern<AttentionOp>,
+               TileAttentionPattern<PagedAttentionOp>>(patterns.getContext(),
+                                                       tiling);
+}
+
+void mlir::kiln::populateDecomposeAttentionPatterns(
+    RewritePatternSet &patterns) {
+  patterns.add<DecomposeAttentionPattern<AttentionOp>,
+               DecomposeAttentionPattern<PagedAttentionOp>>(
+      patterns.getContext());
+}
