@@ -1,0 +1,863 @@
+#!/usr/bin/python3
+"""Generates the ONNX graphs of test/tools/kilnc/Inputs/fusion.
+
+Each graph is one way an exporter (Hugging Face models through the PyTorch
+TorchScript and dynamo exporters, TF2ONNX, hand-written ONNX) writes
+attention, or a look-alike that is not attention. The fusion tests
+(test/tools/kilnc/fusion-*.test) run `kilnc X.onnx --report=json` on them.
+Graphs are small (batch 1, 2 to 4 heads, 8 to 16 positions, head dim 16) and
+their initializers are seeded, so reruns give identical files.
+
+Run with a Python that has `onnx` and `numpy` (Debian's /usr/bin/python3 with
+python3-onnx). The outputs are committed; rerun this script after changing
+it:
+
+    /usr/bin/python3 utils/make_fusion_onnx_tests.py
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test",
+                   "tools", "kilnc", "Inputs", "fusion")
+F32 = TensorProto.FLOAT
+F16 = TensorProto.FLOAT16
+I64 = TensorProto.INT64
+BOOL = TensorProto.BOOL
+FINFO_MIN = float(np.finfo(np.float32).min)
+
+# Default sizes: batch 1, heads, sequence length, head dim.
+B, H, S, D = 1, 2, 8, 16
+
+
+class Graph:
+    """A graph under construction; node outputs are named after the node."""
+
+    def __init__(self, name, opset=17, seed=0):
+        self.name = name
+        self.opset = opset
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.inputs, self.outputs = [], [], [], []
+
+    def op(self, op_type, inputs, name, outputs=None, **attrs):
+        outputs = outputs or [name]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs,
+                                           name=name, **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def const(self, name, array):
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def weight(self, name, shape, dtype=np.float32):
+        data = (self.rng.standard_normal(shape) * 0.1).astype(dtype)
+        return self.const(name, data)
+
+    def input(self, name, elem, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def output(self, name, elem, shape):
+        self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def save(self):
+        graph = helper.make_graph(self.nodes, self.name, self.inputs,
+                                  self.outputs, self.inits)
+        model = helper.make_model(
+            graph, producer_name="kiln-tests",
+            opset_imports=[helper.make_opsetid("", self.opset)])
+        # The installed onnx may predate the opset: no checker, ir_version 8.
+        model.ir_version = 8
+        onnx.save(model, os.path.join(OUT, self.name + ".onnx"))
+
+
+# -- Building blocks ---------------------------------------------------------
+
+
+def qkv_inputs(g, heads=H, kv_heads=None, q_len=S, kv_len=None, dim=D,
+               elem=F32):
+    """Q [B,H,Sq,D], K and V [B,Hkv,Sk,D] as graph inputs."""
+    kv_heads = kv_heads or heads
+    kv_len = kv_len or q_len
+    q = g.input("q", elem, [B, heads, q_len, dim])
+    k = g.input("k", elem, [B, kv_heads, kv_len, dim])
+    v = g.input("v", elem, [B, kv_heads, kv_len, dim])
+    return q, k, v
+
+
+def k_transposed(g, k):
+    return g.op("Transpose", [k], "k_t", perm=[0, 1, 3, 2])
+
+
+def hf_projections(g, heads=H, dim=D, k_perm=None):
+    """The usual Hugging Face form: x [B,S,E] projected, split into heads by
+    Reshape [B,S,H,D] and Transpose [0,2,1,3]. With `k_perm`, K's two
+    transposes are written as one (TorchScript's [0,2,3,1])."""
+    hidden = heads * dim
+    x = g.input("hidden_states", F32, [B, S, hidden])
+    split = g.const("split_heads", np.array([B, S, heads, dim], np.int64))
+    result = {}
+    for which in ("q", "k", "v"):
+        w = g.weight(which + "_proj.weight", [hidden, hidden])
+        bias = g.weight(which + "_proj.bias", [hidden])
+        projected = g.op("MatMul", [x, w], which + "_proj/MatMul")
+        projected = g.op("Add", [projected, bias], which + "_proj/Add")
+        heads4 = g.op("Reshape", [projected, split], which + "/Reshape")
+        perm = k_perm if (which == "k" and k_perm) else [0, 2, 1, 3]
+        result[which] = g.op("Transpose", [heads4], which + "/Transpose",
+                             perm=perm)
+    if not k_perm:
+        result["k"] = g.op("Transpose", [result["k"]], "k/Transpose_1",
+                           perm=[0, 1, 3, 2])
+    return x, result["q"], result["k"], result["v"]
+
+
+def hf_output(g, ctx, heads=H, dim=D):
+    merged = g.op("Transpose", [ctx], "ctx/Transpose", perm=[0, 2, 1, 3])
+    shape = g.const("merge_heads", np.array([B, S, heads * dim], np.int64))
+    y = g.op("Reshape", [merged, shape], "ctx/Reshape")
+    g.output(y, F32, [B, S, heads * dim])
+
+
+def softmax_pv(g, scores, v, out_shape, axis=-1, elem=F32):
+    probs = g.op("Softmax", [scores], "softmax", axis=axis)
+    ctx = g.op("MatMul", [probs, v], "pv")
+    if out_shape is not None:
+        g.output(ctx, elem, out_shape)
+    return probs, ctx
+
+
+def hf_padding_mask(g, seq=S):
+    """HF's extended attention mask: (1 - mask[:, None, None, :]) * min."""
+    mask = g.input("attention_mask", I64, [B, seq])
+    axes = g.const("mask_axes", np.array([1, 2], np.int64))
+    m = g.op("Unsqueeze", [mask, axes], "mask/Unsqueeze")
+    m = g.op("Cast", [m], "mask/Cast", to=F32)
+    one = g.const("mask_one", np.array(1.0, np.float32))
+    m = g.op("Sub", [one, m], "mask/Sub")
+    fmin = g.const("mask_min", np.array(FINFO_MIN, np.float32))
+    return g.op("Mul", [m, fmin], "mask/Mul")
+
+
+def static_positions(g, like, axis_len_index=2):
+    """Range over the static sequence length of `like` (Shape/Gather/Range),
+    as row [S,1] and column [1,S] index vectors."""
+    shape = g.op("Shape", [like], "pos/Shape")
+    index = g.const("pos_index", np.array(axis_len_index, np.int64))
+    seq = g.op("Gather", [shape, index], "pos/Gather", axis=0)
+    zero = g.const("pos_zero", np.array(0, np.int64))
+    one = g.const("pos_one", np.array(1, np.int64))
+    pos = g.op("Range", [zero, seq, one], "pos/Range")
+    row = g.op("Unsqueeze", [pos, g.const("axes_1", np.array([1], np.int64))],
+               "pos/row")
+    col = g.op("Unsqueeze", [pos, g.const("axes_0", np.array([0], np.int64))],
+               "pos/col")
+    return row, col
+
+
+def causal_initializer(q_len, kv_len, fill=-np.inf, top_left=False,
+                       window=None):
+    """0 where key j is visible to query i, `fill` elsewhere, [1,1,Sq,Sk]."""
+    i = np.arange(q_len)[:, None]
+    j = np.arange(kv_len)[None, :]
+    last = i if top_left else i + (kv_len - q_len)
+    visible = j <= last
+    if window:
+        visible &= j > last - window
+    return np.where(visible, 0.0, fill).astype(np.float32)[None, None]
+
+
+# -- Scale -------------------------------------------------------------------
+
+
+def scale_variant(name, where):
+    """Scale 0.25 written after QK^T (Mul or Div), on Q, on K, split as
+    sqrt on both, or absent."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    if where == "q":
+        q = g.op("Mul", [q, g.const("scale_factor", np.float32(0.25))], "q_scale")
+    if where in ("k", "split"):
+        factor = 0.25 if where == "k" else 0.5
+        k = g.op("Mul", [k, g.const("k_factor", np.float32(factor))],
+                 "k_scale")
+    if where == "split":
+        q = g.op("Mul", [q, g.const("q_factor", np.float32(0.5))], "q_scale")
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    if where == "mul":
+        scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                      "scale")
+    if where == "div":
+        scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
+                      "scale")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def scale_irrational():
+    """Div by sqrt(head_dim) for head dim 8: scale 1/sqrt(8)."""
+    g = Graph("scale_div_sqrt8")
+    q, k, v = qkv_inputs(g, dim=8)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    sqrt_d = g.const("sqrt_d", np.float32(np.sqrt(8.0)))
+    scores = g.op("Div", [scores, sqrt_d], "scale")
+    softmax_pv(g, scores, v, [B, H, S, 8])
+    g.save()
+
+
+# -- Layout ------------------------------------------------------------------
+
+
+def k_pretransposed():
+    """K given as [B,H,D,S] (GPT-2's TorchScript export keeps K transposed)."""
+    g = Graph("k_pretransposed")
+    q = g.input("q", F32, [B, H, S, D])
+    kt = g.input("k_t", F32, [B, H, D, S])
+    v = g.input("v", F32, [B, H, S, D])
+    scores = g.op("MatMul", [q, kt], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def hf_projection(name, k_perm=None):
+    """x -> MatMul+Add -> Reshape [B,S,H,D] -> Transpose [0,2,1,3] for Q, K,
+    V; the result merged back to [B,S,H*D]."""
+    g = Graph(name)
+    _, q, k, v = hf_projections(g, k_perm=k_perm)
+    scores = g.op("MatMul", [q, k], "qk")
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
+                  "scale")
+    _, ctx = softmax_pv(g, scores, v, None)
+    hf_output(g, ctx)
+    g.save()
+
+
+# -- Masks -------------------------------------------------------------------
+
+
+def hf_padding():
+    """BERT: scores / sqrt(d) + (1 - attention_mask) * finfo.min."""
+    g = Graph("mask_hf_padding")
+    _, q, k, v = hf_projections(g)
+    scores = g.op("MatMul", [q, k], "qk")
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
+                  "scale")
+    scores = g.op("Add", [scores, hf_padding_mask(g)], "mask_add")
+    _, ctx = softmax_pv(g, scores, v, None)
+    hf_output(g, ctx)
+    g.save()
+
+
+def bool_mask_where(name, fill):
+    """Where(mask, scores, fill) with a run-time boolean mask [B,1,S,S]."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    mask = g.input("mask", BOOL, [B, 1, S, S])
+    fill = g.const("fill", np.float32(fill))
+    scores = g.op("Where", [mask, scores, fill], "mask_where")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def causal_trilu_where():
+    """GPT-2 eager: bias = tril(ones(S,S)) as bool; Where(bias, scores, min)."""
+    g = Graph("causal_trilu_where")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
+                  "scale")
+    ones = g.op("ConstantOfShape", [g.const("sq", np.array([S, S], np.int64))],
+                "ones", value=helper.make_tensor("one", F32, [1], [1.0]))
+    tril = g.op("Trilu", [ones], "tril", upper=0)
+    keep = g.op("Cast", [tril], "tril_bool", to=BOOL)
+    fmin = g.const("fmin", np.float32(FINFO_MIN))
+    scores = g.op("Where", [keep, scores, fmin], "causal_where")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def causal_triu_add():
+    """Llama eager: full((S,S), min).triu(1) added to the scores."""
+    g = Graph("causal_triu_add")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    full = g.op("ConstantOfShape", [g.const("sq", np.array([S, S], np.int64))],
+                "full_min",
+                value=helper.make_tensor("min", F32, [1], [FINFO_MIN]))
+    triu = g.op("Trilu", [full, g.const("diag", np.array(1, np.int64))],
+                "triu", upper=1)
+    axes = g.const("axes01", np.array([0, 1], np.int64))
+    mask = g.op("Unsqueeze", [triu, axes], "causal_unsqueeze")
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def causal_range_less():
+    """Range/Less/Where from the static sequence length, added."""
+    g = Graph("causal_range_less")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    row, col = static_positions(g, q)
+    future = g.op("Less", [row, col], "future")  # i < j
+    mask = g.op("Where", [future, g.const("neg_inf", np.float32(-np.inf)),
+                          g.const("zero_f", np.float32(0.0))], "causal_mask")
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def causal_init(name, q_len, kv_len, top_left=False, window=None):
+    """A causal (or band) mask given as an initializer [1,1,Sq,Sk] of
+    0 / -inf."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, q_len=q_len, kv_len=kv_len)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    mask = g.const("causal_mask",
+                   causal_initializer(q_len, kv_len, top_left=top_left,
+                                      window=window))
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, H, q_len, D])
+    g.save()
+
+
+def sliding_window(name, built):
+    """Mistral: each query sees its 3 most recent keys (itself included),
+    built by Range/Sub/Less/Or/Where or given as an initializer."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    if built:
+        row, col = static_positions(g, q)
+        distance = g.op("Sub", [row, col], "distance")  # i - j
+        future = g.op("Less", [distance, g.const("zero_i", np.array(
+            0, np.int64))], "future")
+        too_old = g.op("GreaterOrEqual", [distance, g.const(
+            "window", np.array(3, np.int64))], "too_old")
+        hidden = g.op("Or", [future, too_old], "hidden")
+        mask = g.op("Where", [hidden, g.const("fmin", np.float32(FINFO_MIN)),
+                              g.const("zero_f", np.float32(0.0))],
+                    "window_mask")
+    else:
+        mask = g.const("window_mask", causal_initializer(S, S, window=3))
+    scores = g.op("Add", [scores, mask], "window_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+# -- Biases ------------------------------------------------------------------
+
+
+def t5_bias(name, combined):
+    """T5: no scale; a relative position bias [1,H,S,S] and the padding mask.
+    `combined`: HF T5 adds them first (position_bias + mask) and the scores
+    once; otherwise two Adds on the scores."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    bias = g.weight("position_bias", [1, H, S, S])
+    mask = hf_padding_mask(g)
+    if combined:
+        both = g.op("Add", [bias, mask], "position_bias_add")
+        scores = g.op("Add", [scores, both], "scores_add")
+    else:
+        scores = g.op("Add", [scores, bias], "bias_add")
+        scores = g.op("Add", [scores, mask], "mask_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def alibi():
+    """BLOOM: scores * inv_norm + alibi[1,H,1,S] (slope_h * j), then a
+    constant causal bool mask through Where(.., min)."""
+    g = Graph("alibi_causal")
+    heads = 4
+    q, k, v = qkv_inputs(g, heads=heads)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("inv_norm", np.float32(0.25))],
+                  "scale")
+    slopes = 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+    table = (slopes[:, None] * np.arange(S)[None, :]).astype(np.float32)
+    scores = g.op("Add", [scores, g.const("alibi", table[None, :, None, :])],
+                  "alibi_add")
+    keep = np.tril(np.ones((S, S), bool))[None, None]
+    scores = g.op("Where", [g.const("causal_keep", keep), scores,
+                            g.const("fmin", np.float32(FINFO_MIN))],
+                  "causal_where")
+    softmax_pv(g, scores, v, [B, heads, S, D])
+    g.save()
+
+
+def softcap():
+    """Gemma 2: scores * scaling / 50 -> tanh -> * 50, + causal mask."""
+    g = Graph("softcap_gemma2")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scaling", np.float32(0.25))],
+                  "scale")
+    cap = g.const("softcap", np.float32(50.0))
+    scores = g.op("Div", [scores, cap], "softcap_div")
+    scores = g.op("Tanh", [scores], "softcap_tanh")
+    scores = g.op("Mul", [scores, cap], "softcap_mul")
+    mask = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+# -- GQA / MQA ---------------------------------------------------------------
+
+
+def repeat_kv(name, kv_heads, heads=4):
+    """Llama's repeat_kv: [B,Hkv,S,D] -> Unsqueeze(2) -> Expand
+    [B,Hkv,G,S,D] -> Reshape [B,Hkv*G,S,D], for K and V."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, heads=heads, kv_heads=kv_heads)
+    groups = heads // kv_heads
+    axes = g.const("axes_2", np.array([2], np.int64))
+    expand = g.const("expand_shape",
+                     np.array([B, kv_heads, groups, S, D], np.int64))
+    merge = g.const("merge_shape", np.array([B, heads, S, D], np.int64))
+    repeated = []
+    for which, x in (("k", k), ("v", v)):
+        x = g.op("Unsqueeze", [x, axes], which + "/Unsqueeze")
+        x = g.op("Expand", [x, expand], which + "/Expand")
+        repeated.append(g.op("Reshape", [x, merge], which + "/Reshape"))
+    k, v = repeated
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    mask = g.const("causal_mask", causal_initializer(S, S))
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, heads, S, D])
+    g.save()
+
+
+def mqa_broadcast():
+    """MQA with one KV head left to MatMul's broadcasting (no repeat)."""
+    g = Graph("mqa_broadcast")
+    q, k, v = qkv_inputs(g, heads=4, kv_heads=1)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    softmax_pv(g, scores, v, [B, 4, S, D])
+    g.save()
+
+
+# -- Precision ---------------------------------------------------------------
+
+
+def f16_upcast():
+    """An f16 graph whose softmax runs in f32: Cast(f32) .. Cast(f16)."""
+    g = Graph("f16_softmax_upcast")
+    q, k, v = qkv_inputs(g, elem=F16)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float16(0.25))],
+                  "scale")
+    scores = g.op("Cast", [scores], "upcast", to=F32)
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    probs = g.op("Cast", [probs], "downcast", to=F16)
+    ctx = g.op("MatMul", [probs, v], "pv")
+    g.output(ctx, F16, [B, H, S, D])
+    g.save()
+
+
+# -- Opset 23 Attention ------------------------------------------------------
+
+
+def attention23(name, mask=None, q_len=S, kv_len=S, three_d=False, **attrs):
+    g = Graph(name, opset=23)
+    heads, kv_heads = (4, 2) if three_d else (H, H)
+    if three_d:
+        q = g.input("q", F32, [B, q_len, heads * D])
+        k = g.input("k", F32, [B, kv_len, kv_heads * D])
+        v = g.input("v", F32, [B, kv_len, kv_heads * D])
+        out_shape = [B, q_len, heads * D]
+        attrs.update(q_num_heads=heads, kv_num_heads=kv_heads)
+    else:
+        q, k, v = qkv_inputs(g, q_len=q_len, kv_len=kv_len)
+        out_shape = [B, H, q_len, D]
+    inputs = [q, k, v]
+    if mask == "bool":
+        inputs.append(g.input("attn_mask", BOOL, [B, 1, q_len, kv_len]))
+    elif mask == "float":
+        inputs.append(g.input("attn_mask", F32, [B, 1, q_len, kv_len]))
+    y = g.op("Attention", inputs, "attention", **attrs)
+    g.output(y, F32, out_shape)
+    g.save()
+
+
+# -- Not attention, or not fusable -------------------------------------------
+
+
+def plain_scores(g, heads=H):
+    q, k, v = qkv_inputs(g, heads=heads)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    return q, k, v, scores
+
+
+def softmax_axis(name, axis):
+    """Softmax over the queries (-2) or the heads (1), not the keys."""
+    g = Graph(name)
+    _, _, v, scores = plain_scores(g)
+    softmax_pv(g, scores, v, [B, H, S, D], axis=axis)
+    g.save()
+
+
+def probs_output():
+    """The attention probabilities are a graph output too."""
+    g = Graph("neg_probs_output")
+    _, _, v, scores = plain_scores(g)
+    probs, _ = softmax_pv(g, scores, v, [B, H, S, D])
+    g.output(probs, F32, [B, H, S, S])
+    g.save()
+
+
+def scores_used_elsewhere():
+    """The scaled scores also feed a ReduceMean that is returned."""
+    g = Graph("neg_scores_used")
+    _, _, v, scores = plain_scores(g)
+    softmax_pv(g, scores, v, [B, H, S, D])
+    mean = g.op("ReduceMean", [scores], "scores_mean", axes=[-1], keepdims=0)
+    g.output(mean, F32, [B, H, S])
+    g.save()
+
+
+def pv_wrong_side():
+    """MatMul(Vt, P): the probabilities are the right-hand operand."""
+    g = Graph("neg_pv_wrong_side")
+    _, _, _, scores = plain_scores(g)
+    vt = g.input("v_t", F32, [B, H, D, S])
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    ctx = g.op("MatMul", [vt, probs], "vp")
+    g.output(ctx, F32, [B, H, D, S])
+    g.save()
+
+
+def scale_from_input():
+    """The scale is a graph input, not a constant."""
+    g = Graph("neg_scale_input")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scale = g.input("scale", F32, [1])
+    scores = g.op("Mul", [scores, scale], "scale_mul")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def mask_after_softmax():
+    """A mask added to the probabilities, after the softmax."""
+    g = Graph("neg_mask_after_softmax")
+    _, _, v, scores = plain_scores(g)
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    mask = g.input("mask", F32, [B, 1, S, S])
+    probs = g.op("Add", [probs, mask], "mask_add")
+    ctx = g.op("MatMul", [probs, v], "pv")
+    g.output(ctx, F32, [B, H, S, D])
+    g.save()
+
+
+def mask_before_scale():
+    """(QK^T + mask) * c: the mask is scaled too."""
+    g = Graph("neg_mask_before_scale")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    mask = g.input("mask", F32, [B, 1, S, S])
+    scores = g.op("Add", [scores, mask], "mask_add")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def shared_scores():
+    """Two softmaxes (with different masks) over the same scaled scores."""
+    g = Graph("neg_shared_scores")
+    _, _, v, scores = plain_scores(g)
+    m1 = g.input("mask1", F32, [B, 1, S, S])
+    m2 = g.input("mask2", F32, [B, 1, S, S])
+    s1 = g.op("Add", [scores, m1], "mask1_add")
+    s2 = g.op("Add", [scores, m2], "mask2_add")
+    p1 = g.op("Softmax", [s1], "softmax1", axis=-1)
+    p2 = g.op("Softmax", [s2], "softmax2", axis=-1)
+    g.output(g.op("MatMul", [p1, v], "pv1"), F32, [B, H, S, D])
+    g.output(g.op("MatMul", [p2, v], "pv2"), F32, [B, H, S, D])
+    g.save()
+
+
+def shared_exp():
+    """A softmax written out by hand whose exponentials also feed a second,
+    unnormalised product."""
+    g = Graph("neg_shared_exp")
+    _, _, v, scores = plain_scores(g)
+    axes = g.const("last", np.array([-1], np.int64))
+    rowmax = g.op("ReduceMax", [scores], "rowmax", axes=[-1], keepdims=1)
+    shifted = g.op("Sub", [scores, rowmax], "shift")
+    e = g.op("Exp", [shifted], "exp")
+    rowsum = g.op("ReduceSum", [e, axes], "rowsum", keepdims=1)
+    p = g.op("Div", [e, rowsum], "normalise")
+    g.output(g.op("MatMul", [p, v], "pv"), F32, [B, H, S, D])
+    g.output(g.op("MatMul", [e, v], "ev"), F32, [B, H, S, D])
+    g.save()
+
+
+def projection_lookalike():
+    """softmax(x W) V with W [E,S] a weight: the scores are a projection of
+    one activation, not Q K^T of two. It is still attention with K = W^T
+    (a constant key matrix), so fusing is allowed if exact."""
+    g = Graph("lookalike_projection")
+    x = g.input("x", F32, [B, S, D])
+    w = g.weight("w", [D, S])
+    v = g.input("v", F32, [B, S, D])
+    scores = g.op("MatMul", [x, w], "xw")
+    softmax_pv(g, scores, v, [B, S, D])
+    g.save()
+
+
+# -- More look-alikes: almost a scale, a mask, a causal mask or a repeat -----
+
+
+def scores_then(name, build, heads=H, batch_heads_swap=False):
+    """Q, K, V inputs, scores = Q K^T, then `build(g, scores)` up to the
+    softmax, then P V."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, heads=heads)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = build(g, scores)
+    softmax_pv(g, scores, v, [B, heads, S, D])
+    g.save()
+
+
+def div_reversed(g, scores):
+    return g.op("Div", [g.const("four", np.float32(4.0)), scores],
+                "reversed_div")
+
+
+def per_head_scale(g, scores):
+    factor = np.array([0.25, 0.5], np.float32).reshape(1, H, 1, 1)
+    return g.op("Mul", [scores, g.const("head_scale", factor)], "scale")
+
+
+def mask_add_swapped(g, scores):
+    mask = g.input("mask", F32, [B, 1, S, S])
+    return g.op("Add", [mask, scores], "mask_add")
+
+
+def sub_reversed(g, scores):
+    mask = g.input("mask", F32, [B, 1, S, S])
+    return g.op("Sub", [mask, scores], "mask_sub")
+
+
+def where_inverted(g, scores):
+    hide = g.input("hide", BOOL, [B, 1, S, S])
+    return g.op("Where", [hide, g.const("neg_inf", np.float32(-np.inf)),
+                          scores], "mask_where")
+
+
+def where_fill_zero(g, scores):
+    keep = g.input("keep", BOOL, [B, 1, S, S])
+    return g.op("Where", [keep, scores, g.const("zero_f", np.float32(0.0))],
+                "mask_where")
+
+
+def mask_from_scores(g, scores):
+    positive = g.op("Greater", [scores, g.const("zero_f", np.float32(0.0))],
+                    "positive")
+    return g.op("Where", [positive, scores,
+                          g.const("neg_inf", np.float32(-np.inf))],
+                "mask_where")
+
+
+def constant_mask(array):
+    def build(g, scores):
+        scores = g.op("Mul", [scores, g.const("scale_factor",
+                                              np.float32(0.25))], "scale")
+        return g.op("Add", [scores, g.const("const_mask", array)], "mask_add")
+    return build
+
+
+def causal_where_inverted(g, scores):
+    future = np.triu(np.ones((S, S), bool), 1)[None, None]
+    return g.op("Where", [g.const("future", future),
+                          g.const("neg_inf", np.float32(-np.inf)), scores],
+                "causal_where")
+
+
+def softcap_then_mask(cap_div, cap_mul, mask_first):
+    def build(g, scores):
+        scores = g.op("Mul", [scores, g.const("scale_factor",
+                                              np.float32(0.25))], "scale")
+        mask = g.const("causal_mask", causal_initializer(S, S))
+        if mask_first:
+            scores = g.op("Add", [scores, mask], "causal_add")
+        scores = g.op("Div", [scores, g.const("cap_div", np.float32(
+            cap_div))], "softcap_div")
+        scores = g.op("Tanh", [scores], "softcap_tanh")
+        scores = g.op("Mul", [scores, g.const("cap_mul", np.float32(
+            cap_mul))], "softcap_mul")
+        if not mask_first:
+            scores = g.op("Add", [scores, mask], "causal_add")
+        return scores
+    return build
+
+
+def gqa_tile(name, k_mode, v_mode):
+    """K/V [B,2,S,D] repeated to 4 heads by Tile [1,2,1,1] (head h reads KV
+    head h % 2) or by Llama's Unsqueeze/Expand/Reshape (h / 2)."""
+    g = Graph(name)
+    heads, kv_heads = 4, 2
+    q, k, v = qkv_inputs(g, heads=heads, kv_heads=kv_heads)
+    repeats = g.const("repeats", np.array([1, 2, 1, 1], np.int64))
+    axes = g.const("axes_2", np.array([2], np.int64))
+    expand = g.const("expand_shape", np.array([B, 2, 2, S, D], np.int64))
+    merge = g.const("merge_shape", np.array([B, heads, S, D], np.int64))
+    out = []
+    for which, x, mode in (("k", k, k_mode), ("v", v, v_mode)):
+        if mode == "tile":
+            out.append(g.op("Tile", [x, repeats], which + "/Tile"))
+        else:
+            x = g.op("Unsqueeze", [x, axes], which + "/Unsqueeze")
+            x = g.op("Expand", [x, expand], which + "/Expand")
+            out.append(g.op("Reshape", [x, merge], which + "/Reshape"))
+    k, v = out
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    softmax_pv(g, scores, v, [B, heads, S, D])
+    g.save()
+
+
+def k_batch_head_swap():
+    """K transposed with perm [1,0,3,2]: batch and heads swapped as well as
+    S and D (B = H = 2), so query (b, h) reads K[h, b]."""
+    g = Graph("k_perm_1032")
+    q = g.input("q", F32, [2, 2, S, D])
+    k = g.input("k", F32, [2, 2, S, D])
+    v = g.input("v", F32, [2, 2, S, D])
+    kt = g.op("Transpose", [k], "k_t", perm=[1, 0, 3, 2])
+    scores = g.op("MatMul", [q, kt], "qk")
+    softmax_pv(g, scores, v, [2, 2, S, D])
+    g.save()
+
+
+def projection_lookalike_batched():
+    """softmax(x W) V with batch 2: the importer folds the batch into the
+    rows of the x W product."""
+    g = Graph("lookalike_projection_b2")
+    x = g.input("x", F32, [2, S, D])
+    w = g.weight("w", [D, S])
+    v = g.input("v", F32, [2, S, D])
+    scores = g.op("MatMul", [x, w], "xw")
+    softmax_pv(g, scores, v, [2, S, D])
+    g.save()
+
+
+def attention23_past():
+    """Opset-23 Attention with past_key/past_value and is_causal: the causal
+    mask is offset by the past length (query i sees past + i + 1 keys)."""
+    g = Graph("attn23_past_causal", opset=23)
+    q, k, v = qkv_inputs(g, q_len=4)
+    pk = g.input("past_key", F32, [B, H, 4, D])
+    pv = g.input("past_value", F32, [B, H, 4, D])
+    y, pk_out, pv_out = g.op("Attention", [q, k, v, "", pk, pv], "attention",
+                             outputs=["y", "present_key", "present_value"],
+                             is_causal=1)
+    g.output(y, F32, [B, H, 4, D])
+    g.output(pk_out, F32, [B, H, 8, D])
+    g.output(pv_out, F32, [B, H, 8, D])
+    g.save()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for where in ("mul", "div", "q", "k", "split", "none"):
+        scale_variant("scale_" + where, where)
+    scale_irrational()
+    k_pretransposed()
+    hf_projection("hf_projection")
+    hf_projection("hf_projection_k0231", k_perm=[0, 2, 3, 1])
+    hf_padding()
+    bool_mask_where("mask_bool_where_inf", -np.inf)
+    bool_mask_where("mask_bool_where_min", FINFO_MIN)
+    causal_trilu_where()
+    causal_triu_add()
+    causal_range_less()
+    causal_init("causal_initializer", S, S)
+    causal_init("causal_rect_bottom_right", 4, S)
+    causal_init("causal_rect_top_left", 4, S, top_left=True)
+    sliding_window("window_built", built=True)
+    sliding_window("window_initializer", built=False)
+    t5_bias("t5_bias_mask", combined=False)
+    t5_bias("t5_bias_combined", combined=True)
+    alibi()
+    softcap()
+    repeat_kv("gqa_repeat_kv", kv_heads=2)
+    repeat_kv("mqa_repeat_kv", kv_heads=1)
+    mqa_broadcast()
+    f16_upcast()
+    attention23("attn23_causal", is_causal=1)
+    attention23("attn23_causal_rect", q_len=4, is_causal=1)
+    attention23("attn23_bool_mask", mask="bool")
+    attention23("attn23_float_mask", mask="float")
+    attention23("attn23_scale", scale=0.125)
+    attention23("attn23_3d_gqa", three_d=True, is_causal=1)
+    attention23("attn23_softcap", softcap=30.0)
+    softmax_axis("neg_softmax_axis_m2", -2)
+    softmax_axis("neg_softmax_axis_1", 1)
+    probs_output()
+    scores_used_elsewhere()
+    pv_wrong_side()
+    scale_from_input()
+    mask_after_softmax()
+    mask_before_scale()
+    shared_scores()
+    shared_exp()
+    projection_lookalike()
+    scores_then("neg_div_reversed", div_reversed)
+    scores_then("neg_scale_per_head", per_head_scale)
+    scores_then("mask_add_swapped", mask_add_swapped)
+    scores_then("neg_sub_reversed", sub_reversed)
+    scores_then("mask_bool_where_inverted", where_inverted)
+    scores_then("neg_where_fill_zero", where_fill_zero)
+    scores_then("neg_mask_from_scores", mask_from_scores)
+    scores_then("causal_where_inverted", causal_where_inverted)
+    scores_then("causal_small_fill",
+                constant_mask(causal_initializer(S, S, fill=-100.0)))
+    scores_then("causal_anti", constant_mask(
+        causal_initializer(S, S)[..., ::-1, ::-1].copy()))
+    almost = causal_initializer(S, S)
+    almost[0, 0, 5, 2] = 0.5
+    scores_then("causal_almost", constant_mask(almost))
+    causal_init("window_rect_bottom_right", 4, S, window=3)
+    scores_then("softcap_mask_first", softcap_then_mask(50.0, 50.0, True))
+    scores_then("softcap_mismatch", softcap_then_mask(50.0, 30.0, False))
+    gqa_tile("gqa_tile_interleaved", "tile", "tile")
+    gqa_tile("gqa_mixed_repeat", "expand", "tile")
+    k_batch_head_swap()
+    projection_lookalike_batched()
+    attention23_past()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
