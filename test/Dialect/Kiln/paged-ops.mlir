@@ -1,0 +1,26 @@
+// RUN: kiln-opt %s | FileCheck %s
+// RUN: kiln-opt %s --mlir-print-op-generic | kiln-opt | FileCheck %s
+
+// Decode over a paged cache: static shapes, GQA 32/8.
+// CHECK-LABEL: func.func @decode
+// CHECK: kiln.paged_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 1.250000e-01 : f32} : tensor<4x32x1x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32> -> tensor<4x32x1x128xbf16>
+func.func @decode(%q: tensor<4x32x1x128xbf16>, %kc: tensor<512x16x8x128xbf16>, %vc: tensor<512x16x8x128xbf16>, %pt: tensor<4x64xi32>, %lens: tensor<4xi32>) -> tensor<4x32x1x128xbf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.125 : f32} : tensor<4x32x1x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32> -> tensor<4x32x1x128xbf16>
+  return %o : tensor<4x32x1x128xbf16>
+}
+
+// Every dimension dynamic; window and soft-cap.
+// CHECK-LABEL: func.func @dynamic
+// CHECK: kiln.paged_attention %{{.*}} {causal, scale = 1.000000e+00 : f32, softcap = 3.000000e+01 : f32, window = 256 : i64} : tensor<?x?x?x?xf16>, tensor<?x?x?x?xf16>, tensor<?x?x?x?xf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x?x?x?xf16>
+func.func @dynamic(%q: tensor<?x?x?x?xf16>, %kc: tensor<?x?x?x?xf16>, %vc: tensor<?x?x?x?xf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x?x?x?xf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, window = 256 : i64, softcap = 30.0 : f32, scale = 1.0 : f32} : tensor<?x?x?x?xf16>, tensor<?x?x?x?xf16>, tensor<?x?x?x?xf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x?x?x?xf16>
+  return %o : tensor<?x?x?x?xf16>
+}
+
+// Non-causal, page size 1.
+// CHECK-LABEL: func.func @page_one
+// CHECK: kiln.paged_attention {{.*}} {scale = 5.000000e-01 : f32} : tensor<2x4x3x8xf32>, tensor<40x1x4x8xf32>
+func.func @page_one(%q: tensor<2x4x3x8xf32>, %kc: tensor<40x1x4x8xf32>, %vc: tensor<40x1x4x8xf32>, %pt: tensor<2x20xi32>, %lens: tensor<2xi32>) -> tensor<2x4x3x8xf32> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {scale = 0.5 : f32} : tensor<2x4x3x8xf32>, tensor<40x1x4x8xf32>, tensor<40x1x4x8xf32>, tensor<2x20xi32>, tensor<2xi32> -> tensor<2x4x3x8xf32>
+  return %o : tensor<2x4x3x8xf32>
+}
