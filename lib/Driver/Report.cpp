@@ -33,21 +33,6 @@ llvm::json::Value sizeOrNull(int64_t size) {
   return size;
 }
 
-std::string typeName(Type type) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  type.print(os);
-  return text;
-}
-
-std::string maskKind(AttentionOp op) {
-  if (!op.getMask())
-    return "none";
-  return cast<ShapedType>(op.getMask().getType()).getElementType().isInteger(1)
-             ? "boolean"
-             : "additive";
-}
-
 llvm::json::Object describeSite(AttentionOp op) {
   llvm::json::Array nodes;
   for (const std::string &name : nodeNames(op.getLoc()))
@@ -69,9 +54,9 @@ llvm::json::Object describeSite(AttentionOp op) {
       {"causal", op.getCausal()},
       {"window", std::move(window)},
       {"softcap", std::move(softcap)},
-      {"mask", maskKind(op)},
+      {"mask", op.getMaskKind()},
       {"bias", bool(op.getBias())},
-      {"dtype", typeName(op.getElementType())},
+      {"dtype", getElementTypeName(op.getElementType())},
       {"layout", stringifyLayout(op.getLayout())}};
 }
 

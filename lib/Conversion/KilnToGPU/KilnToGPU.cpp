@@ -44,20 +44,6 @@ constexpr int64_t kStaticSharedLimit = 48 * 1024;
 /// Dot-product steps emitted per loop iteration.
 constexpr int64_t kDotUnroll = 8;
 
-/// A short, stable spelling of an element type for kernel names and the
-/// manifest.
-std::string dtypeName(Type type) {
-  if (type.isF16())
-    return "f16";
-  if (type.isBF16())
-    return "bf16";
-  if (type.isF32())
-    return "f32";
-  if (type.isInteger(1))
-    return "i1";
-  return "unknown";
-}
-
 /// Everything that makes two attention sites need different kernels.
 struct KernelSpec {
   Type elementType;
@@ -70,7 +56,7 @@ struct KernelSpec {
 
   std::string name() const {
     std::string result =
-        llvm::formatv("kiln_attention_{0}_d{1}", dtypeName(elementType),
+        llvm::formatv("kiln_attention_{0}_d{1}", getElementTypeName(elementType),
                       headDim);
     if (causal)
       result += "_causal";
@@ -81,9 +67,9 @@ struct KernelSpec {
                               llvm::bit_cast<uint32_t>(*softcap))
                     .str();
     if (maskType)
-      result += "_mask" + dtypeName(maskType);
+      result += "_mask" + getElementTypeName(maskType);
     if (biasType)
-      result += "_bias" + dtypeName(biasType);
+      result += "_bias" + getElementTypeName(biasType);
     return result;
   }
 };

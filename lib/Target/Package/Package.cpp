@@ -24,21 +24,6 @@ using namespace mlir::kiln;
 
 namespace {
 
-std::string typeName(Type type) {
-  if (type.isF16())
-    return "f16";
-  if (type.isBF16())
-    return "bf16";
-  if (type.isF32())
-    return "f32";
-  if (type.isInteger(1))
-    return "i1";
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  type.print(os);
-  return text;
-}
-
 /// A static size, or null for a dynamic one.
 llvm::json::Value sizeValue(int64_t size) {
   if (ShapedType::isDynamic(size))
@@ -58,15 +43,7 @@ llvm::json::Value shapeValue(Value value) {
 llvm::json::Value elementTypeValue(Value value) {
   if (!value)
     return nullptr;
-  return typeName(cast<ShapedType>(value.getType()).getElementType());
-}
-
-std::string maskKind(AttentionOp op) {
-  if (!op.getMask())
-    return "none";
-  return cast<ShapedType>(op.getMask().getType()).getElementType().isInteger(1)
-             ? "boolean"
-             : "additive";
+  return getElementTypeName(cast<ShapedType>(value.getType()).getElementType());
 }
 
 llvm::json::Value optionalWindow(AttentionOp op) {
@@ -105,7 +82,7 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       else if (name == "bias")
         arg["dtype"] = elementTypeValue(site.getBias());
       else
-        arg["dtype"] = typeName(site.getElementType());
+        arg["dtype"] = getElementTypeName(site.getElementType());
     }
     args.push_back(std::move(arg));
   }
@@ -118,12 +95,12 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   return llvm::json::Object{
       {"name", func.getName()},
       {"kind", "attention"},
-      {"dtype", typeName(site.getElementType())},
+      {"dtype", getElementTypeName(site.getElementType())},
       {"head_dim", site.getHeadDim()},
       {"causal", site.getCausal()},
       {"window", optionalWindow(site)},
       {"softcap", optionalSoftcap(site)},
-      {"mask", maskKind(site)},
+      {"mask", site.getMaskKind()},
       {"mask_dtype", elementTypeValue(site.getMask())},
       {"bias", bool(site.getBias())},
       {"bias_dtype", elementTypeValue(site.getBias())},
@@ -146,7 +123,7 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
       {"function", func ? func.getName().str() : std::string()},
       {"location", locationText(op.getLoc())},
       {"layout", stringifyLayout(op.getLayout())},
-      {"dtype", typeName(op.getElementType())},
+      {"dtype", getElementTypeName(op.getElementType())},
       {"scale", double(op.getScale().convertToFloat())},
       {"causal", op.getCausal()},
       {"window", optionalWindow(op)},
@@ -157,7 +134,7 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
       {"q_len", sizeValue(op.getQueryLength())},
       {"kv_len", sizeValue(op.getKvLength())},
       {"head_dim", sizeValue(op.getHeadDim())},
-      {"mask", maskKind(op)},
+      {"mask", op.getMaskKind()},
       {"mask_dtype", elementTypeValue(op.getMask())},
       {"mask_shape", shapeValue(op.getMask())},
       {"bias", bool(op.getBias())},

@@ -20,6 +20,13 @@ using namespace mlir::kiln;
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.cpp.inc"
 
+std::string mlir::kiln::getElementTypeName(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
 namespace {
 /// Two static sizes disagree; dynamic sizes agree with everything.
 bool sizesConflict(int64_t a, int64_t b) {

@@ -24,4 +24,12 @@
 #define GET_OP_CLASSES
 #include "kiln/Dialect/Kiln/IR/KilnOps.h.inc"
 
+namespace mlir::kiln {
+
+/// How packages, reports and kernel names spell an element type: `f16`,
+/// `bf16`, `f32`, `i1`, ...; other types in their MLIR spelling.
+std::string getElementTypeName(Type type);
+
+} // namespace mlir::kiln
+
 #endif // KILN_DIALECT_KILN_IR_KILNOPS_H

@@ -102,6 +102,16 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
           .getElementType();
     }
+    /// "none", "additive" (a float mask) or "boolean" (an i1 mask).
+    ::llvm::StringRef getMaskKind() {
+      if (!getMask())
+        return "none";
+      return ::llvm::cast<::mlir::ShapedType>(getMask().getType())
+                     .getElementType()
+                     .isInteger(1)
+                 ? "boolean"
+                 : "additive";
+    }
   }];
 
   let hasVerifier = 1;
