@@ -21,6 +21,7 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
 config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
 config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
+config.substitutions.append(("%kiln_lib_dir", config.kiln_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 
