@@ -92,14 +92,81 @@ LogicalResult checkTarget(Location loc, StringRef chip) {
   return success();
 }
 
+/// The size a symbolic dimension gets when the graph cannot be imported with
+/// it dynamic and the user bound nothing: 1 for batch-like names, else 128.
+int64_t defaultSizeFor(StringRef name) {
+  return name.contains_insensitive("batch") ? 1 : 128;
+}
+
 /// Reads an ONNX model (by extension) or MLIR text; opaque ONNX nodes are
-/// added to `report`.
-OwningOpRef<ModuleOp> readInput(StringRef path, MLIRContext &context,
-                                FusionReport &report) {
+/// added to `report`. An ONNX graph whose shape computations cannot be
+/// imported with dynamic dimensions is imported again with every unbound
+/// symbolic dimension given a size, with a warning naming them.
+OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
+                                MLIRContext &context, FusionReport &report) {
+  StringRef path = options.inputPath;
   if (!path.ends_with_insensitive(".onnx"))
     return readMLIR(path, context);
+
+  ImportOptions importOptions;
+  importOptions.dimBindings = options.dimBindings;
+  SmallVector<std::pair<Location, std::string>> firstErrors;
   ImportReport importReport;
-  OwningOpRef<ModuleOp> module = importONNXFile(path, &context, &importReport);
+  OwningOpRef<ModuleOp> module;
+  {
+    // Hold the first attempt's diagnostics back: they only matter if the
+    // second attempt does not happen or fails too.
+    SmallVector<std::pair<Location, std::string>> warnings;
+    ScopedDiagnosticHandler hold(&context, [&](Diagnostic &diag) {
+      auto &list = diag.getSeverity() == DiagnosticSeverity::Error
+                       ? firstErrors
+                       : warnings;
+      list.push_back({diag.getLocation(), diag.str()});
+      return success();
+    });
+    module = importONNXFile(path, &context, &importReport, importOptions);
+    if (module) {
+      for (auto &[loc, message] : warnings)
+        emitWarning(loc) << message;
+    }
+  }
+  if (!module) {
+    // Retry with sizes for the symbolic dimensions, if there are any.
+    ImportReport retryReport;
+    ImportOptions retryOptions = importOptions;
+    retryOptions.defaultDimBinding = 128;
+    SmallVector<std::pair<std::string, int64_t>> bound;
+    {
+      ScopedDiagnosticHandler silence(&context,
+                                      [](Diagnostic &) { return success(); });
+      OwningOpRef<ModuleOp> probe =
+          importONNXFile(path, &context, &retryReport, retryOptions);
+      bound.assign(retryReport.boundDims.begin(), retryReport.boundDims.end());
+    }
+    if (!bound.empty()) {
+      for (auto &[name, size] : bound)
+        retryOptions.dimBindings.emplace(name, defaultSizeFor(name));
+      retryOptions.defaultDimBinding = 128;
+      importReport = ImportReport();
+      module = importONNXFile(path, &context, &importReport, retryOptions);
+      if (module) {
+        std::string list;
+        llvm::raw_string_ostream os(list);
+        llvm::interleaveComma(importReport.boundDims, os, [&](auto &dim) {
+          os << dim.first << "=" << dim.second;
+        });
+        emitWarning(FileLineColLoc::get(&context, path, 0, 0))
+            << "the graph's shape computations need static sizes; compiled "
+               "with "
+            << list << " (choose them with --bind-dims)";
+      }
+    }
+    if (!module) {
+      for (auto &[loc, message] : firstErrors)
+        emitError(loc) << message;
+      return nullptr;
+    }
+  }
   for (const ImportReport::UnsupportedOp &op : importReport.unsupportedOps)
     report.opaque.push_back({op.nodeName, op.opType, op.reason});
   return module;
@@ -124,7 +191,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     if (failed(checkTarget(UnknownLoc::get(&context), chip)))
       return failure();
   FusionReport report;
-  OwningOpRef<ModuleOp> module = readInput(options.inputPath, context, report);
+  OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
     return failure();
   {

@@ -51,6 +51,12 @@ static cl::opt<kiln::ReportKind> reportKind(
                clEnumValN(kiln::ReportKind::JSON, "json", "JSON")),
     cl::cat(kilncCategory));
 
+static cl::list<std::string> bindDims(
+    "bind-dims",
+    cl::desc("Static sizes for symbolic ONNX input dimensions "
+             "(default: keep them dynamic where the graph allows)"),
+    cl::CommaSeparated, cl::value_desc("name=N,..."), cl::cat(kilncCategory));
+
 static cl::list<std::string>
     targets("target", cl::desc("GPU targets (default: sm_90a,sm_80)"),
             cl::CommaSeparated, cl::value_desc("sm_XX,..."),
@@ -93,6 +99,17 @@ int main(int argc, char **argv) {
   options.outputPath = outputPath;
   options.emit = emitKind;
   options.report = reportKind;
+  for (StringRef binding : bindDims) {
+    auto [name, value] = binding.split('=');
+    int64_t size = 0;
+    if (name.empty() || value.getAsInteger(10, size) || size <= 0) {
+      llvm::errs() << "kilnc: error: --bind-dims expects name=N with N > 0, "
+                      "got '"
+                   << binding << "'\n";
+      return 1;
+    }
+    options.dimBindings[name.str()] = size;
+  }
   if (!targets.empty())
     options.targets.assign(targets.begin(), targets.end());
   options.kvBlockSize = kvBlockSize;

@@ -11,6 +11,7 @@
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ struct CompileOptions {
   /// With a report and no output path, kilnc stops after the report.
   ReportKind report = ReportKind::None;
   std::vector<std::string> targets = {"sm_90a", "sm_80"};
+  /// Static sizes for symbolic ONNX input dimensions (`--bind-dims`).
+  std::map<std::string, int64_t> dimBindings;
   int64_t kvBlockSize = 32;
   int64_t rowsPerWarp = 4;
 };

@@ -312,9 +312,22 @@ FailureOr<TensorType> Importer::convertType(const onnx::TypeProto &type) {
         return failure();
       }
       shape.push_back(dim.dim_value());
-    } else {
-      shape.push_back(kDynamic);
+      continue;
     }
+    std::string name = dim.has_dim_param() ? dim.dim_param() : "?";
+    auto binding = options.dimBindings.find(name);
+    int64_t size = binding != options.dimBindings.end()
+                       ? binding->second
+                       : options.defaultDimBinding;
+    if (size <= 0) {
+      shape.push_back(kDynamic);
+      continue;
+    }
+    shape.push_back(size);
+    if (report &&
+        llvm::find(report->boundDims, std::make_pair(name, size)) ==
+            report->boundDims.end())
+      report->boundDims.push_back({name, size});
   }
   if (isShapeTooLarge(shape)) {
     error() << "tensor shape is too large";

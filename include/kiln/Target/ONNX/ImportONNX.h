@@ -12,6 +12,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct ImportReport {
   int64_t opsetVersion = 0;
   /// Number of ONNX nodes in the main graph.
   size_t numNodes = 0;
+  /// Symbolic dimensions imported as static sizes (name, or `?` for an
+  /// unnamed one, and the size), in the order they were met.
+  std::vector<std::pair<std::string, int64_t>> boundDims;
 };
 
 /// Options of the importer.
@@ -47,6 +51,12 @@ struct ImportOptions {
   /// Import the opset-23 `Attention` op as `kiln.attention` (true) or as the
   /// decomposed TOSA matmul/softmax/matmul graph (false).
   bool attentionAsKilnOp = true;
+  /// Static sizes for symbolic dimensions (ONNX `dim_param` names): a bound
+  /// dimension is imported as that size, so shape computations over it fold.
+  std::map<std::string, int64_t> dimBindings;
+  /// Size given to every symbolic or unknown dimension without a binding;
+  /// 0 keeps such dimensions dynamic.
+  int64_t defaultDimBinding = 0;
 };
 
 /// Imports the ONNX model in the file `path`. Errors (unreadable or malformed
