@@ -62,6 +62,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 
 #include <cstdlib>
@@ -155,7 +156,10 @@ LogicalResult mlir::kiln::lowerToLLVM(ModuleOp module,
   TosaToLinalgOptions tosaToLinalg;
   tosaToLinalg.disableTosaDecompositions = false;
   tosaToLinalg.aggressiveReduceConstant = false;
-  tosa::addTosaToLinalgPasses(pm, tosaToLinalg);
+  // No TOSA profile validation: the CPU path runs whatever the importer
+  // produced (i64 casts, i1 gathers), not only what a profile allows.
+  tosa::addTosaToLinalgPasses(pm, tosaToLinalg, TosaToLinalgNamedOptions(),
+                              std::nullopt);
   pm.addNestedPass<func::FuncOp>(createTosaToArithPass());
   pm.addNestedPass<func::FuncOp>(createTosaToTensorPass());
   pm.addNestedPass<func::FuncOp>(createTosaToSCFPass());
@@ -180,14 +184,17 @@ LogicalResult mlir::kiln::lowerToLLVM(ModuleOp module,
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
-  arith::ArithExpandOpsPassOptions expand;
-  expand.includeBf16 = true;
-  pm.addPass(arith::createArithExpandOpsPass(expand));
+  // Half-precision arithmetic runs in f32; bf16 conversions become integer
+  // code (the JIT has no __truncsfbf2 to call). The expansion comes last:
+  // the passes before it insert conversions. math.powf is not expanded to
+  // exp(y·log(x)), which is NaN for a negative x: it calls libm.
   arith::ArithEmulateUnsupportedFloatsOptions emulate;
   emulate.sourceTypeStrs = {"bf16", "f16"};
   pm.addPass(arith::createArithEmulateUnsupportedFloats(emulate));
   pm.addPass(math::createMathExtendToSupportedTypes());
-  pm.addPass(math::createMathExpandOpsPass());
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
   pm.addPass(createConvertMathToLLVMPass());
   pm.addPass(createConvertMathToLibmPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());
@@ -249,6 +256,42 @@ static void registerCPUInterfaces(MLIRContext *context) {
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   context->appendDialectRegistry(registry);
+}
+
+/// The runtime function memref.copy lowers to for non-contiguous layouts
+/// (upstream's lives in libmlir_c_runner_utils, which the JIT does not load).
+extern "C" void kilnMemrefCopy(int64_t elementSize, void *sourceDescriptor,
+                               void *targetDescriptor) {
+  // Unranked descriptors: {rank, ranked descriptor pointer}.
+  struct Unranked {
+    int64_t rank;
+    int64_t *descriptor;
+  };
+  auto *source = static_cast<Unranked *>(sourceDescriptor);
+  auto *target = static_cast<Unranked *>(targetDescriptor);
+  int64_t rank = source->rank;
+  // Ranked descriptor words: allocated, aligned, offset, sizes, strides.
+  auto *sourceData = reinterpret_cast<char *>(source->descriptor[1]);
+  auto *targetData = reinterpret_cast<char *>(target->descriptor[1]);
+  int64_t sourceOffset = source->descriptor[2];
+  int64_t targetOffset = target->descriptor[2];
+  const int64_t *sizes = source->descriptor + 3;
+  const int64_t *sourceStrides = source->descriptor + 3 + rank;
+  const int64_t *targetStrides = target->descriptor + 3 + rank;
+  int64_t count = 1;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    count *= sizes[axis];
+  for (int64_t linear = 0; linear < count; ++linear) {
+    int64_t remaining = linear, from = sourceOffset, to = targetOffset;
+    for (int64_t axis = rank - 1; axis >= 0; --axis) {
+      int64_t index = remaining % sizes[axis];
+      remaining /= sizes[axis];
+      from += index * sourceStrides[axis];
+      to += index * targetStrides[axis];
+    }
+    std::memcpy(targetData + to * elementSize, sourceData + from * elementSize,
+                elementSize);
+  }
 }
 
 /// Initialises the host target once per process.
@@ -313,6 +356,14 @@ mlir::kiln::runOnCPU(ModuleOp module, StringRef funcName,
            << "cannot JIT @" << funcName << ": "
            << llvm::toString(engine.takeError());
 
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap symbols;
+    symbols[interner("memrefCopy")] = {
+        llvm::orc::ExecutorAddr::fromPtr(&kilnMemrefCopy),
+        llvm::JITSymbolFlags::Exported};
+    return symbols;
+  });
+
   // Inputs are copied: the function may write into its arguments.
   std::vector<std::vector<uint8_t>> argumentBuffers;
   SmallVector<Descriptor> descriptors;
@@ -342,7 +393,8 @@ mlir::kiln::runOnCPU(ModuleOp module, StringRef funcName,
            << llvm::toString(std::move(error));
 
   SmallVector<HostTensor> results;
-  llvm::SmallPtrSet<void *, 4> freed;
+  // Results may share a buffer: free each once, after every copy.
+  llvm::SmallPtrSet<void *, 4> owned;
   size_t at = 0;
   for (Type type : resultTypes) {
     auto tensorType = cast<RankedTensorType>(type);
@@ -372,8 +424,9 @@ mlir::kiln::runOnCPU(ModuleOp module, StringRef funcName,
     results.push_back(std::move(result));
     // Returned buffers belong to the caller (ownership-based deallocation
     // clones anything it does not own before returning it).
-    if (freed.insert(allocated).second)
-      std::free(allocated);
+    owned.insert(allocated);
   }
+  for (void *buffer : owned)
+    std::free(buffer);
   return results;
 }

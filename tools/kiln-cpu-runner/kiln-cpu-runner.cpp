@@ -8,6 +8,7 @@
 
 #include "kiln/InitAll.h"
 #include "kiln/Runner/Runner.h"
+#include "kiln/Verify/Verify.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -52,6 +53,17 @@ static cl::opt<int64_t> qBlockSize("q-block-size", cl::init(16),
                                    cl::desc("Query rows per query block"));
 static cl::opt<int64_t> numSplits("num-splits", cl::init(1),
                                   cl::desc("Split-KV parts"));
+static cl::opt<std::string> verifyAgainst(
+    "verify-fusion",
+    cl::desc("Treat the input as the unfused graph and verify this fused "
+             "module against it on seeded random inputs"),
+    cl::value_desc("fused.mlir"));
+static cl::opt<bool> noSites("no-sites",
+                             cl::desc("With --verify-fusion, compare only "
+                                      "the outputs, not every site"));
+static cl::opt<int64_t> dynamicDimSize(
+    "dynamic-dim-size", cl::init(8),
+    cl::desc("With --verify-fusion, the size of every dynamic input dim"));
 
 static bool parseShape(StringRef text, SmallVectorImpl<int64_t> &shape) {
   SmallVector<StringRef> parts;
@@ -79,6 +91,34 @@ int main(int argc, char **argv) {
       parseSourceFile<ModuleOp>(inputFile, sourceMgr, ParserConfig(&context));
   if (!module)
     return 1;
+  CPURunOptions options;
+  if (lowering == "decomposed")
+    options.attentionLowering = AttentionLowering::Decomposed;
+  else if (lowering != "tiled") {
+    llvm::errs() << "error: --attention-lowering is tiled or decomposed\n";
+    return 1;
+  }
+  options.tiling = {kvBlockSize, qBlockSize, numSplits};
+
+  if (!verifyAgainst.empty()) {
+    OwningOpRef<ModuleOp> fused =
+        parseSourceFile<ModuleOp>(verifyAgainst, ParserConfig(&context));
+    if (!fused)
+      return 1;
+    VerifyOptions verifyOptions;
+    verifyOptions.funcName = funcName;
+    verifyOptions.seed = seed;
+    verifyOptions.compareSites = !noSites;
+    verifyOptions.dynamicDimSize = dynamicDimSize;
+    verifyOptions.run = options;
+    FailureOr<VerifyReport> report =
+        verifyFusion(*module, *fused, verifyOptions);
+    if (failed(report))
+      return 1;
+    report->print(llvm::outs());
+    return report->passed ? 0 : 1;
+  }
+
   auto func = module->lookupSymbol<func::FuncOp>(funcName);
   if (!func) {
     llvm::errs() << "error: no function @" << funcName << "\n";
@@ -123,14 +163,6 @@ int main(int argc, char **argv) {
     inputs.push_back(std::move(tensor));
   }
 
-  CPURunOptions options;
-  if (lowering == "decomposed")
-    options.attentionLowering = AttentionLowering::Decomposed;
-  else if (lowering != "tiled") {
-    llvm::errs() << "error: --attention-lowering is tiled or decomposed\n";
-    return 1;
-  }
-  options.tiling = {kvBlockSize, qBlockSize, numSplits};
   FailureOr<SmallVector<HostTensor>> results =
       runOnCPU(*module, funcName, inputs, options);
   if (failed(results))

@@ -1,0 +1,350 @@
+//===- Verify.cpp - Check a fusion on the CPU -------------------*- C++ -*-===//
+//
+// Sites are paired by program order: kiln-fuse-attention{annotate-only}
+// tags the op producing each site's result in the unfused graph with
+// `kiln.site_root = N`, and a fusion creates its kiln attention ops in that
+// same order. Both modules then return those values as extra results, so
+// one CPU run of each gives the outputs and the per-site values.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Verify/Verify.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <map>
+#include <random>
+
+using namespace mlir;
+using namespace mlir::kiln;
+
+static func::FuncOp findFunction(ModuleOp module, StringRef name) {
+  if (!name.empty()) {
+    auto func = module.lookupSymbol<func::FuncOp>(name);
+    return func && !func.isExternal() ? func : nullptr;
+  }
+  if (auto main = module.lookupSymbol<func::FuncOp>("main"))
+    if (!main.isExternal())
+      return main;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && func.isPublic())
+      return func;
+  return nullptr;
+}
+
+/// The input's name: `onnx.name`, else the name of its location, else argN.
+static std::string argumentName(func::FuncOp func, unsigned index) {
+  if (auto name = func.getArgAttrOfType<StringAttr>(index, "onnx.name"))
+    return name.str();
+  Location loc = func.getArgument(index).getLoc();
+  if (auto nameLoc = dyn_cast<NameLoc>(loc))
+    return nameLoc.getName().str();
+  return "arg" + std::to_string(index);
+}
+
+/// Rows of the smallest table `value` indexes through tosa.gather (following
+/// casts, reshapes and other layout ops), if any.
+static std::optional<int64_t> gatherTableRows(Value value) {
+  std::optional<int64_t> rows;
+  SmallVector<Value> worklist = {value};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!worklist.empty()) {
+    Value current = worklist.pop_back_val();
+    for (OpOperand &use : current.getUses()) {
+      Operation *user = use.getOwner();
+      if (!seen.insert(user).second)
+        continue;
+      if (auto gather = dyn_cast<tosa::GatherOp>(user)) {
+        if (use.getOperandNumber() != 1)
+          continue;
+        int64_t size = gather.getValues().getType().getDimSize(1);
+        if (!ShapedType::isDynamic(size))
+          rows = rows ? std::min(*rows, size) : size;
+        continue;
+      }
+      if (isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::SliceOp,
+              tosa::IdentityOp, tensor::CastOp>(user))
+        worklist.push_back(user->getResult(0));
+    }
+  }
+  return rows;
+}
+
+/// Appends `values` to the results of `func` (every return of it).
+static void returnExtraValues(func::FuncOp func, ArrayRef<Value> values) {
+  if (values.empty())
+    return;
+  SmallVector<Type> resultTypes(func.getResultTypes());
+  for (Value value : values)
+    resultTypes.push_back(value.getType());
+  func.walk([&](func::ReturnOp ret) {
+    SmallVector<Value> operands(ret.getOperands());
+    operands.append(values.begin(), values.end());
+    ret->setOperands(operands);
+  });
+  func.setFunctionType(FunctionType::get(func.getContext(),
+                                         func.getArgumentTypes(), resultTypes));
+  if (ArrayAttr resultAttrs = func.getResAttrsAttr()) {
+    SmallVector<Attribute> padded(resultAttrs.begin(), resultAttrs.end());
+    padded.resize(resultTypes.size(), DictionaryAttr::get(func.getContext()));
+    func.setResAttrsAttr(ArrayAttr::get(func.getContext(), padded));
+  }
+}
+
+/// Elements of `tensor` as doubles, in the bhsd order when `bshd` is set on
+/// a rank-4 tensor.
+static std::vector<double> valuesOf(const HostTensor &tensor, bool bshd) {
+  int64_t count = tensor.getNumElements();
+  std::vector<double> values(count);
+  if (!bshd || tensor.shape.size() != 4) {
+    for (int64_t i = 0; i < count; ++i)
+      values[i] = tensor.getAsDouble(i);
+    return values;
+  }
+  int64_t batch = tensor.shape[0], seq = tensor.shape[1],
+          heads = tensor.shape[2], dim = tensor.shape[3];
+  int64_t out = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t d = 0; d < dim; ++d)
+          values[out++] =
+              tensor.getAsDouble(((b * seq + s) * heads + h) * dim + d);
+  return values;
+}
+
+static TensorComparison compare(StringRef name, const HostTensor &reference,
+                                const HostTensor &fused, bool fusedBshd,
+                                const VerifyOptions &options) {
+  TensorComparison result;
+  result.name = name.str();
+  result.type = reference.getTypeString();
+  result.numElements = reference.getNumElements();
+  // The looser tolerance of the two element types (a fused site may return
+  // f16 where the graph's softmax ran in f32); integers compare exactly.
+  auto toleranceOf = [&](Type type) {
+    if (type.isF16() || type.isBF16())
+      return options.halfTolerance;
+    return type.isF32() ? options.f32Tolerance : 0.0;
+  };
+  result.tolerance =
+      std::max(toleranceOf(reference.elementType), toleranceOf(fused.elementType));
+  if (fused.getNumElements() != reference.getNumElements()) {
+    result.note = "fused value " + fused.getTypeString() +
+                  " has a different number of elements";
+    return result;
+  }
+  std::vector<double> expected = valuesOf(reference, false);
+  std::vector<double> actual = valuesOf(fused, fusedBshd);
+  double maxRef = 0, errSquares = 0, refSquares = 0;
+  for (double value : expected)
+    if (std::isfinite(value))
+      maxRef = std::max(maxRef, std::fabs(value));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (!std::isfinite(expected[i])) {
+      ++result.referenceNonFinite;
+      // Where the reference is NaN/Inf the fused value must be the same.
+      bool same = std::isnan(expected[i]) ? std::isnan(actual[i])
+                                          : actual[i] == expected[i];
+      if (!same)
+        ++result.nonFiniteMismatch;
+      continue;
+    }
+    if (!std::isfinite(actual[i])) {
+      ++result.newNonFinite;
+      continue;
+    }
+    double error = std::fabs(actual[i] - expected[i]);
+    result.maxAbsError = std::max(result.maxAbsError, error);
+    if (std::fabs(expected[i]) > 1e-6 * maxRef && std::fabs(expected[i]) > 0)
+      result.maxRelError =
+          std::max(result.maxRelError, error / std::fabs(expected[i]));
+    errSquares += error * error;
+    refSquares += expected[i] * expected[i];
+  }
+  result.relativeL2 =
+      refSquares > 0 ? std::sqrt(errSquares / refSquares)
+                     : (errSquares > 0 ? INFINITY : 0.0);
+  result.normalizedMaxError =
+      maxRef > 0 ? result.maxAbsError / maxRef
+                 : (result.maxAbsError > 0 ? INFINITY : 0.0);
+  bool allNonFinite = result.numElements > 0 &&
+                      result.referenceNonFinite == result.numElements;
+  result.passed = result.newNonFinite == 0 && result.nonFiniteMismatch == 0 &&
+                  !allNonFinite &&
+                  result.normalizedMaxError <= result.tolerance &&
+                  result.relativeL2 <= result.tolerance;
+  if (allNonFinite)
+    result.note = "the reference is NaN/Inf everywhere: inconclusive";
+  else if (result.nonFiniteMismatch)
+    result.note = std::to_string(result.nonFiniteMismatch) +
+                  " elements where the reference is NaN/Inf and the fused "
+                  "value differs";
+  else if (result.newNonFinite)
+    result.note = std::to_string(result.newNonFinite) +
+                  " NaN/Inf where the reference is finite";
+  else if (!result.passed)
+    result.note = "error above tolerance";
+  return result;
+}
+
+void VerifyReport::print(llvm::raw_ostream &os) const {
+  for (const std::string &line : inputs)
+    os << "input " << line << "\n";
+  auto printOne = [&](const TensorComparison &c) {
+    os << (c.passed ? "PASS " : "FAIL ") << c.name << " " << c.type
+       << llvm::format(" max-abs %.3e max-rel %.3e rel-l2 %.3e "
+                       "normalized-max %.3e tolerance %.1e",
+                       c.maxAbsError, c.maxRelError, c.relativeL2,
+                       c.normalizedMaxError, c.tolerance);
+    if (c.referenceNonFinite)
+      os << " reference-non-finite " << c.referenceNonFinite;
+    if (!c.note.empty())
+      os << " (" << c.note << ")";
+    os << "\n";
+  };
+  for (const TensorComparison &c : outputs)
+    printOne(c);
+  for (const TensorComparison &c : sites)
+    printOne(c);
+  if (!siteNote.empty())
+    os << "sites: " << siteNote << "\n";
+  os << (passed ? "fusion verified" : "fusion MISMATCH") << ": "
+     << outputs.size() << " outputs, " << sites.size() << " sites\n";
+}
+
+FailureOr<VerifyReport>
+mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
+                         const VerifyOptions &options) {
+  func::FuncOp unfusedFunc = findFunction(unfused, options.funcName);
+  func::FuncOp fusedFunc =
+      findFunction(fused, unfusedFunc ? unfusedFunc.getSymName()
+                                      : StringRef(options.funcName));
+  if (!unfusedFunc || !fusedFunc)
+    return emitError(unfused.getLoc())
+           << "no function "
+           << (options.funcName.empty() ? std::string("to compare")
+                                        : "@" + options.funcName)
+           << " in both modules";
+  if (unfusedFunc.getArgumentTypes() != fusedFunc.getArgumentTypes())
+    return fusedFunc.emitError()
+           << "the fused function's arguments differ from the unfused ones";
+  if (unfusedFunc.getNumResults() != fusedFunc.getNumResults())
+    return fusedFunc.emitError()
+           << "the fused function has " << fusedFunc.getNumResults()
+           << " results, the unfused one " << unfusedFunc.getNumResults();
+  StringRef funcName = unfusedFunc.getSymName();
+  unsigned numOutputs = unfusedFunc.getNumResults();
+
+  VerifyReport report;
+  // Inputs.
+  std::mt19937_64 rng(options.seed);
+  SmallVector<HostTensor> inputs;
+  for (auto [index, type] : llvm::enumerate(unfusedFunc.getArgumentTypes())) {
+    auto tensorType = dyn_cast<RankedTensorType>(type);
+    if (!tensorType ||
+        !HostTensor::isSupportedElementType(tensorType.getElementType()))
+      return unfusedFunc.emitError()
+             << "argument " << index << " has type " << type
+             << ", which the CPU runner does not support";
+    SmallVector<int64_t> shape;
+    for (int64_t size : tensorType.getShape())
+      shape.push_back(ShapedType::isDynamic(size) ? options.dynamicDimSize
+                                                  : size);
+    HostTensor tensor(tensorType.getElementType(), shape);
+    std::string name = argumentName(unfusedFunc, index);
+    std::string how;
+    if (isa<FloatType>(tensor.elementType)) {
+      fillRandom(tensor, rng);
+      how = "normal(0, 1)";
+    } else if (tensor.elementType.isInteger(1) ||
+               StringRef(name).contains_insensitive("mask")) {
+      fillRandom(tensor, rng, 0, 2);
+      how = "0/1";
+    } else if (std::optional<int64_t> rows =
+                   gatherTableRows(unfusedFunc.getArgument(index))) {
+      fillRandom(tensor, rng, 0, *rows);
+      how = "[0, " + std::to_string(*rows) + ") (gather table rows)";
+    } else {
+      fillRandom(tensor, rng, 0, options.defaultIntHigh);
+      how = "[0, " + std::to_string(options.defaultIntHigh) + ")";
+    }
+    report.inputs.push_back(name + " " + tensor.getTypeString() + " " + how);
+    inputs.push_back(std::move(tensor));
+  }
+
+  OwningOpRef<ModuleOp> reference = unfused.clone();
+  OwningOpRef<ModuleOp> candidate = fused.clone();
+  SmallVector<bool> siteIsBshd;
+  if (options.compareSites) {
+    PassManager pm(unfused.getContext());
+    KilnFuseAttentionOptions annotate;
+    annotate.annotateOnly = true;
+    pm.addPass(createKilnFuseAttention(annotate));
+    if (failed(pm.run(*reference)))
+      return failure();
+    func::FuncOp referenceFunc = findFunction(*reference, funcName);
+    std::map<int64_t, Value> roots;
+    referenceFunc.walk([&](Operation *op) {
+      if (auto attr = op->getAttrOfType<IntegerAttr>("kiln.site_root"))
+        roots[attr.getInt()] = op->getResult(0);
+    });
+    func::FuncOp candidateFunc = findFunction(*candidate, funcName);
+    SmallVector<Value> sites;
+    candidateFunc.walk([&](Operation *op) {
+      if (auto attention = dyn_cast<AttentionOp>(op)) {
+        sites.push_back(attention.getResult());
+        siteIsBshd.push_back(attention.getLayout() == Layout::bshd);
+      } else if (auto paged = dyn_cast<PagedAttentionOp>(op)) {
+        sites.push_back(paged.getResult());
+        siteIsBshd.push_back(false);
+      }
+    });
+    if (roots.size() == sites.size()) {
+      SmallVector<Value> rootValues;
+      for (auto &entry : roots)
+        rootValues.push_back(entry.second);
+      returnExtraValues(referenceFunc, rootValues);
+      returnExtraValues(candidateFunc, sites);
+    } else {
+      report.siteNote = std::to_string(roots.size()) +
+                        " sites match in the unfused graph, the fused one "
+                        "has " +
+                        std::to_string(sites.size()) +
+                        " attention ops: not compared";
+      siteIsBshd.clear();
+    }
+  }
+
+  FailureOr<SmallVector<HostTensor>> expected =
+      runOnCPU(*reference, funcName, inputs, options.run);
+  if (failed(expected))
+    return failure();
+  FailureOr<SmallVector<HostTensor>> actual =
+      runOnCPU(*candidate, funcName, inputs, options.run);
+  if (failed(actual))
+    return failure();
+
+  report.passed = true;
+  for (unsigned i = 0; i < expected->size(); ++i) {
+    bool isSite = i >= numOutputs;
+    std::string name = isSite ? "site " + std::to_string(i - numOutputs)
+                              : "output " + std::to_string(i);
+    TensorComparison comparison =
+        compare(name, (*expected)[i], (*actual)[i],
+                isSite && siteIsBshd[i - numOutputs], options);
+    report.passed &= comparison.passed;
+    (isSite ? report.sites : report.outputs).push_back(comparison);
+  }
+  return report;
+}
