@@ -9,6 +9,7 @@
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Driver/Report.h"
 #include "kiln/Target/ONNX/ImportONNX.h"
+#include "kiln/Verify/Verify.h"
 #include "kiln/Pipelines/Pipelines.h"
 #include "kiln/Target/Package/Package.h"
 
@@ -194,6 +195,10 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
     return failure();
+  // The graph as imported: the reference of --verify.
+  OwningOpRef<ModuleOp> unfused;
+  if (options.verify)
+    unfused = module->clone();
   {
     // The fusion pass explains each softmax it leaves alone with a remark;
     // those go into the report instead of onto the terminal.
@@ -221,9 +226,22 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
                  << "\n";
   else if (options.report == ReportKind::Text)
     report.printText(*module, stdoutStream);
+  if (options.verify) {
+    VerifyOptions verifyOptions;
+    verifyOptions.seed = options.seed;
+    FailureOr<VerifyReport> verified =
+        verifyFusion(*unfused, *module, verifyOptions);
+    if (failed(verified))
+      return failure();
+    verified->print(stdoutStream);
+    if (!verified->passed)
+      return emitError(inputLoc)
+             << "verification failed: the fused graph does not compute what "
+                "the original graph computes within tolerance";
+  }
   bool toStdout = options.outputPath.empty() || options.outputPath == "-";
-  if (options.report != ReportKind::None && options.emit == EmitKind::Package &&
-      toStdout)
+  if ((options.report != ReportKind::None || options.verify) &&
+      options.emit == EmitKind::Package && toStdout)
     return success();
 
   if (options.emit == EmitKind::MLIR) {

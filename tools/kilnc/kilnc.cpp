@@ -51,6 +51,17 @@ static cl::opt<kiln::ReportKind> reportKind(
                clEnumValN(kiln::ReportKind::JSON, "json", "JSON")),
     cl::cat(kilncCategory));
 
+static cl::opt<bool> verify(
+    "verify",
+    cl::desc("Run the original and the fused graph on the CPU on the same "
+             "random inputs and compare every output and fused site; exit 1 "
+             "beyond tolerance (f32 1e-4, f16/bf16 2e-2)"),
+    cl::cat(kilncCategory));
+
+static cl::opt<uint64_t> seed("seed",
+                              cl::desc("Seed of --verify's random inputs"),
+                              cl::init(0), cl::cat(kilncCategory));
+
 static cl::list<std::string> bindDims(
     "bind-dims",
     cl::desc("Static sizes for symbolic ONNX input dimensions "
@@ -99,6 +110,8 @@ int main(int argc, char **argv) {
   options.outputPath = outputPath;
   options.emit = emitKind;
   options.report = reportKind;
+  options.verify = verify;
+  options.seed = seed;
   for (StringRef binding : bindDims) {
     auto [name, value] = binding.split('=');
     int64_t size = 0;

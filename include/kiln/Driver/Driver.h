@@ -36,6 +36,10 @@ struct CompileOptions {
   /// With a report and no output path, kilnc stops after the report.
   ReportKind report = ReportKind::None;
   std::vector<std::string> targets = {"sm_90a", "sm_80"};
+  /// Run the unfused and the fused graph on the CPU on the same seeded random
+  /// inputs and compare every output and every fused site (`--verify`).
+  bool verify = false;
+  uint64_t seed = 0;
   /// Static sizes for symbolic ONNX input dimensions (`--bind-dims`).
   std::map<std::string, int64_t> dimBindings;
   int64_t kvBlockSize = 32;
