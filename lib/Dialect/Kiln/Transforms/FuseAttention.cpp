@@ -16,6 +16,8 @@
 
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 
+#include "AttentionMatchers.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -33,6 +35,9 @@ namespace mlir::kiln {
 
 using namespace mlir;
 using namespace mlir::kiln;
+using mlir::kiln::detail::MaskTerm;
+using mlir::kiln::detail::matchCausalConstant;
+using mlir::kiln::detail::matchKvRepeat;
 
 namespace {
 
@@ -169,17 +174,6 @@ struct OperandSource {
   double scale = 1.0;
 };
 
-/// A mask or bias term added to (or selected into) the scores.
-struct MaskTerm {
-  Value value;
-  /// An i1 condition (through select) rather than an additive float tensor.
-  bool isBoolean = false;
-  /// The condition selects the fill, not the scores: `true` hides the key.
-  bool inverted = false;
-  /// Rank of the scores where the term is applied (3 before the split of
-  /// the batch into [B, H], 4 after).
-  int64_t scoresRank = 4;
-};
 
 /// Everything the rewrite needs about one attention site.
 struct AttentionMatch {
@@ -286,11 +280,13 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
   return softmax;
 }
 
+} // namespace
+
 /// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
 /// (or a tile of a single KV head): query head `h` then reads KV head
 /// `h / G`, which is what the fused op does with the unrepeated tensor.
 std::optional<std::pair<Value, int64_t>>
-matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
+mlir::kiln::detail::matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
   auto outType = getRankedType(value);
   if (!outType)
     return std::nullopt;
@@ -334,6 +330,8 @@ matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
               expand.getOperation()});
   return std::make_pair(expand.getInput1(), (*multiples)[2]);
 }
+
+namespace {
 
 /// True when `source` and `result` (rank 3 or 4) differ only in how the
 /// leading (batch and head) axes are grouped: the innermost two axes are kept
@@ -619,11 +617,14 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
   }
 }
 
+} // namespace
+
 /// Recognises a constant causal (or sliding-window causal) mask: hidden
 /// exactly when `j > i + (Sk - Sq)` (or `j <= i + (Sk - Sq) - W`), every
 /// element checked. Returns the window (0 for plain causal) or nothing.
-std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
-                                           ArrayRef<int64_t> scoresShape) {
+std::optional<int64_t>
+mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
+                            ArrayRef<int64_t> scoresShape) {
   auto constant = term.value.getDefiningOp<tosa::ConstOp>();
   if (!constant)
     return std::nullopt;
@@ -680,6 +681,8 @@ std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
   }
   return width >= keyLength ? 0 : width;
 }
+
+namespace {
 
 /// Matches the guard exporters put after a softmax over masked scores,
 /// `select(isnan(p), 0, p)` (written with `equal(p, p)`), which turns a row
@@ -1128,6 +1131,7 @@ struct KilnFuseAttentionPass
 
     RewritePatternSet patterns(&getContext());
     populateFuseAttentionPatterns(patterns);
+    populateSimplifyAttentionPatterns(patterns);
     // Folding would rewrite the unfused parts of the graph too; this pass
     // only replaces attention sites.
     GreedyRewriteConfig config;
