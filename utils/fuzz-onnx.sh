@@ -33,7 +33,11 @@ for src in lib/Target/ONNX/ImportONNX.cpp lib/Target/ONNX/Lit.cpp \
   obj=$out/obj/$(echo "$src" | tr / _).o
   extra="-fsanitize=fuzzer-no-link"
   case $src in *ModelLoader.cpp) extra="$extra -fexceptions";; esac
-  if [ ! -f "$obj" ] || [ "$here/$src" -nt "$obj" ]; then
+  # Rebuild when the source or any header it may include changed.
+  if [ ! -f "$obj" ] || [ "$here/$src" -nt "$obj" ] ||
+     [ -n "$(find "$here/include" "$here/lib/Target/ONNX" "$gen/include" \
+             \( -name '*.h' -o -name '*.inc' \) -newer "$obj" 2>/dev/null |
+             head -n 1)" ]; then
     echo "compiling $src"
     # shellcheck disable=SC2086
     $cxx $flags $extra -c "$here/$src" -o "$obj"
