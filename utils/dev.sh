@@ -67,10 +67,10 @@ run_example() {
   build
   local model="$ROOT/examples/gpt2_2layer.onnx"
   local package="$BUILD_DIR/example-package"
-  log "kilnc $model --report -o $package"
-  "$BUILD_DIR/bin/kilnc" "$model" --report -o "$package"
-  log "kilnc $model --verify (CPU: fused and unfused graph on the same inputs)"
-  "$BUILD_DIR/bin/kilnc" "$model" --verify
+  log "kilnc $model --report --verify -o $package"
+  # The fusion report, then the CPU check (original and fused graph on the
+  # same random inputs), then the package for the GPU.
+  "$BUILD_DIR/bin/kilnc" "$model" --report --verify -o "$package"
   log "package written to $package:"
   ls -l "$package"
 }
