@@ -8,6 +8,7 @@
 #include "kiln/Driver/Report.h"
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Target/Package/Package.h"
 
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -27,33 +28,22 @@ std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
 
 namespace {
 
-llvm::json::Value sizeOrNull(int64_t size) {
-  if (ShapedType::isDynamic(size))
-    return nullptr;
-  return size;
-}
-
 llvm::json::Object describeSite(AttentionOp op) {
   llvm::json::Array nodes;
   for (const std::string &name : nodeNames(op.getLoc()))
     nodes.push_back(name);
-  llvm::json::Value window = nullptr, softcap = nullptr;
-  if (std::optional<uint64_t> value = op.getWindow())
-    window = int64_t(*value);
-  if (std::optional<APFloat> value = op.getSoftcap())
-    softcap = double(value->convertToFloat());
   return llvm::json::Object{
       {"nodes", std::move(nodes)},
-      {"q_heads", sizeOrNull(op.getNumQueryHeads())},
-      {"kv_heads", sizeOrNull(op.getNumKvHeads())},
-      {"head_dim", sizeOrNull(op.getHeadDim())},
-      {"q_len", sizeOrNull(op.getQueryLength())},
-      {"kv_len", sizeOrNull(op.getKvLength())},
-      {"batch", sizeOrNull(op.getBatchSize())},
+      {"q_heads", sizeToJSON(op.getNumQueryHeads())},
+      {"kv_heads", sizeToJSON(op.getNumKvHeads())},
+      {"head_dim", sizeToJSON(op.getHeadDim())},
+      {"q_len", sizeToJSON(op.getQueryLength())},
+      {"kv_len", sizeToJSON(op.getKvLength())},
+      {"batch", sizeToJSON(op.getBatchSize())},
       {"scale", double(op.getScale().convertToFloat())},
       {"causal", op.getCausal()},
-      {"window", std::move(window)},
-      {"softcap", std::move(softcap)},
+      {"window", windowToJSON(op)},
+      {"softcap", softcapToJSON(op)},
       {"mask", op.getMaskKind()},
       {"bias", bool(op.getBias())},
       {"dtype", getElementTypeName(op.getElementType())},

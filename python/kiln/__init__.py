@@ -2,42 +2,9 @@
 bindings: open a package that ``kilnc`` wrote and launch its kernels on
 PyTorch tensors (see docs/python.md)."""
 
-from .runtime import (
-    AttentionArgs,
-    DType,
-    KernelInfo,
-    KilnError,
-    Layout,
-    LaunchConfig,
-    MaskKind,
-    Package,
-    Site,
-    Status,
-    broadcast_strides,
-    contiguous_strides,
-    find_library,
-    load_library,
-    qkv_dims,
-    qkv_strides,
-)
+from . import runtime
+from .runtime import *  # noqa: F401,F403 (the names runtime.__all__ lists)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttentionArgs",
-    "DType",
-    "KernelInfo",
-    "KilnError",
-    "Layout",
-    "LaunchConfig",
-    "MaskKind",
-    "Package",
-    "Site",
-    "Status",
-    "broadcast_strides",
-    "contiguous_strides",
-    "find_library",
-    "load_library",
-    "qkv_dims",
-    "qkv_strides",
-]
+__all__ = list(runtime.__all__)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
+    "AttentionArgs",
     "DType",
     "KernelInfo",
     "KilnError",

@@ -24,19 +24,12 @@ using namespace mlir::kiln;
 
 namespace {
 
-/// A static size, or null for a dynamic one.
-llvm::json::Value sizeValue(int64_t size) {
-  if (ShapedType::isDynamic(size))
-    return nullptr;
-  return size;
-}
-
 llvm::json::Value shapeValue(Value value) {
   if (!value)
     return nullptr;
   llvm::json::Array dims;
   for (int64_t size : cast<ShapedType>(value.getType()).getShape())
-    dims.push_back(sizeValue(size));
+    dims.push_back(sizeToJSON(size));
   return std::move(dims);
 }
 
@@ -44,18 +37,6 @@ llvm::json::Value elementTypeValue(Value value) {
   if (!value)
     return nullptr;
   return getElementTypeName(cast<ShapedType>(value.getType()).getElementType());
-}
-
-llvm::json::Value optionalWindow(AttentionOp op) {
-  if (std::optional<uint64_t> window = op.getWindow())
-    return int64_t(*window);
-  return nullptr;
-}
-
-llvm::json::Value optionalSoftcap(AttentionOp op) {
-  if (std::optional<APFloat> cap = op.getSoftcap())
-    return double(cap->convertToFloat());
-  return nullptr;
 }
 
 std::string locationText(Location loc) {
@@ -98,8 +79,8 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"dtype", getElementTypeName(site.getElementType())},
       {"head_dim", site.getHeadDim()},
       {"causal", site.getCausal()},
-      {"window", optionalWindow(site)},
-      {"softcap", optionalSoftcap(site)},
+      {"window", windowToJSON(site)},
+      {"softcap", softcapToJSON(site)},
       {"mask", site.getMaskKind()},
       {"mask_dtype", elementTypeValue(site.getMask())},
       {"bias", bool(site.getBias())},
@@ -126,14 +107,14 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
       {"dtype", getElementTypeName(op.getElementType())},
       {"scale", double(op.getScale().convertToFloat())},
       {"causal", op.getCausal()},
-      {"window", optionalWindow(op)},
-      {"softcap", optionalSoftcap(op)},
-      {"batch", sizeValue(op.getBatchSize())},
-      {"q_heads", sizeValue(op.getNumQueryHeads())},
-      {"kv_heads", sizeValue(op.getNumKvHeads())},
-      {"q_len", sizeValue(op.getQueryLength())},
-      {"kv_len", sizeValue(op.getKvLength())},
-      {"head_dim", sizeValue(op.getHeadDim())},
+      {"window", windowToJSON(op)},
+      {"softcap", softcapToJSON(op)},
+      {"batch", sizeToJSON(op.getBatchSize())},
+      {"q_heads", sizeToJSON(op.getNumQueryHeads())},
+      {"kv_heads", sizeToJSON(op.getNumKvHeads())},
+      {"q_len", sizeToJSON(op.getQueryLength())},
+      {"kv_len", sizeToJSON(op.getKvLength())},
+      {"head_dim", sizeToJSON(op.getHeadDim())},
       {"mask", op.getMaskKind()},
       {"mask_dtype", elementTypeValue(op.getMask())},
       {"mask_shape", shapeValue(op.getMask())},
@@ -143,6 +124,24 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
 }
 
 } // namespace
+
+llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {
+  if (ShapedType::isDynamic(size))
+    return nullptr;
+  return size;
+}
+
+llvm::json::Value mlir::kiln::windowToJSON(AttentionOp op) {
+  if (std::optional<uint64_t> window = op.getWindow())
+    return int64_t(*window);
+  return nullptr;
+}
+
+llvm::json::Value mlir::kiln::softcapToJSON(AttentionOp op) {
+  if (std::optional<APFloat> cap = op.getSoftcap())
+    return double(cap->convertToFloat());
+  return nullptr;
+}
 
 FailureOr<llvm::json::Object>
 mlir::kiln::describeKernelsAndSites(ModuleOp module) {

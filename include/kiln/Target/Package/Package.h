@@ -18,6 +18,14 @@
 
 namespace mlir::kiln {
 
+class AttentionOp;
+
+/// A static size as JSON, or null for a dynamic one.
+llvm::json::Value sizeToJSON(int64_t size);
+/// The op's window and softcap as JSON numbers, or null when absent.
+llvm::json::Value windowToJSON(AttentionOp op);
+llvm::json::Value softcapToJSON(AttentionOp op);
+
 /// Version of the manifest format this writer produces.
 inline constexpr int64_t kManifestFormatVersion = 1;
 

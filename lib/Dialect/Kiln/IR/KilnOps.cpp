@@ -39,6 +39,38 @@ std::string sizeString(int64_t size) {
 }
 } // namespace
 
+/// The attribute rules shared by the attention ops.
+static LogicalResult
+verifyAttentionAttributes(Operation *op, APFloat scale, bool causal,
+                          std::optional<uint64_t> window,
+                          std::optional<APFloat> softcap) {
+  if (!std::isfinite(scale.convertToFloat()))
+    return op->emitOpError() << "scale must be finite, got "
+                             << scale.convertToFloat();
+  if (window && !causal)
+    return op->emitOpError() << "window requires causal";
+  if (softcap) {
+    float cap = softcap->convertToFloat();
+    if (!std::isfinite(cap) || cap <= 0.0f)
+      return op->emitOpError() << "softcap must be positive and finite, got "
+                               << cap;
+  }
+  return success();
+}
+
+/// Grouped-query attention: every KV head serves the same number of query
+/// heads.
+static LogicalResult verifyHeadGroups(Operation *op, int64_t numQueryHeads,
+                                      int64_t numKvHeads) {
+  if (ShapedType::isDynamic(numQueryHeads) ||
+      ShapedType::isDynamic(numKvHeads) ||
+      (numKvHeads != 0 && numQueryHeads % numKvHeads == 0))
+    return success();
+  return op->emitOpError() << "query heads (" << numQueryHeads
+                           << ") must be a multiple of the key/value heads ("
+                           << numKvHeads << ")";
+}
+
 /// Checks that `operand` broadcasts numpy-style to `[B, Hq, Sq, Sk]`.
 static LogicalResult verifyBroadcastable(AttentionOp op, Value operand,
                                          StringRef name,
@@ -113,12 +145,8 @@ LogicalResult AttentionOp::verify() {
 
   int64_t numQueryHeads = queryType.getDimSize(headAxis);
   int64_t numKvHeads = keyType.getDimSize(headAxis);
-  if (!ShapedType::isDynamic(numQueryHeads) &&
-      !ShapedType::isDynamic(numKvHeads) &&
-      (numKvHeads == 0 || numQueryHeads % numKvHeads != 0))
-    return emitOpError() << "query heads (" << numQueryHeads
-                         << ") must be a multiple of the key/value heads ("
-                         << numKvHeads << ")";
+  if (failed(verifyHeadGroups(getOperation(), numQueryHeads, numKvHeads)))
+    return failure();
 
   int64_t logicalShape[4] = {queryType.getDimSize(0), numQueryHeads,
                              queryType.getDimSize(seqAxis),
@@ -130,18 +158,8 @@ LogicalResult AttentionOp::verify() {
       failed(verifyBroadcastable(*this, getBias(), "bias", logicalShape)))
     return failure();
 
-  if (!std::isfinite(getScale().convertToFloat()))
-    return emitOpError() << "scale must be finite, got "
-                         << getScale().convertToFloat();
-  if (getWindow() && !getCausal())
-    return emitOpError() << "window requires causal";
-  if (std::optional<APFloat> softcap = getSoftcap()) {
-    float cap = softcap->convertToFloat();
-    if (!std::isfinite(cap) || cap <= 0.0f)
-      return emitOpError() << "softcap must be positive and finite, got "
-                           << cap;
-  }
-  return success();
+  return verifyAttentionAttributes(getOperation(), getScale(), getCausal(),
+                                   getWindow(), getSoftcap());
 }
 
 LogicalResult PagedAttentionOp::verify() {
@@ -193,25 +211,11 @@ LogicalResult PagedAttentionOp::verify() {
 
   int64_t numQueryHeads = queryType.getDimSize(1);
   int64_t numKvHeads = keyCacheType.getDimSize(2);
-  if (!ShapedType::isDynamic(numQueryHeads) &&
-      !ShapedType::isDynamic(numKvHeads) &&
-      (numKvHeads == 0 || numQueryHeads % numKvHeads != 0))
-    return emitOpError() << "query heads (" << numQueryHeads
-                         << ") must be a multiple of the key/value heads ("
-                         << numKvHeads << ")";
+  if (failed(verifyHeadGroups(getOperation(), numQueryHeads, numKvHeads)))
+    return failure();
   if (keyCacheType.getDimSize(1) == 0)
     return emitOpError() << "page size must be positive";
 
-  if (!std::isfinite(getScale().convertToFloat()))
-    return emitOpError() << "scale must be finite, got "
-                         << getScale().convertToFloat();
-  if (getWindow() && !getCausal())
-    return emitOpError() << "window requires causal";
-  if (std::optional<APFloat> softcap = getSoftcap()) {
-    float cap = softcap->convertToFloat();
-    if (!std::isfinite(cap) || cap <= 0.0f)
-      return emitOpError() << "softcap must be positive and finite, got "
-                           << cap;
-  }
-  return success();
+  return verifyAttentionAttributes(getOperation(), getScale(), getCausal(),
+                                   getWindow(), getSoftcap());
 }
