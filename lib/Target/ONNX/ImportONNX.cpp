@@ -213,6 +213,7 @@ private:
   Status importGatherElements();
   Status importGatherND();
   Status importExpand();
+  Status importTile();
   Status importTrilu();
   Status importWhere();
   Status importBinary(StringRef opType);
@@ -1102,6 +1103,8 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importGatherND();
   if (op == "Expand")
     return importExpand();
+  if (op == "Tile")
+    return importTile();
   if (op == "Trilu")
     return importTrilu();
   if (op == "Where")
