@@ -73,3 +73,38 @@ func.func @k_only(%q: tensor<1x4x8x16xf32>, %k: tensor<1x2x8x16xf32>, %v: tensor
   %o = kiln.attention %q, %k4, %v {scale = 0.25 : f32} : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
   return %o : tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// Q, K and V transposed from [B, S, H, D] and the result transposed back:
+// the op takes the bshd layout and every transpose goes away.
+// CHECK-LABEL: func.func @bshd_transposes
+// CHECK-SAME: (%[[Q:.*]]: tensor<1x8x4x16xf32>, %[[K:.*]]: tensor<1x8x2x16xf32>, %[[V:.*]]: tensor<1x8x2x16xf32>)
+// CHECK-NOT: tosa.transpose
+// CHECK: %[[O:.*]] = kiln.attention %[[Q]], %[[K]], %[[V]] {causal, layout = #kiln.layout<bshd>, scale = 2.500000e-01 : f32} : tensor<1x8x4x16xf32>, tensor<1x8x2x16xf32>, tensor<1x8x2x16xf32> -> tensor<1x8x4x16xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @bshd_transposes(%q: tensor<1x8x4x16xf32>, %k: tensor<1x8x2x16xf32>, %v: tensor<1x8x2x16xf32>) -> tensor<1x8x4x16xf32> {
+  %qt = tosa.transpose %q {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %kt = tosa.transpose %k {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x2x16xf32>) -> tensor<1x2x8x16xf32>
+  %vt = tosa.transpose %v {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x2x16xf32>) -> tensor<1x2x8x16xf32>
+  %o = kiln.attention %qt, %kt, %vt {causal, scale = 0.25 : f32} : tensor<1x4x8x16xf32>, tensor<1x2x8x16xf32>, tensor<1x2x8x16xf32> -> tensor<1x4x8x16xf32>
+  %ot = tosa.transpose %o {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  return %ot : tensor<1x8x4x16xf32>
+}
+
+// -----
+
+// The result is also used in the bhsd layout: nothing changes.
+// CHECK-LABEL: func.func @bhsd_result_used
+// CHECK-COUNT-3: tosa.transpose
+// CHECK: kiln.attention
+// CHECK-NOT: layout
+// CHECK: tosa.transpose
+func.func @bhsd_result_used(%q: tensor<1x8x4x16xf32>, %k: tensor<1x8x4x16xf32>, %v: tensor<1x8x4x16xf32>) -> (tensor<1x8x4x16xf32>, tensor<1x4x8x16xf32>) {
+  %qt = tosa.transpose %q {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %kt = tosa.transpose %k {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %vt = tosa.transpose %v {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %o = kiln.attention %qt, %kt, %vt {scale = 0.25 : f32} : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32> -> tensor<1x4x8x16xf32>
+  %ot = tosa.transpose %o {perms = array<i32: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  return %ot, %o : tensor<1x8x4x16xf32>, tensor<1x4x8x16xf32>
+}
