@@ -72,3 +72,8 @@ func.func @bf16_d64_bshd(%q: tensor<?x?x8x64xbf16>, %k: tensor<?x?x2x64xbf16>, %
   %o = kiln.attention %q, %k, %v {layout = #kiln.layout<bshd>, scale = 0.125 : f32} : tensor<?x?x8x64xbf16>, tensor<?x?x2x64xbf16>, tensor<?x?x2x64xbf16> -> tensor<?x?x8x64xbf16>
   return %o : tensor<?x?x8x64xbf16>
 }
+
+func.func @f16_d128_causal(%q: tensor<?x8x?x128xf16>, %k: tensor<?x2x?x128xf16>, %v: tensor<?x2x?x128xf16>) -> tensor<?x8x?x128xf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831845 : f32} : tensor<?x8x?x128xf16>, tensor<?x2x?x128xf16>, tensor<?x2x?x128xf16> -> tensor<?x8x?x128xf16>
+  return %o : tensor<?x8x?x128xf16>
+}
