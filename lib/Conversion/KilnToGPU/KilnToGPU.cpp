@@ -166,10 +166,12 @@ private:
   void stageTile(Value buffer, Value base, Value rowStride, Value firstRow,
                  Value numRows, int64_t rows);
 
-  /// The score of key `key` for query row `queryRow` in log2 units, -inf when
-  /// the key is hidden.
-  Value scoreFor(Value queryRowInBlock, Value keyInBlock, Value queryRow,
-                 Value key);
+  /// dot(Q[row], K[key]) for each row of `rowsInBlock`.
+  SmallVector<Value> dotRows(ArrayRef<Value> rowsInBlock, Value keyInBlock);
+
+  /// The score of key `key` for query row `queryRow` from its dot product, in
+  /// log2 units; -inf when the key is hidden.
+  Value finishScore(Value dot, Value queryRow, Value key);
 
   const KernelSpec &spec;
   int64_t kvBlockSize, rowsPerWarp, rowsPerBlock, dimsPerLane, keysPerLane;
@@ -241,28 +243,37 @@ void AttentionKernelBuilder::stageTile(Value buffer, Value base,
   }
 }
 
-Value AttentionKernelBuilder::scoreFor(Value queryRowInBlock, Value keyInBlock,
-                                       Value queryRow, Value key) {
-  // dot(Q[row], K[key]) over the head dim, unrolled kDotUnroll times.
+SmallVector<Value> AttentionKernelBuilder::dotRows(ArrayRef<Value> rowsInBlock,
+                                                   Value keyInBlock) {
+  // dot(Q[row], K[key]) for all of the warp's rows at once, unrolled
+  // kDotUnroll times: each K element read from shared memory serves every
+  // row (the Q reads are broadcasts, one address for the whole warp).
   Value zero = constF32(0.0f);
+  SmallVector<Value> init(rowsInBlock.size(), zero);
   auto dotLoop = scf::ForOp::create(
       *b, constIndex(0), constIndex(spec.headDim), constIndex(kDotUnroll),
-      ValueRange{zero},
-      [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
+      init, [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
         ImplicitLocOpBuilder ib(loc, nested);
-        Value acc = args[0];
+        SmallVector<Value> acc(args.begin(), args.end());
         for (int64_t u = 0; u < kDotUnroll; ++u) {
           Value column = arith::AddIOp::create(
               ib, d, arith::ConstantIndexOp::create(ib, u));
-          Value qv = memref::LoadOp::create(ib, qBuffer,
-                                            ValueRange{queryRowInBlock, column});
           Value kv = memref::LoadOp::create(ib, kBuffer,
                                             ValueRange{keyInBlock, column});
-          acc = LLVM::FMAOp::create(ib, qv, kv, acc);
+          for (auto [row, rowInBlock] : llvm::enumerate(rowsInBlock)) {
+            Value qv = memref::LoadOp::create(ib, qBuffer,
+                                              ValueRange{rowInBlock, column});
+            acc[row] = LLVM::FMAOp::create(ib, qv, kv, acc[row]);
+          }
         }
         scf::YieldOp::create(ib, acc);
       });
-  Value score = dotLoop.getResult(0);
+  return SmallVector<Value>(dotLoop.getResults().begin(),
+                            dotLoop.getResults().end());
+}
+
+Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
+                                          Value key) {
   const float log2e = 1.4426950408889634f;
   if (spec.softcap) {
     // softcap·tanh(scale·dot / softcap), then into log2 units.
@@ -460,22 +471,29 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
         stageTile(vBuffer, vBase, vStrides[2], kvStart, kvLen, kvBlockSize);
         gpu::BarrierOp::create(ib);
 
-        SmallVector<Value> newState;
+        SmallVector<Value> rowsInBlock, queryRows;
+        for (int64_t row = 0; row < rowsPerWarp; ++row) {
+          rowsInBlock.push_back(
+              add(mul(warp, constIndex(rowsPerWarp)), constIndex(row)));
+          queryRows.push_back(add(firstQuery, rowsInBlock.back()));
+        }
+        // scores[row][slot]: this lane's keys, every row of the warp.
+        SmallVector<SmallVector<Value>> scores(rowsPerWarp);
+        for (int64_t slot = 0; slot < keysPerLane; ++slot) {
+          Value keyInBlock = add(lane, constIndex(slot * kWarpSize));
+          Value key = add(kvStart, keyInBlock);
+          SmallVector<Value> dots = dotRows(rowsInBlock, keyInBlock);
+          for (int64_t row = 0; row < rowsPerWarp; ++row)
+            scores[row].push_back(finishScore(dots[row], queryRows[row], key));
+        }
+
+        // Online-softmax update per row; scores become probabilities.
+        SmallVector<Value> newState, acc;
         for (int64_t row = 0; row < rowsPerWarp; ++row) {
           ValueRange rowState = state.slice(row * stateSize, stateSize);
-          Value rowInBlock =
-              add(mul(warp, constIndex(rowsPerWarp)), constIndex(row));
-          Value queryRow = add(firstQuery, rowInBlock);
-
-          SmallVector<Value> scores;
           Value tileMax = negInf;
-          for (int64_t slot = 0; slot < keysPerLane; ++slot) {
-            Value keyInBlock = add(lane, constIndex(slot * kWarpSize));
-            Value key = add(kvStart, keyInBlock);
-            Value score = scoreFor(rowInBlock, keyInBlock, queryRow, key);
-            scores.push_back(score);
+          for (Value score : scores[row])
             tileMax = fmax(tileMax, score);
-          }
           tileMax = warpReduce(tileMax, /*isMax=*/true);
           Value oldMax = rowState[0];
           Value newMax = fmax(oldMax, tileMax);
@@ -486,51 +504,61 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
           Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
           Value alpha = exp2(arith::SubFOp::create(ib, oldMax, safeMax));
           Value tileSum = zero;
-          for (Value &score : scores) {
+          for (Value &score : scores[row]) {
             score = exp2(arith::SubFOp::create(ib, score, safeMax));
             tileSum = fadd(tileSum, score);
           }
           tileSum = warpReduce(tileSum, /*isMax=*/false);
-          Value newSum = fadd(fmul(rowState[1], alpha), tileSum);
-
-          SmallVector<Value> acc;
+          newState.push_back(newMax);
+          newState.push_back(fadd(fmul(rowState[1], alpha), tileSum));
           for (int64_t d = 0; d < dimsPerLane; ++d)
             acc.push_back(fmul(rowState[2 + d], alpha));
-          // acc += P[key] · V[key][lane + 32·d]; P is broadcast lane by lane.
-          for (int64_t slot = 0; slot < keysPerLane; ++slot) {
-            Value probability = scores[slot];
-            auto pvLoop = scf::ForOp::create(
-                ib, constIndex(0), constIndex(kWarpSize), constIndex(1), acc,
-                [&](OpBuilder &pvNested, Location pvLoc, Value source,
-                    ValueRange accIn) {
-                  ImplicitLocOpBuilder pb(pvLoc, pvNested);
-                  Value sourceLane = arith::IndexCastOp::create(
-                      pb, pb.getI32Type(), source);
-                  Value width = arith::ConstantIntOp::create(
-                      pb, pb.getI32Type(), kWarpSize);
-                  Value p = gpu::ShuffleOp::create(pb, probability, sourceLane,
-                                                   width, gpu::ShuffleMode::IDX)
-                                .getShuffleResult();
-                  Value keyInBlock = arith::AddIOp::create(
-                      pb, source,
-                      arith::ConstantIndexOp::create(pb, slot * kWarpSize));
-                  SmallVector<Value> accOut;
-                  for (int64_t d = 0; d < dimsPerLane; ++d) {
-                    Value column = arith::AddIOp::create(
-                        pb, lane,
-                        arith::ConstantIndexOp::create(pb, d * kWarpSize));
-                    Value vv = memref::LoadOp::create(
-                        pb, vBuffer, ValueRange{keyInBlock, column});
-                    accOut.push_back(LLVM::FMAOp::create(pb, p, vv, accIn[d]));
-                  }
-                  scf::YieldOp::create(pb, accOut);
-                });
-            acc.assign(pvLoop.getResults().begin(), pvLoop.getResults().end());
-          }
-          newState.push_back(newMax);
-          newState.push_back(newSum);
-          newState.append(acc.begin(), acc.end());
         }
+
+        // acc[row][d] += P[row][key] · V[key][lane + 32·d]: each V element
+        // read from shared memory serves every row; probabilities are
+        // broadcast lane by lane.
+        for (int64_t slot = 0; slot < keysPerLane; ++slot) {
+          auto pvLoop = scf::ForOp::create(
+              ib, constIndex(0), constIndex(kWarpSize), constIndex(1), acc,
+              [&](OpBuilder &pvNested, Location pvLoc, Value source,
+                  ValueRange accIn) {
+                ImplicitLocOpBuilder pb(pvLoc, pvNested);
+                Value sourceLane =
+                    arith::IndexCastOp::create(pb, pb.getI32Type(), source);
+                Value width =
+                    arith::ConstantIntOp::create(pb, pb.getI32Type(), kWarpSize);
+                SmallVector<Value> probabilities;
+                for (int64_t row = 0; row < rowsPerWarp; ++row)
+                  probabilities.push_back(
+                      gpu::ShuffleOp::create(pb, scores[row][slot], sourceLane,
+                                             width, gpu::ShuffleMode::IDX)
+                          .getShuffleResult());
+                Value keyInBlock = arith::AddIOp::create(
+                    pb, source,
+                    arith::ConstantIndexOp::create(pb, slot * kWarpSize));
+                SmallVector<Value> accOut(accIn.begin(), accIn.end());
+                for (int64_t d = 0; d < dimsPerLane; ++d) {
+                  Value column = arith::AddIOp::create(
+                      pb, lane, arith::ConstantIndexOp::create(pb, d * kWarpSize));
+                  Value vv = memref::LoadOp::create(
+                      pb, vBuffer, ValueRange{keyInBlock, column});
+                  for (int64_t row = 0; row < rowsPerWarp; ++row) {
+                    Value &slotAcc = accOut[row * dimsPerLane + d];
+                    slotAcc =
+                        LLVM::FMAOp::create(pb, probabilities[row], vv, slotAcc);
+                  }
+                }
+                scf::YieldOp::create(pb, accOut);
+              });
+          acc.assign(pvLoop.getResults().begin(), pvLoop.getResults().end());
+        }
+        // Back to the loop-carried layout: per row max, sum, accumulators.
+        // Inserting from the last row keeps the earlier rows' positions.
+        for (int64_t row = rowsPerWarp - 1; row >= 0; --row)
+          newState.insert(newState.begin() + 2 * (row + 1),
+                          acc.begin() + row * dimsPerLane,
+                          acc.begin() + (row + 1) * dimsPerLane);
         scf::YieldOp::create(ib, newState);
       });
   b = &builder;
