@@ -389,41 +389,42 @@ Importer::convertTensor(const onnx::TensorProto &tensor) {
   }
 
   Lit lit = Lit::make(shape, *elemType);
+  // Copies a typed repeated field of `tensor` into `out`, after checking that
+  // it holds one value per element.
+  auto copyField = [&](const auto &field, auto &out) -> LogicalResult {
+    if (field.size() != count)
+      return failure();
+    for (int64_t k = 0; k < count; ++k)
+      out[k] = field.Get(k);
+    return success();
+  };
   switch (tensor.data_type()) {
   case onnx::TensorProto::FLOAT:
-    if (tensor.float_data_size() != count)
+    if (failed(copyField(tensor.float_data(), lit.floats)))
       return mismatch(tensor.float_data_size());
-    for (int64_t k = 0; k < count; ++k)
-      lit.floats[k] = tensor.float_data(k);
     break;
   case onnx::TensorProto::DOUBLE:
-    if (tensor.double_data_size() != count)
+    if (failed(copyField(tensor.double_data(), lit.floats)))
       return mismatch(tensor.double_data_size());
-    for (int64_t k = 0; k < count; ++k)
-      lit.floats[k] = tensor.double_data(k);
     break;
   case onnx::TensorProto::INT64:
-    if (tensor.int64_data_size() != count)
+    if (failed(copyField(tensor.int64_data(), lit.ints)))
       return mismatch(tensor.int64_data_size());
-    for (int64_t k = 0; k < count; ++k)
-      lit.ints[k] = tensor.int64_data(k);
     break;
   case onnx::TensorProto::FLOAT16:
   case onnx::TensorProto::BFLOAT16: {
-    // Stored as raw 16-bit patterns in int32_data.
+    // Stored as raw 16-bit patterns in int32_data. The size is checked
+    // before the buffer is sized from the (untrusted) shape.
     if (tensor.int32_data_size() != count)
       return mismatch(tensor.int32_data_size());
-    SmallVector<uint16_t> bits;
-    for (int64_t k = 0; k < count; ++k)
-      bits.push_back((uint16_t)tensor.int32_data(k));
+    SmallVector<uint16_t> bits(count);
+    (void)copyField(tensor.int32_data(), bits);
     return DenseElementsAttr::getFromRawBuffer(
         type, ArrayRef<char>((const char *)bits.data(), bits.size() * 2));
   }
   default:
-    if (tensor.int32_data_size() != count)
+    if (failed(copyField(tensor.int32_data(), lit.ints)))
       return mismatch(tensor.int32_data_size());
-    for (int64_t k = 0; k < count; ++k)
-      lit.ints[k] = tensor.int32_data(k);
     break;
   }
   lit.normalize();

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_ref import (Checker, attention, attention_mlir, tensor_type,
-                           to_dtype)
+from attention_ref import (Checker, attention, attention_attrs, attention_mlir,
+                           tensor_type, to_dtype)
 
 checker = Checker(sys.argv[1], sys.argv[2])
 rng = np.random.default_rng(7)
@@ -35,15 +35,6 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
         expected = expected.transpose(0, 2, 1, 3)
     types = [tensor_type([None] * 4 if dynamic else x.shape, dtype)
              for x in inputs]
-    attrs = [f"scale = {scale} : f32"]
-    if causal:
-        attrs.append("causal")
-    if window:
-        attrs.append(f"window = {window} : i64")
-    if softcap:
-        attrs.append(f"softcap = {softcap} : f32")
-    if layout == "bshd":
-        attrs.append("layout = #kiln.layout<bshd>")
     mask_type = bias_type = None
     if mask is not None:
         inputs.append(mask)
@@ -52,7 +43,9 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
     if bias is not None:
         inputs.append(bias)
         bias_type = tensor_type(bias.shape, "f32")
-    mlir = attention_mlir(types, ", ".join(attrs), mask_type, bias_type)
+    mlir = attention_mlir(types,
+                          attention_attrs(scale, causal, window, softcap, layout),
+                          mask_type, bias_type)
     checker.run(name, mlir, inputs, expected, dtype,
                 flags or TILED + DECOMPOSED)
 

@@ -93,6 +93,21 @@ def tensor_type(shape, dtype):
     return f"tensor<{dims}x{dtype}>"
 
 
+def attention_attrs(scale, causal=False, window=None, softcap=None,
+                    layout=None):
+    """The attribute dictionary body of a kiln attention op."""
+    attrs = [f"scale = {scale} : f32"]
+    if causal:
+        attrs.append("causal")
+    if window:
+        attrs.append(f"window = {window} : i64")
+    if softcap:
+        attrs.append(f"softcap = {softcap} : f32")
+    if layout == "bshd":
+        attrs.append("layout = #kiln.layout<bshd>")
+    return ", ".join(attrs)
+
+
 def attention_mlir(types, attrs, mask_type=None, bias_type=None,
                    paged=False):
     """A @main with one kiln.attention (or paged_attention) over `types`

@@ -8,22 +8,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_ref import (Checker, attention, attention_mlir,
+from attention_ref import (Checker, attention, attention_attrs, attention_mlir,
                            paged_attention, tensor_type, to_dtype)
 
 checker = Checker(sys.argv[1], sys.argv[2])
 rng = np.random.default_rng(11)
-
-
-def attrs_of(scale, causal, window, softcap):
-    attrs = [f"scale = {scale} : f32"]
-    if causal:
-        attrs.append("causal")
-    if window:
-        attrs.append(f"window = {window} : i64")
-    if softcap:
-        attrs.append(f"softcap = {softcap} : f32")
-    return ", ".join(attrs)
 
 
 def paged_case(name, page, kv_lens, sq=1, hq=4, hkv=2, d=16, dtype="f32",
@@ -46,7 +35,7 @@ def paged_case(name, page, kv_lens, sq=1, hq=4, hkv=2, d=16, dtype="f32",
     elements = [dtype, dtype, dtype, "i32", "i32"]
     types = [tensor_type([None] * len(s) if dynamic else s, e)
              for s, e in zip(shapes, elements)]
-    mlir = attention_mlir(types, attrs_of(scale, causal, window, softcap),
+    mlir = attention_mlir(types, attention_attrs(scale, causal, window, softcap),
                           paged=True)
     checker.run(name, mlir, [q, kc, vc, page_table, lens], expected, dtype,
                 flags or [("--kv-block-size=16",),
@@ -76,7 +65,7 @@ for name, sq, sk, causal, window in [("split-decode", 1, 150, True, None),
     v64, v = to_dtype(rng.standard_normal((1, 2, sk, 16)), "f32")
     expected = attention(q64, k64, v64, 0.3, causal, window)
     types = [tensor_type(x.shape, "f32") for x in (q, k, v)]
-    mlir = attention_mlir(types, attrs_of(0.3, causal, window, None))
+    mlir = attention_mlir(types, attention_attrs(0.3, causal, window, None))
     checker.run(name, mlir, [q, k, v], expected, "f32",
                 [("--kv-block-size=8", f"--num-splits={n}")
                  for n in range(1, 9)])
