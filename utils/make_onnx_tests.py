@@ -211,6 +211,9 @@ def bad_models():
          [tensor("y", TensorProto.COMPLEX64, [2])])
     save("undefined_input", [node("Relu", ["nowhere"], ["y"], name="relu")],
          [tensor("x", f, [2])], [tensor("y", f, [2])])
+    save("no_outputs", [node("Identity", ["x"], [], name="sink"),
+                        node("Relu", ["x"], ["y"], name="relu")],
+         [tensor("x", f, [2])], [tensor("y", f, [2])])
     save("custom_domain",
          [helper.make_node("FusedThing", ["x"], ["y"], name="fused",
                            domain="com.example"),

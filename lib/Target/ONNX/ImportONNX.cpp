@@ -1033,6 +1033,10 @@ Status Importer::importNode(const onnx::NodeProto &node) {
   for (const std::string &name : node.input())
     if (!name.empty() && !lookup(name))
       return fail("uses undefined tensor '" + name + "'");
+  // Every operator of the default domain has at least one output; the
+  // importers below define output 0 without checking again.
+  if (node.output_size() == 0)
+    return fail("has no outputs");
 
   if (!node.domain().empty() && node.domain() != "ai.onnx")
     return importOpaque(node, "operator domain '" + node.domain() +
