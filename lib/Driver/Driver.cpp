@@ -260,6 +260,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   gpuOptions.targets = options.targets;
   gpuOptions.kvBlockSize = options.kvBlockSize;
   gpuOptions.rowsPerWarp = options.rowsPerWarp;
+  gpuOptions.tensorCores = options.tensorCores;
   if (failed(runPipeline(*module, [&](OpPassManager &pm) {
         buildKernelGenerationPipeline(pm, gpuOptions);
       })))

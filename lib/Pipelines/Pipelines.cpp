@@ -31,6 +31,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   kiln::ConvertKilnToGPUOptions convertOptions;
   convertOptions.kvBlockSize = options.kvBlockSize;
   convertOptions.rowsPerWarp = options.rowsPerWarp;
+  convertOptions.tensorCores = options.tensorCores;
   pm.addPass(createConvertKilnToGPU(convertOptions));
 }
 

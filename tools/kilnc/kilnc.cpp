@@ -81,6 +81,11 @@ static cl::opt<int64_t> rowsPerWarp("rows-per-warp",
                                     cl::desc("Query rows per warp"),
                                     cl::init(4), cl::Hidden,
                                     cl::cat(kilncCategory));
+static cl::opt<bool>
+    tensorCores("tensor-cores",
+                cl::desc("Use the tensor-core (mma.sync) kernel for f16 and "
+                         "bf16 sites (default on; =0 for the scalar kernel)"),
+                cl::init(true), cl::cat(kilncCategory));
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
@@ -127,5 +132,6 @@ int main(int argc, char **argv) {
     options.targets.assign(targets.begin(), targets.end());
   options.kvBlockSize = kvBlockSize;
   options.rowsPerWarp = rowsPerWarp;
+  options.tensorCores = tensorCores;
   return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;
 }

@@ -19,11 +19,17 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     The host side stays as it is: kernels are launched by the runtime from
     the package manifest, not from host IR.
 
-    The kernel is FlashAttention-style: one block of `4 × rows-per-warp`
-    query rows per CTA (a warp owns `rows-per-warp` rows), a loop over
-    blocks of `kv-block-size` keys staged in shared memory as f32, a running
-    max and sum per row, `exp2` with `scale·log2(e)` folded into the scores,
-    and key blocks past the causal diagonal never visited. Pointers are
+    Both kernels are FlashAttention-style: a block of query rows per CTA, a
+    loop over blocks of keys staged in shared memory, a running max and sum
+    per row, `exp2` with `scale·log2(e)` folded into the scores, and key
+    blocks past the causal diagonal (or before a sliding window) never
+    visited. f16 and bf16 sites use the tensor-core kernel (with
+    `tensor-cores`): 64 query rows per CTA, 16 per warp, 64-key tiles
+    staged with 16-byte loads, Q·Kᵀ and P·V as m16n8k16 `mma.sync` with f32
+    accumulators, operands read by `ldmatrix`, and the probabilities kept
+    in registers between the two products. f32 sites use the scalar kernel:
+    `4 × rows-per-warp` rows per CTA and `kv-block-size` keys per tile,
+    staged as f32, f32 FMAs. Pointers are
     `!llvm.ptr<1>`; sizes are i32 and strides i64 kernel arguments, so one
     kernel serves every dynamic shape and both layouts.
 
@@ -36,13 +42,18 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
   let dependentDialects = [
     "::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
-    "::mlir::memref::MemRefDialect", "::mlir::LLVM::LLVMDialect"
+    "::mlir::memref::MemRefDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::NVVM::NVVMDialect"
   ];
   let options = [
     Option<"kvBlockSize", "kv-block-size", "int64_t", "32",
            "Keys staged in shared memory per iteration (a multiple of 32)">,
     Option<"rowsPerWarp", "rows-per-warp", "int64_t", "4",
-           "Query rows each warp owns">
+           "Query rows each warp of the scalar kernel owns">,
+    Option<"tensorCores", "tensor-cores", "bool", "true",
+           "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
+           "it supports (a multiple of 16 up to 128); the scalar kernel "
+           "otherwise">
   ];
 }
 

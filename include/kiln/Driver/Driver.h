@@ -44,6 +44,8 @@ struct CompileOptions {
   std::map<std::string, int64_t> dimBindings;
   int64_t kvBlockSize = 32;
   int64_t rowsPerWarp = 4;
+  /// f16 and bf16 sites get the mma.sync kernel (`--tensor-cores`).
+  bool tensorCores = true;
 };
 
 /// Runs one compilation; diagnostics go to the context's handler (kilnc

@@ -25,9 +25,14 @@ struct GPUPipelineOptions
       *this, "kv-block-size",
       llvm::cl::desc("Keys staged in shared memory per iteration"),
       llvm::cl::init(32)};
-  Option<int64_t> rowsPerWarp{*this, "rows-per-warp",
-                              llvm::cl::desc("Query rows each warp owns"),
-                              llvm::cl::init(4)};
+  Option<int64_t> rowsPerWarp{
+      *this, "rows-per-warp",
+      llvm::cl::desc("Query rows each warp of the scalar kernel owns"),
+      llvm::cl::init(4)};
+  Option<bool> tensorCores{
+      *this, "tensor-cores",
+      llvm::cl::desc("Use the mma.sync kernel for f16 and bf16 sites"),
+      llvm::cl::init(true)};
 };
 
 /// Graph clean-up and attention fusion (`kiln-fusion-pipeline`).

@@ -1,0 +1,310 @@
+//===- AttentionKernel.cpp - What every attention kernel shares -*- C++ -*-===//
+//
+// The specialisation name, the argument ABI, the prologue and the masking of
+// scores, shared by the scalar and the tensor-core kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+#include "llvm/ADT/bit.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::kiln;
+using namespace mlir::kiln::detail;
+
+std::string KernelSpec::name() const {
+  std::string result =
+      llvm::formatv("kiln_attention_{0}{1}_d{2}", tensorCores ? "mma_" : "",
+                    getElementTypeName(elementType), headDim);
+  if (causal)
+    result += "_causal";
+  if (window)
+    result += llvm::formatv("_w{0}", *window).str();
+  if (softcap)
+    result +=
+        llvm::formatv("_cap{0:x}", llvm::bit_cast<uint32_t>(*softcap)).str();
+  if (maskType)
+    result += "_mask" + getElementTypeName(maskType);
+  if (biasType)
+    result += "_bias" + getElementTypeName(biasType);
+  return result;
+}
+
+SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
+  SmallVector<std::string> names = {"q", "k", "v", "out"};
+  if (spec.maskType)
+    names.push_back("mask");
+  if (spec.biasType)
+    names.push_back("bias");
+  for (const char *name : {"batch", "q_heads", "kv_heads", "q_len", "kv_len"})
+    names.push_back(name);
+  names.push_back("scale");
+  for (const char *tensor : {"q", "k", "v", "out"})
+    for (const char *axis : {"batch", "head", "seq"})
+      names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
+  for (auto [present, tensor] :
+       {std::pair{bool(spec.maskType), "mask"},
+        std::pair{bool(spec.biasType), "bias"}})
+    if (present)
+      for (const char *axis : {"batch", "head", "q", "k"})
+        names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
+  return names;
+}
+
+SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
+  int64_t numPointers = 4 + bool(spec.maskType) + bool(spec.biasType);
+  SmallVector<std::string> kinds(numPointers, "pointer");
+  kinds.append(5, "i32");
+  kinds.push_back("f32");
+  kinds.append(12 + 4 * (bool(spec.maskType) + bool(spec.biasType)), "i64");
+  return kinds;
+}
+
+Value AttentionKernelBuilder::constIndex(int64_t value) {
+  return arith::ConstantIndexOp::create(*b, value);
+}
+Value AttentionKernelBuilder::constF32(float value) {
+  return arith::ConstantOp::create(*b, b->getF32FloatAttr(value));
+}
+Value AttentionKernelBuilder::toIndex(Value v) {
+  return arith::IndexCastOp::create(*b, b->getIndexType(), v);
+}
+Value AttentionKernelBuilder::toI64(Value v) {
+  return arith::IndexCastOp::create(*b, b->getI64Type(), v);
+}
+Value AttentionKernelBuilder::add(Value x, Value y) {
+  return arith::AddIOp::create(*b, x, y);
+}
+Value AttentionKernelBuilder::sub(Value x, Value y) {
+  return arith::SubIOp::create(*b, x, y);
+}
+Value AttentionKernelBuilder::mul(Value x, Value y) {
+  return arith::MulIOp::create(*b, x, y);
+}
+Value AttentionKernelBuilder::fadd(Value x, Value y) {
+  return arith::AddFOp::create(*b, x, y);
+}
+Value AttentionKernelBuilder::fmul(Value x, Value y) {
+  return arith::MulFOp::create(*b, x, y);
+}
+Value AttentionKernelBuilder::fmax(Value x, Value y) {
+  return arith::MaximumFOp::create(*b, x, y);
+}
+
+Value AttentionKernelBuilder::exp2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.ex2.approx.f32"),
+             ValueRange{x})
+      .getResult(0);
+}
+
+Value AttentionKernelBuilder::tanh(Value x) {
+  Value twoXLog2e = fmul(x, constF32(2.0f * 1.4426950408889634f));
+  Value e = exp2(twoXLog2e);
+  Value ratio =
+      arith::DivFOp::create(*b, constF32(2.0f), fadd(e, constF32(1.0f)));
+  return arith::SubFOp::create(*b, constF32(1.0f), ratio);
+}
+
+Value AttentionKernelBuilder::loadGlobalAsF32(Value base, Type elementType,
+                                              Value offset) {
+  auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Value address =
+      LLVM::GEPOp::create(*b, ptrType, elementType, base, ValueRange{offset});
+  Value loaded = LLVM::LoadOp::create(*b, elementType, address);
+  if (elementType.isF32() || elementType.isInteger(1))
+    return loaded;
+  return arith::ExtFOp::create(*b, b->getF32Type(), loaded);
+}
+
+void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
+  if (!spec.elementType.isF32())
+    value = arith::TruncFOp::create(*b, spec.elementType, value);
+  auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Value address = LLVM::GEPOp::create(*b, ptrType, spec.elementType, out,
+                                      ValueRange{offset});
+  LLVM::StoreOp::create(*b, value, address);
+}
+
+Value AttentionKernelBuilder::butterfly(Value value, bool isMax,
+                                        int32_t firstOffset) {
+  for (int32_t offset = firstOffset; offset > 0; offset /= 2) {
+    Value other = gpu::ShuffleOp::create(*b, value, offset, kWarpSize,
+                                         gpu::ShuffleMode::XOR)
+                      .getShuffleResult();
+    value = isMax ? fmax(value, other) : fadd(value, other);
+  }
+  return value;
+}
+
+Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
+                                          Value key) {
+  const float log2e = 1.4426950408889634f;
+  if (spec.softcap) {
+    // softcap·tanh(scale·dot / softcap), then into log2 units.
+    Value scale = arith::DivFOp::create(*b, scaleLog2, constF32(log2e));
+    Value scaled = fmul(score, scale);
+    Value capped = tanh(fmul(scaled, constF32(1.0f / *spec.softcap)));
+    score = fmul(capped, constF32(*spec.softcap * log2e));
+  } else {
+    score = fmul(score, scaleLog2);
+  }
+
+  // Clamp the indices used for mask and bias loads so that lanes past the end
+  // never read outside the tensors; their scores are hidden below anyway.
+  Value lastQuery = sub(qLen, constIndex(1));
+  Value lastKey = sub(kvLen, constIndex(1));
+  Value safeQuery = toI64(arith::MinSIOp::create(*b, queryRow, lastQuery));
+  Value safeKey = toI64(arith::MinSIOp::create(*b, key, lastKey));
+
+  Value visible =
+      arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen);
+  if (spec.biasType) {
+    Value offset = add(biasBase, add(mul(safeQuery, biasStrideQ),
+                                     mul(safeKey, biasStrideK)));
+    Value bias = loadGlobalAsF32(biasPtr, spec.biasType, offset);
+    score = fadd(score, fmul(bias, constF32(log2e)));
+  }
+  if (spec.maskType) {
+    Value offset = add(maskBase, add(mul(safeQuery, maskStrideQ),
+                                     mul(safeKey, maskStrideK)));
+    Value mask = loadGlobalAsF32(maskPtr, spec.maskType, offset);
+    if (spec.maskType.isInteger(1))
+      visible = arith::AndIOp::create(*b, visible, mask);
+    else
+      score = fadd(score, fmul(mask, constF32(log2e)));
+  }
+  if (spec.causal) {
+    // Bottom-right aligned: key <= row + (kvLen - qLen).
+    Value diagonal = add(queryRow, kvOffset);
+    visible = arith::AndIOp::create(
+        *b, visible,
+        arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key, diagonal));
+    if (spec.window) {
+      Value oldest = sub(diagonal, constIndex(*spec.window));
+      visible = arith::AndIOp::create(
+          *b, visible,
+          arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, key, oldest));
+    }
+  }
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  return arith::SelectOp::create(*b, visible, score, negInf);
+}
+
+gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
+                                             Location loc) {
+  MLIRContext *ctx = moduleBuilder.getContext();
+  declareGlobals(moduleBuilder, loc);
+  auto ptrType = LLVM::LLVMPointerType::get(ctx, 1);
+  Type i32 = moduleBuilder.getI32Type(), i64 = moduleBuilder.getI64Type(),
+       f32 = moduleBuilder.getF32Type();
+  SmallVector<Type> argTypes;
+  for (const std::string &kind : argumentKinds())
+    argTypes.push_back(kind == "pointer" ? ptrType
+                       : kind == "i32"   ? i32
+                       : kind == "i64"   ? i64
+                                         : f32);
+  auto func = gpu::GPUFuncOp::create(
+      moduleBuilder, loc, spec.name(),
+      moduleBuilder.getFunctionType(argTypes, {}), workgroupBuffers(ctx),
+      TypeRange{});
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                moduleBuilder.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      moduleBuilder.getDenseI32ArrayAttr({int32_t(kThreadsPerBlock), 1, 1}));
+
+  ImplicitLocOpBuilder builder(loc, ctx);
+  builder.setInsertionPointToStart(&func.getBody().front());
+  b = &builder;
+
+  // Arguments, by ABI position.
+  ValueRange args = func.getArguments();
+  unsigned next = 0;
+  q = args[next++];
+  k = args[next++];
+  v = args[next++];
+  out = args[next++];
+  maskPtr = spec.maskType ? args[next++] : Value();
+  biasPtr = spec.biasType ? args[next++] : Value();
+  next++; // batch: only the grid depends on it.
+  numQueryHeads = toIndex(args[next++]);
+  numKvHeads = toIndex(args[next++]);
+  qLen = toIndex(args[next++]);
+  kvLen = toIndex(args[next++]);
+  Value scale = args[next++];
+  auto strides = [&](int count) {
+    SmallVector<Value> values(args.begin() + next,
+                              args.begin() + next + count);
+    next += count;
+    return values;
+  };
+  qStrides = strides(3);
+  kStrides = strides(3);
+  vStrides = strides(3);
+  outStrides = strides(3);
+  SmallVector<Value> maskStrides, biasStrides;
+  if (spec.maskType)
+    maskStrides = strides(4);
+  if (spec.biasType)
+    biasStrides = strides(4);
+
+  const float log2e = 1.4426950408889634f;
+  scaleLog2 = fmul(scale, constF32(log2e));
+
+  Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
+  Value head = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
+  Value batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
+  threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
+  warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
+  lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
+  Value group = arith::DivUIOp::create(builder, numQueryHeads, numKvHeads);
+  Value kvHead = arith::DivUIOp::create(builder, head, group);
+
+  auto baseOffset = [&](ArrayRef<Value> tensorStrides, Value headIndex) {
+    return add(mul(toI64(batch), tensorStrides[0]),
+               mul(toI64(headIndex), tensorStrides[1]));
+  };
+  qBase = baseOffset(qStrides, head);
+  kBase = baseOffset(kStrides, kvHead);
+  vBase = baseOffset(vStrides, kvHead);
+  outBase = baseOffset(outStrides, head);
+  if (spec.maskType) {
+    maskBase = baseOffset(maskStrides, head);
+    maskStrideQ = maskStrides[2];
+    maskStrideK = maskStrides[3];
+  }
+  if (spec.biasType) {
+    biasBase = baseOffset(biasStrides, head);
+    biasStrideQ = biasStrides[2];
+    biasStrideK = biasStrides[3];
+  }
+
+  firstQuery = mul(queryBlock, constIndex(rowsPerBlock()));
+  kvOffset = sub(kvLen, qLen);
+  kvBegin = constIndex(0);
+  kvEnd = kvLen;
+  if (spec.causal) {
+    Value end = add(add(firstQuery, constIndex(rowsPerBlock())), kvOffset);
+    end = arith::MaxSIOp::create(builder, end, constIndex(0));
+    kvEnd = arith::MinSIOp::create(builder, end, kvLen);
+    if (spec.window) {
+      Value begin = sub(add(add(firstQuery, kvOffset), constIndex(1)),
+                        constIndex(*spec.window));
+      kvBegin = arith::MaxSIOp::create(builder, begin, constIndex(0));
+    }
+  }
+
+  buildBody(func);
+  gpu::ReturnOp::create(builder);
+  b = nullptr;
+  return func;
+}

@@ -1,0 +1,143 @@
+//===- AttentionKernel.h - Attention kernel builders ------------*- C++ -*-===//
+//
+// What every generated attention kernel shares: the specialisation key, the
+// argument ABI, the prologue that binds arguments to per-block values, and
+// the per-score masking. The scalar (FMA) and tensor-core (mma.sync) kernels
+// derive from AttentionKernelBuilder and build only their main loop.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
+#define KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace mlir::kiln::detail {
+
+inline constexpr int64_t kWarpSize = 32;
+inline constexpr int64_t kWarpsPerBlock = 4;
+inline constexpr int64_t kThreadsPerBlock = kWarpSize * kWarpsPerBlock;
+/// Static shared memory a kernel may use without an opt-in.
+inline constexpr int64_t kStaticSharedLimit = 48 * 1024;
+
+/// Everything that makes two attention sites need different kernels.
+struct KernelSpec {
+  Type elementType;
+  int64_t headDim;
+  bool causal;
+  std::optional<int64_t> window;
+  std::optional<float> softcap;
+  Type maskType; // null when there is no mask
+  Type biasType; // null when there is no bias
+  /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
+  bool tensorCores = false;
+
+  std::string name() const;
+};
+
+/// Builds one attention kernel as a gpu.func. See the pass description in
+/// Passes.td for the argument ABI.
+class AttentionKernelBuilder {
+public:
+  explicit AttentionKernelBuilder(const KernelSpec &spec) : spec(spec) {}
+  virtual ~AttentionKernelBuilder() = default;
+
+  /// Query rows one block computes (the grid's x dimension divides q_len by
+  /// this).
+  virtual int64_t rowsPerBlock() const = 0;
+  /// Keys staged in shared memory per iteration of the main loop.
+  virtual int64_t kvBlockSize() const = 0;
+  /// Static shared memory the kernel uses, in bytes.
+  virtual int64_t sharedBytes() const = 0;
+  int64_t threadsPerBlock() const { return kThreadsPerBlock; }
+
+  /// Names of the kernel arguments, in order.
+  SmallVector<std::string> argumentNames() const;
+  /// Kinds ("pointer", "i32", "i64", "f32") of the kernel arguments.
+  SmallVector<std::string> argumentKinds() const;
+
+  /// Creates the kernel at the builder's insertion point (inside the
+  /// gpu.module); helper symbols, if any, are created just before it.
+  gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
+
+protected:
+  /// Workgroup memory attributions of the gpu.func.
+  virtual SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const {
+    return {};
+  }
+  /// Module-level declarations the kernel needs, created before it.
+  virtual void declareGlobals(OpBuilder &moduleBuilder, Location loc) {}
+  /// Builds the main loop and the epilogue once the prologue has bound the
+  /// arguments and per-block values below.
+  virtual void buildBody(gpu::GPUFuncOp func) = 0;
+
+  // Arithmetic helpers on the current builder `b`.
+  Value constIndex(int64_t value);
+  Value constF32(float value);
+  Value toIndex(Value v);
+  Value toI64(Value v);
+  Value add(Value x, Value y);
+  Value sub(Value x, Value y);
+  Value mul(Value x, Value y);
+  Value fadd(Value x, Value y);
+  Value fmul(Value x, Value y);
+  Value fmax(Value x, Value y);
+  /// 2^x with the hardware's ex2.approx.f32 (about 2 ulp; 2^-inf = +0).
+  /// Called as an NVVM intrinsic: the generic exp2 lowers to a libdevice
+  /// call, which would make the PTX depend on the CUDA toolkit's bitcode.
+  Value exp2(Value x);
+  /// tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1), on the same ex2 as the softmax.
+  Value tanh(Value x);
+  /// Loads element `offset` (i64) of global `base` as f32 (i1 stays i1).
+  Value loadGlobalAsF32(Value base, Type elementType, Value offset);
+  /// Stores the f32 `value` as the kernel's element type at element
+  /// `offset` of the output.
+  void storeOutput(Value value, Value offset);
+  /// Butterfly reduction with xor shuffles of offsets `firstOffset`,
+  /// `firstOffset / 2`, ..., 1: over the warp for 16, over a quad for 2.
+  Value butterfly(Value value, bool isMax, int32_t firstOffset);
+
+  /// The score of key `key` for query row `queryRow` from its dot product, in
+  /// log2 units; -inf when the key is hidden.
+  Value finishScore(Value dot, Value queryRow, Value key);
+
+  const KernelSpec &spec;
+  ImplicitLocOpBuilder *b = nullptr;
+
+  // Bound by the prologue.
+  Value q, k, v, out, maskPtr, biasPtr;
+  Value numQueryHeads, numKvHeads, qLen, kvLen, scaleLog2;
+  SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
+  Value qBase, kBase, vBase, outBase;
+  Value maskBase, biasBase, maskStrideQ, maskStrideK, biasStrideQ, biasStrideK;
+  Value threadId, warp, lane;
+  /// First query row of the block; kv_len - q_len (the causal diagonal's
+  /// offset).
+  Value firstQuery, kvOffset;
+  /// Key range the block can see: key blocks past the causal diagonal of its
+  /// last row, and before the window of its first row, are never visited.
+  Value kvBegin, kvEnd;
+};
+
+/// The scalar kernel: f32 FMAs, any element type, rows-per-warp rows a warp.
+std::unique_ptr<AttentionKernelBuilder>
+createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
+                   int64_t rowsPerWarp);
+
+/// The tensor-core kernel for f16 and bf16: m16n8k16 mma.sync, 16 query rows
+/// a warp, 64-key tiles staged with 16-byte loads and read by ldmatrix.
+std::unique_ptr<AttentionKernelBuilder>
+createMmaKernel(const KernelSpec &spec);
+
+/// Whether the tensor-core kernel supports the element type and head dim.
+bool mmaKernelSupports(Type elementType, int64_t headDim);
+
+} // namespace mlir::kiln::detail
+
+#endif // KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H

@@ -1,0 +1,496 @@
+//===- MmaKernel.cpp - The tensor-core attention kernel ---------*- C++ -*-===//
+//
+// The f16/bf16 kernel, FlashAttention-2 style on m16n8k16 mma.sync (sm_80 and
+// later). A block owns 64 query rows, 16 per warp. Q is staged once through
+// shared memory into A fragments that stay in registers. Each iteration
+// stages a 64-key tile of K and V with 16-byte loads into padded shared
+// buffers; S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
+// accumulators in registers, and the probabilities, packed to the element
+// type, are the A fragments of O += P·V, whose B fragments come from
+// ldmatrix.trans on V. Accumulation is f32 throughout.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with
+// lane = 4·g + t, a thread holds accumulator rows g and g + 8, columns 2t and
+// 2t + 1 of each 8-column block; an A fragment holds the same rows, columns
+// 2t, 2t + 1 (+8); a B fragment holds rows 2t, 2t + 1 (+8), column g.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+
+namespace {
+
+/// Query rows per warp: the M of one mma.
+constexpr int64_t kRowsPerWarp = 16;
+/// Keys per tile.
+constexpr int64_t kTileKeys = 64;
+/// Elements of padding per shared-memory row: with it the eight 16-byte rows
+/// an ldmatrix reads fall in different bank groups.
+constexpr int64_t kRowPadding = 8;
+/// Elements per 16-byte global load.
+constexpr int64_t kChunk = 8;
+
+class MmaKernel : public AttentionKernelBuilder {
+public:
+  explicit MmaKernel(const KernelSpec &spec)
+      : AttentionKernelBuilder(spec), rowElements(spec.headDim + kRowPadding),
+        dimChunks(spec.headDim / 16) {}
+
+  int64_t rowsPerBlock() const override {
+    return kRowsPerWarp * kWarpsPerBlock;
+  }
+  int64_t kvBlockSize() const override { return kTileKeys; }
+  int64_t sharedBytes() const override {
+    return 2 * kTileKeys * rowElements * elementBytes();
+  }
+
+protected:
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
+  void buildBody(gpu::GPUFuncOp func) override;
+
+private:
+  int64_t elementBytes() const { return 2; }
+  Type i32() { return b->getI32Type(); }
+  Value constI32(int64_t value) {
+    return arith::ConstantIntOp::create(*b, i32(), value);
+  }
+  Value toI32(Value v) { return arith::IndexCastOp::create(*b, i32(), v); }
+  /// Address of element (row, column) of a shared tile.
+  Value tileAddress(Value tile, Value row, Value column);
+
+  /// Loads this thread's 16-byte chunks of `rows` rows of a [*, D] global
+  /// tensor, starting at `firstRow`: vector loads when `aligned`, element
+  /// loads otherwise. Rows at or past `numRows` read as zeros.
+  SmallVector<Value> loadChunks(Value global, Value base, Value rowStride,
+                                Value firstRow, Value numRows, Value aligned);
+  /// Stores chunks from loadChunks into a shared tile.
+  void storeChunks(Value tile, ArrayRef<Value> chunks);
+
+  /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
+  /// l % 8 of matrix l / 8.
+  SmallVector<Value> loadMatrices(Value address, bool transpose);
+  /// D += A·B on one m16n8k16 tile; `acc` holds the four f32 accumulators.
+  void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+           MutableArrayRef<Value> acc);
+  /// Two f32 → one packed register of the element type (low half first).
+  Value pack(Value low, Value high);
+
+  int64_t rowElements, dimChunks;
+  std::string kTileName, vTileName;
+};
+
+void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
+  kTileName = spec.name() + "_k_tile";
+  vTileName = spec.name() + "_v_tile";
+  auto arrayType = LLVM::LLVMArrayType::get(spec.elementType,
+                                            kTileKeys * rowElements);
+  for (const std::string &name : {kTileName, vTileName})
+    LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
+                           LLVM::Linkage::Internal, name, Attribute(),
+                           /*alignment=*/16, /*addrSpace=*/3);
+}
+
+Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
+  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+  Value offset = toI32(add(mul(row, constIndex(rowElements)), column));
+  return LLVM::GEPOp::create(*b, sharedPtr, spec.elementType, tile,
+                             ValueRange{offset});
+}
+
+SmallVector<Value> MmaKernel::loadChunks(Value global, Value base,
+                                         Value rowStride, Value firstRow,
+                                         Value numRows, Value aligned) {
+  int64_t chunksPerRow = spec.headDim / kChunk;
+  int64_t perThread = kTileKeys * chunksPerRow / kThreadsPerBlock;
+  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Value lastRow = arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)),
+                                         constIndex(0));
+  SmallVector<Value> offsets, inBounds;
+  for (int64_t i = 0; i < perThread; ++i) {
+    Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
+    Value row = arith::DivUIOp::create(*b, linear, constIndex(chunksPerRow));
+    Value chunk = arith::RemUIOp::create(*b, linear, constIndex(chunksPerRow));
+    Value globalRow = add(firstRow, row);
+    inBounds.push_back(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                             globalRow, numRows));
+    // Out-of-range rows read the last valid row instead of running off the
+    // tensor, and are then replaced by zeros.
+    Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
+    offsets.push_back(add(base, add(mul(toI64(clamped), rowStride),
+                                    toI64(mul(chunk, constIndex(kChunk))))));
+  }
+  SmallVector<Type> types(perThread, vectorType);
+  auto ifOp = scf::IfOp::create(*b, types, aligned, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    SmallVector<Value> chunks;
+    for (Value offset : offsets) {
+      Value address = LLVM::GEPOp::create(*b, globalPtr, spec.elementType,
+                                          global, ValueRange{offset});
+      chunks.push_back(
+          LLVM::LoadOp::create(*b, vectorType, address, /*alignment=*/16));
+    }
+    scf::YieldOp::create(*b, chunks);
+
+    b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+    chunks.clear();
+    for (Value offset : offsets) {
+      Value chunk = LLVM::PoisonOp::create(*b, vectorType);
+      for (int64_t e = 0; e < kChunk; ++e) {
+        Value address = LLVM::GEPOp::create(
+            *b, globalPtr, spec.elementType, global,
+            ValueRange{add(offset, arith::ConstantIntOp::create(
+                                       *b, b->getI64Type(), e))});
+        Value element = LLVM::LoadOp::create(*b, spec.elementType, address);
+        chunk = LLVM::InsertElementOp::create(*b, chunk, element, constI32(e));
+      }
+      chunks.push_back(chunk);
+    }
+    scf::YieldOp::create(*b, chunks);
+  }
+  Value zeros = arith::ConstantOp::create(
+      *b, vectorType,
+      DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
+  SmallVector<Value> chunks;
+  for (auto [chunk, valid] : llvm::zip(ifOp.getResults(), inBounds))
+    chunks.push_back(arith::SelectOp::create(*b, valid, chunk, zeros));
+  return chunks;
+}
+
+void MmaKernel::storeChunks(Value tile, ArrayRef<Value> chunks) {
+  int64_t chunksPerRow = spec.headDim / kChunk;
+  for (auto [i, chunk] : llvm::enumerate(chunks)) {
+    Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
+    Value row = arith::DivUIOp::create(*b, linear, constIndex(chunksPerRow));
+    Value column = mul(arith::RemUIOp::create(*b, linear,
+                                              constIndex(chunksPerRow)),
+                       constIndex(kChunk));
+    LLVM::StoreOp::create(*b, chunk, tileAddress(tile, row, column),
+                          /*alignment=*/16);
+  }
+}
+
+SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
+  MLIRContext *ctx = b->getContext();
+  Type i32Type = i32();
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      ctx, {i32Type, i32Type, i32Type, i32Type});
+  Value result = NVVM::LdMatrixOp::create(
+      *b, structType, address, /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value> registers;
+  for (int64_t i = 0; i < 4; ++i)
+    registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
+  return registers;
+}
+
+void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                    MutableArrayRef<Value> acc) {
+  MLIRContext *ctx = b->getContext();
+  bool isBF16 = spec.elementType.isBF16();
+  // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
+  auto operand = [&](Value reg) -> Value {
+    if (isBF16)
+      return reg;
+    return LLVM::BitcastOp::create(
+        *b, VectorType::get({2}, b->getF16Type()), reg);
+  };
+  SmallVector<Value> aOperands, bOperands;
+  for (Value reg : a)
+    aOperands.push_back(operand(reg));
+  for (Value reg : bFragment)
+    bOperands.push_back(operand(reg));
+  Type f32 = b->getF32Type();
+  auto structType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
+  NVVM::MMATypes ptxType = isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  Value result = NVVM::MmaOp::create(
+      *b, structType, aOperands, bOperands, SmallVector<Value>(acc),
+      ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
+      std::array<NVVM::MMATypes, 2>{ptxType, ptxType},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
+}
+
+Value MmaKernel::pack(Value low, Value high) {
+  auto pairF32 = VectorType::get({2}, b->getF32Type());
+  Value pair = LLVM::PoisonOp::create(*b, pairF32);
+  pair = LLVM::InsertElementOp::create(*b, pair, low, constI32(0));
+  pair = LLVM::InsertElementOp::create(*b, pair, high, constI32(1));
+  Value narrow = LLVM::FPTruncOp::create(
+      *b, VectorType::get({2}, spec.elementType), pair);
+  return LLVM::BitcastOp::create(*b, i32(), narrow);
+}
+
+void MmaKernel::buildBody(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder &builder = *b;
+  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
+  Value kTile = LLVM::AddressOfOp::create(builder, sharedPtr, kTileName);
+  Value vTile = LLVM::AddressOfOp::create(builder, sharedPtr, vTileName);
+
+  // 16-byte loads need 16-byte aligned rows: every base pointer and every
+  // batch, head and sequence stride a multiple of 8 elements. Views that are
+  // not (odd slices) take the element-wise path; the branch is uniform.
+  Value aligned = arith::ConstantIntOp::create(builder, builder.getI1Type(), 1);
+  Type i64 = builder.getI64Type();
+  auto isZero = [&](Value value) {
+    return arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, value,
+                                 arith::ConstantIntOp::create(builder, i64, 0));
+  };
+  for (Value pointer : {q, k, v}) {
+    Value address = LLVM::PtrToIntOp::create(builder, i64, pointer);
+    aligned = arith::AndIOp::create(
+        builder, aligned,
+        isZero(arith::AndIOp::create(
+            builder, address, arith::ConstantIntOp::create(builder, i64, 15))));
+  }
+  for (ArrayRef<Value> strides : {ArrayRef<Value>(qStrides),
+                                  ArrayRef<Value>(kStrides),
+                                  ArrayRef<Value>(vStrides)})
+    for (Value stride : strides)
+      aligned = arith::AndIOp::create(
+          builder, aligned,
+          isZero(arith::AndIOp::create(
+              builder, stride, arith::ConstantIntOp::create(builder, i64, 7))));
+
+  Value group = arith::DivUIOp::create(builder, lane, constIndex(4));
+  Value quadLane = arith::RemUIOp::create(builder, lane, constIndex(4));
+  Value warpRow = mul(warp, constIndex(kRowsPerWarp));
+  // Row and column of this lane's address in an ldmatrix.x4.
+  Value matrix = arith::DivUIOp::create(builder, lane, constIndex(8));
+  Value matrixRow = arith::RemUIOp::create(builder, lane, constIndex(8));
+  Value matrixLow = arith::RemUIOp::create(builder, matrix, constIndex(2));
+  Value matrixHigh = arith::DivUIOp::create(builder, matrix, constIndex(2));
+
+  // Q: global → shared (through the K tile) → A fragments in registers.
+  SmallVector<Value> qChunks =
+      loadChunks(q, qBase, qStrides[2], firstQuery, qLen, aligned);
+  storeChunks(kTile, qChunks);
+  gpu::BarrierOp::create(builder);
+  SmallVector<SmallVector<Value>> qFragments;
+  for (int64_t c = 0; c < dimChunks; ++c) {
+    // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15.
+    Value row = add(warpRow, add(mul(matrixLow, constIndex(8)), matrixRow));
+    Value column = add(constIndex(16 * c), mul(matrixHigh, constIndex(8)));
+    qFragments.push_back(
+        loadMatrices(tileAddress(kTile, row, column), /*transpose=*/false));
+  }
+
+  // State: max and sum of rows g and g + 8, then the O accumulators, four
+  // per 8-column block of the head dim.
+  int64_t outBlocks = spec.headDim / 8;
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value zero = constF32(0.0f);
+  SmallVector<Value> initState = {negInf, negInf, zero, zero};
+  initState.append(outBlocks * 4, zero);
+
+  Value queryRows[2] = {add(firstQuery, add(warpRow, group)),
+                        add(firstQuery, add(warpRow, add(group, constIndex(8))))};
+  // kvOffset + the block's first row: the smallest causal diagonal.
+  Value firstDiagonal = add(firstQuery, kvOffset);
+  bool alwaysFinish = spec.maskType || spec.biasType || spec.softcap;
+
+  auto kvLoop = scf::ForOp::create(
+      builder, kvBegin, kvEnd, constIndex(kTileKeys), initState,
+      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
+          ValueRange state) {
+        ImplicitLocOpBuilder ib(nestedLoc, nested);
+        b = &ib;
+        // Everyone is done with the previous tile (or with Q) before the
+        // buffers are overwritten. Both tiles' loads are issued before the
+        // first store.
+        gpu::BarrierOp::create(ib);
+        SmallVector<Value> kChunks =
+            loadChunks(k, kBase, kStrides[2], kvStart, kvLen, aligned);
+        SmallVector<Value> vChunks =
+            loadChunks(v, vBase, vStrides[2], kvStart, kvLen, aligned);
+        storeChunks(kTile, kChunks);
+        storeChunks(vTile, vChunks);
+        gpu::BarrierOp::create(ib);
+
+        // S = Q·Kᵀ: 8 blocks of 8 keys, 4 accumulators each.
+        SmallVector<SmallVector<Value>> scores(kTileKeys / 8,
+                                               SmallVector<Value>(4, zero));
+        for (int64_t pair = 0; pair < kTileKeys / 16; ++pair) {
+          for (int64_t c = 0; c < dimChunks; ++c) {
+            // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
+            // 16c + 0-7 / 8-15 (matrixLow).
+            Value key = add(constIndex(16 * pair),
+                            add(mul(matrixHigh, constIndex(8)), matrixRow));
+            Value column =
+                add(constIndex(16 * c), mul(matrixLow, constIndex(8)));
+            SmallVector<Value> kFragments = loadMatrices(
+                tileAddress(kTile, key, column), /*transpose=*/false);
+            mma(qFragments[c], {kFragments[0], kFragments[1]},
+                scores[2 * pair]);
+            mma(qFragments[c], {kFragments[2], kFragments[3]},
+                scores[2 * pair + 1]);
+          }
+        }
+
+        // Scale into log2 units and hide what the mask hides. Tiles that
+        // need no masking (inside kv_len, below the diagonal, inside the
+        // window) only scale.
+        SmallVector<Value> flat;
+        for (auto &block : scores)
+          flat.append(block.begin(), block.end());
+        auto finishAll = [&](bool masked) {
+          SmallVector<Value> result;
+          for (auto [blockIndex, block] : llvm::enumerate(scores))
+            for (int64_t e = 0; e < 4; ++e) {
+              if (!masked) {
+                result.push_back(fmul(block[e], scaleLog2));
+                continue;
+              }
+              Value key = add(kvStart, add(constIndex(8 * blockIndex + e % 2),
+                                           mul(quadLane, constIndex(2))));
+              result.push_back(finishScore(block[e], queryRows[e / 2], key));
+            }
+          return result;
+        };
+        SmallVector<Value> finished;
+        if (alwaysFinish) {
+          finished = finishAll(true);
+        } else {
+          Value tileEnd = add(kvStart, constIndex(kTileKeys));
+          Value needsMask = arith::CmpIOp::create(
+              ib, arith::CmpIPredicate::sgt, tileEnd, kvLen);
+          if (spec.causal) {
+            // The tile's last key is past the first row's diagonal.
+            Value crosses = arith::CmpIOp::create(
+                ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
+                firstDiagonal);
+            needsMask = arith::OrIOp::create(ib, needsMask, crosses);
+            if (spec.window) {
+              // The tile's first key is outside the last row's window.
+              Value lastDiagonal =
+                  add(firstDiagonal, constIndex(rowsPerBlock() - 1));
+              Value oldest = sub(lastDiagonal, constIndex(*spec.window));
+              Value before = arith::CmpIOp::create(
+                  ib, arith::CmpIPredicate::sle, kvStart, oldest);
+              needsMask = arith::OrIOp::create(ib, needsMask, before);
+            }
+          }
+          SmallVector<Type> types(flat.size(), ib.getF32Type());
+          auto ifOp = scf::IfOp::create(ib, types, needsMask, true);
+          OpBuilder::InsertionGuard guard(ib);
+          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          scf::YieldOp::create(ib, finishAll(true));
+          ib.setInsertionPointToStart(&ifOp.getElseRegion().front());
+          scf::YieldOp::create(ib, finishAll(false));
+          ib.setInsertionPointAfter(ifOp);
+          finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+        }
+
+        // Online softmax for rows g (r = 0) and g + 8 (r = 1). The sums stay
+        // per thread; the quad adds them up once, at the end.
+        SmallVector<Value> newState(4);
+        Value alpha[2];
+        SmallVector<Value> probabilities(finished.size());
+        for (int64_t r = 0; r < 2; ++r) {
+          Value tileMax = negInf;
+          for (int64_t blockIndex = 0; blockIndex < kTileKeys / 8;
+               ++blockIndex)
+            for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
+              tileMax = fmax(tileMax, finished[4 * blockIndex + e]);
+          tileMax = butterfly(tileMax, /*isMax=*/true, 2);
+          Value newMax = fmax(state[r], tileMax);
+          // A row that has seen only hidden keys keeps max = -inf; 0 as the
+          // offset makes exp2 give 0 rather than NaN.
+          Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
+                                                newMax, negInf);
+          Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
+          alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
+          Value sum = fmul(state[2 + r], alpha[r]);
+          for (int64_t blockIndex = 0; blockIndex < kTileKeys / 8;
+               ++blockIndex)
+            for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+              int64_t i = 4 * blockIndex + e;
+              probabilities[i] =
+                  exp2(arith::SubFOp::create(ib, finished[i], safeMax));
+              sum = fadd(sum, probabilities[i]);
+            }
+          newState[r] = newMax;
+          newState[2 + r] = sum;
+        }
+        SmallVector<Value> acc(state.begin() + 4, state.end());
+        for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
+          acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+
+        // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
+        // and 2j + 1 are the A fragment of key chunk j.
+        for (int64_t j = 0; j < kTileKeys / 16; ++j) {
+          ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
+          ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
+          SmallVector<Value> pFragment = {
+              pack(low[0], low[1]), pack(low[2], low[3]),
+              pack(high[0], high[1]), pack(high[2], high[3])};
+          for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
+            // Matrices (transposed): keys 16j + 0-7 / 8-15 (matrixLow), head
+            // dims 16·pair + 0-7 / 8-15 (matrixHigh).
+            Value key = add(constIndex(16 * j),
+                            add(mul(matrixLow, constIndex(8)), matrixRow));
+            Value column =
+                add(constIndex(16 * pair), mul(matrixHigh, constIndex(8)));
+            SmallVector<Value> vFragments = loadMatrices(
+                tileAddress(vTile, key, column), /*transpose=*/true);
+            mma(pFragment, {vFragments[0], vFragments[1]},
+                MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
+            mma(pFragment, {vFragments[2], vFragments[3]},
+                MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
+          }
+        }
+        newState.append(acc.begin(), acc.end());
+        scf::YieldOp::create(ib, newState);
+      });
+  b = &builder;
+
+  // out = O / sum; rows that saw no key are written as zeros.
+  ValueRange results = kvLoop.getResults();
+  for (int64_t r = 0; r < 2; ++r) {
+    Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
+    Value hasKeys =
+        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
+    Value inverse = arith::DivFOp::create(builder, constF32(1.0f), sum);
+    inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
+    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                           queryRows[r], qLen);
+    auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
+    for (int64_t block = 0; block < outBlocks; ++block)
+      for (int64_t e = 0; e < 2; ++e) {
+        Value column = add(constIndex(8 * block + e),
+                           mul(quadLane, constIndex(2)));
+        storeOutput(fmul(results[4 + 4 * block + 2 * r + e], inverse),
+                    add(rowOffset, toI64(column)));
+      }
+  }
+}
+
+} // namespace
+
+bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim) {
+  return (elementType.isF16() || elementType.isBF16()) && headDim % 16 == 0 &&
+         headDim >= 16 && headDim <= 128;
+}
+
+std::unique_ptr<AttentionKernelBuilder>
+mlir::kiln::detail::createMmaKernel(const KernelSpec &spec) {
+  return std::make_unique<MmaKernel>(spec);
+}
