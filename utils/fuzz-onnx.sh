@@ -5,6 +5,10 @@
 #
 #   utils/fuzz-onnx.sh [seconds=60] [build-dir=build-fuzz]
 #
+# The run is seeded (FUZZ_SEED, default 1) so that a test run is repeatable;
+# set FUZZ_SEED=0 for a random seed in longer campaigns. Every reproducer
+# under test/Target/ONNX/Inputs/fuzz-regressions/ is part of the corpus, so
+# it is re-run first.
 # Needs a configured CMake build dir with the kiln dialect's generated headers
 # (KILN_BUILD, default build/, or build-onnx/ when build/ has none). Exits
 # non-zero when the fuzzer finds a crash, leak or sanitizer report; the
@@ -48,11 +52,14 @@ done
 $cxx -fsanitize=fuzzer,address,undefined $objs -o "$out/fuzz-onnx-import" \
   -L$llvm/lib -Wl,-rpath,$llvm/lib -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf
 cp "$here"/test/Target/ONNX/Inputs/*.onnx "$out/corpus/" 2>/dev/null || true
+cp "$here"/test/Target/ONNX/Inputs/fuzz-regressions/* "$out/corpus/" \
+  2>/dev/null || true
 for model in "$here"/../shared/models/*.onnx; do
   [ -f "$model" ] && cp "$model" "$out/corpus/"
 done
 cd "$out"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ./fuzz-onnx-import -max_total_time="$seconds" -max_len=2000000 \
+  ./fuzz-onnx-import -seed="${FUZZ_SEED:-1}" -max_total_time="$seconds" \
+  -max_len=2000000 \
   -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 corpus

@@ -77,3 +77,14 @@ func.func @f16_d128_causal(%q: tensor<?x8x?x128xf16>, %k: tensor<?x2x?x128xf16>,
   %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831845 : f32} : tensor<?x8x?x128xf16>, tensor<?x2x?x128xf16>, tensor<?x2x?x128xf16> -> tensor<?x8x?x128xf16>
   return %o : tensor<?x8x?x128xf16>
 }
+
+// Head dims only the tensor-core kernel supports (multiples of 16).
+func.func @bf16_d96_causal(%q: tensor<?x8x?x96xbf16>, %k: tensor<?x2x?x96xbf16>, %v: tensor<?x2x?x96xbf16>) -> tensor<?x8x?x96xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.10206207261596575 : f32} : tensor<?x8x?x96xbf16>, tensor<?x2x?x96xbf16>, tensor<?x2x?x96xbf16> -> tensor<?x8x?x96xbf16>
+  return %o : tensor<?x8x?x96xbf16>
+}
+
+func.func @f16_d80_full(%q: tensor<?x8x?x80xf16>, %k: tensor<?x2x?x80xf16>, %v: tensor<?x2x?x80xf16>) -> tensor<?x8x?x80xf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.11180339887498948 : f32} : tensor<?x8x?x80xf16>, tensor<?x2x?x80xf16>, tensor<?x2x?x80xf16> -> tensor<?x8x?x80xf16>
+  return %o : tensor<?x8x?x80xf16>
+}

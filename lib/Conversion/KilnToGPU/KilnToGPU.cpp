@@ -39,13 +39,16 @@ using namespace mlir::kiln::detail;
 namespace {
 
 /// Checks that `op` is something the kernel generator supports.
-LogicalResult checkSupported(AttentionOp op) {
+LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");
+  if (tensorCores && mmaKernelSupports(op.getElementType(), headDim))
+    return success();
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
-                          "multiples of 32 up to 128, got ")
+                          "multiples of 32 up to 128 (f16 and bf16 with "
+                          "tensor cores: multiples of 16 up to 128), got ")
            << headDim;
   return success();
 }
@@ -82,7 +85,7 @@ struct ConvertKilnToGPUPass
 
     int64_t siteIndex = 0;
     for (AttentionOp op : sites) {
-      if (failed(checkSupported(op)))
+      if (failed(checkSupported(op, tensorCores)))
         return signalPassFailure();
       KernelSpec spec;
       spec.elementType = op.getElementType();
