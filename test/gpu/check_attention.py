@@ -11,7 +11,8 @@ For each site: all pairs of query/key lengths in {1, 17, 128, 1000, 4096}
 (unless the site fixes them), the site's head_dim, dtype, causality, mask and
 bias; fresh random inputs per case (never zeros); the output poisoned with NaN
 before each launch. Also: Q/K/V/out as strided views (transposed and sliced
-from packed tensors), broadcast masks, and one launch captured in a CUDA graph
+from packed tensors) and as unaligned views (rows of D + 1 elements, the
+first skipped), broadcast masks, and one launch captured in a CUDA graph
 and replayed. Passes when ||out - ref|| / ||ref|| is below 1e-2 (f16, bf16)
 or 1e-5 (f32) and nothing is NaN. Prints a table, writes JSON, exits 1 on any
 failure.
@@ -95,6 +96,16 @@ def make_qkv(
     contiguous: the other layout transposed, sliced out of one packed
     tensor."""
     b, h, s, d = shape_bhsd
+    if variant == "unaligned":
+        # Rows of D + 1 elements, the first one skipped: the base address is
+        # off by one element and the row stride is odd, so no row start is
+        # 16-byte aligned (the vector loads of the tensor-core kernel must
+        # fall back to element loads).
+        phys = physical(shape_bhsd, layout)
+        return [
+            torch.randn(*phys[:-1], phys[-1] + 1, dtype=dtype, device=device)[..., 1:]
+            for _ in range(count)
+        ]
     if variant == "contiguous":
         return [
             torch.randn(physical(shape_bhsd, layout), dtype=dtype, device=device)
@@ -207,7 +218,7 @@ def run_case(
     layout = site.layout
     q_shape = (case.batch, case.q_heads, case.q_len, head_dim)
     kv_shape = (case.batch, case.kv_heads, case.kv_len, head_dim)
-    storage = "strided" if case.variant == "strided" else "contiguous"
+    storage = case.variant if case.variant in ("strided", "unaligned") else "contiguous"
     (q,) = make_qkv(q_shape, layout, dtype, storage, device)
     k, v = make_qkv(kv_shape, layout, dtype, storage, device, count=2)
     if storage == "contiguous":
@@ -291,6 +302,7 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
     extra = [pair for pair in preferred if pair in pairs][:3] or pairs[:1]
     for sq, sk in extra:
         cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="strided"))
+        cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="unaligned"))
         if site.mask != "none":
             for shape in ("batch-keys", "rows-keys"):
                 cases.append(Case(batch, q_heads, kv_heads, sq, sk, mask_shape=shape))
