@@ -2,9 +2,10 @@
 //
 // The f16/bf16 kernel, FlashAttention-2 style on m16n8k16 mma.sync (sm_80 and
 // later). A block owns 64 query rows, 16 per warp. Q is staged once through
-// shared memory into A fragments that stay in registers. Each iteration
-// stages a 64-key tile of K and V with 16-byte loads into padded shared
-// buffers; S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
+// shared memory into A fragments that stay in registers. 64-key tiles of K
+// and V are copied into padded shared buffers with cp.async, each one while
+// the tensor cores work on the other: the next K during this tile's softmax
+// and P·V, the next V during the next Q·Kᵀ. S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
 // accumulators in registers, and the probabilities, packed to the element
 // type, are the A fragments of O += P·V, whose B fragments come from
 // ldmatrix.trans on V. Accumulation is f32 throughout.
@@ -68,13 +69,26 @@ private:
   /// Address of element (row, column) of a shared tile.
   Value tileAddress(Value tile, Value row, Value column);
 
-  /// Loads this thread's 16-byte chunks of `rows` rows of a [*, D] global
-  /// tensor, starting at `firstRow`: vector loads when `aligned`, element
-  /// loads otherwise. Rows at or past `numRows` read as zeros.
-  SmallVector<Value> loadChunks(Value global, Value base, Value rowStride,
-                                Value firstRow, Value numRows, Value aligned);
-  /// Stores chunks from loadChunks into a shared tile.
-  void storeChunks(Value tile, ArrayRef<Value> chunks);
+  /// This thread's 16-byte chunks of a 64-row tile of a [*, D] global
+  /// tensor starting at row `firstRow`: for each, the element offset in the
+  /// tensor (rows at or past `numRows` clamped to the last one), whether the
+  /// row exists, and the row and column in the shared tile.
+  struct ChunkPlan {
+    SmallVector<Value> offsets, inBounds, rows, columns;
+  };
+  ChunkPlan planChunks(Value base, Value rowStride, Value firstRow,
+                       Value numRows);
+  /// Loads the planned chunks: 16-byte vector loads, or element loads for
+  /// views whose rows are not 16-byte aligned.
+  SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan,
+                                bool vectorized);
+  /// Stores loaded chunks into a shared tile, zeros for missing rows.
+  void storeChunks(Value tile, const ChunkPlan &plan, ArrayRef<Value> chunks);
+  /// Starts the copy of a tile into shared memory: cp.async (16 bytes,
+  /// zero-filled for missing rows) when `aligned`, element loads and stores
+  /// otherwise. Completion is awaited with cp.async.wait_group and a barrier.
+  void issueTile(Value tile, Value global, Value base, Value rowStride,
+                 Value firstRow, Value numRows, Value aligned);
 
   /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
   /// l % 8 of matrix l / 8.
@@ -107,79 +121,94 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
                              ValueRange{offset});
 }
 
-SmallVector<Value> MmaKernel::loadChunks(Value global, Value base,
-                                         Value rowStride, Value firstRow,
-                                         Value numRows, Value aligned) {
+MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
+                                           Value firstRow, Value numRows) {
   int64_t chunksPerRow = spec.headDim / kChunk;
   int64_t perThread = kTileKeys * chunksPerRow / kThreadsPerBlock;
-  auto vectorType = VectorType::get({kChunk}, spec.elementType);
-  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   Value lastRow = arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)),
                                          constIndex(0));
-  SmallVector<Value> offsets, inBounds;
+  ChunkPlan plan;
   for (int64_t i = 0; i < perThread; ++i) {
     Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
     Value row = arith::DivUIOp::create(*b, linear, constIndex(chunksPerRow));
-    Value chunk = arith::RemUIOp::create(*b, linear, constIndex(chunksPerRow));
+    Value column =
+        mul(arith::RemUIOp::create(*b, linear, constIndex(chunksPerRow)),
+            constIndex(kChunk));
     Value globalRow = add(firstRow, row);
-    inBounds.push_back(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                             globalRow, numRows));
+    plan.inBounds.push_back(arith::CmpIOp::create(
+        *b, arith::CmpIPredicate::slt, globalRow, numRows));
     // Out-of-range rows read the last valid row instead of running off the
     // tensor, and are then replaced by zeros.
     Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
-    offsets.push_back(add(base, add(mul(toI64(clamped), rowStride),
-                                    toI64(mul(chunk, constIndex(kChunk))))));
+    plan.offsets.push_back(
+        add(base, add(mul(toI64(clamped), rowStride), toI64(column))));
+    plan.rows.push_back(row);
+    plan.columns.push_back(column);
   }
-  SmallVector<Type> types(perThread, vectorType);
-  auto ifOp = scf::IfOp::create(*b, types, aligned, /*withElse=*/true);
-  {
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    SmallVector<Value> chunks;
-    for (Value offset : offsets) {
+  return plan;
+}
+
+SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,
+                                         bool vectorized) {
+  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  SmallVector<Value> chunks;
+  for (Value offset : plan.offsets) {
+    if (vectorized) {
       Value address = LLVM::GEPOp::create(*b, globalPtr, spec.elementType,
                                           global, ValueRange{offset});
       chunks.push_back(
           LLVM::LoadOp::create(*b, vectorType, address, /*alignment=*/16));
+      continue;
     }
-    scf::YieldOp::create(*b, chunks);
-
-    b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-    chunks.clear();
-    for (Value offset : offsets) {
-      Value chunk = LLVM::PoisonOp::create(*b, vectorType);
-      for (int64_t e = 0; e < kChunk; ++e) {
-        Value address = LLVM::GEPOp::create(
-            *b, globalPtr, spec.elementType, global,
-            ValueRange{add(offset, arith::ConstantIntOp::create(
-                                       *b, b->getI64Type(), e))});
-        Value element = LLVM::LoadOp::create(*b, spec.elementType, address);
-        chunk = LLVM::InsertElementOp::create(*b, chunk, element, constI32(e));
-      }
-      chunks.push_back(chunk);
+    Value chunk = LLVM::PoisonOp::create(*b, vectorType);
+    for (int64_t e = 0; e < kChunk; ++e) {
+      Value address = LLVM::GEPOp::create(
+          *b, globalPtr, spec.elementType, global,
+          ValueRange{add(offset,
+                         arith::ConstantIntOp::create(*b, b->getI64Type(), e))});
+      Value element = LLVM::LoadOp::create(*b, spec.elementType, address);
+      chunk = LLVM::InsertElementOp::create(*b, chunk, element, constI32(e));
     }
-    scf::YieldOp::create(*b, chunks);
+    chunks.push_back(chunk);
   }
-  Value zeros = arith::ConstantOp::create(
-      *b, vectorType,
-      DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
-  SmallVector<Value> chunks;
-  for (auto [chunk, valid] : llvm::zip(ifOp.getResults(), inBounds))
-    chunks.push_back(arith::SelectOp::create(*b, valid, chunk, zeros));
   return chunks;
 }
 
-void MmaKernel::storeChunks(Value tile, ArrayRef<Value> chunks) {
-  int64_t chunksPerRow = spec.headDim / kChunk;
+void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
+                            ArrayRef<Value> chunks) {
+  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  Value zeros = arith::ConstantOp::create(
+      *b, vectorType,
+      DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
   for (auto [i, chunk] : llvm::enumerate(chunks)) {
-    Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
-    Value row = arith::DivUIOp::create(*b, linear, constIndex(chunksPerRow));
-    Value column = mul(arith::RemUIOp::create(*b, linear,
-                                              constIndex(chunksPerRow)),
-                       constIndex(kChunk));
-    LLVM::StoreOp::create(*b, chunk, tileAddress(tile, row, column),
+    Value value = arith::SelectOp::create(*b, plan.inBounds[i], chunk, zeros);
+    LLVM::StoreOp::create(*b, value,
+                          tileAddress(tile, plan.rows[i], plan.columns[i]),
                           /*alignment=*/16);
   }
+}
+
+void MmaKernel::issueTile(Value tile, Value global, Value base,
+                          Value rowStride, Value firstRow, Value numRows,
+                          Value aligned) {
+  ChunkPlan plan = planChunks(base, rowStride, firstRow, numRows);
+  auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  for (auto [i, offset] : llvm::enumerate(plan.offsets)) {
+    Value source = LLVM::GEPOp::create(*b, globalPtr, spec.elementType, global,
+                                       ValueRange{offset});
+    // Source size 0 fills the 16 bytes with zeros.
+    Value bytes =
+        arith::SelectOp::create(*b, plan.inBounds[i], constI32(16), constI32(0));
+    NVVM::CpAsyncOp::create(*b, tileAddress(tile, plan.rows[i], plan.columns[i]),
+                            source, /*size=*/16, NVVM::LoadCacheModifierKind::CG,
+                            bytes);
+  }
+  b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+  storeChunks(tile, plan, loadChunks(global, plan, /*vectorized=*/false));
 }
 
 SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
@@ -276,10 +305,38 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value matrixLow = arith::RemUIOp::create(builder, matrix, constIndex(2));
   Value matrixHigh = arith::DivUIOp::create(builder, matrix, constIndex(2));
 
-  // Q: global → shared (through the K tile) → A fragments in registers.
-  SmallVector<Value> qChunks =
-      loadChunks(q, qBase, qStrides[2], firstQuery, qLen, aligned);
-  storeChunks(kTile, qChunks);
+  // The first K tile is in flight while Q goes global → shared (through
+  // the V buffer) → A fragments in registers; then the first V tile starts.
+  // cp.async groups are committed in the order K0, V0, K1, V1, ... (empty
+  // groups where there is no tile), so "all but the newest group done" is
+  // the wait for the tile needed next.
+  Value hasTiles =
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd);
+  auto issueIf = [&](Value condition, Value tile, Value global, Value base,
+                     Value rowStride, Value firstRow) {
+    auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    issueTile(tile, global, base, rowStride, firstRow, kvLen, aligned);
+  };
+  issueIf(hasTiles, kTile, k, kBase, kStrides[2], kvBegin);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
+
+  ChunkPlan qPlan = planChunks(qBase, qStrides[2], firstQuery, qLen);
+  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto qLoad = scf::IfOp::create(
+      builder, SmallVector<Type>(qPlan.offsets.size(), vectorType), aligned,
+      /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&qLoad.getThenRegion().front());
+    scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/true));
+    builder.setInsertionPointToStart(&qLoad.getElseRegion().front());
+    scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
+  }
+  storeChunks(vTile, qPlan,
+              SmallVector<Value>(qLoad.getResults().begin(),
+                                 qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
   SmallVector<SmallVector<Value>> qFragments;
   for (int64_t c = 0; c < dimChunks; ++c) {
@@ -287,8 +344,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     Value row = add(warpRow, add(mul(matrixLow, constIndex(8)), matrixRow));
     Value column = add(constIndex(16 * c), mul(matrixHigh, constIndex(8)));
     qFragments.push_back(
-        loadMatrices(tileAddress(kTile, row, column), /*transpose=*/false));
+        loadMatrices(tileAddress(vTile, row, column), /*transpose=*/false));
   }
+  // Every warp has its Q fragments before V overwrites the buffer.
+  gpu::BarrierOp::create(builder);
+  issueIf(hasTiles, vTile, v, vBase, vStrides[2], kvBegin);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
@@ -310,17 +371,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
-        // Everyone is done with the previous tile (or with Q) before the
-        // buffers are overwritten. Both tiles' loads are issued before the
-        // first store.
+        // This tile's K has landed (its V may still be in flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
         gpu::BarrierOp::create(ib);
-        SmallVector<Value> kChunks =
-            loadChunks(k, kBase, kStrides[2], kvStart, kvLen, aligned);
-        SmallVector<Value> vChunks =
-            loadChunks(v, vBase, vStrides[2], kvStart, kvLen, aligned);
-        storeChunks(kTile, kChunks);
-        storeChunks(vTile, vChunks);
-        gpu::BarrierOp::create(ib);
+        Value nextStart = add(kvStart, constIndex(kTileKeys));
+        Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
+                                              nextStart, kvEnd);
 
         // S = Q·Kᵀ: 8 blocks of 8 keys, 4 accumulators each.
         SmallVector<SmallVector<Value>> scores(kTileKeys / 8,
@@ -341,6 +397,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                 scores[2 * pair + 1]);
           }
         }
+
+        // Every warp is done with K: the next K tile loads during the
+        // softmax and P·V of this one.
+        gpu::BarrierOp::create(ib);
+        issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
+        NVVM::CpAsyncCommitGroupOp::create(ib);
 
         // Scale into log2 units and hide what the mask hides. Tiles that
         // need no masking (inside kv_len, below the diagonal, inside the
@@ -431,6 +493,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
           acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
 
+        // This tile's V has landed (the next K may still be in flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
+        gpu::BarrierOp::create(ib);
+
         // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
         // and 2j + 1 are the A fragment of key chunk j.
         for (int64_t j = 0; j < kTileKeys / 16; ++j) {
@@ -454,10 +520,17 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                 MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
           }
         }
+        // Every warp is done with V: the next V tile loads during the next
+        // Q·Kᵀ.
+        gpu::BarrierOp::create(ib);
+        issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
+        NVVM::CpAsyncCommitGroupOp::create(ib);
+
         newState.append(acc.begin(), acc.end());
         scf::YieldOp::create(ib, newState);
       });
   b = &builder;
+  NVVM::CpAsyncWaitGroupOp::create(builder, 0);
 
   // out = O / sum; rows that saw no key are written as zeros.
   ValueRange results = kvLoop.getResults();
