@@ -304,6 +304,17 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value matrixRow = arith::RemUIOp::create(builder, lane, constIndex(8));
   Value matrixLow = arith::RemUIOp::create(builder, matrix, constIndex(2));
   Value matrixHigh = arith::DivUIOp::create(builder, matrix, constIndex(2));
+  // The address this lane gives ldmatrix.x4 for the 16×16 block at
+  // (firstRow, firstColumn) of a tile: matrix m covers rows firstRow +
+  // 8·rowHalf(m) and columns firstColumn + 8·columnHalf(m), where each half
+  // is one bit of m (matrixLow or matrixHigh).
+  auto blockAddress = [&](Value tile, Value firstRow, int64_t firstColumn,
+                          Value rowHalf, Value columnHalf) {
+    Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
+    Value column =
+        add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
+    return tileAddress(tile, row, column);
+  };
 
   // The first K tile is in flight while Q goes global → shared (through
   // the V buffer) → A fragments in registers; then the first V tile starts.
@@ -340,11 +351,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   gpu::BarrierOp::create(builder);
   SmallVector<SmallVector<Value>> qFragments;
   for (int64_t c = 0; c < dimChunks; ++c) {
-    // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15.
-    Value row = add(warpRow, add(mul(matrixLow, constIndex(8)), matrixRow));
-    Value column = add(constIndex(16 * c), mul(matrixHigh, constIndex(8)));
-    qFragments.push_back(
-        loadMatrices(tileAddress(vTile, row, column), /*transpose=*/false));
+    // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
+    // the a0-a7 order of an A fragment.
+    qFragments.push_back(loadMatrices(
+        blockAddress(vTile, warpRow, 16 * c, matrixLow, matrixHigh),
+        /*transpose=*/false));
   }
   // Every warp has its Q fragments before V overwrites the buffer.
   gpu::BarrierOp::create(builder);
@@ -384,13 +395,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t pair = 0; pair < kTileKeys / 16; ++pair) {
           for (int64_t c = 0; c < dimChunks; ++c) {
             // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
-            // 16c + 0-7 / 8-15 (matrixLow).
-            Value key = add(constIndex(16 * pair),
-                            add(mul(matrixHigh, constIndex(8)), matrixRow));
-            Value column =
-                add(constIndex(16 * c), mul(matrixLow, constIndex(8)));
+            // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
             SmallVector<Value> kFragments = loadMatrices(
-                tileAddress(kTile, key, column), /*transpose=*/false);
+                blockAddress(kTile, constIndex(16 * pair), 16 * c, matrixHigh,
+                             matrixLow),
+                /*transpose=*/false);
             mma(qFragments[c], {kFragments[0], kFragments[1]},
                 scores[2 * pair]);
             mma(qFragments[c], {kFragments[2], kFragments[3]},
@@ -507,13 +516,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
               pack(high[0], high[1]), pack(high[2], high[3])};
           for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
             // Matrices (transposed): keys 16j + 0-7 / 8-15 (matrixLow), head
-            // dims 16·pair + 0-7 / 8-15 (matrixHigh).
-            Value key = add(constIndex(16 * j),
-                            add(mul(matrixLow, constIndex(8)), matrixRow));
-            Value column =
-                add(constIndex(16 * pair), mul(matrixHigh, constIndex(8)));
+            // dims 16·pair + 0-7 / 8-15 (matrixHigh): B fragments of two
+            // head-dim blocks.
             SmallVector<Value> vFragments = loadMatrices(
-                tileAddress(vTile, key, column), /*transpose=*/true);
+                blockAddress(vTile, constIndex(16 * j), 16 * pair, matrixLow,
+                             matrixHigh),
+                /*transpose=*/true);
             mma(pFragment, {vFragments[0], vFragments[1]},
                 MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
             mma(pFragment, {vFragments[2], vFragments[3]},
