@@ -331,8 +331,7 @@ void parseGridRule(const Node &node, GridRule &rule) {
     rule.constant = node.integer(1, INT32_MAX);
     return;
   }
-  if (node.has("dim")) {
-    Node dimNode = node.key("dim");
+  auto parseDims = [](const Node &dimNode, std::vector<Dim> &dims) {
     std::vector<Node> names;
     if (dimNode.raw().is_array())
       names = dimNode.array();
@@ -345,8 +344,14 @@ void parseGridRule(const Node &node, GridRule &rule) {
         nameNode.fail("unknown dimension \"" + name +
                       "\" (expected batch, q_heads, kv_heads, q_len, kv_len "
                       "or head_dim)");
-      rule.dims.push_back(*dim);
+      dims.push_back(*dim);
     }
+  };
+  if (node.has("dim")) {
+    parseDims(node.key("dim"), rule.dims);
+    Node perNode = node.optionalKey("per");
+    if (!perNode.isNull())
+      parseDims(perNode, rule.perDims);
   } else if (node.has("value")) {
     rule.constant = node.key("value").integer(1, INT32_MAX);
   } else {

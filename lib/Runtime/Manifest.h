@@ -61,6 +61,9 @@ struct KernelArg {
 /// One grid axis: product of `dims` (empty = 1), divided rounding up.
 struct GridRule {
   std::vector<Dim> dims;
+  /// Dimensions the product of `dims` is divided by, exactly, before the
+  /// ceil_div (`"per"`).
+  std::vector<Dim> perDims;
   int64_t constant = 1;
   int64_t ceilDiv = 1;
 };

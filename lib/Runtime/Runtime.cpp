@@ -257,6 +257,15 @@ Error planAttention(const Manifest &manifest, const Site &site,
       value *= factor;
       formula += (formula.empty() ? "" : "*") + std::string(dimName(dim));
     }
+    for (Dim dim : rule.perDims) {
+      int64_t divisor = dimValue(args, dim);
+      if (divisor <= 0 || value % divisor != 0)
+        return invalid(where + "grid." + axisNames[axis] + ": " + formula +
+                       " = " + str(value) + " is not a multiple of " +
+                       dimName(dim) + " = " + str(divisor));
+      value /= divisor;
+      formula += "/" + std::string(dimName(dim));
+    }
     value = (value + rule.ceilDiv - 1) / rule.ceilDiv;
     if (value > gridLimits[axis])
       return invalid(where + "grid." + axisNames[axis] + " = ceil(" + formula +

@@ -310,6 +310,38 @@ TEST_F(LaunchArgsTest, GridRuleProductsAndConstants) {
   EXPECT_EQ(config.grid[2], 1u);
 }
 
+/// "per" divides the product exactly before the ceil_div: the grid of a
+/// kernel that packs each KV head's query heads into its rows.
+TEST_F(LaunchArgsTest, GridRulePerDimension) {
+  json manifest = validManifest();
+  manifest["kernels"][0]["grid"] = {
+      {{"dim", {"q_len", "q_heads"}}, {"per", "kv_heads"}, {"ceil_div", 64}},
+      {{"dim", "kv_heads"}},
+      {{"dim", "batch"}}};
+  writePackage(manifest);
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+  kiln_attention_args args = validArgs(site, 3, 8, 2, 1000, 1000);
+  kiln_launch_config config;
+  ASSERT_EQ(kiln_site_check_attention(site, &args, &config), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(config.grid[0], 63u); // ceil(1000 * 8 / 2 / 64)
+  EXPECT_EQ(config.grid[1], 2u);
+  EXPECT_EQ(config.grid[2], 3u);
+
+  // A "per" that does not divide the product is a launch error, not a
+  // truncated grid.
+  manifest["kernels"][0]["grid"][0] = {
+      {"dim", "q_len"}, {"per", "kv_heads"}, {"ceil_div", 1}};
+  kiln_package_close(package);
+  package = nullptr;
+  writePackage(manifest);
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+  args = validArgs(site, 3, 8, 2, 999, 999);
+  expectInvalid(args, {"grid.x", "is not a multiple of kv_heads"});
+}
+
 /// With valid arguments and no usable CUDA driver (the test main points
 /// KILN_CUDA_DRIVER_LIB at a missing file), a launch fails cleanly.
 TEST_F(LaunchArgsTest, MissingDriverIsACleanError) {

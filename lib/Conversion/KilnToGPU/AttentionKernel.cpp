@@ -146,8 +146,15 @@ Value AttentionKernelBuilder::butterfly(Value value, bool isMax,
   return value;
 }
 
+Value AttentionKernelBuilder::tensorBase(ArrayRef<Value> tensorStrides,
+                                         Value headIndex) {
+  return add(mul(toI64(batch), tensorStrides[0]),
+             mul(toI64(headIndex), tensorStrides[1]));
+}
+
 Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
-                                          Value key) {
+                                          Value key, Value rowMaskBase,
+                                          Value rowBiasBase) {
   const float log2e = 1.4426950408889634f;
   if (spec.softcap) {
     // softcap·tanh(scale·dot / softcap), then into log2 units.
@@ -169,13 +176,13 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   Value visible =
       arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen);
   if (spec.biasType) {
-    Value offset = add(biasBase, add(mul(safeQuery, biasStrideQ),
+    Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
                                      mul(safeKey, biasStrideK)));
     Value bias = loadGlobalAsF32(biasPtr, spec.biasType, offset);
     score = fadd(score, fmul(bias, constF32(log2e)));
   }
   if (spec.maskType) {
-    Value offset = add(maskBase, add(mul(safeQuery, maskStrideQ),
+    Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
                                      mul(safeKey, maskStrideK)));
     Value mask = loadGlobalAsF32(maskPtr, spec.maskType, offset);
     if (spec.maskType.isInteger(1))
@@ -252,6 +259,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   vStrides = strides(3);
   outStrides = strides(3);
   SmallVector<Value> maskStrides, biasStrides;
+  head = Value();
   if (spec.maskType)
     maskStrides = strides(4);
   if (spec.biasType)
@@ -261,39 +269,58 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   scaleLog2 = fmul(scale, constF32(log2e));
 
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
-  Value head = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
-  Value batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
+  Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
+  batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
   threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
   lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
-  Value group = arith::DivUIOp::create(builder, numQueryHeads, numKvHeads);
-  Value kvHead = arith::DivUIOp::create(builder, head, group);
-
-  auto baseOffset = [&](ArrayRef<Value> tensorStrides, Value headIndex) {
-    return add(mul(toI64(batch), tensorStrides[0]),
-               mul(toI64(headIndex), tensorStrides[1]));
-  };
-  qBase = baseOffset(qStrides, head);
-  kBase = baseOffset(kStrides, kvHead);
-  vBase = baseOffset(vStrides, kvHead);
-  outBase = baseOffset(outStrides, head);
+  group = arith::DivUIOp::create(builder, numQueryHeads, numKvHeads);
+  if (spec.packQueryHeads) {
+    // Grid y runs over KV heads; the block's rows are (query, head) pairs.
+    kvHead = headIndex;
+  } else {
+    head = headIndex;
+    kvHead = arith::DivUIOp::create(builder, head, group);
+  }
+  kBase = tensorBase(kStrides, kvHead);
+  vBase = tensorBase(vStrides, kvHead);
   if (spec.maskType) {
-    maskBase = baseOffset(maskStrides, head);
     maskStrideQ = maskStrides[2];
     maskStrideK = maskStrides[3];
   }
   if (spec.biasType) {
-    biasBase = baseOffset(biasStrides, head);
     biasStrideQ = biasStrides[2];
     biasStrideK = biasStrides[3];
   }
+  if (head) {
+    qBase = tensorBase(qStrides, head);
+    outBase = tensorBase(outStrides, head);
+    if (spec.maskType)
+      maskBase = tensorBase(maskStrides, head);
+    if (spec.biasType)
+      biasBase = tensorBase(biasStrides, head);
+  } else {
+    this->maskStrides = maskStrides;
+    this->biasStrides = biasStrides;
+  }
 
-  firstQuery = mul(queryBlock, constIndex(rowsPerBlock()));
+  // The block's queries: rowsPerBlock rows, or rowsPerBlock (query, head)
+  // pairs, query-major, when heads are packed.
+  Value firstRow = mul(queryBlock, constIndex(rowsPerBlock()));
+  Value endRow = add(firstRow, constIndex(rowsPerBlock()));
+  if (spec.packQueryHeads) {
+    firstPackedRow = firstRow;
+    firstQuery = arith::DivUIOp::create(builder, firstRow, group);
+    endQuery = arith::CeilDivUIOp::create(builder, endRow, group);
+  } else {
+    firstQuery = firstRow;
+    endQuery = endRow;
+  }
   kvOffset = sub(kvLen, qLen);
   kvBegin = constIndex(0);
   kvEnd = kvLen;
   if (spec.causal) {
-    Value end = add(add(firstQuery, constIndex(rowsPerBlock())), kvOffset);
+    Value end = add(endQuery, kvOffset);
     end = arith::MaxSIOp::create(builder, end, constIndex(0));
     kvEnd = arith::MinSIOp::create(builder, end, kvLen);
     if (spec.window) {

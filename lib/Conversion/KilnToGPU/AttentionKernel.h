@@ -37,6 +37,10 @@ struct KernelSpec {
   Type biasType; // null when there is no bias
   /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
   bool tensorCores = false;
+  /// A block's rows are (query, head) pairs of one KV head's group rather
+  /// than the queries of one head, so K and V tiles serve the whole group
+  /// (grid y runs over KV heads).
+  bool packQueryHeads = false;
 
   std::string name() const;
 };
@@ -56,6 +60,9 @@ public:
   /// Static shared memory the kernel uses, in bytes.
   virtual int64_t sharedBytes() const = 0;
   int64_t threadsPerBlock() const { return kThreadsPerBlock; }
+  /// Whether grid y runs over KV heads with a group's query heads packed
+  /// into each block's rows (see KernelSpec::packQueryHeads).
+  bool packsQueryHeads() const { return spec.packQueryHeads; }
 
   /// Names of the kernel arguments, in order.
   SmallVector<std::string> argumentNames() const;
@@ -103,9 +110,14 @@ protected:
   /// `firstOffset / 2`, ..., 1: over the warp for 16, over a quad for 2.
   Value butterfly(Value value, bool isMax, int32_t firstOffset);
 
-  /// The score of key `key` for query row `queryRow` from its dot product, in
-  /// log2 units; -inf when the key is hidden.
-  Value finishScore(Value dot, Value queryRow, Value key);
+  /// Element offset of (batch, headIndex) in a tensor with these strides.
+  Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
+
+  /// The score of key `key` for query `queryRow` from its dot product, in
+  /// log2 units; -inf when the key is hidden. The mask and bias are read
+  /// from the row's (batch, head) bases.
+  Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
+                    Value rowBiasBase);
 
   const KernelSpec &spec;
   ImplicitLocOpBuilder *b = nullptr;
@@ -114,12 +126,19 @@ protected:
   Value q, k, v, out, maskPtr, biasPtr;
   Value numQueryHeads, numKvHeads, qLen, kvLen, scaleLog2;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
+  Value batch, kvHead, group;
+  /// The block's query head; null when heads are packed (each row has its
+  /// own, and qBase, outBase, maskBase and biasBase are null too).
+  Value head;
   Value qBase, kBase, vBase, outBase;
   Value maskBase, biasBase, maskStrideQ, maskStrideK, biasStrideQ, biasStrideK;
+  /// All four mask and bias strides, kept when heads are packed.
+  SmallVector<Value> maskStrides, biasStrides;
   Value threadId, warp, lane;
-  /// First query row of the block; kv_len - q_len (the causal diagonal's
-  /// offset).
-  Value firstQuery, kvOffset;
+  /// The block's queries are [firstQuery, endQuery); with packed heads its
+  /// rows start at (query, head) pair firstPackedRow. kvOffset is
+  /// kv_len - q_len (the causal diagonal's offset).
+  Value firstQuery, endQuery, firstPackedRow, kvOffset;
   /// Key range the block can see: key blocks past the causal diagonal of its
   /// last row, and before the window of its first row, are never visited.
   Value kvBegin, kvEnd;

@@ -101,6 +101,9 @@ struct ConvertKilnToGPUPass
 
       spec.tensorCores =
           tensorCores && mmaKernelSupports(spec.elementType, spec.headDim);
+      // The tensor-core kernel serves a KV head's whole query group per
+      // block.
+      spec.packQueryHeads = spec.tensorCores;
 
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
@@ -147,6 +150,8 @@ struct ConvertKilnToGPUPass
                              builder.getI64IntegerAttr(kernel.threadsPerBlock())),
         builder.getNamedAttr("kv_block_size",
                              builder.getI64IntegerAttr(kernel.kvBlockSize())),
+        builder.getNamedAttr("packs_query_heads",
+                             builder.getBoolAttr(kernel.packsQueryHeads())),
         builder.getNamedAttr("static_shared_bytes",
                              builder.getI64IntegerAttr(kernel.sharedBytes())),
         builder.getNamedAttr("arg_names", strings(kernel.argumentNames())),

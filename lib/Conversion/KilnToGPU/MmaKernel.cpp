@@ -1,7 +1,10 @@
 //===- MmaKernel.cpp - The tensor-core attention kernel ---------*- C++ -*-===//
 //
 // The f16/bf16 kernel, FlashAttention-2 style on m16n8k16 mma.sync (sm_80 and
-// later). A block owns 64 query rows, 16 per warp. Q is staged once through
+// later). A block owns 64 rows, 16 per warp; a row is a (query, head) pair of
+// one KV head's query group, query-major, so every K and V tile a block loads
+// serves all the heads that read it (a decode step of a GQA model fills a
+// block's rows with the group's heads instead of one query). Q is staged once through
 // shared memory into A fragments that stay in registers. 64-key tiles of K
 // and V are copied into padded shared buffers with cp.async, each one while
 // the tensor cores work on the other: the next K during this tile's softmax
@@ -25,6 +28,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <limits>
+#include <tuple>
 
 using namespace mlir;
 using namespace mlir::kiln::detail;
@@ -45,7 +49,9 @@ class MmaKernel : public AttentionKernelBuilder {
 public:
   explicit MmaKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), rowElements(spec.headDim + kRowPadding),
-        dimChunks(spec.headDim / 16) {}
+        dimChunks(spec.headDim / 16) {
+    assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
+  }
 
   int64_t rowsPerBlock() const override {
     return kRowsPerWarp * kWarpsPerBlock;
@@ -78,6 +84,12 @@ private:
   };
   ChunkPlan planChunks(Value base, Value rowStride, Value firstRow,
                        Value numRows);
+  /// The same for a tile whose row r starts at element offset
+  /// `rowStart(r).first` and exists when `rowStart(r).second`.
+  ChunkPlan
+  planChunks(llvm::function_ref<std::pair<Value, Value>(Value)> rowStart);
+  /// Query and head of row `rowInBlock` of the block (heads packed).
+  std::pair<Value, Value> packedRow(Value rowInBlock);
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
   /// views whose rows are not 16-byte aligned.
   SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan,
@@ -123,10 +135,23 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
                                            Value firstRow, Value numRows) {
-  int64_t chunksPerRow = spec.headDim / kChunk;
-  int64_t perThread = kTileKeys * chunksPerRow / kThreadsPerBlock;
   Value lastRow = arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)),
                                          constIndex(0));
+  return planChunks([&](Value row) {
+    Value globalRow = add(firstRow, row);
+    // Out-of-range rows read the last valid row instead of running off the
+    // tensor, and are then replaced by zeros.
+    Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
+    return std::pair{add(base, mul(toI64(clamped), rowStride)),
+                     Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                                 globalRow, numRows))};
+  });
+}
+
+MmaKernel::ChunkPlan MmaKernel::planChunks(
+    llvm::function_ref<std::pair<Value, Value>(Value)> rowStart) {
+  int64_t chunksPerRow = spec.headDim / kChunk;
+  int64_t perThread = kTileKeys * chunksPerRow / kThreadsPerBlock;
   ChunkPlan plan;
   for (int64_t i = 0; i < perThread; ++i) {
     Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
@@ -134,18 +159,20 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
     Value column =
         mul(arith::RemUIOp::create(*b, linear, constIndex(chunksPerRow)),
             constIndex(kChunk));
-    Value globalRow = add(firstRow, row);
-    plan.inBounds.push_back(arith::CmpIOp::create(
-        *b, arith::CmpIPredicate::slt, globalRow, numRows));
-    // Out-of-range rows read the last valid row instead of running off the
-    // tensor, and are then replaced by zeros.
-    Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
-    plan.offsets.push_back(
-        add(base, add(mul(toI64(clamped), rowStride), toI64(column))));
+    auto [start, inBounds] = rowStart(row);
+    plan.inBounds.push_back(inBounds);
+    plan.offsets.push_back(add(start, toI64(column)));
     plan.rows.push_back(row);
     plan.columns.push_back(column);
   }
   return plan;
+}
+
+std::pair<Value, Value> MmaKernel::packedRow(Value rowInBlock) {
+  Value pair = add(firstPackedRow, rowInBlock);
+  Value query = arith::DivUIOp::create(*b, pair, group);
+  Value head = add(mul(kvHead, group), arith::RemUIOp::create(*b, pair, group));
+  return {query, head};
 }
 
 SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,
@@ -296,7 +323,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           isZero(arith::AndIOp::create(
               builder, stride, arith::ConstantIntOp::create(builder, i64, 7))));
 
-  Value group = arith::DivUIOp::create(builder, lane, constIndex(4));
+  Value laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
   Value quadLane = arith::RemUIOp::create(builder, lane, constIndex(4));
   Value warpRow = mul(warp, constIndex(kRowsPerWarp));
   // Row and column of this lane's address in an ldmatrix.x4.
@@ -333,7 +360,17 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   issueIf(hasTiles, kTile, k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
 
-  ChunkPlan qPlan = planChunks(qBase, qStrides[2], firstQuery, qLen);
+  // Row r of the Q tile is (query, head) pair firstPackedRow + r.
+  Value lastQuery =
+      arith::MaxSIOp::create(builder, sub(qLen, constIndex(1)), constIndex(0));
+  ChunkPlan qPlan = planChunks([&](Value row) {
+    auto [query, rowHead] = packedRow(row);
+    Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
+    return std::pair{add(tensorBase(qStrides, rowHead),
+                         mul(toI64(clamped), qStrides[2])),
+                     Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                                 query, qLen))};
+  });
   auto vectorType = VectorType::get({kChunk}, spec.elementType);
   auto qLoad = scf::IfOp::create(
       builder, SmallVector<Type>(qPlan.offsets.size(), vectorType), aligned,
@@ -370,8 +407,17 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
   initState.append(outBlocks * 4, zero);
 
-  Value queryRows[2] = {add(firstQuery, add(warpRow, group)),
-                        add(firstQuery, add(warpRow, add(group, constIndex(8))))};
+  // This thread's rows g and g + 8: their queries, and their mask and bias
+  // bases (each row has its own head).
+  Value queryRows[2], rowHeads[2], rowMaskBases[2], rowBiasBases[2];
+  for (int64_t r = 0; r < 2; ++r) {
+    std::tie(queryRows[r], rowHeads[r]) =
+        packedRow(add(warpRow, add(laneGroup, constIndex(8 * r))));
+    if (spec.maskType)
+      rowMaskBases[r] = tensorBase(maskStrides, rowHeads[r]);
+    if (spec.biasType)
+      rowBiasBases[r] = tensorBase(biasStrides, rowHeads[r]);
+  }
   // kvOffset + the block's first row: the smallest causal diagonal.
   Value firstDiagonal = add(firstQuery, kvOffset);
   bool alwaysFinish = spec.maskType || spec.biasType || spec.softcap;
@@ -429,7 +475,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
               }
               Value key = add(kvStart, add(constIndex(8 * blockIndex + e % 2),
                                            mul(quadLane, constIndex(2))));
-              result.push_back(finishScore(block[e], queryRows[e / 2], key));
+              result.push_back(finishScore(block[e], queryRows[e / 2], key,
+                                           rowMaskBases[e / 2],
+                                           rowBiasBases[e / 2]));
             }
           return result;
         };
@@ -449,7 +497,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             if (spec.window) {
               // The tile's first key is outside the last row's window.
               Value lastDiagonal =
-                  add(firstDiagonal, constIndex(rowsPerBlock() - 1));
+                  add(sub(endQuery, constIndex(1)), kvOffset);
               Value oldest = sub(lastDiagonal, constIndex(*spec.window));
               Value before = arith::CmpIOp::create(
                   ib, arith::CmpIPredicate::sle, kvStart, oldest);
@@ -553,7 +601,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
+    Value rowOffset = add(tensorBase(outStrides, rowHeads[r]),
+                          mul(toI64(queryRows[r]), outStrides[2]));
     for (int64_t block = 0; block < outBlocks; ++block)
       for (int64_t e = 0; e < 2; ++e) {
         Value column = add(constIndex(8 * block + e),

@@ -171,7 +171,8 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
           Value key = add(kvStart, keyInBlock);
           SmallVector<Value> dots = dotRows(rowsInBlock, keyInBlock);
           for (int64_t row = 0; row < rowsPerWarp; ++row)
-            scores[row].push_back(finishScore(dots[row], queryRows[row], key));
+            scores[row].push_back(finishScore(dots[row], queryRows[row], key,
+                                               maskBase, biasBase));
         }
 
         // Online-softmax update per row; scores become probabilities.

@@ -69,10 +69,22 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   }
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
   int64_t threads = info.getAs<IntegerAttr>("threads_per_block").getInt();
-  llvm::json::Array grid{
-      llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rowsPerBlock}},
-      llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}},
-      llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}}};
+  // A kernel that packs a KV head's query heads into its rows has one block
+  // per rowsPerBlock (query, head) pairs of a group, and grid y over KV
+  // heads.
+  auto packed = info.getAs<BoolAttr>("packs_query_heads");
+  llvm::json::Array grid;
+  if (packed && packed.getValue()) {
+    grid.push_back(llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
+                                      {"per", "kv_heads"},
+                                      {"ceil_div", rowsPerBlock}});
+    grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
+  } else {
+    grid.push_back(
+        llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rowsPerBlock}});
+    grid.push_back(llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}});
+  }
+  grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
   return llvm::json::Object{
       {"name", func.getName()},
       {"kind", "attention"},

@@ -14,7 +14,7 @@
 // CHECK-DAG: llvm.mlir.global internal @kiln_attention_mma_bf16_d64_causal_k_tile() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x bf16>
 // CHECK-DAG: llvm.mlir.global internal @kiln_attention_mma_bf16_d64_causal_v_tile() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x bf16>
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
-// CHECK-SAME: kiln.kernel_info = {{{.*}}kv_block_size = 64 : i64, rows_per_block = 64 : i64, static_shared_bytes = 18432 : i64, threads_per_block = 128 : i64
+// CHECK-SAME: kiln.kernel_info = {{{.*}}kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, static_shared_bytes = 18432 : i64, threads_per_block = 128 : i64
 // CHECK: scf.if
 // CHECK: scf.if
 // CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
