@@ -4,9 +4,10 @@ side by side in one run, on the same inputs.
 
     python3 bench/bench_attention.py PACKAGE_DIR [--out bench.json]
 
-Cases (as in docs/performance and shared/tools/anchors.py): bf16, sequence
-length 4096 with b*s = 16k tokens (batch 4), hidden 2048 (16 heads at
-head_dim 128, 32 heads at head_dim 64), non-causal and causal. For each case
+Cases (as in docs/performance and shared/tools/anchors.py): bf16, b*s = 16k
+tokens, hidden 2048 (16 heads at head_dim 128, 32 heads at head_dim 64); by
+default sequence length 4096 (batch 4), head dims 128 and 64, non-causal and
+causal; `--cases design` runs the cases of DESIGN.md's table instead. For each case
 a matching site of the package is used (bf16, that head_dim, that causality,
 no mask or bias); a case without one is reported as skipped. Compared with:
 SDPA's flash backend (FlashAttention-2), SDPA's cuDNN backend, and
@@ -72,7 +73,7 @@ def make_timer() -> Callable[[Callable[[], Any]], float]:
 
 
 def find_site(
-    package: kiln.Package, head_dim: int, causal: bool, heads: int
+    package: kiln.Package, head_dim: int, causal: bool, heads: int, seq: int
 ) -> Optional[kiln.Site]:
     def fits(site: kiln.Site) -> bool:
         return (
@@ -83,8 +84,8 @@ def find_site(
             and not site.bias
             and site.window is None
             and site.softcap is None
-            and site.q_len in (None, TOKENS // 4)
-            and site.kv_len in (None, TOKENS // 4)
+            and site.q_len in (None, seq)
+            and site.kv_len in (None, seq)
         )
 
     candidates = [s for s in package.sites if fits(s)]
@@ -104,14 +105,14 @@ def bench_case(
     package: kiln.Package,
     head_dim: int,
     causal: bool,
+    seq: int,
     timer: Callable[[Callable[[], Any]], float],
     flex: Any,
     create_block_mask: Any,
 ) -> List[Dict[str, Any]]:
-    seq = 4096
     batch = TOKENS // seq
     heads = HIDDEN // head_dim
-    site = find_site(package, head_dim, causal, heads)
+    site = find_site(package, head_dim, causal, heads, seq)
     base = {"d": head_dim, "s": seq, "causal": causal}
     if site is None:
         print(f"d{head_dim} s{seq} causal={causal}: no matching site, skipped")
@@ -218,6 +219,13 @@ def main() -> int:
     parser.add_argument("package", help="package directory written by kilnc")
     parser.add_argument("--out", help="JSON results file")
     parser.add_argument("--no-flex", action="store_true", help="skip FlexAttention")
+    parser.add_argument(
+        "--cases",
+        default="d128:4096,d128c:4096,d64:4096,d64c:4096",
+        help="comma-separated dHEAD[c]:SEQ (c = causal); 'design' for the "
+        "cases of DESIGN.md's table (d128 s4k, d128 s16k, d128 s16k causal, "
+        "d64 s16k, d128 s1k causal)",
+    )
     options = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_attention: no CUDA device", file=sys.stderr)
@@ -246,24 +254,32 @@ def main() -> int:
         flush=True,
     )
     rows: List[Dict[str, Any]] = []
-    for head_dim in (128, 64):
-        for causal in (False, True):
-            rows.extend(
-                bench_case(package, head_dim, causal, timer, flex, create_block_mask)
+    spec = options.cases
+    if spec == "design":
+        spec = "d128:4096,d128:16384,d128c:16384,d64:16384,d128c:1024"
+    for item in spec.split(","):
+        shape, seq = item.split(":")
+        causal = shape.endswith("c")
+        head_dim = int(shape[1:].rstrip("c"))
+        rows.extend(
+            bench_case(
+                package, head_dim, causal, int(seq), timer, flex, create_block_mask
             )
+        )
 
     print("\nTFLOP/s (x = Kiln's speed relative to each):")
-    cases = sorted({(r["d"], r["causal"]) for r in rows})
+    cases = list(dict.fromkeys((r["d"], r["s"], r["causal"]) for r in rows))
     impls = ["kiln", "sdpa-flash", "sdpa-cudnn", "flex"]
     print(f"{'case':<22}" + "".join(f"{name:>16}" for name in impls))
-    for d, causal in cases:
-        line = f"{f'd{d} s4096' + (' causal' if causal else ''):<22}"
+    for d, seq, causal in cases:
+        line = f"{f'd{d} s{seq}' + (' causal' if causal else ''):<22}"
         for impl in impls:
             row = next(
                 (
                     r
                     for r in rows
-                    if r["d"] == d and r["causal"] == causal and r.get("impl") == impl
+                    if (r["d"], r["s"], r["causal"]) == (d, seq, causal)
+                    and r.get("impl") == impl
                 ),
                 None,
             )

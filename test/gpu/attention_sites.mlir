@@ -88,3 +88,9 @@ func.func @f16_d80_full(%q: tensor<?x8x?x80xf16>, %k: tensor<?x2x?x80xf16>, %v: 
   %o = kiln.attention %q, %k, %v {scale = 0.11180339887498948 : f32} : tensor<?x8x?x80xf16>, tensor<?x2x?x80xf16>, tensor<?x2x?x80xf16> -> tensor<?x8x?x80xf16>
   return %o : tensor<?x8x?x80xf16>
 }
+
+// Heads left dynamic: the check tries groups of 1, 3, 4, 5 and 7.
+func.func @bf16_d128_causal_any_heads(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?x?x128xbf16>, %v: tensor<?x?x?x128xbf16>) -> tensor<?x?x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831845 : f32} : tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16> -> tensor<?x?x?x128xbf16>
+  return %o : tensor<?x?x?x128xbf16>
+}

@@ -44,6 +44,9 @@ import torch  # noqa: E402
 import kiln  # noqa: E402
 
 LENGTHS = (1, 17, 128, 1000, 4096)
+# (q_heads, kv_heads) tried on sites whose heads are dynamic: groups of 3, 5,
+# 1 and 7.
+HEAD_PAIRS = ((6, 2), (5, 1), (3, 3), (28, 4))
 SANITIZE_CASES = ((1, 17), (17, 17), (33, 128), (128, 40))
 TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-5}
 TORCH_DTYPES = {
@@ -297,6 +300,15 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
             for sk in lengths(site.kv_len, LENGTHS)
         ]
     cases = [Case(batch, q_heads, kv_heads, sq, sk) for sq, sk in pairs]
+    # Sites with dynamic heads: other group sizes, including ones that do not
+    # divide a block's rows (the tensor-core kernel packs a KV head's query
+    # heads into its rows), decode-shaped and prefill-shaped.
+    if site.q_heads is None and site.kv_heads is None:
+        head_pairs = HEAD_PAIRS[:2] if sanitize else HEAD_PAIRS
+        for hq, hkv in head_pairs:
+            for sq, sk in [(1, 4096), (17, 128), (1000, 1000)]:
+                if (site.q_len in (None, sq)) and (site.kv_len in (None, sk)):
+                    cases.append(Case(batch, hq, hkv, sq, sk))
     # Strided views, broadcast masks and a CUDA graph on a few shapes.
     preferred = [(17, 128), (128, 128), (1000, 1000), (17, 17), (33, 128)]
     extra = [pair for pair in preferred if pair in pairs][:3] or pairs[:1]
