@@ -111,11 +111,9 @@ struct ConvertKilnToGPUPass
             spec.tensorCores
                 ? createMmaKernel(spec)
                 : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
-        if (kernel->sharedBytes() > kStaticSharedLimit ||
-            kernel->sharedBytes() + kernel->dynamicSharedBytes() >
-                kDynamicSharedLimit) {
+        if (kernel->sharedBytes() > kStaticSharedLimit) {
           op.emitOpError("kernel needs ")
-              << kernel->sharedBytes() + kernel->dynamicSharedBytes()
+              << kernel->sharedBytes()
               << " bytes of shared memory; lower kv-block-size or "
                  "rows-per-warp";
           return signalPassFailure();
@@ -156,9 +154,6 @@ struct ConvertKilnToGPUPass
                              builder.getBoolAttr(kernel.packsQueryHeads())),
         builder.getNamedAttr("static_shared_bytes",
                              builder.getI64IntegerAttr(kernel.sharedBytes())),
-        builder.getNamedAttr(
-            "dynamic_shared_bytes",
-            builder.getI64IntegerAttr(kernel.dynamicSharedBytes())),
         builder.getNamedAttr("arg_names", strings(kernel.argumentNames())),
         builder.getNamedAttr("arg_kinds", strings(kernel.argumentKinds()))};
     return builder.getDictionaryAttr(fields);

@@ -44,11 +44,6 @@ constexpr int64_t kTileKeys = 64;
 constexpr int64_t kRowPadding = 8;
 /// Elements per 16-byte global load.
 constexpr int64_t kChunk = 8;
-/// K and V tiles in flight: while the tensor cores work on tile i, the
-/// copies of the rest of tile i and of tile i + 1 are outstanding.
-constexpr int64_t kStages = 2;
-/// The module's dynamic shared memory.
-constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
 class MmaKernel : public AttentionKernelBuilder {
 public:
@@ -62,11 +57,8 @@ public:
     return kRowsPerWarp * kWarpsPerBlock;
   }
   int64_t kvBlockSize() const override { return kTileKeys; }
-  /// Two stages of K and V tiles, in dynamic shared memory (more than the
-  /// 48 KiB of static shared memory at head dim 128).
-  int64_t sharedBytes() const override { return 0; }
-  int64_t dynamicSharedBytes() const override {
-    return 2 * kStages * tileBytes();
+  int64_t sharedBytes() const override {
+    return 2 * kTileKeys * rowElements * elementBytes();
   }
 
 protected:
@@ -75,7 +67,6 @@ protected:
 
 private:
   int64_t elementBytes() const { return 2; }
-  int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, i32(), value);
@@ -121,19 +112,18 @@ private:
   Value pack(Value low, Value high);
 
   int64_t rowElements, dimChunks;
+  std::string kTileName, vTileName;
 };
 
 void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
-  // One extern shared array for the whole module: every launch gets its own
-  // dynamic shared memory behind it.
-  Operation *module = moduleBuilder.getInsertionBlock()->getParentOp();
-  if (SymbolTable::lookupSymbolIn(module, kDynamicSharedName))
-    return;
-  auto arrayType =
-      LLVM::LLVMArrayType::get(IntegerType::get(module->getContext(), 8), 0);
-  LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
-                         LLVM::Linkage::External, kDynamicSharedName,
-                         Attribute(), /*alignment=*/16, /*addrSpace=*/3);
+  kTileName = spec.name() + "_k_tile";
+  vTileName = spec.name() + "_v_tile";
+  auto arrayType = LLVM::LLVMArrayType::get(spec.elementType,
+                                            kTileKeys * rowElements);
+  for (const std::string &name : {kTileName, vTileName})
+    LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
+                           LLVM::Linkage::Internal, name, Attribute(),
+                           /*alignment=*/16, /*addrSpace=*/3);
 }
 
 Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
@@ -305,16 +295,8 @@ Value MmaKernel::pack(Value low, Value high) {
 void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  // Dynamic shared memory: K stage 0, K stage 1, V stage 0, V stage 1.
-  Value shared =
-      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
-  auto stageTile = [&](int64_t index) -> Value {
-    return LLVM::GEPOp::create(
-        *b, sharedPtr, b->getI8Type(), shared,
-        ArrayRef<LLVM::GEPArg>{int32_t(index * tileBytes())});
-  };
-  Value kTiles[kStages] = {stageTile(0), stageTile(1)};
-  Value vTiles[kStages] = {stageTile(2), stageTile(3)};
+  Value kTile = LLVM::AddressOfOp::create(builder, sharedPtr, kTileName);
+  Value vTile = LLVM::AddressOfOp::create(builder, sharedPtr, vTileName);
 
   // 16-byte loads need 16-byte aligned rows: every base pointer and every
   // batch, head and sequence stride a multiple of 8 elements. Views that are
@@ -362,15 +344,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   };
 
   // The first K tile is in flight while Q goes global → shared (through
-  // V stage 1) → A fragments in registers; then the first V tile and the
-  // second K and V tiles start. cp.async groups are committed in the order
-  // K0, V0, K1, V1, K2, ... (empty groups where there is no tile), so "all
-  // but the newest three groups done" is the wait for the tile needed next.
+  // the V buffer) → A fragments in registers; then the first V tile starts.
+  // cp.async groups are committed in the order K0, V0, K1, V1, ... (empty
+  // groups where there is no tile), so "all but the newest group done" is
+  // the wait for the tile needed next.
   Value hasTiles =
       arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd);
-  Value secondStart = add(kvBegin, constIndex(kTileKeys));
-  Value hasSecond = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
-                                          secondStart, kvEnd);
   auto issueIf = [&](Value condition, Value tile, Value global, Value base,
                      Value rowStride, Value firstRow) {
     auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
@@ -378,7 +357,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     b->setInsertionPointToStart(&ifOp.getThenRegion().front());
     issueTile(tile, global, base, rowStride, firstRow, kvLen, aligned);
   };
-  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
+  issueIf(hasTiles, kTile, k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
 
   // Row r of the Q tile is (query, head) pair firstPackedRow + r.
@@ -403,7 +382,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&qLoad.getElseRegion().front());
     scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
   }
-  storeChunks(vTiles[1], qPlan,
+  storeChunks(vTile, qPlan,
               SmallVector<Value>(qLoad.getResults().begin(),
                                  qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
@@ -412,16 +391,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
     // the a0-a7 order of an A fragment.
     qFragments.push_back(loadMatrices(
-        blockAddress(vTiles[1], warpRow, 16 * c, matrixLow, matrixHigh),
+        blockAddress(vTile, warpRow, 16 * c, matrixLow, matrixHigh),
         /*transpose=*/false));
   }
   // Every warp has its Q fragments before V overwrites the buffer.
   gpu::BarrierOp::create(builder);
-  issueIf(hasTiles, vTiles[0], v, vBase, vStrides[2], kvBegin);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
-  issueIf(hasSecond, kTiles[1], k, kBase, kStrides[2], secondStart);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
-  issueIf(hasSecond, vTiles[1], v, vBase, vStrides[2], secondStart);
+  issueIf(hasTiles, vTile, v, vBase, vStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
@@ -453,20 +428,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
-        // This tile's K has landed (its V and the next tile may still be in
-        // flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+        // This tile's K has landed (its V may still be in flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
         gpu::BarrierOp::create(ib);
-        // The tile after next goes to this tile's stage.
-        Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
+        Value nextStart = add(kvStart, constIndex(kTileKeys));
         Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                               nextStart, kvEnd);
-        Value tileIndex = arith::DivUIOp::create(
-            ib, sub(kvStart, kvBegin), constIndex(kTileKeys));
-        Value odd = arith::TruncIOp::create(ib, ib.getI1Type(),
-                                            toI32(tileIndex));
-        Value kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
-        Value vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
 
         // S = Q·Kᵀ: 8 blocks of 8 keys, 4 accumulators each.
         SmallVector<SmallVector<Value>> scores(kTileKeys / 8,
@@ -486,8 +453,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           }
         }
 
-        // Every warp is done with this K stage: the K tile after next loads
-        // into it during the softmax and P·V of this one.
+        // Every warp is done with K: the next K tile loads during the
+        // softmax and P·V of this one.
         gpu::BarrierOp::create(ib);
         issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
         NVVM::CpAsyncCommitGroupOp::create(ib);
@@ -583,9 +550,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
           acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
 
-        // This tile's V has landed (the next tile and the K after it may
-        // still be in flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+        // This tile's V has landed (the next K may still be in flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
         gpu::BarrierOp::create(ib);
 
         // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
@@ -610,8 +576,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                 MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
           }
         }
-        // Every warp is done with this V stage: the V tile after next loads
-        // into it.
+        // Every warp is done with V: the next V tile loads during the next
+        // Q·Kᵀ.
         gpu::BarrierOp::create(ib);
         issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
         NVVM::CpAsyncCommitGroupOp::create(ib);
