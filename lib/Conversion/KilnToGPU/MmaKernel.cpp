@@ -110,6 +110,11 @@ private:
            MutableArrayRef<Value> acc);
   /// Two f32 → one packed register of the element type (low half first).
   Value pack(Value low, Value high);
+  /// Decode mode: merges the four warps' online-softmax states (max and sum
+  /// of rows g and g + 8, then the O accumulators) for the same rows through
+  /// shared memory (the K and V tiles, free once the loop is done) and
+  /// returns the merged state to every warp.
+  SmallVector<Value> mergeWarps(ValueRange state, Value kTile, Value vTile);
 
   int64_t rowElements, dimChunks;
   std::string kTileName, vTileName;
@@ -292,6 +297,66 @@ Value MmaKernel::pack(Value low, Value high) {
   return LLVM::BitcastOp::create(*b, i32(), narrow);
 }
 
+SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value kTile,
+                                         Value vTile) {
+  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+  Type f32 = b->getF32Type();
+  int64_t size = state.size();
+  // Warp w's region: the K tile for warps 0 and 1, the V tile for 2 and 3
+  // (a tile holds exactly two regions of 32 lanes × size floats), laid out
+  // [value][lane] so that a warp's stores hit 32 banks.
+  auto region = [&](Value warpIndex) {
+    Value inV = arith::CmpIOp::create(*b, arith::CmpIPredicate::uge, warpIndex,
+                                      constIndex(2));
+    Value tile = arith::SelectOp::create(*b, inV, vTile, kTile);
+    Value second = arith::RemUIOp::create(*b, warpIndex, constIndex(2));
+    Value floats = mul(second, constIndex(kWarpSize * size));
+    return LLVM::GEPOp::create(*b, sharedPtr, f32, tile,
+                               ValueRange{toI32(floats)});
+  };
+  auto slot = [&](Value base, int64_t index) {
+    return LLVM::GEPOp::create(
+        *b, sharedPtr, f32, base,
+        ValueRange{toI32(add(lane, constIndex(index * kWarpSize)))});
+  };
+  NVVM::CpAsyncWaitGroupOp::create(*b, 0);
+  gpu::BarrierOp::create(*b);
+  Value own = region(warp);
+  for (int64_t i = 0; i < size; ++i)
+    LLVM::StoreOp::create(*b, state[i], slot(own, i));
+  gpu::BarrierOp::create(*b);
+
+  SmallVector<SmallVector<Value>> warps;
+  for (int64_t w = 0; w < kWarpsPerBlock; ++w) {
+    Value base = region(constIndex(w));
+    SmallVector<Value> values;
+    for (int64_t i = 0; i < size; ++i)
+      values.push_back(LLVM::LoadOp::create(*b, f32, slot(base, i)));
+    warps.push_back(values);
+  }
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value zero = constF32(0.0f);
+  SmallVector<Value> merged(size, zero);
+  Value weights[kWarpsPerBlock][2];
+  for (int64_t r = 0; r < 2; ++r) {
+    Value max = negInf;
+    for (auto &values : warps)
+      max = fmax(max, values[r]);
+    Value isEmpty =
+        arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ, max, negInf);
+    Value safeMax = arith::SelectOp::create(*b, isEmpty, zero, max);
+    merged[r] = max;
+    for (auto [w, values] : llvm::enumerate(warps)) {
+      weights[w][r] = exp2(arith::SubFOp::create(*b, values[r], safeMax));
+      merged[2 + r] = fadd(merged[2 + r], fmul(values[2 + r], weights[w][r]));
+    }
+  }
+  for (int64_t i = 4; i < size; ++i)
+    for (auto [w, values] : llvm::enumerate(warps))
+      merged[i] = fadd(merged[i], fmul(values[i], weights[w][((i - 4) % 4) / 2]));
+  return merged;
+}
+
 void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
@@ -386,12 +451,23 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
               SmallVector<Value>(qLoad.getResults().begin(),
                                  qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
+
+  // Decode shapes: when the block's rows that exist (q_len · group of them)
+  // fit in one warp's 16, the four warps share those rows and split each
+  // tile's keys instead, 16 keys a warp, and their results are merged at the
+  // end. Otherwise each warp owns 16 rows and all 64 keys. The branch is
+  // uniform.
+  Value isDecode =
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::ule,
+                            mul(qLen, group), constIndex(kRowsPerWarp));
+  Value rowBase =
+      arith::SelectOp::create(builder, isDecode, constIndex(0), warpRow);
   SmallVector<SmallVector<Value>> qFragments;
   for (int64_t c = 0; c < dimChunks; ++c) {
     // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
     // the a0-a7 order of an A fragment.
     qFragments.push_back(loadMatrices(
-        blockAddress(vTile, warpRow, 16 * c, matrixLow, matrixHigh),
+        blockAddress(vTile, rowBase, 16 * c, matrixLow, matrixHigh),
         /*transpose=*/false));
   }
   // Every warp has its Q fragments before V overwrites the buffer.
@@ -412,7 +488,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value queryRows[2], rowHeads[2], rowMaskBases[2], rowBiasBases[2];
   for (int64_t r = 0; r < 2; ++r) {
     std::tie(queryRows[r], rowHeads[r]) =
-        packedRow(add(warpRow, add(laneGroup, constIndex(8 * r))));
+        packedRow(add(rowBase, add(laneGroup, constIndex(8 * r))));
     if (spec.maskType)
       rowMaskBases[r] = tensorBase(maskStrides, rowHeads[r]);
     if (spec.biasType)
@@ -422,8 +498,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value firstDiagonal = add(firstQuery, kvOffset);
   bool alwaysFinish = spec.maskType || spec.biasType || spec.softcap;
 
-  auto kvLoop = scf::ForOp::create(
-      builder, kvBegin, kvEnd, constIndex(kTileKeys), initState,
+  // The loop over key tiles; each warp takes `keyBlocks` blocks of 8 keys of
+  // every tile, from key `keyOffset` of the tile.
+  auto emitLoop = [&](int64_t keyBlocks, Value keyOffset) {
+    return scf::ForOp::create(
+      *b, kvBegin, kvEnd, constIndex(kTileKeys), initState,
       [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
@@ -435,16 +514,16 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                               nextStart, kvEnd);
 
-        // S = Q·Kᵀ: 8 blocks of 8 keys, 4 accumulators each.
-        SmallVector<SmallVector<Value>> scores(kTileKeys / 8,
+        // S = Q·Kᵀ: blocks of 8 keys, 4 accumulators each.
+        SmallVector<SmallVector<Value>> scores(keyBlocks,
                                                SmallVector<Value>(4, zero));
-        for (int64_t pair = 0; pair < kTileKeys / 16; ++pair) {
+        for (int64_t pair = 0; pair < keyBlocks / 2; ++pair) {
           for (int64_t c = 0; c < dimChunks; ++c) {
             // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
             // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
             SmallVector<Value> kFragments = loadMatrices(
-                blockAddress(kTile, constIndex(16 * pair), 16 * c, matrixHigh,
-                             matrixLow),
+                blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
+                             16 * c, matrixHigh, matrixLow),
                 /*transpose=*/false);
             mma(qFragments[c], {kFragments[0], kFragments[1]},
                 scores[2 * pair]);
@@ -473,8 +552,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                 result.push_back(fmul(block[e], scaleLog2));
                 continue;
               }
-              Value key = add(kvStart, add(constIndex(8 * blockIndex + e % 2),
-                                           mul(quadLane, constIndex(2))));
+              Value key =
+                  add(add(kvStart, keyOffset),
+                      add(constIndex(8 * blockIndex + e % 2),
+                          mul(quadLane, constIndex(2))));
               result.push_back(finishScore(block[e], queryRows[e / 2], key,
                                            rowMaskBases[e / 2],
                                            rowBiasBases[e / 2]));
@@ -522,8 +603,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         SmallVector<Value> probabilities(finished.size());
         for (int64_t r = 0; r < 2; ++r) {
           Value tileMax = negInf;
-          for (int64_t blockIndex = 0; blockIndex < kTileKeys / 8;
-               ++blockIndex)
+          for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
             for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
               tileMax = fmax(tileMax, finished[4 * blockIndex + e]);
           tileMax = butterfly(tileMax, /*isMax=*/true, 2);
@@ -535,8 +615,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
           alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
           Value sum = fmul(state[2 + r], alpha[r]);
-          for (int64_t blockIndex = 0; blockIndex < kTileKeys / 8;
-               ++blockIndex)
+          for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
             for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
               int64_t i = 4 * blockIndex + e;
               probabilities[i] =
@@ -556,7 +635,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
         // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
         // and 2j + 1 are the A fragment of key chunk j.
-        for (int64_t j = 0; j < kTileKeys / 16; ++j) {
+        for (int64_t j = 0; j < keyBlocks / 2; ++j) {
           ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
           ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
           SmallVector<Value> pFragment = {
@@ -567,8 +646,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             // dims 16·pair + 0-7 / 8-15 (matrixHigh): B fragments of two
             // head-dim blocks.
             SmallVector<Value> vFragments = loadMatrices(
-                blockAddress(vTile, constIndex(16 * j), 16 * pair, matrixLow,
-                             matrixHigh),
+                blockAddress(vTile, add(keyOffset, constIndex(16 * j)),
+                             16 * pair, matrixLow, matrixHigh),
                 /*transpose=*/true);
             mma(pFragment, {vFragments[0], vFragments[1]},
                 MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
@@ -584,20 +663,43 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
         newState.append(acc.begin(), acc.end());
         scf::YieldOp::create(ib, newState);
+        b = &builder;
       });
-  b = &builder;
-  NVVM::CpAsyncWaitGroupOp::create(builder, 0);
+  };
 
-  // out = O / sum; rows that saw no key are written as zeros.
-  ValueRange results = kvLoop.getResults();
+  SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
+  auto modeIf = scf::IfOp::create(builder, stateTypes, isDecode,
+                                  /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
+    scf::ForOp loop = emitLoop(2, mul(warp, constIndex(16)));
+    scf::YieldOp::create(builder, mergeWarps(loop.getResults(), kTile, vTile));
+    builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
+    loop = emitLoop(kTileKeys / 8, constIndex(0));
+    NVVM::CpAsyncWaitGroupOp::create(builder, 0);
+    scf::YieldOp::create(builder, loop.getResults());
+  }
+
+  // out = O / sum; rows that saw no key are written as zeros. In decode
+  // mode the four warps hold the same merged rows and warp 0 writes them.
+  ValueRange results = modeIf.getResults();
+  Value writer = arith::OrIOp::create(
+      builder, arith::XOrIOp::create(
+                   builder, isDecode,
+                   arith::ConstantIntOp::create(builder, builder.getI1Type(), 1)),
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, warp,
+                            constIndex(0)));
   for (int64_t r = 0; r < 2; ++r) {
     Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
     Value hasKeys =
         arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
     Value inverse = arith::DivFOp::create(builder, constF32(1.0f), sum);
     inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
-    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
-                                           queryRows[r], qLen);
+    Value inBounds = arith::AndIOp::create(
+        builder, writer,
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, queryRows[r],
+                              qLen));
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
