@@ -254,10 +254,9 @@ def main() -> int:
         flush=True,
     )
     rows: List[Dict[str, Any]] = []
-    spec = options.cases
-    if spec == "design":
-        spec = "d128:4096,d128:16384,d128c:16384,d64:16384,d128c:1024"
-    for item in spec.split(","):
+    design = "d128:4096,d128:16384,d128c:16384,d64:16384,d128c:1024"
+    items = options.cases.replace("design", design).split(",")
+    for item in items:
         shape, seq = item.split(":")
         causal = shape.endswith("c")
         head_dim = int(shape[1:].rstrip("c"))
