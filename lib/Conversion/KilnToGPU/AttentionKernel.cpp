@@ -228,6 +228,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
                 moduleBuilder.getUnitAttr());
   func.setKnownBlockSizeAttr(
       moduleBuilder.getDenseI32ArrayAttr({int32_t(kThreadsPerBlock), 1, 1}));
+  if (int64_t blocks = minBlocksPerSM())
+    func->setAttr("nvvm.minctasm", moduleBuilder.getI32IntegerAttr(blocks));
 
   ImplicitLocOpBuilder builder(loc, ctx);
   builder.setInsertionPointToStart(&func.getBody().front());

@@ -74,6 +74,9 @@ public:
   gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
 
 protected:
+  /// Blocks per SM the register allocation must leave room for (ptxas's
+  /// .minnctapersm); 0 leaves it to ptxas.
+  virtual int64_t minBlocksPerSM() const { return 0; }
   /// Workgroup memory attributions of the gpu.func.
   virtual SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const {
     return {};

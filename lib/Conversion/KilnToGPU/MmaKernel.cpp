@@ -62,6 +62,12 @@ public:
   }
 
 protected:
+  /// Up to head dim 64 three blocks fit at 168 registers a thread; ptxas
+  /// would otherwise take a few more (for the decode path) and fit only two.
+  /// Larger head dims use up to 255 registers: two blocks whatever is asked.
+  int64_t minBlocksPerSM() const override {
+    return spec.headDim <= 64 ? 3 : 0;
+  }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
 
