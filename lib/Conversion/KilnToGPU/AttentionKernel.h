@@ -25,6 +25,9 @@ inline constexpr int64_t kWarpsPerBlock = 4;
 inline constexpr int64_t kThreadsPerBlock = kWarpSize * kWarpsPerBlock;
 /// Static shared memory a kernel may use without an opt-in.
 inline constexpr int64_t kStaticSharedLimit = 48 * 1024;
+/// Shared memory a block may use on sm_80 and later with the opt-in (sm_80
+/// allows 163 KiB, sm_90 227 KiB; kernels stay within the smaller).
+inline constexpr int64_t kDynamicSharedLimit = 163 * 1024;
 
 /// Everything that makes two attention sites need different kernels.
 struct KernelSpec {
@@ -59,6 +62,8 @@ public:
   virtual int64_t kvBlockSize() const = 0;
   /// Static shared memory the kernel uses, in bytes.
   virtual int64_t sharedBytes() const = 0;
+  /// Dynamic shared memory each launch needs, in bytes.
+  virtual int64_t dynamicSharedBytes() const { return 0; }
   int64_t threadsPerBlock() const { return kThreadsPerBlock; }
   /// Whether grid y runs over KV heads with a group's query heads packed
   /// into each block's rows (see KernelSpec::packQueryHeads).

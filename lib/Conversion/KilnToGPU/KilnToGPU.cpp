@@ -111,9 +111,11 @@ struct ConvertKilnToGPUPass
             spec.tensorCores
                 ? createMmaKernel(spec)
                 : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
-        if (kernel->sharedBytes() > kStaticSharedLimit) {
+        if (kernel->sharedBytes() > kStaticSharedLimit ||
+            kernel->sharedBytes() + kernel->dynamicSharedBytes() >
+                kDynamicSharedLimit) {
           op.emitOpError("kernel needs ")
-              << kernel->sharedBytes()
+              << kernel->sharedBytes() + kernel->dynamicSharedBytes()
               << " bytes of shared memory; lower kv-block-size or "
                  "rows-per-warp";
           return signalPassFailure();
@@ -154,6 +156,9 @@ struct ConvertKilnToGPUPass
                              builder.getBoolAttr(kernel.packsQueryHeads())),
         builder.getNamedAttr("static_shared_bytes",
                              builder.getI64IntegerAttr(kernel.sharedBytes())),
+        builder.getNamedAttr(
+            "dynamic_shared_bytes",
+            builder.getI64IntegerAttr(kernel.dynamicSharedBytes())),
         builder.getNamedAttr("arg_names", strings(kernel.argumentNames())),
         builder.getNamedAttr("arg_kinds", strings(kernel.argumentKinds()))};
     return builder.getDictionaryAttr(fields);

@@ -44,6 +44,11 @@ constexpr int64_t kTileKeys = 64;
 constexpr int64_t kRowPadding = 8;
 /// Elements per 16-byte global load.
 constexpr int64_t kChunk = 8;
+/// K and V tiles in flight: while the tensor cores work on tile i, the
+/// copies of the rest of tile i and of tile i + 1 are outstanding.
+constexpr int64_t kStages = 2;
+/// The module's dynamic shared memory.
+constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
 class MmaKernel : public AttentionKernelBuilder {
 public:
@@ -57,8 +62,11 @@ public:
     return kRowsPerWarp * kWarpsPerBlock;
   }
   int64_t kvBlockSize() const override { return kTileKeys; }
-  int64_t sharedBytes() const override {
-    return 2 * kTileKeys * rowElements * elementBytes();
+  /// Two stages of K and V tiles, in dynamic shared memory (more than the
+  /// 48 KiB of static shared memory at head dim 128).
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override {
+    return 2 * kStages * tileBytes();
   }
 
 protected:
@@ -73,6 +81,7 @@ protected:
 
 private:
   int64_t elementBytes() const { return 2; }
+  int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, i32(), value);
@@ -118,23 +127,25 @@ private:
   Value pack(Value low, Value high);
   /// Decode mode: merges the four warps' online-softmax states (max and sum
   /// of rows g and g + 8, then the O accumulators) for the same rows through
-  /// shared memory (the K and V tiles, free once the loop is done) and
-  /// returns the merged state to every warp.
-  SmallVector<Value> mergeWarps(ValueRange state, Value kTile, Value vTile);
+  /// shared memory (two tiles, free once the loop is done) and returns the
+  /// merged state to every warp.
+  SmallVector<Value> mergeWarps(ValueRange state, Value firstTile,
+                                Value secondTile);
 
   int64_t rowElements, dimChunks;
-  std::string kTileName, vTileName;
 };
 
 void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
-  kTileName = spec.name() + "_k_tile";
-  vTileName = spec.name() + "_v_tile";
-  auto arrayType = LLVM::LLVMArrayType::get(spec.elementType,
-                                            kTileKeys * rowElements);
-  for (const std::string &name : {kTileName, vTileName})
-    LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
-                           LLVM::Linkage::Internal, name, Attribute(),
-                           /*alignment=*/16, /*addrSpace=*/3);
+  // One extern shared array for the whole module: every launch gets its own
+  // dynamic shared memory behind it.
+  Operation *module = moduleBuilder.getInsertionBlock()->getParentOp();
+  if (SymbolTable::lookupSymbolIn(module, kDynamicSharedName))
+    return;
+  auto arrayType =
+      LLVM::LLVMArrayType::get(IntegerType::get(module->getContext(), 8), 0);
+  LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
+                         LLVM::Linkage::External, kDynamicSharedName,
+                         Attribute(), /*alignment=*/16, /*addrSpace=*/3);
 }
 
 Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
@@ -303,18 +314,18 @@ Value MmaKernel::pack(Value low, Value high) {
   return LLVM::BitcastOp::create(*b, i32(), narrow);
 }
 
-SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value kTile,
-                                         Value vTile) {
+SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
+                                         Value secondTile) {
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
   Type f32 = b->getF32Type();
   int64_t size = state.size();
-  // Warp w's region: the K tile for warps 0 and 1, the V tile for 2 and 3
-  // (a tile holds exactly two regions of 32 lanes × size floats), laid out
+  // Warp w's region: the first tile for warps 0 and 1, the second for 2 and
+  // 3 (a tile holds exactly two regions of 32 lanes × size floats), laid out
   // [value][lane] so that a warp's stores hit 32 banks.
   auto region = [&](Value warpIndex) {
     Value inV = arith::CmpIOp::create(*b, arith::CmpIPredicate::uge, warpIndex,
                                       constIndex(2));
-    Value tile = arith::SelectOp::create(*b, inV, vTile, kTile);
+    Value tile = arith::SelectOp::create(*b, inV, secondTile, firstTile);
     Value second = arith::RemUIOp::create(*b, warpIndex, constIndex(2));
     Value floats = mul(second, constIndex(kWarpSize * size));
     return LLVM::GEPOp::create(*b, sharedPtr, f32, tile,
@@ -366,8 +377,16 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value kTile,
 void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  Value kTile = LLVM::AddressOfOp::create(builder, sharedPtr, kTileName);
-  Value vTile = LLVM::AddressOfOp::create(builder, sharedPtr, vTileName);
+  // Dynamic shared memory: K stage 0, K stage 1, V stage 0, V stage 1.
+  Value shared =
+      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  auto stageTile = [&](int64_t index) -> Value {
+    return LLVM::GEPOp::create(
+        *b, sharedPtr, b->getI8Type(), shared,
+        ArrayRef<LLVM::GEPArg>{int32_t(index * tileBytes())});
+  };
+  Value kTiles[kStages] = {stageTile(0), stageTile(1)};
+  Value vTiles[kStages] = {stageTile(2), stageTile(3)};
 
   // 16-byte loads need 16-byte aligned rows: every base pointer and every
   // batch, head and sequence stride a multiple of 8 elements. Views that are
@@ -415,12 +434,15 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   };
 
   // The first K tile is in flight while Q goes global → shared (through
-  // the V buffer) → A fragments in registers; then the first V tile starts.
-  // cp.async groups are committed in the order K0, V0, K1, V1, ... (empty
-  // groups where there is no tile), so "all but the newest group done" is
-  // the wait for the tile needed next.
+  // V stage 1) → A fragments in registers; then the first V tile and the
+  // second K and V tiles start. cp.async groups are committed in the order
+  // K0, V0, K1, V1, K2, ... (empty groups where there is no tile), so "all
+  // but the newest three groups done" is the wait for the tile needed next.
   Value hasTiles =
       arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd);
+  Value secondStart = add(kvBegin, constIndex(kTileKeys));
+  Value hasSecond = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                          secondStart, kvEnd);
   auto issueIf = [&](Value condition, Value tile, Value global, Value base,
                      Value rowStride, Value firstRow) {
     auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
@@ -428,7 +450,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     b->setInsertionPointToStart(&ifOp.getThenRegion().front());
     issueTile(tile, global, base, rowStride, firstRow, kvLen, aligned);
   };
-  issueIf(hasTiles, kTile, k, kBase, kStrides[2], kvBegin);
+  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
 
   // Row r of the Q tile is (query, head) pair firstPackedRow + r.
@@ -453,7 +475,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&qLoad.getElseRegion().front());
     scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
   }
-  storeChunks(vTile, qPlan,
+  storeChunks(vTiles[1], qPlan,
               SmallVector<Value>(qLoad.getResults().begin(),
                                  qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
@@ -473,12 +495,16 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
     // the a0-a7 order of an A fragment.
     qFragments.push_back(loadMatrices(
-        blockAddress(vTile, rowBase, 16 * c, matrixLow, matrixHigh),
+        blockAddress(vTiles[1], rowBase, 16 * c, matrixLow, matrixHigh),
         /*transpose=*/false));
   }
   // Every warp has its Q fragments before V overwrites the buffer.
   gpu::BarrierOp::create(builder);
-  issueIf(hasTiles, vTile, v, vBase, vStrides[2], kvBegin);
+  issueIf(hasTiles, vTiles[0], v, vBase, vStrides[2], kvBegin);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
+  issueIf(hasSecond, kTiles[1], k, kBase, kStrides[2], secondStart);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
+  issueIf(hasSecond, vTiles[1], v, vBase, vStrides[2], secondStart);
   NVVM::CpAsyncCommitGroupOp::create(builder);
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
@@ -513,12 +539,20 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
-        // This tile's K has landed (its V may still be in flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
+        // This tile's K has landed (its V and the next tile may still be in
+        // flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
         gpu::BarrierOp::create(ib);
-        Value nextStart = add(kvStart, constIndex(kTileKeys));
+        // The tile after next goes to this tile's stage.
+        Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
         Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                               nextStart, kvEnd);
+        Value tileIndex = arith::DivUIOp::create(
+            ib, sub(kvStart, kvBegin), constIndex(kTileKeys));
+        Value odd = arith::TruncIOp::create(ib, ib.getI1Type(),
+                                            toI32(tileIndex));
+        Value kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
+        Value vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
 
         // S = Q·Kᵀ: blocks of 8 keys, 4 accumulators each.
         SmallVector<SmallVector<Value>> scores(keyBlocks,
@@ -538,8 +572,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           }
         }
 
-        // Every warp is done with K: the next K tile loads during the
-        // softmax and P·V of this one.
+        // Every warp is done with this K stage: the K tile after next loads
+        // into it during the softmax and P·V of this one.
         gpu::BarrierOp::create(ib);
         issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
         NVVM::CpAsyncCommitGroupOp::create(ib);
@@ -635,8 +669,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
           acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
 
-        // This tile's V has landed (the next K may still be in flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
+        // This tile's V has landed (the next tile and the K after it may
+        // still be in flight).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
         gpu::BarrierOp::create(ib);
 
         // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
@@ -661,8 +696,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                 MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
           }
         }
-        // Every warp is done with V: the next V tile loads during the next
-        // Q·Kᵀ.
+        // Every warp is done with this V stage: the V tile after next loads
+        // into it.
         gpu::BarrierOp::create(ib);
         issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
         NVVM::CpAsyncCommitGroupOp::create(ib);
@@ -680,7 +715,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
     scf::ForOp loop = emitLoop(2, mul(warp, constIndex(16)));
-    scf::YieldOp::create(builder, mergeWarps(loop.getResults(), kTile, vTile));
+    scf::YieldOp::create(builder,
+                         mergeWarps(loop.getResults(), kTiles[0], kTiles[1]));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
     loop = emitLoop(kTileKeys / 8, constIndex(0));
     NVVM::CpAsyncWaitGroupOp::create(builder, 0);

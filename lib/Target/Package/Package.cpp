@@ -103,7 +103,8 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"grid", std::move(grid)},
       {"static_shared_bytes",
        info.getAs<IntegerAttr>("static_shared_bytes").getInt()},
-      {"dynamic_shared_bytes", 0},
+      {"dynamic_shared_bytes",
+       info.getAs<IntegerAttr>("dynamic_shared_bytes").getInt()},
       {"args", std::move(args)}};
 }
 

@@ -1,20 +1,22 @@
 // RUN: kiln-opt %s -split-input-file -convert-kiln-to-gpu -verify-diagnostics | FileCheck %s
 
-// A bf16 causal GQA site gets the tensor-core kernel: K and V tiles as padded
-// shared globals (64 keys of 64 + 8 elements), 64 rows per block. The first K
-// tile is copied with cp.async (element loads and 16-byte stores when a view
-// is not 16-byte aligned) while Q is staged with 16-byte loads and read into
-// ldmatrix A fragments. In the loop over 64-key tiles: wait for K, Q·Kᵀ as
-// m16n8k16 bf16 mma.sync with f32 accumulators, start the next K, masking
-// only on tiles that need it, quad shuffles for the row reductions, wait for
-// V, P·V with V through ldmatrix.trans, start the next V.
+// A bf16 causal GQA site gets the tensor-core kernel: K and V tiles of 64
+// keys of 64 + 8 elements, two stages of each, in the module's dynamic shared
+// memory; 64 rows per block, each a (query, head) pair of a KV head's group.
+// The first K tile is copied with cp.async (element loads and 16-byte stores
+// when a view is not 16-byte aligned) while Q is staged with 16-byte loads
+// and read into ldmatrix A fragments; then the first V and the second K and
+// V start. In the loop over 64-key tiles: wait for K (three newer groups may
+// still be in flight), Q·Kᵀ as m16n8k16 bf16 mma.sync with f32 accumulators,
+// start the K tile after next, masking only on tiles that need it, quad
+// shuffles for the row reductions, wait for V, P·V with V through
+// ldmatrix.trans, start the V tile after next.
 // CHECK-LABEL: func.func @causal
 // CHECK: kiln.attention {{.*}}kiln.kernel = @kiln_kernels::@kiln_attention_mma_bf16_d64_causal, kiln.site = "attention_0"
 // CHECK: gpu.module @kiln_kernels
-// CHECK-DAG: llvm.mlir.global internal @kiln_attention_mma_bf16_d64_causal_k_tile() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x bf16>
-// CHECK-DAG: llvm.mlir.global internal @kiln_attention_mma_bf16_d64_causal_v_tile() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<4608 x bf16>
+// CHECK: llvm.mlir.global external @kiln_dynamic_shared() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<0 x i8>
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
-// CHECK-SAME: kiln.kernel_info = {{{.*}}kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, static_shared_bytes = 18432 : i64, threads_per_block = 128 : i64
+// CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 36864 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
 // CHECK: scf.if
 // CHECK: scf.if
 // CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
@@ -28,8 +30,10 @@
 // CHECK: nvvm.ldmatrix {{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, num = 4 : i32, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>}
 // CHECK: gpu.barrier
 // CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.commit.group
+// CHECK: nvvm.cp.async.commit.group
 // CHECK: scf.for
-// CHECK: nvvm.cp.async.wait.group 1
+// CHECK: nvvm.cp.async.wait.group 3
 // CHECK-NEXT: gpu.barrier
 // CHECK: nvvm.mma.sync A[{{.*}}] B[{{.*}}] C[{{.*}}] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
 // CHECK: gpu.barrier
@@ -40,7 +44,7 @@
 // CHECK: } else {
 // CHECK: gpu.shuffle  xor
 // CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.f32"
-// CHECK: nvvm.cp.async.wait.group 1
+// CHECK: nvvm.cp.async.wait.group 3
 // CHECK-NEXT: gpu.barrier
 // CHECK: llvm.fptrunc {{.*}} : vector<2xf32> to vector<2xbf16>
 // CHECK: nvvm.ldmatrix {{.*}} layout = #nvvm.mma_layout<col>
@@ -65,6 +69,8 @@ func.func @causal(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tens
 // CHECK-LABEL: func.func @mixed
 // CHECK: kiln.kernel = @kiln_kernels::@kiln_attention_mma_f16_d48_maskf32
 // CHECK: kiln.kernel = @kiln_kernels::@kiln_attention_f32_d64
+// CHECK: llvm.mlir.global external @kiln_dynamic_shared()
+// CHECK-NOT: llvm.mlir.global
 // CHECK: gpu.func @kiln_attention_mma_f16_d48_maskf32(
 // CHECK: nvvm.mma.sync {{.*}} : (vector<2xf16>, vector<2xf16>, f32)
 // CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> f32
