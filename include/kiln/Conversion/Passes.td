@@ -24,10 +24,13 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     per row, `exp2` with `scale·log2(e)` folded into the scores, and key
     blocks past the causal diagonal (or before a sliding window) never
     visited. f16 and bf16 sites use the tensor-core kernel (with
-    `tensor-cores`): 64 query rows per CTA, 16 per warp, 64-key tiles
-    staged with 16-byte loads, Q·Kᵀ and P·V as m16n8k16 `mma.sync` with f32
-    accumulators, operands read by `ldmatrix`, and the probabilities kept
-    in registers between the two products. f32 sites use the scalar kernel:
+    `tensor-cores`): 64 rows per CTA, 16 per warp, each row a (query, head)
+    pair of one KV head's query group (grid y over KV heads); 64-key tiles
+    copied with `cp.async` into two stages of dynamic shared memory; Q·Kᵀ
+    and P·V as m16n8k16 `mma.sync` with f32 accumulators, operands read by
+    `ldmatrix`, and the probabilities kept in registers between the two
+    products; decode shapes (`q_len · group ≤ 16`) split each tile's keys
+    across the warps and merge at the end. f32 sites use the scalar kernel:
     `4 × rows-per-warp` rows per CTA and `kv-block-size` keys per tile,
     staged as f32, f32 FMAs. Pointers are
     `!llvm.ptr<1>`; sizes are i32 and strides i64 kernel arguments, so one
