@@ -10,7 +10,9 @@
 // still be in flight), Q·Kᵀ as m16n8k16 bf16 mma.sync with f32 accumulators,
 // start the K tile after next, masking only on tiles that need it, quad
 // shuffles for the row reductions, wait for V, P·V with V through
-// ldmatrix.trans, start the V tile after next.
+// ldmatrix.trans, start the V tile after next. The loop is emitted twice:
+// first for decode shapes (q_len · group ≤ 16: the warps split each tile's
+// keys, then merge their states through shared memory), then for the rest.
 // CHECK-LABEL: func.func @causal
 // CHECK: kiln.attention {{.*}}kiln.kernel = @kiln_kernels::@kiln_attention_mma_bf16_d64_causal, kiln.site = "attention_0"
 // CHECK: gpu.module @kiln_kernels
@@ -27,11 +29,13 @@
 // CHECK: scf.if
 // CHECK: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: gpu.barrier
+// CHECK: arith.cmpi ule
 // CHECK: nvvm.ldmatrix {{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, num = 4 : i32, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>}
 // CHECK: gpu.barrier
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: nvvm.cp.async.commit.group
+// CHECK: scf.if {{.*}} -> (f32,
 // CHECK: scf.for
 // CHECK: nvvm.cp.async.wait.group 3
 // CHECK-NEXT: gpu.barrier
@@ -53,6 +57,12 @@
 // CHECK: nvvm.cp.async.shared.global
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: scf.yield
+// CHECK: nvvm.cp.async.wait.group 0
+// CHECK: llvm.store {{.*}} : f32, !llvm.ptr<3>
+// CHECK: gpu.barrier
+// CHECK: llvm.load {{.*}} : !llvm.ptr<3> -> f32
+// CHECK: } else {
+// CHECK: scf.for
 // CHECK: nvvm.cp.async.wait.group 0
 // CHECK: arith.truncf {{.*}} : f32 to bf16
 // CHECK: llvm.store {{.*}} : bf16, !llvm.ptr<1>
