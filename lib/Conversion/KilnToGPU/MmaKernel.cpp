@@ -3,15 +3,16 @@
 // The f16/bf16 kernel, FlashAttention-2 style on m16n8k16 mma.sync (sm_80 and
 // later). A block owns 64 rows, 16 per warp; a row is a (query, head) pair of
 // one KV head's query group, query-major, so every K and V tile a block loads
-// serves all the heads that read it (a decode step of a GQA model fills a
-// block's rows with the group's heads instead of one query). Q is staged once through
-// shared memory into A fragments that stay in registers. 64-key tiles of K
-// and V are copied into padded shared buffers with cp.async, each one while
-// the tensor cores work on the other: the next K during this tile's softmax
-// and P·V, the next V during the next Q·Kᵀ. S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
+// serves all the heads that read it. Q is staged once through shared memory
+// into A fragments that stay in registers. 64-key tiles of K and V are copied
+// with cp.async into padded shared buffers, two stages of each in dynamic
+// shared memory, so that tile i + 1 is in flight while tile i computes.
+// S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
 // accumulators in registers, and the probabilities, packed to the element
 // type, are the A fragments of O += P·V, whose B fragments come from
-// ldmatrix.trans on V. Accumulation is f32 throughout.
+// ldmatrix.trans on V. Accumulation is f32 throughout. For decode shapes
+// (q_len · group ≤ 16 rows in all) the four warps share those rows and split
+// each tile's keys instead, and merge their states at the end.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with
 // lane = 4·g + t, a thread holds accumulator rows g and g + 8, columns 2t and
