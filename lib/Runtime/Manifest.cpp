@@ -94,8 +94,8 @@ public:
 
   [[noreturn]] void fail(const std::string &what,
                          kiln_status status = KILN_FORMAT_ERROR) const {
-    throw ParseFailure{status, file + ": " + (path.empty() ? "" : path + ": ") +
-                                   what};
+    throw ParseFailure{status,
+                       file + ": " + (path.empty() ? "" : path + ": ") + what};
   }
 
   const json &raw() const { return value; }
@@ -125,8 +125,7 @@ public:
       fail("expected an array, got " + typeName(value));
     std::vector<Node> items;
     for (size_t i = 0; i < value.size(); ++i)
-      items.emplace_back(value[i], path + "[" + std::to_string(i) + "]",
-                         file);
+      items.emplace_back(value[i], path + "[" + std::to_string(i) + "]", file);
     return items;
   }
   std::string string() const {
@@ -410,8 +409,7 @@ void parseKernel(const Node &node, Kernel &kernel) {
   Node argsNode = node.key("args");
   std::vector<Node> args = argsNode.array();
   if (args.size() > kMaxKernelArgs)
-    argsNode.fail("more than " + std::to_string(kMaxKernelArgs) +
-                  " arguments");
+    argsNode.fail("more than " + std::to_string(kMaxKernelArgs) + " arguments");
   std::map<std::string, size_t> seen;
   for (const Node &argNode : args) {
     KernelArg arg;
@@ -687,8 +685,7 @@ Error loadManifest(const std::string &directory, Manifest &manifest) {
             "package directory " + directory + ": " + std::strerror(err)};
   }
   if (!S_ISDIR(info.st_mode))
-    return {KILN_IO_ERROR,
-            "package path " + directory + " is not a directory"};
+    return {KILN_IO_ERROR, "package path " + directory + " is not a directory"};
   std::string text;
   if (Error error =
           readFile(joinPath(directory, "manifest.json"), text, "manifest"))

@@ -66,9 +66,8 @@ template <typename Fn> kiln_status guarded(const char *function, Fn &&body) {
     return fail(KILN_INTERNAL_ERROR,
                 std::string(function) + ": out of host memory");
   } catch (const std::exception &error) {
-    return fail(KILN_INTERNAL_ERROR, std::string(function) +
-                                         ": unexpected error: " +
-                                         error.what());
+    return fail(KILN_INTERNAL_ERROR,
+                std::string(function) + ": unexpected error: " + error.what());
   } catch (...) {
     return fail(KILN_INTERNAL_ERROR,
                 std::string(function) + ": unexpected error");
@@ -99,22 +98,22 @@ const void *tensorPointer(const kiln_attention_args &args, Tensor tensor) {
 }
 
 kiln_dtype tensorDtype(const kiln_attention_args &args, Tensor tensor) {
-  const kiln_dtype dtypes[] = {args.q_dtype,   args.k_dtype,
-                               args.v_dtype,   args.out_dtype,
+  const kiln_dtype dtypes[] = {args.q_dtype,    args.k_dtype,
+                               args.v_dtype,    args.out_dtype,
                                args.mask_dtype, args.bias_dtype};
   return dtypes[static_cast<int>(tensor)];
 }
 
 const int64_t *tensorStrides(const kiln_attention_args &args, Tensor tensor) {
-  const int64_t *strides[] = {args.q_strides,   args.k_strides,
-                              args.v_strides,   args.out_strides,
+  const int64_t *strides[] = {args.q_strides,    args.k_strides,
+                              args.v_strides,    args.out_strides,
                               args.mask_strides, args.bias_strides};
   return strides[static_cast<int>(tensor)];
 }
 
 int64_t dimValue(const kiln_attention_args &args, Dim dim) {
-  const int64_t values[] = {args.batch,  args.q_heads, args.kv_heads,
-                            args.q_len,  args.kv_len,  args.head_dim};
+  const int64_t values[] = {args.batch, args.q_heads, args.kv_heads,
+                            args.q_len, args.kv_len,  args.head_dim};
   return values[static_cast<int>(dim)];
 }
 
@@ -224,8 +223,7 @@ Error planAttention(const Manifest &manifest, const Site &site,
     for (int axis = 0; axis < 3; ++axis) {
       if (strides[axis] < 0)
         return invalid(where + tensorName(tensor) + " has a negative " +
-                       qkvAxes[axis] + " stride (" + str(strides[axis]) +
-                       ")");
+                       qkvAxes[axis] + " stride (" + str(strides[axis]) + ")");
       if (tensor == Tensor::Out && strides[axis] == 0 && extents[axis] > 1)
         return invalid(where + "out has a zero " + std::string(qkvAxes[axis]) +
                        " stride: its elements would overlap");
@@ -238,8 +236,7 @@ Error planAttention(const Manifest &manifest, const Site &site,
     for (int axis = 0; axis < 4; ++axis)
       if (strides[axis] < 0)
         return invalid(where + tensorName(tensor) + " has a negative " +
-                       maskAxes[axis] + " stride (" + str(strides[axis]) +
-                       ")");
+                       maskAxes[axis] + " stride (" + str(strides[axis]) + ")");
   }
 
   // Launch configuration.
@@ -348,8 +345,8 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   CUdevice device;
   CUresult result = driver.cuCtxGetDevice(&device);
   if (result != CUDA_SUCCESS)
-    return {KILN_CUDA_ERROR, describeCudaError(driver, "cuCtxGetDevice",
-                                               result)};
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuCtxGetDevice", result)};
   int major = 0, minor = 0;
   result = driver.cuDeviceGetAttribute(
       &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
@@ -629,8 +626,7 @@ kiln_status kiln_package_find_site(const kiln_package *package,
       names += (names.empty() ? "" : ", ") + siteName;
     }
     return fail(KILN_NOT_FOUND, "package " + package->manifest.directory +
-                                    " has no site \"" + name +
-                                    "\" (sites: " +
+                                    " has no site \"" + name + "\" (sites: " +
                                     (names.empty() ? "none" : names) + ")");
   });
 }
@@ -789,10 +785,9 @@ kiln_status kiln_attention_args_set_contiguous(const kiln_site *site,
     if ((status = kiln_contiguous_strides(s.layout, args->batch, args->q_heads,
                                           args->q_len, args->head_dim,
                                           args->q_strides)) != KILN_OK ||
-        (status = kiln_contiguous_strides(s.layout, args->batch,
-                                          args->kv_heads, args->kv_len,
-                                          args->head_dim, args->k_strides)) !=
-            KILN_OK)
+        (status = kiln_contiguous_strides(s.layout, args->batch, args->kv_heads,
+                                          args->kv_len, args->head_dim,
+                                          args->k_strides)) != KILN_OK)
       return status;
     std::memcpy(args->v_strides, args->k_strides, sizeof(args->k_strides));
     std::memcpy(args->out_strides, args->q_strides, sizeof(args->q_strides));
@@ -843,8 +838,7 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
       return fail(error);
     CUfunction function = nullptr;
     if (Error error = getFunction(package, *driver, s.kernelIndex,
-                                      static_cast<CUstream>(stream),
-                                      function))
+                                  static_cast<CUstream>(stream), function))
       return fail(error);
     const kiln_launch_config &c = plan.config;
     CUresult result = driver->cuLaunchKernel(
@@ -854,11 +848,10 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     if (result != CUDA_SUCCESS)
       return fail(KILN_CUDA_ERROR,
                   describeCudaError(*driver, "cuLaunchKernel", result) +
-                      " for site \"" + s.name + "\" (kernel \"" +
-                      s.kernelName + "\", grid " + str(c.grid[0]) + "x" +
-                      str(c.grid[1]) + "x" + str(c.grid[2]) + ", block " +
-                      str(c.block[0]) + "x" + str(c.block[1]) + "x" +
-                      str(c.block[2]) + ")");
+                      " for site \"" + s.name + "\" (kernel \"" + s.kernelName +
+                      "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) +
+                      "x" + str(c.grid[2]) + ", block " + str(c.block[0]) +
+                      "x" + str(c.block[1]) + "x" + str(c.block[2]) + ")");
     return KILN_OK;
   });
 }

@@ -235,8 +235,8 @@ TEST_F(LaunchArgsTest, Strides) {
   const kiln_attention_args valid = validArgs(site, 2, 8, 2, 4, 4);
   kiln_attention_args args = valid;
   args.k_strides[3] = 2;
-  expectInvalid(args, {"k must be contiguous along head_dim",
-                       "head_dim stride 2"});
+  expectInvalid(args,
+                {"k must be contiguous along head_dim", "head_dim stride 2"});
   args = valid;
   args.v_strides[1] = -64;
   expectInvalid(args, {"v has a negative head stride (-64)"});
@@ -350,8 +350,7 @@ TEST_F(LaunchArgsTest, MissingDriverIsACleanError) {
   site = openSite("attention_0");
   kiln_attention_args args = validArgs(site, 1, 8, 2, 4, 4);
   ASSERT_EQ(kiln_site_check_attention(site, &args, nullptr), KILN_OK);
-  EXPECT_EQ(kiln_site_launch_attention(site, &args, nullptr),
-            KILN_CUDA_ERROR);
+  EXPECT_EQ(kiln_site_launch_attention(site, &args, nullptr), KILN_CUDA_ERROR);
   EXPECT_THAT(kiln_last_error(), HasSubstr("cannot load the CUDA driver"));
   EXPECT_EQ(kiln_package_prepare(package), KILN_CUDA_ERROR);
   EXPECT_THAT(kiln_last_error(), HasSubstr("cannot load the CUDA driver"));

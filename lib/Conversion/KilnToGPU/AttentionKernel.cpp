@@ -51,9 +51,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
   for (const char *tensor : {"q", "k", "v", "out"})
     for (const char *axis : {"batch", "head", "seq"})
       names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
-  for (auto [present, tensor] :
-       {std::pair{bool(spec.maskType), "mask"},
-        std::pair{bool(spec.biasType), "bias"}})
+  for (auto [present, tensor] : {std::pair{bool(spec.maskType), "mask"},
+                                 std::pair{bool(spec.biasType), "bias"}})
     if (present)
       for (const char *axis : {"batch", "head", "q", "k"})
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
@@ -177,13 +176,13 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
       arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen);
   if (spec.biasType) {
     Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
-                                     mul(safeKey, biasStrideK)));
+                                        mul(safeKey, biasStrideK)));
     Value bias = loadGlobalAsF32(biasPtr, spec.biasType, offset);
     score = fadd(score, fmul(bias, constF32(log2e)));
   }
   if (spec.maskType) {
     Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
-                                     mul(safeKey, maskStrideK)));
+                                        mul(safeKey, maskStrideK)));
     Value mask = loadGlobalAsF32(maskPtr, spec.maskType, offset);
     if (spec.maskType.isInteger(1))
       visible = arith::AndIOp::create(*b, visible, mask);
@@ -220,10 +219,10 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
                        : kind == "i32"   ? i32
                        : kind == "i64"   ? i64
                                          : f32);
-  auto func = gpu::GPUFuncOp::create(
-      moduleBuilder, loc, spec.name(),
-      moduleBuilder.getFunctionType(argTypes, {}), workgroupBuffers(ctx),
-      TypeRange{});
+  auto func =
+      gpu::GPUFuncOp::create(moduleBuilder, loc, spec.name(),
+                             moduleBuilder.getFunctionType(argTypes, {}),
+                             workgroupBuffers(ctx), TypeRange{});
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                 moduleBuilder.getUnitAttr());
   func.setKnownBlockSizeAttr(
@@ -251,8 +250,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   kvLen = toIndex(args[next++]);
   Value scale = args[next++];
   auto strides = [&](int count) {
-    SmallVector<Value> values(args.begin() + next,
-                              args.begin() + next + count);
+    SmallVector<Value> values(args.begin() + next, args.begin() + next + count);
     next += count;
     return values;
   };

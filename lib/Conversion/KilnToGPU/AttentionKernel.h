@@ -159,8 +159,7 @@ createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
 
 /// The tensor-core kernel for f16 and bf16: m16n8k16 mma.sync, 16 query rows
 /// a warp, 64-key tiles staged with 16-byte loads and read by ldmatrix.
-std::unique_ptr<AttentionKernelBuilder>
-createMmaKernel(const KernelSpec &spec);
+std::unique_ptr<AttentionKernelBuilder> createMmaKernel(const KernelSpec &spec);
 
 /// Whether the tensor-core kernel supports the element type and head dim.
 bool mmaKernelSupports(Type elementType, int64_t headDim);

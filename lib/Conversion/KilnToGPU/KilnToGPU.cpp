@@ -78,8 +78,8 @@ struct ConvertKilnToGPUPass
     auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
     if (!gpuModule) {
       builder.setInsertionPointToEnd(module.getBody());
-      gpuModule = gpu::GPUModuleOp::create(builder, module.getLoc(),
-                                           kKernelModuleName);
+      gpuModule =
+          gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModuleName);
     }
     SymbolTable kernels(gpuModule);
 
@@ -148,8 +148,9 @@ struct ConvertKilnToGPUPass
     SmallVector<NamedAttribute> fields = {
         builder.getNamedAttr("rows_per_block",
                              builder.getI64IntegerAttr(kernel.rowsPerBlock())),
-        builder.getNamedAttr("threads_per_block",
-                             builder.getI64IntegerAttr(kernel.threadsPerBlock())),
+        builder.getNamedAttr(
+            "threads_per_block",
+            builder.getI64IntegerAttr(kernel.threadsPerBlock())),
         builder.getNamedAttr("kv_block_size",
                              builder.getI64IntegerAttr(kernel.kvBlockSize())),
         builder.getNamedAttr("packs_query_heads",

@@ -74,9 +74,7 @@ protected:
   /// Up to head dim 64 three blocks fit at 168 registers a thread; ptxas
   /// would otherwise take a few more (for the decode path) and fit only two.
   /// Larger head dims use up to 255 registers: two blocks whatever is asked.
-  int64_t minBlocksPerSM() const override {
-    return spec.headDim <= 64 ? 3 : 0;
-  }
+  int64_t minBlocksPerSM() const override { return spec.headDim <= 64 ? 3 : 0; }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
 
@@ -158,8 +156,8 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
                                            Value firstRow, Value numRows) {
-  Value lastRow = arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)),
-                                         constIndex(0));
+  Value lastRow =
+      arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
   return planChunks([&](Value row) {
     Value globalRow = add(firstRow, row);
     // Out-of-range rows read the last valid row instead of running off the
@@ -215,8 +213,8 @@ SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,
     for (int64_t e = 0; e < kChunk; ++e) {
       Value address = LLVM::GEPOp::create(
           *b, globalPtr, spec.elementType, global,
-          ValueRange{add(offset,
-                         arith::ConstantIntOp::create(*b, b->getI64Type(), e))});
+          ValueRange{add(
+              offset, arith::ConstantIntOp::create(*b, b->getI64Type(), e))});
       Value element = LLVM::LoadOp::create(*b, spec.elementType, address);
       chunk = LLVM::InsertElementOp::create(*b, chunk, element, constI32(e));
     }
@@ -239,9 +237,8 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
   }
 }
 
-void MmaKernel::issueTile(Value tile, Value global, Value base,
-                          Value rowStride, Value firstRow, Value numRows,
-                          Value aligned) {
+void MmaKernel::issueTile(Value tile, Value global, Value base, Value rowStride,
+                          Value firstRow, Value numRows, Value aligned) {
   ChunkPlan plan = planChunks(base, rowStride, firstRow, numRows);
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
@@ -251,11 +248,11 @@ void MmaKernel::issueTile(Value tile, Value global, Value base,
     Value source = LLVM::GEPOp::create(*b, globalPtr, spec.elementType, global,
                                        ValueRange{offset});
     // Source size 0 fills the 16 bytes with zeros.
-    Value bytes =
-        arith::SelectOp::create(*b, plan.inBounds[i], constI32(16), constI32(0));
-    NVVM::CpAsyncOp::create(*b, tileAddress(tile, plan.rows[i], plan.columns[i]),
-                            source, /*size=*/16, NVVM::LoadCacheModifierKind::CG,
-                            bytes);
+    Value bytes = arith::SelectOp::create(*b, plan.inBounds[i], constI32(16),
+                                          constI32(0));
+    NVVM::CpAsyncOp::create(
+        *b, tileAddress(tile, plan.rows[i], plan.columns[i]), source,
+        /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
   }
   b->setInsertionPointToStart(&ifOp.getElseRegion().front());
   storeChunks(tile, plan, loadChunks(global, plan, /*vectorized=*/false));
@@ -284,8 +281,8 @@ void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
   auto operand = [&](Value reg) -> Value {
     if (isBF16)
       return reg;
-    return LLVM::BitcastOp::create(
-        *b, VectorType::get({2}, b->getF16Type()), reg);
+    return LLVM::BitcastOp::create(*b, VectorType::get({2}, b->getF16Type()),
+                                   reg);
   };
   SmallVector<Value> aOperands, bOperands;
   for (Value reg : a)
@@ -310,8 +307,8 @@ Value MmaKernel::pack(Value low, Value high) {
   Value pair = LLVM::PoisonOp::create(*b, pairF32);
   pair = LLVM::InsertElementOp::create(*b, pair, low, constI32(0));
   pair = LLVM::InsertElementOp::create(*b, pair, high, constI32(1));
-  Value narrow = LLVM::FPTruncOp::create(
-      *b, VectorType::get({2}, spec.elementType), pair);
+  Value narrow =
+      LLVM::FPTruncOp::create(*b, VectorType::get({2}, spec.elementType), pair);
   return LLVM::BitcastOp::create(*b, i32(), narrow);
 }
 
@@ -371,7 +368,8 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
   }
   for (int64_t i = 4; i < size; ++i)
     for (auto [w, values] : llvm::enumerate(warps))
-      merged[i] = fadd(merged[i], fmul(values[i], weights[w][((i - 4) % 4) / 2]));
+      merged[i] =
+          fadd(merged[i], fmul(values[i], weights[w][((i - 4) % 4) / 2]));
   return merged;
 }
 
@@ -405,9 +403,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         isZero(arith::AndIOp::create(
             builder, address, arith::ConstantIntOp::create(builder, i64, 15))));
   }
-  for (ArrayRef<Value> strides : {ArrayRef<Value>(qStrides),
-                                  ArrayRef<Value>(kStrides),
-                                  ArrayRef<Value>(vStrides)})
+  for (ArrayRef<Value> strides :
+       {ArrayRef<Value>(qStrides), ArrayRef<Value>(kStrides),
+        ArrayRef<Value>(vStrides)})
     for (Value stride : strides)
       aligned = arith::AndIOp::create(
           builder, aligned,
@@ -429,8 +427,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   auto blockAddress = [&](Value tile, Value firstRow, int64_t firstColumn,
                           Value rowHalf, Value columnHalf) {
     Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
-    Value column =
-        add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
+    Value column = add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
     return tileAddress(tile, row, column);
   };
 
@@ -460,10 +457,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   ChunkPlan qPlan = planChunks([&](Value row) {
     auto [query, rowHead] = packedRow(row);
     Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
-    return std::pair{add(tensorBase(qStrides, rowHead),
-                         mul(toI64(clamped), qStrides[2])),
-                     Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                                 query, qLen))};
+    return std::pair{
+        add(tensorBase(qStrides, rowHead), mul(toI64(clamped), qStrides[2])),
+        Value(
+            arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, query, qLen))};
   });
   auto vectorType = VectorType::get({kChunk}, spec.elementType);
   auto qLoad = scf::IfOp::create(
@@ -476,9 +473,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&qLoad.getElseRegion().front());
     scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
   }
-  storeChunks(vTiles[1], qPlan,
-              SmallVector<Value>(qLoad.getResults().begin(),
-                                 qLoad.getResults().end()));
+  storeChunks(
+      vTiles[1], qPlan,
+      SmallVector<Value>(qLoad.getResults().begin(), qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
 
   // Decode shapes: when the block's rows that exist (q_len · group of them)
@@ -535,178 +532,177 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // every tile, from key `keyOffset` of the tile.
   auto emitLoop = [&](int64_t keyBlocks, Value keyOffset) {
     return scf::ForOp::create(
-      *b, kvBegin, kvEnd, constIndex(kTileKeys), initState,
-      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
-          ValueRange state) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
-        // This tile's K has landed (its V and the next tile may still be in
-        // flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
-        gpu::BarrierOp::create(ib);
-        // The tile after next goes to this tile's stage.
-        Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
-        Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
-                                              nextStart, kvEnd);
-        Value tileIndex = arith::DivUIOp::create(
-            ib, sub(kvStart, kvBegin), constIndex(kTileKeys));
-        Value odd = arith::TruncIOp::create(ib, ib.getI1Type(),
-                                            toI32(tileIndex));
-        Value kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
-        Value vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
+        *b, kvBegin, kvEnd, constIndex(kTileKeys), initState,
+        [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
+            ValueRange state) {
+          ImplicitLocOpBuilder ib(nestedLoc, nested);
+          b = &ib;
+          // This tile's K has landed (its V and the next tile may still be in
+          // flight).
+          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+          gpu::BarrierOp::create(ib);
+          // The tile after next goes to this tile's stage.
+          Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
+          Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
+                                                nextStart, kvEnd);
+          Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, kvBegin),
+                                                   constIndex(kTileKeys));
+          Value odd =
+              arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
+          Value kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
+          Value vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
 
-        // S = Q·Kᵀ: blocks of 8 keys, 4 accumulators each.
-        SmallVector<SmallVector<Value>> scores(keyBlocks,
-                                               SmallVector<Value>(4, zero));
-        for (int64_t pair = 0; pair < keyBlocks / 2; ++pair) {
-          for (int64_t c = 0; c < dimChunks; ++c) {
-            // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
-            // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
-            SmallVector<Value> kFragments = loadMatrices(
-                blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
-                             16 * c, matrixHigh, matrixLow),
-                /*transpose=*/false);
-            mma(qFragments[c], {kFragments[0], kFragments[1]},
-                scores[2 * pair]);
-            mma(qFragments[c], {kFragments[2], kFragments[3]},
-                scores[2 * pair + 1]);
+          // S = Q·Kᵀ: blocks of 8 keys, 4 accumulators each.
+          SmallVector<SmallVector<Value>> scores(keyBlocks,
+                                                 SmallVector<Value>(4, zero));
+          for (int64_t pair = 0; pair < keyBlocks / 2; ++pair) {
+            for (int64_t c = 0; c < dimChunks; ++c) {
+              // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
+              // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
+              SmallVector<Value> kFragments = loadMatrices(
+                  blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
+                               16 * c, matrixHigh, matrixLow),
+                  /*transpose=*/false);
+              mma(qFragments[c], {kFragments[0], kFragments[1]},
+                  scores[2 * pair]);
+              mma(qFragments[c], {kFragments[2], kFragments[3]},
+                  scores[2 * pair + 1]);
+            }
           }
-        }
 
-        // Every warp is done with this K stage: the K tile after next loads
-        // into it during the softmax and P·V of this one.
-        gpu::BarrierOp::create(ib);
-        issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
-        NVVM::CpAsyncCommitGroupOp::create(ib);
+          // Every warp is done with this K stage: the K tile after next loads
+          // into it during the softmax and P·V of this one.
+          gpu::BarrierOp::create(ib);
+          issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
+          NVVM::CpAsyncCommitGroupOp::create(ib);
 
-        // Scale into log2 units and hide what the mask hides. Tiles that
-        // need no masking (inside kv_len, below the diagonal, inside the
-        // window) only scale.
-        SmallVector<Value> flat;
-        for (auto &block : scores)
-          flat.append(block.begin(), block.end());
-        auto finishAll = [&](bool masked) {
-          SmallVector<Value> result;
-          for (auto [blockIndex, block] : llvm::enumerate(scores))
-            for (int64_t e = 0; e < 4; ++e) {
-              if (!masked) {
-                result.push_back(fmul(block[e], scaleLog2));
-                continue;
+          // Scale into log2 units and hide what the mask hides. Tiles that
+          // need no masking (inside kv_len, below the diagonal, inside the
+          // window) only scale.
+          SmallVector<Value> flat;
+          for (auto &block : scores)
+            flat.append(block.begin(), block.end());
+          auto finishAll = [&](bool masked) {
+            SmallVector<Value> result;
+            for (auto [blockIndex, block] : llvm::enumerate(scores))
+              for (int64_t e = 0; e < 4; ++e) {
+                if (!masked) {
+                  result.push_back(fmul(block[e], scaleLog2));
+                  continue;
+                }
+                Value key = add(add(kvStart, keyOffset),
+                                add(constIndex(8 * blockIndex + e % 2),
+                                    mul(quadLane, constIndex(2))));
+                result.push_back(finishScore(block[e], queryRows[e / 2], key,
+                                             rowMaskBases[e / 2],
+                                             rowBiasBases[e / 2]));
               }
-              Value key =
-                  add(add(kvStart, keyOffset),
-                      add(constIndex(8 * blockIndex + e % 2),
-                          mul(quadLane, constIndex(2))));
-              result.push_back(finishScore(block[e], queryRows[e / 2], key,
-                                           rowMaskBases[e / 2],
-                                           rowBiasBases[e / 2]));
+            return result;
+          };
+          SmallVector<Value> finished;
+          if (alwaysFinish) {
+            finished = finishAll(true);
+          } else {
+            Value tileEnd = add(kvStart, constIndex(kTileKeys));
+            Value needsMask = arith::CmpIOp::create(
+                ib, arith::CmpIPredicate::sgt, tileEnd, kvLen);
+            if (spec.causal) {
+              // The tile's last key is past the first row's diagonal.
+              Value crosses = arith::CmpIOp::create(
+                  ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
+                  firstDiagonal);
+              needsMask = arith::OrIOp::create(ib, needsMask, crosses);
+              if (spec.window) {
+                // The tile's first key is outside the last row's window.
+                Value lastDiagonal =
+                    add(sub(endQuery, constIndex(1)), kvOffset);
+                Value oldest = sub(lastDiagonal, constIndex(*spec.window));
+                Value before = arith::CmpIOp::create(
+                    ib, arith::CmpIPredicate::sle, kvStart, oldest);
+                needsMask = arith::OrIOp::create(ib, needsMask, before);
+              }
             }
-          return result;
-        };
-        SmallVector<Value> finished;
-        if (alwaysFinish) {
-          finished = finishAll(true);
-        } else {
-          Value tileEnd = add(kvStart, constIndex(kTileKeys));
-          Value needsMask = arith::CmpIOp::create(
-              ib, arith::CmpIPredicate::sgt, tileEnd, kvLen);
-          if (spec.causal) {
-            // The tile's last key is past the first row's diagonal.
-            Value crosses = arith::CmpIOp::create(
-                ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
-                firstDiagonal);
-            needsMask = arith::OrIOp::create(ib, needsMask, crosses);
-            if (spec.window) {
-              // The tile's first key is outside the last row's window.
-              Value lastDiagonal =
-                  add(sub(endQuery, constIndex(1)), kvOffset);
-              Value oldest = sub(lastDiagonal, constIndex(*spec.window));
-              Value before = arith::CmpIOp::create(
-                  ib, arith::CmpIPredicate::sle, kvStart, oldest);
-              needsMask = arith::OrIOp::create(ib, needsMask, before);
+            SmallVector<Type> types(flat.size(), ib.getF32Type());
+            auto ifOp = scf::IfOp::create(ib, types, needsMask, true);
+            OpBuilder::InsertionGuard guard(ib);
+            ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+            scf::YieldOp::create(ib, finishAll(true));
+            ib.setInsertionPointToStart(&ifOp.getElseRegion().front());
+            scf::YieldOp::create(ib, finishAll(false));
+            ib.setInsertionPointAfter(ifOp);
+            finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+          }
+
+          // Online softmax for rows g (r = 0) and g + 8 (r = 1). The sums stay
+          // per thread; the quad adds them up once, at the end.
+          SmallVector<Value> newState(4);
+          Value alpha[2];
+          SmallVector<Value> probabilities(finished.size());
+          for (int64_t r = 0; r < 2; ++r) {
+            Value tileMax = negInf;
+            for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
+              for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
+                tileMax = fmax(tileMax, finished[4 * blockIndex + e]);
+            tileMax = butterfly(tileMax, /*isMax=*/true, 2);
+            Value newMax = fmax(state[r], tileMax);
+            // A row that has seen only hidden keys keeps max = -inf; 0 as the
+            // offset makes exp2 give 0 rather than NaN.
+            Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
+                                                  newMax, negInf);
+            Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
+            alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
+            Value sum = fmul(state[2 + r], alpha[r]);
+            for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
+              for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+                int64_t i = 4 * blockIndex + e;
+                probabilities[i] =
+                    exp2(arith::SubFOp::create(ib, finished[i], safeMax));
+                sum = fadd(sum, probabilities[i]);
+              }
+            newState[r] = newMax;
+            newState[2 + r] = sum;
+          }
+          SmallVector<Value> acc(state.begin() + 4, state.end());
+          for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
+            acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+
+          // This tile's V has landed (the next tile and the K after it may
+          // still be in flight).
+          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+          gpu::BarrierOp::create(ib);
+
+          // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
+          // and 2j + 1 are the A fragment of key chunk j.
+          for (int64_t j = 0; j < keyBlocks / 2; ++j) {
+            ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
+            ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
+            SmallVector<Value> pFragment = {
+                pack(low[0], low[1]), pack(low[2], low[3]),
+                pack(high[0], high[1]), pack(high[2], high[3])};
+            for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
+              // Matrices (transposed): keys 16j + 0-7 / 8-15 (matrixLow), head
+              // dims 16·pair + 0-7 / 8-15 (matrixHigh): B fragments of two
+              // head-dim blocks.
+              SmallVector<Value> vFragments = loadMatrices(
+                  blockAddress(vTile, add(keyOffset, constIndex(16 * j)),
+                               16 * pair, matrixLow, matrixHigh),
+                  /*transpose=*/true);
+              mma(pFragment, {vFragments[0], vFragments[1]},
+                  MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
+              mma(pFragment, {vFragments[2], vFragments[3]},
+                  MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
             }
           }
-          SmallVector<Type> types(flat.size(), ib.getF32Type());
-          auto ifOp = scf::IfOp::create(ib, types, needsMask, true);
-          OpBuilder::InsertionGuard guard(ib);
-          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
-          scf::YieldOp::create(ib, finishAll(true));
-          ib.setInsertionPointToStart(&ifOp.getElseRegion().front());
-          scf::YieldOp::create(ib, finishAll(false));
-          ib.setInsertionPointAfter(ifOp);
-          finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
-        }
+          // Every warp is done with this V stage: the V tile after next loads
+          // into it.
+          gpu::BarrierOp::create(ib);
+          issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
+          NVVM::CpAsyncCommitGroupOp::create(ib);
 
-        // Online softmax for rows g (r = 0) and g + 8 (r = 1). The sums stay
-        // per thread; the quad adds them up once, at the end.
-        SmallVector<Value> newState(4);
-        Value alpha[2];
-        SmallVector<Value> probabilities(finished.size());
-        for (int64_t r = 0; r < 2; ++r) {
-          Value tileMax = negInf;
-          for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
-            for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
-              tileMax = fmax(tileMax, finished[4 * blockIndex + e]);
-          tileMax = butterfly(tileMax, /*isMax=*/true, 2);
-          Value newMax = fmax(state[r], tileMax);
-          // A row that has seen only hidden keys keeps max = -inf; 0 as the
-          // offset makes exp2 give 0 rather than NaN.
-          Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
-                                                newMax, negInf);
-          Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
-          alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
-          Value sum = fmul(state[2 + r], alpha[r]);
-          for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
-            for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
-              int64_t i = 4 * blockIndex + e;
-              probabilities[i] =
-                  exp2(arith::SubFOp::create(ib, finished[i], safeMax));
-              sum = fadd(sum, probabilities[i]);
-            }
-          newState[r] = newMax;
-          newState[2 + r] = sum;
-        }
-        SmallVector<Value> acc(state.begin() + 4, state.end());
-        for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
-          acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
-
-        // This tile's V has landed (the next tile and the K after it may
-        // still be in flight).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
-        gpu::BarrierOp::create(ib);
-
-        // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
-        // and 2j + 1 are the A fragment of key chunk j.
-        for (int64_t j = 0; j < keyBlocks / 2; ++j) {
-          ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
-          ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
-          SmallVector<Value> pFragment = {
-              pack(low[0], low[1]), pack(low[2], low[3]),
-              pack(high[0], high[1]), pack(high[2], high[3])};
-          for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
-            // Matrices (transposed): keys 16j + 0-7 / 8-15 (matrixLow), head
-            // dims 16·pair + 0-7 / 8-15 (matrixHigh): B fragments of two
-            // head-dim blocks.
-            SmallVector<Value> vFragments = loadMatrices(
-                blockAddress(vTile, add(keyOffset, constIndex(16 * j)),
-                             16 * pair, matrixLow, matrixHigh),
-                /*transpose=*/true);
-            mma(pFragment, {vFragments[0], vFragments[1]},
-                MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
-            mma(pFragment, {vFragments[2], vFragments[3]},
-                MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
-          }
-        }
-        // Every warp is done with this V stage: the V tile after next loads
-        // into it.
-        gpu::BarrierOp::create(ib);
-        issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
-        NVVM::CpAsyncCommitGroupOp::create(ib);
-
-        newState.append(acc.begin(), acc.end());
-        scf::YieldOp::create(ib, newState);
-        b = &builder;
-      });
+          newState.append(acc.begin(), acc.end());
+          scf::YieldOp::create(ib, newState);
+          b = &builder;
+        });
   };
 
   SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
@@ -728,9 +724,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // mode the four warps hold the same merged rows and warp 0 writes them.
   ValueRange results = modeIf.getResults();
   Value writer = arith::OrIOp::create(
-      builder, arith::XOrIOp::create(
-                   builder, isDecode,
-                   arith::ConstantIntOp::create(builder, builder.getI1Type(), 1)),
+      builder,
+      arith::XOrIOp::create(
+          builder, isDecode,
+          arith::ConstantIntOp::create(builder, builder.getI1Type(), 1)),
       arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, warp,
                             constIndex(0)));
   for (int64_t r = 0; r < 2; ++r) {
@@ -750,8 +747,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                           mul(toI64(queryRows[r]), outStrides[2]));
     for (int64_t block = 0; block < outBlocks; ++block)
       for (int64_t e = 0; e < 2; ++e) {
-        Value column = add(constIndex(8 * block + e),
-                           mul(quadLane, constIndex(2)));
+        Value column =
+            add(constIndex(8 * block + e), mul(quadLane, constIndex(2)));
         storeOutput(fmul(results[4 + 4 * block + 2 * r + e], inverse),
                     add(rowOffset, toI64(column)));
       }

@@ -58,18 +58,18 @@ private:
 
 SmallVector<Type> ScalarKernel::workgroupBuffers(MLIRContext *ctx) const {
   Type f32 = Float32Type::get(ctx);
-  auto workgroup = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  auto workgroup =
+      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
   // K rows are padded by one element: lanes read K[lane][d], and the padding
   // spreads those reads over all 32 banks.
-  return {MemRefType::get({rowsPerBlock(), spec.headDim}, f32, nullptr,
-                          workgroup),
-          MemRefType::get({kvBlock, spec.headDim + 1}, f32, nullptr, workgroup),
-          MemRefType::get({kvBlock, spec.headDim}, f32, nullptr, workgroup)};
+  return {
+      MemRefType::get({rowsPerBlock(), spec.headDim}, f32, nullptr, workgroup),
+      MemRefType::get({kvBlock, spec.headDim + 1}, f32, nullptr, workgroup),
+      MemRefType::get({kvBlock, spec.headDim}, f32, nullptr, workgroup)};
 }
 
-void ScalarKernel::stageTile(Value buffer, Value base,
-                                       Value rowStride, Value firstRow,
-                                       Value numRows, int64_t rows) {
+void ScalarKernel::stageTile(Value buffer, Value base, Value rowStride,
+                             Value firstRow, Value numRows, int64_t rows) {
   int64_t elements = rows * spec.headDim;
   Value threadId = gpu::ThreadIdOp::create(*b, gpu::Dimension::x);
   Value headDim = constIndex(spec.headDim);
@@ -95,15 +95,15 @@ void ScalarKernel::stageTile(Value buffer, Value base,
 }
 
 SmallVector<Value> ScalarKernel::dotRows(ArrayRef<Value> rowsInBlock,
-                                                   Value keyInBlock) {
+                                         Value keyInBlock) {
   // dot(Q[row], K[key]) for all of the warp's rows at once, unrolled
   // kDotUnroll times: each K element read from shared memory serves every
   // row (the Q reads are broadcasts, one address for the whole warp).
   Value zero = constF32(0.0f);
   SmallVector<Value> init(rowsInBlock.size(), zero);
   auto dotLoop = scf::ForOp::create(
-      *b, constIndex(0), constIndex(spec.headDim), constIndex(kDotUnroll),
-      init, [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
+      *b, constIndex(0), constIndex(spec.headDim), constIndex(kDotUnroll), init,
+      [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
         ImplicitLocOpBuilder ib(loc, nested);
         SmallVector<Value> acc(args.begin(), args.end());
         for (int64_t u = 0; u < kDotUnroll; ++u) {
@@ -172,7 +172,7 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
           SmallVector<Value> dots = dotRows(rowsInBlock, keyInBlock);
           for (int64_t row = 0; row < rowsPerWarp; ++row)
             scores[row].push_back(finishScore(dots[row], queryRows[row], key,
-                                               maskBase, biasBase));
+                                              maskBase, biasBase));
         }
 
         // Online-softmax update per row; scores become probabilities.
@@ -214,8 +214,8 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
                 ImplicitLocOpBuilder pb(pvLoc, pvNested);
                 Value sourceLane =
                     arith::IndexCastOp::create(pb, pb.getI32Type(), source);
-                Value width =
-                    arith::ConstantIntOp::create(pb, pb.getI32Type(), kWarpSize);
+                Value width = arith::ConstantIntOp::create(pb, pb.getI32Type(),
+                                                           kWarpSize);
                 SmallVector<Value> probabilities;
                 for (int64_t row = 0; row < rowsPerWarp; ++row)
                   probabilities.push_back(
@@ -228,13 +228,14 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
                 SmallVector<Value> accOut(accIn.begin(), accIn.end());
                 for (int64_t d = 0; d < dimsPerLane; ++d) {
                   Value column = arith::AddIOp::create(
-                      pb, lane, arith::ConstantIndexOp::create(pb, d * kWarpSize));
+                      pb, lane,
+                      arith::ConstantIndexOp::create(pb, d * kWarpSize));
                   Value vv = memref::LoadOp::create(
                       pb, vBuffer, ValueRange{keyInBlock, column});
                   for (int64_t row = 0; row < rowsPerWarp; ++row) {
                     Value &slotAcc = accOut[row * dimsPerLane + d];
-                    slotAcc =
-                        LLVM::FMAOp::create(pb, probabilities[row], vv, slotAcc);
+                    slotAcc = LLVM::FMAOp::create(pb, probabilities[row], vv,
+                                                  slotAcc);
                   }
                 }
                 scf::YieldOp::create(pb, accOut);
@@ -256,8 +257,8 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
     ValueRange rowState = kvLoop.getResults().slice(row * stateSize, stateSize);
     Value rowInBlock = add(mul(warp, constIndex(rowsPerWarp)), constIndex(row));
     Value queryRow = add(firstQuery, rowInBlock);
-    Value inBounds =
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, queryRow, qLen);
+    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                           queryRow, qLen);
     Value hasKeys = arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT,
                                           rowState[1], zero);
     Value inverse = arith::DivFOp::create(builder, constF32(1.0f), rowState[1]);
@@ -276,9 +277,7 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
 
 } // namespace
 
-std::unique_ptr<AttentionKernelBuilder>
-mlir::kiln::detail::createScalarKernel(const KernelSpec &spec,
-                                       int64_t kvBlockSize,
-                                       int64_t rowsPerWarp) {
+std::unique_ptr<AttentionKernelBuilder> mlir::kiln::detail::createScalarKernel(
+    const KernelSpec &spec, int64_t kvBlockSize, int64_t rowsPerWarp) {
   return std::make_unique<ScalarKernel>(spec, kvBlockSize, rowsPerWarp);
 }

@@ -75,9 +75,10 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   auto packed = info.getAs<BoolAttr>("packs_query_heads");
   llvm::json::Array grid;
   if (packed && packed.getValue()) {
-    grid.push_back(llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
-                                      {"per", "kv_heads"},
-                                      {"ceil_div", rowsPerBlock}});
+    grid.push_back(
+        llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
+                           {"per", "kv_heads"},
+                           {"ceil_div", rowsPerBlock}});
     grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
   } else {
     grid.push_back(
@@ -221,8 +222,8 @@ LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
     std::error_code error;
     llvm::raw_fd_ostream os(path, error);
     if (error)
-      return emitError(loc) << "cannot write '" << path
-                            << "': " << error.message();
+      return emitError(loc)
+             << "cannot write '" << path << "': " << error.message();
     os << target.assembly;
     targets.push_back(
         llvm::json::Object{{"chip", target.chip}, {"ptx", fileName}});
