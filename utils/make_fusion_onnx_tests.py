@@ -462,6 +462,31 @@ def mqa_broadcast():
     g.save()
 
 
+def mqa_broadcast_causal():
+    """MQA left to MatMul's broadcasting (Falcon's form), with the scale on Q
+    and a constant causal mask added to the scores."""
+    g = Graph("mqa_broadcast_causal")
+    q, k, v = qkv_inputs(g, heads=4, kv_heads=1)
+    q = g.op("Mul", [q, g.const("q_scale", np.float32(0.25))], "q_scaled")
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Add", [scores, g.const("causal", causal_initializer(S, S))],
+                  "mask")
+    softmax_pv(g, scores, v, [B, 4, S, D])
+    g.save()
+
+
+def mqa_broadcast_v_only():
+    """Look-alike: K has every head, only V is broadcast. Not the MQA form
+    (the scores are not a broadcast product): left unfused."""
+    g = Graph("mqa_broadcast_v_only")
+    q = g.input("q", F32, [B, 4, S, D])
+    k = g.input("k", F32, [B, 4, S, D])
+    v = g.input("v", F32, [B, 1, S, D])
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    softmax_pv(g, scores, v, [B, 4, S, D])
+    g.save()
+
+
 # -- Precision ---------------------------------------------------------------
 
 
@@ -814,6 +839,8 @@ def main():
     repeat_kv("gqa_repeat_kv", kv_heads=2)
     repeat_kv("mqa_repeat_kv", kv_heads=1)
     mqa_broadcast()
+    mqa_broadcast_causal()
+    mqa_broadcast_v_only()
     f16_upcast()
     attention23("attn23_causal", is_causal=1)
     attention23("attn23_causal_rect", q_len=4, is_causal=1)

@@ -1253,3 +1253,45 @@ func.func @gqa_rank3_transpose(%q: tensor<1x4x16x8xf32>, %k: tensor<1x2x16x8xf32
   %o4 = tosa.reshape %o, %sh4 : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
   return %o4 : tensor<1x4x16x8xf32>
 }
+
+// -----
+
+// MQA left to MatMul's broadcasting, as the importer writes it: both products
+// pack the 4 query heads into their rows ([1, 4·8, D] × [1, D, 8]) over the
+// one KV head. The products are unpacked into the batch·heads form with K and
+// V tiled over the heads, and the tile folds into kv_heads = 1: K and V reach
+// the op untouched, no matmul or tile is left.
+// CHECK-LABEL: func.func @mqa_broadcast
+// CHECK-SAME: %[[Q:[a-z0-9]+]]: tensor<1x4x8x16xf32>, %[[K:[a-z0-9]+]]: tensor<1x1x8x16xf32>, %[[V:[a-z0-9]+]]: tensor<1x1x8x16xf32>
+// CHECK-NOT: tosa.matmul
+// CHECK-NOT: tosa.tile
+// CHECK: kiln.attention %[[Q]], %[[K]], %[[V]] {scale = 2.500000e-01 : f32} : tensor<1x4x8x16xf32>, tensor<1x1x8x16xf32>, tensor<1x1x8x16xf32> -> tensor<1x4x8x16xf32>
+// CHECK-NOT: tosa.matmul
+func.func @mqa_broadcast(%q: tensor<1x4x8x16xf32>, %k: tensor<1x1x8x16xf32>, %v: tensor<1x1x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %s4 = tosa.const_shape {values = dense<[1, 4, 8, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v3s = tosa.const_shape {values = dense<[1, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %p3s = tosa.const_shape {values = dense<[1, 32, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %shift = "tosa.const"() <{values = dense<0> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %sc4 = tosa.const_shape {values = dense<[1, 4, 8, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %k3s = tosa.const_shape {values = dense<[1, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %q3s = tosa.const_shape {values = dense<[1, 32, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %zp = "tosa.const"() <{values = dense<0.000000e+00> : tensor<1xf32>}> : () -> tensor<1xf32>
+  %kt = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x1x8x16xf32>) -> tensor<1x1x16x8xf32>
+  %q3 = tosa.reshape %q, %q3s : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<1x32x16xf32>
+  %k3 = tosa.reshape %kt, %k3s : (tensor<1x1x16x8xf32>, !tosa.shape<3>) -> tensor<1x16x8xf32>
+  %qk = tosa.matmul %q3, %k3, %zp, %zp : (tensor<1x32x16xf32>, tensor<1x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x32x8xf32>
+  %qk4 = tosa.reshape %qk, %sc4 : (tensor<1x32x8xf32>, !tosa.shape<4>) -> tensor<1x4x8x8xf32>
+  %c = "tosa.const"() <{values = dense<2.500000e-01> : tensor<1x1x1x1xf32>}> : () -> tensor<1x1x1x1xf32>
+  %scaled = tosa.mul %qk4, %c, %shift : (tensor<1x4x8x8xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x4x8x8xf32>
+  %max = tosa.reduce_max %scaled {axis = 3 : i32} : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x1xf32>
+  %sub = tosa.sub %scaled, %max : (tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>) -> tensor<1x4x8x8xf32>
+  %exp = tosa.exp %sub : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %sum = tosa.reduce_sum %exp {axis = 3 : i32} : (tensor<1x4x8x8xf32>) -> tensor<1x4x8x1xf32>
+  %rcp = tosa.reciprocal %sum : (tensor<1x4x8x1xf32>) -> tensor<1x4x8x1xf32>
+  %p = tosa.mul %exp, %rcp, %shift : (tensor<1x4x8x8xf32>, tensor<1x4x8x1xf32>, tensor<1xi8>) -> tensor<1x4x8x8xf32>
+  %p3 = tosa.reshape %p, %p3s : (tensor<1x4x8x8xf32>, !tosa.shape<3>) -> tensor<1x32x8xf32>
+  %v3 = tosa.reshape %v, %v3s : (tensor<1x1x8x16xf32>, !tosa.shape<3>) -> tensor<1x8x16xf32>
+  %pv = tosa.matmul %p3, %v3, %zp, %zp : (tensor<1x32x8xf32>, tensor<1x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x32x16xf32>
+  %o = tosa.reshape %pv, %s4 : (tensor<1x32x16xf32>, !tosa.shape<4>) -> tensor<1x4x8x16xf32>
+  return %o : tensor<1x4x8x16xf32>
+}

@@ -141,10 +141,9 @@ bool reachesMatmul(Value value, int depth = 16) {
     return false;
   if (isa<tosa::MatMulOp>(def))
     return true;
-  if (depth == 0 ||
-      !isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::MulOp,
-           tosa::AddOp, tosa::SubOp, tosa::SelectOp, tosa::TanhOp,
-           tosa::ExpOp, tosa::ReciprocalOp>(def))
+  if (depth == 0 || !isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp,
+                         tosa::MulOp, tosa::AddOp, tosa::SubOp, tosa::SelectOp,
+                         tosa::TanhOp, tosa::ExpOp, tosa::ReciprocalOp>(def))
     return false;
   return llvm::any_of(def->getOperands(), [&](Value operand) {
     return reachesMatmul(operand, depth - 1);
@@ -173,7 +172,6 @@ struct OperandSource {
   /// Product of the splat factors peeled off on the way.
   double scale = 1.0;
 };
-
 
 /// Everything the rewrite needs about one attention site.
 struct AttentionMatch {
@@ -286,7 +284,8 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
 /// (or a tile of a single KV head): query head `h` then reads KV head
 /// `h / G`, which is what the fused op does with the unrepeated tensor.
 std::optional<std::pair<Value, int64_t>>
-mlir::kiln::detail::matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops) {
+mlir::kiln::detail::matchKvRepeat(Value value,
+                                  SmallVectorImpl<Operation *> &ops) {
   auto outType = getRankedType(value);
   if (!outType)
     return std::nullopt;
@@ -326,8 +325,8 @@ mlir::kiln::detail::matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops
   if (!kvType || kvType.getRank() != 4 || expandedType.getDimSize(2) != 1 ||
       !isMergeOfAxes(expandedType, kvType, 1, 2))
     return std::nullopt;
-  ops.append({collapse.getOperation(), tile.getOperation(),
-              expand.getOperation()});
+  ops.append(
+      {collapse.getOperation(), tile.getOperation(), expand.getOperation()});
   return std::make_pair(expand.getInput1(), (*multiples)[2]);
 }
 
@@ -489,8 +488,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       continue;
     }
     if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
-      if (split || !isMergeOfAxes(resultType,
-                                  getRankedType(reshape.getInput1()), 0, 1))
+      if (split ||
+          !isMergeOfAxes(resultType, getRankedType(reshape.getInput1()), 0, 1))
         return fail("the scores are reshaped other than by splitting the "
                     "batch into [batch, heads]");
       split = true;
@@ -506,8 +505,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       if (failed(chain))
         return failure();
       MaskTerm term;
-      term.value = *chain == add.getInput1() ? add.getInput2()
-                                             : add.getInput1();
+      term.value =
+          *chain == add.getInput1() ? add.getInput2() : add.getInput1();
       term.scoresRank = resultType.getRank();
       std::optional<double> splat = getSplatFloat(term.value);
       if (splat && *splat == 0.0) {
@@ -624,7 +623,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
 /// element checked. Returns the window (0 for plain causal) or nothing.
 std::optional<int64_t>
 mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
-                            ArrayRef<int64_t> scoresShape) {
+                                        ArrayRef<int64_t> scoresShape) {
   auto constant = term.value.getDefiningOp<tosa::ConstOp>();
   if (!constant)
     return std::nullopt;
@@ -667,8 +666,8 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
   // The last row sees the window's width of keys (all of them when plain
   // causal); then every element must follow from (causal, window).
   int64_t offset = keyLength - queryLength;
-  int64_t width = llvm::count(
-      ArrayRef<bool>(visible).take_back(keyLength), true);
+  int64_t width =
+      llvm::count(ArrayRef<bool>(visible).take_back(keyLength), true);
   if (width == 0)
     return std::nullopt;
   for (int64_t i = 0; i < queryLength; ++i) {
@@ -767,8 +766,7 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       probs = user->getResult(0);
     } else if (auto reshape = dyn_cast<tosa::ReshapeOp>(user)) {
       if (collapsed || !isMergeOfAxes(getRankedType(probs),
-                                      getRankedType(reshape.getOutput()), 0,
-                                      1))
+                                      getRankedType(reshape.getOutput()), 0, 1))
         return fail("the probabilities are reshaped other than by merging "
                     "[batch, heads]");
       collapsed = true;
@@ -791,18 +789,17 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   if (scoresType.getRank() == 4)
     match.scoresShape = llvm::to_vector(scoresType.getShape());
   else
-    match.scoresShape = {1, scoresType.getDimSize(0),
-                         scoresType.getDimSize(1), scoresType.getDimSize(2)};
+    match.scoresShape = {1, scoresType.getDimSize(0), scoresType.getDimSize(1),
+                         scoresType.getDimSize(2)};
   int64_t batch = match.scoresShape[0], numHeads = match.scoresShape[1];
 
   // Q, K and V.
   SmallVector<Operation *> operandOps;
-  match.query = traceOperand(scoresMatmul.getA(), /*foldScale=*/true,
-                             operandOps);
-  match.key = traceOperand(scoresMatmul.getB(), /*foldScale=*/true,
-                           operandOps);
-  match.value = traceOperand(outputMatmul.getB(), /*foldScale=*/false,
-                             operandOps);
+  match.query =
+      traceOperand(scoresMatmul.getA(), /*foldScale=*/true, operandOps);
+  match.key = traceOperand(scoresMatmul.getB(), /*foldScale=*/true, operandOps);
+  match.value =
+      traceOperand(outputMatmul.getB(), /*foldScale=*/false, operandOps);
   match.ops.insert(operandOps.begin(), operandOps.end());
   match.scale *= match.query.scale * match.key.scale;
   if (match.query.groups != 1)
@@ -813,8 +810,7 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   int64_t groups = match.key.groups;
   if (groups > 1 && (ShapedType::isDynamic(numHeads) || numHeads % groups))
     return fail("the KV-head repeat does not divide the query heads");
-  int64_t numKvHeads =
-      groups > 1 ? numHeads / groups : numHeads;
+  int64_t numKvHeads = groups > 1 ? numHeads / groups : numHeads;
 
   Type elementType = getElementTypeOrSelf(match.query.base);
   for (Value base : {match.key.base, match.value.base})
@@ -873,8 +869,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
             matchCausalConstant(term, match.scoresShape)) {
       match.causal = true;
       if (*window > 0)
-        match.window = match.window ? std::min(*match.window, *window)
-                                    : *window;
+        match.window =
+            match.window ? std::min(*match.window, *window) : *window;
       if (Operation *def = term.value.getDefiningOp())
         match.ops.insert(def);
       continue;
@@ -884,9 +880,9 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       return fail("a mask is unranked");
     if (term.scoresRank == 3 && batch != 1) {
       int64_t leading = type.getDimSize(0);
-      if (leading != 1 && (ShapedType::isDynamic(leading) ||
-                           fitLeading(type, batch, numHeads) !=
-                               LeadingFit::Reshape))
+      if (leading != 1 &&
+          (ShapedType::isDynamic(leading) ||
+           fitLeading(type, batch, numHeads) != LeadingFit::Reshape))
         return fail("a mask applied before the split into [batch, heads] "
                     "cannot be split the same way");
     }
@@ -898,8 +894,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   // Terms are collected from the softmax backwards: the one nearest the
   // matmul comes last.
   std::reverse(kept.begin(), kept.end());
-  unsigned numBoolean = llvm::count_if(
-      kept, [](const MaskTerm &term) { return term.isBoolean; });
+  unsigned numBoolean =
+      llvm::count_if(kept, [](const MaskTerm &term) { return term.isBoolean; });
   if (numBoolean > 1)
     return fail("more than one boolean mask");
   if (kept.size() > 2)
@@ -931,8 +927,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
 Value createReshape(PatternRewriter &rewriter, Location loc, Value input,
                     ArrayRef<int64_t> shape) {
   auto inputType = cast<RankedTensorType>(input.getType());
-  SmallVector<int64_t> values = llvm::to_vector(llvm::map_range(
-      shape, [](int64_t size) {
+  SmallVector<int64_t> values =
+      llvm::to_vector(llvm::map_range(shape, [](int64_t size) {
         return ShapedType::isDynamic(size) ? int64_t(-1) : size;
       }));
   auto shapeAttr = DenseIntElementsAttr::get(
@@ -940,10 +936,10 @@ Value createReshape(PatternRewriter &rewriter, Location loc, Value input,
                             rewriter.getIndexType()),
       values);
   Value shapeValue = tosa::ConstShapeOp::create(
-      rewriter, loc,
-      tosa::shapeType::get(rewriter.getContext(), values.size()), shapeAttr);
-  return tosa::ReshapeOp::create(
-      rewriter, loc, inputType.clone(shape), input, shapeValue);
+      rewriter, loc, tosa::shapeType::get(rewriter.getContext(), values.size()),
+      shapeAttr);
+  return tosa::ReshapeOp::create(rewriter, loc, inputType.clone(shape), input,
+                                 shapeValue);
 }
 
 Value createSwapInnermost(PatternRewriter &rewriter, Location loc,
@@ -957,8 +953,8 @@ Value createSwapInnermost(PatternRewriter &rewriter, Location loc,
 
 /// Builds the rank-4 `[B, H, S, D]` operand from a traced source.
 Value materialize(PatternRewriter &rewriter, Location loc,
-                  const OperandSource &source, bool wantSwapped,
-                  int64_t batch, int64_t heads) {
+                  const OperandSource &source, bool wantSwapped, int64_t batch,
+                  int64_t heads) {
   Value value = source.base;
   auto type = cast<RankedTensorType>(value.getType());
   if (fitLeading(type, batch, heads) == LeadingFit::Reshape) {
@@ -1031,12 +1027,11 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     int64_t numKvHeads = numHeads;
     if (match->key.groups > 1)
       numKvHeads = numHeads / match->key.groups;
-    Value query = materialize(rewriter, loc, match->query, false, batch,
-                              numHeads);
-    Value key = materialize(rewriter, loc, match->key, true, batch,
-                            numKvHeads);
-    Value value = materialize(rewriter, loc, match->value, false, batch,
-                              numKvHeads);
+    Value query =
+        materialize(rewriter, loc, match->query, false, batch, numHeads);
+    Value key = materialize(rewriter, loc, match->key, true, batch, numKvHeads);
+    Value value =
+        materialize(rewriter, loc, match->value, false, batch, numKvHeads);
     Value mask, bias;
     if (match->maskTerm.value)
       mask = materializeMask(rewriter, loc, match->maskTerm, batch, numHeads);
@@ -1045,10 +1040,9 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
 
     auto queryType = cast<RankedTensorType>(query.getType());
     auto resultType = cast<RankedTensorType>(match->result.getType());
-    RankedTensorType fusedType = resultType.getRank() == 4
-                                     ? resultType.clone(
-                                           queryType.getElementType())
-                                     : queryType;
+    RankedTensorType fusedType =
+        resultType.getRank() == 4 ? resultType.clone(queryType.getElementType())
+                                  : queryType;
     auto fused = AttentionOp::create(
         rewriter, loc, fusedType, query, key, value, mask, bias,
         rewriter.getF32FloatAttr(static_cast<float>(match->scale)),
@@ -1090,6 +1084,156 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
   }
 };
 
+/// A product whose rows pack several heads over one shared right-hand side:
+/// `matmul(reshape(X : [B, H, M, K] → [B, H·M, K]), Y : [B, K, N])` whose
+/// result is split back to `[B, H, M, N]`. This is how a MatMul that
+/// broadcasts one KV head over H query heads (MQA) is imported.
+struct RowPackedProduct {
+  tosa::MatMulOp matmul;
+  Value rows; // X
+  tosa::ReshapeOp split;
+  int64_t heads;
+};
+
+std::optional<RowPackedProduct> matchRowPackedProduct(tosa::MatMulOp matmul) {
+  auto merge = matmul.getA().getDefiningOp<tosa::ReshapeOp>();
+  if (!merge || !matmul.getOutput().hasOneUse())
+    return std::nullopt;
+  auto split = dyn_cast<tosa::ReshapeOp>(*matmul.getOutput().user_begin());
+  auto rowsType = getRankedType(merge.getInput1());
+  auto rhsType = getRankedType(matmul.getB());
+  auto resultType = getRankedType(matmul.getOutput());
+  if (!split || !rowsType || !rhsType || rowsType.getRank() != 4 ||
+      rhsType.getRank() != 3 ||
+      !isMergeOfAxes(rowsType, getRankedType(matmul.getA()), 1, 2) ||
+      !isMergeOfAxes(getRankedType(split.getOutput()), resultType, 1, 2))
+    return std::nullopt;
+  int64_t heads = rowsType.getDimSize(1);
+  if (ShapedType::isDynamic(heads) || heads < 2 ||
+      !sameSize(rowsType.getDimSize(0), rhsType.getDimSize(0)))
+    return std::nullopt;
+  // The reshapes the rewrite creates hold at most one dynamic size each.
+  auto dynamicCount = [](ArrayRef<int64_t> shape) {
+    return llvm::count_if(shape, ShapedType::isDynamic);
+  };
+  int64_t batch = rowsType.getDimSize(0);
+  if (dynamicCount({batch, rowsType.getDimSize(2), rowsType.getDimSize(3)}) >
+          1 ||
+      dynamicCount(rhsType.getShape()) > 1 ||
+      dynamicCount({batch, rowsType.getDimSize(2), rhsType.getDimSize(2)}) > 1)
+    return std::nullopt;
+  return RowPackedProduct{matmul, merge.getInput1(), split, heads};
+}
+
+/// Rewrites a row-packed product into the batch·heads form the matcher
+/// reads: `matmul(reshape(X → [B·H, M, K]), reshape(tile(reshape(Y →
+/// [B, 1, K, N]), [1, H, 1, 1]) → [B·H, K, N]))`, reshaped to
+/// `[B, H, M, N]`. Every output element is the same dot product as before;
+/// the tile is the KV-head repeat the fusion folds away.
+void unpackRowHeads(RowPackedProduct product, PatternRewriter &rewriter) {
+  tosa::MatMulOp matmul = product.matmul;
+  Location loc = matmul.getLoc();
+  rewriter.setInsertionPoint(product.split);
+  auto rowsType = getRankedType(product.rows);
+  auto rhsType = getRankedType(matmul.getB());
+  int64_t batch = rowsType.getDimSize(0), heads = product.heads;
+  int64_t flat =
+      ShapedType::isDynamic(batch) ? ShapedType::kDynamic : batch * heads;
+  Value rows =
+      createReshape(rewriter, loc, product.rows,
+                    {flat, rowsType.getDimSize(2), rowsType.getDimSize(3)});
+  Value rhs4 =
+      createReshape(rewriter, loc, matmul.getB(),
+                    {batch, 1, rhsType.getDimSize(1), rhsType.getDimSize(2)});
+  auto multiplesAttr = DenseIntElementsAttr::get(
+      RankedTensorType::get({4}, rewriter.getIndexType()),
+      ArrayRef<int64_t>{1, heads, 1, 1});
+  Value multiples = tosa::ConstShapeOp::create(
+      rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 4),
+      multiplesAttr);
+  auto tiledType = rhsType.clone(
+      {batch, heads, rhsType.getDimSize(1), rhsType.getDimSize(2)});
+  Value tiled = tosa::TileOp::create(rewriter, loc, tiledType, rhs4, multiples);
+  Value rhs =
+      createReshape(rewriter, loc, tiled,
+                    {flat, rhsType.getDimSize(1), rhsType.getDimSize(2)});
+  auto outType =
+      getRankedType(matmul.getOutput())
+          .clone({flat, rowsType.getDimSize(2), rhsType.getDimSize(2)});
+  Value product3 = tosa::MatMulOp::create(rewriter, loc, outType, rows, rhs,
+                                          matmul.getAZp(), matmul.getBZp());
+  Value result = createReshape(
+      rewriter, loc, product3,
+      llvm::to_vector(getRankedType(product.split.getOutput()).getShape()));
+  rewriter.replaceOp(product.split, result);
+  rewriter.eraseOp(matmul);
+}
+
+/// The product, among the ops that compute `value`, whose split result it
+/// is computed from: the scores' QKᵀ.
+std::optional<RowPackedProduct> findScoresProduct(Value value) {
+  for (int depth = 0; depth < 32; ++depth) {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return std::nullopt;
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(def))
+      if (auto matmul = reshape.getInput1().getDefiningOp<tosa::MatMulOp>())
+        return matchRowPackedProduct(matmul);
+    auto next = llvm::find_if(def->getOperands(), [](Value operand) {
+      return reachesMatmul(operand);
+    });
+    if (next == def->operand_end())
+      return std::nullopt;
+    value = *next;
+  }
+  return std::nullopt;
+}
+
+/// MQA written as MatMul broadcasting: for a softmax whose scores and
+/// probabilities go through row-packed products (and only then), rewrites
+/// both products into the batch·heads form, so that the fusion finds a
+/// KV-head repeat. Leaves everything else as it is; returns whether it
+/// rewrote anything.
+bool unpackRowPackedAttention(tosa::ReduceMaxOp maxOp,
+                              PatternRewriter &rewriter) {
+  std::string whyNot;
+  FailureOr<SoftmaxOps> softmax = matchSoftmax(maxOp, whyNot);
+  if (failed(softmax))
+    return false;
+  // Forwards: probabilities, casts, the merge, the product with V.
+  Value probs = softmax->output;
+  while (probs.hasOneUse() && isFloatCast(*probs.user_begin()))
+    probs = probs.user_begin()->getResult(0);
+  if (!probs.hasOneUse())
+    return false;
+  auto merge = dyn_cast<tosa::ReshapeOp>(*probs.user_begin());
+  if (!merge || !merge.getOutput().hasOneUse())
+    return false;
+  auto valueMatmul = dyn_cast<tosa::MatMulOp>(*merge.getOutput().user_begin());
+  if (!valueMatmul || valueMatmul.getA() != merge.getOutput())
+    return false;
+  std::optional<RowPackedProduct> values = matchRowPackedProduct(valueMatmul);
+  std::optional<RowPackedProduct> scores = findScoresProduct(softmax->input);
+  if (!values || !scores || values->heads != scores->heads ||
+      values->matmul == scores->matmul)
+    return false;
+  unpackRowHeads(*scores, rewriter);
+  unpackRowHeads(*values, rewriter);
+  return true;
+}
+
+/// Applies unpackRowPackedAttention to every softmax of a region.
+struct UnpackRowPackedAttention : public OpRewritePattern<tosa::ReduceMaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
+                                PatternRewriter &rewriter) const override {
+    std::string whyNot;
+    if (!looksLikeSoftmax(maxOp) || succeeded(matchAttention(maxOp, whyNot)))
+      return failure();
+    return success(unpackRowPackedAttention(maxOp, rewriter));
+  }
+};
+
 struct KilnFuseAttentionPass
     : public kiln::impl::KilnFuseAttentionBase<KilnFuseAttentionPass> {
   using KilnFuseAttentionBase::KilnFuseAttentionBase;
@@ -1109,9 +1253,9 @@ struct KilnFuseAttentionPass
     int64_t site = 0;
     root->walk([&](Operation *op) {
       if (roots.contains(op))
-        op->setAttr("kiln.site_root",
-                    IntegerAttr::get(IntegerType::get(op->getContext(), 64),
-                                     site++));
+        op->setAttr(
+            "kiln.site_root",
+            IntegerAttr::get(IntegerType::get(op->getContext(), 64), site++));
     });
   }
 
@@ -1156,5 +1300,6 @@ struct KilnFuseAttentionPass
 } // namespace
 
 void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<FuseAttentionPattern>(patterns.getContext());
+  patterns.add<FuseAttentionPattern, UnpackRowPackedAttention>(
+      patterns.getContext());
 }
