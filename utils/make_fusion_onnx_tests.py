@@ -94,6 +94,13 @@ def k_transposed(g, k):
     return g.op("Transpose", [k], "k_t", perm=[0, 1, 3, 2])
 
 
+def scaled_scores(g, q, k):
+    """Q·Kᵀ scaled by 0.25 with a splat Mul: where most variants start."""
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    return g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                "scale")
+
+
 def hf_projections(g, heads=H, dim=D, k_perm=None):
     """The usual Hugging Face form: x [B,S,E] projected, split into heads by
     Reshape [B,S,H,D] and Transpose [0,2,1,3]. With `k_perm`, K's two
@@ -259,9 +266,7 @@ def bool_mask_where(name, fill):
     """Where(mask, scores, fill) with a run-time boolean mask [B,1,S,S]."""
     g = Graph(name)
     q, k, v = qkv_inputs(g)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     mask = g.input("mask", BOOL, [B, 1, S, S])
     fill = g.const("fill", np.float32(fill))
     scores = g.op("Where", [mask, scores, fill], "mask_where")
@@ -290,9 +295,7 @@ def causal_triu_add():
     """Llama eager: full((S,S), min).triu(1) added to the scores."""
     g = Graph("causal_triu_add")
     q, k, v = qkv_inputs(g)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     full = g.op("ConstantOfShape", [g.const("sq", np.array([S, S], np.int64))],
                 "full_min",
                 value=helper.make_tensor("min", F32, [1], [FINFO_MIN]))
@@ -309,9 +312,7 @@ def causal_range_less():
     """Range/Less/Where from the static sequence length, added."""
     g = Graph("causal_range_less")
     q, k, v = qkv_inputs(g)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     row, col = static_positions(g, q)
     future = g.op("Less", [row, col], "future")  # i < j
     mask = g.op("Where", [future, g.const("neg_inf", np.float32(-np.inf)),
@@ -326,9 +327,7 @@ def causal_init(name, q_len, kv_len, top_left=False, window=None):
     0 / -inf."""
     g = Graph(name)
     q, k, v = qkv_inputs(g, q_len=q_len, kv_len=kv_len)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     mask = g.const("causal_mask",
                    causal_initializer(q_len, kv_len, top_left=top_left,
                                       window=window))
@@ -342,9 +341,7 @@ def sliding_window(name, built):
     built by Range/Sub/Less/Or/Where or given as an initializer."""
     g = Graph(name)
     q, k, v = qkv_inputs(g)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     if built:
         row, col = static_positions(g, q)
         distance = g.op("Sub", [row, col], "distance")  # i - j
@@ -442,9 +439,7 @@ def repeat_kv(name, kv_heads, heads=4):
         x = g.op("Expand", [x, expand], which + "/Expand")
         repeated.append(g.op("Reshape", [x, merge], which + "/Reshape"))
     k, v = repeated
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     mask = g.const("causal_mask", causal_initializer(S, S))
     scores = g.op("Add", [scores, mask], "causal_add")
     softmax_pv(g, scores, v, [B, heads, S, D])
@@ -455,9 +450,7 @@ def mqa_broadcast():
     """MQA with one KV head left to MatMul's broadcasting (no repeat)."""
     g = Graph("mqa_broadcast")
     q, k, v = qkv_inputs(g, heads=4, kv_heads=1)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     softmax_pv(g, scores, v, [B, 4, S, D])
     g.save()
 
@@ -535,9 +528,7 @@ def attention23(name, mask=None, q_len=S, kv_len=S, three_d=False, **attrs):
 
 def plain_scores(g, heads=H):
     q, k, v = qkv_inputs(g, heads=heads)
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     return q, k, v, scores
 
 
@@ -765,9 +756,7 @@ def gqa_tile(name, k_mode, v_mode):
             x = g.op("Expand", [x, expand], which + "/Expand")
             out.append(g.op("Reshape", [x, merge], which + "/Reshape"))
     k, v = out
-    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
-                  "scale")
+    scores = scaled_scores(g, q, k)
     softmax_pv(g, scores, v, [B, heads, S, D])
     g.save()
 

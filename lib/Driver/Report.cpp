@@ -32,22 +32,9 @@ llvm::json::Object describeSite(AttentionOp op) {
   llvm::json::Array nodes;
   for (const std::string &name : nodeNames(op.getLoc()))
     nodes.push_back(name);
-  return llvm::json::Object{
-      {"nodes", std::move(nodes)},
-      {"q_heads", sizeToJSON(op.getNumQueryHeads())},
-      {"kv_heads", sizeToJSON(op.getNumKvHeads())},
-      {"head_dim", sizeToJSON(op.getHeadDim())},
-      {"q_len", sizeToJSON(op.getQueryLength())},
-      {"kv_len", sizeToJSON(op.getKvLength())},
-      {"batch", sizeToJSON(op.getBatchSize())},
-      {"scale", double(op.getScale().convertToFloat())},
-      {"causal", op.getCausal()},
-      {"window", windowToJSON(op)},
-      {"softcap", softcapToJSON(op)},
-      {"mask", op.getMaskKind()},
-      {"bias", bool(op.getBias())},
-      {"dtype", getElementTypeName(op.getElementType())},
-      {"layout", stringifyLayout(op.getLayout())}};
+  llvm::json::Object site = siteAttributesToJSON(op);
+  site["nodes"] = std::move(nodes);
+  return site;
 }
 
 std::string orDash(const llvm::json::Value *value) {
@@ -90,9 +77,8 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
   if (!sites.empty()) {
     os << llvm::formatv("  {0,-3} {1,-5} {2,-4} {3,-4} {4,-5} {5,-5} "
                         "{6,-10} {7,-6} {8,-6} {9,-7} {10,-8} {11,-4} {12}\n",
-                        "#", "dtype", "Hq", "Hkv", "D", "Sq", "scale",
-                        "causal", "window", "softcap", "mask", "bias",
-                        "nodes");
+                        "#", "dtype", "Hq", "Hkv", "D", "Sq", "scale", "causal",
+                        "window", "softcap", "mask", "bias", "nodes");
     for (auto [index, siteValue] : llvm::enumerate(sites)) {
       const llvm::json::Object &site = *siteValue.getAsObject();
       const llvm::json::Array &nodes = *site.getArray("nodes");

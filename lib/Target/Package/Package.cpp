@@ -112,32 +112,36 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
                                 StringRef kernelName) {
   auto func = op->getParentOfType<FunctionOpInterface>();
-  return llvm::json::Object{
-      {"name", siteName},
-      {"kernel", kernelName},
-      {"function", func ? func.getName().str() : std::string()},
-      {"location", locationText(op.getLoc())},
-      {"layout", stringifyLayout(op.getLayout())},
-      {"dtype", getElementTypeName(op.getElementType())},
-      {"scale", double(op.getScale().convertToFloat())},
-      {"causal", op.getCausal()},
-      {"window", windowToJSON(op)},
-      {"softcap", softcapToJSON(op)},
-      {"batch", sizeToJSON(op.getBatchSize())},
-      {"q_heads", sizeToJSON(op.getNumQueryHeads())},
-      {"kv_heads", sizeToJSON(op.getNumKvHeads())},
-      {"q_len", sizeToJSON(op.getQueryLength())},
-      {"kv_len", sizeToJSON(op.getKvLength())},
-      {"head_dim", sizeToJSON(op.getHeadDim())},
-      {"mask", op.getMaskKind()},
-      {"mask_dtype", elementTypeValue(op.getMask())},
-      {"mask_shape", shapeValue(op.getMask())},
-      {"bias", bool(op.getBias())},
-      {"bias_dtype", elementTypeValue(op.getBias())},
-      {"bias_shape", shapeValue(op.getBias())}};
+  llvm::json::Object site = siteAttributesToJSON(op);
+  site["name"] = siteName;
+  site["kernel"] = kernelName;
+  site["function"] = func ? func.getName().str() : std::string();
+  site["location"] = locationText(op.getLoc());
+  site["mask_dtype"] = elementTypeValue(op.getMask());
+  site["mask_shape"] = shapeValue(op.getMask());
+  site["bias_dtype"] = elementTypeValue(op.getBias());
+  site["bias_shape"] = shapeValue(op.getBias());
+  return site;
 }
 
 } // namespace
+
+llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
+  return llvm::json::Object{{"layout", stringifyLayout(op.getLayout())},
+                            {"dtype", getElementTypeName(op.getElementType())},
+                            {"scale", double(op.getScale().convertToFloat())},
+                            {"causal", op.getCausal()},
+                            {"window", windowToJSON(op)},
+                            {"softcap", softcapToJSON(op)},
+                            {"batch", sizeToJSON(op.getBatchSize())},
+                            {"q_heads", sizeToJSON(op.getNumQueryHeads())},
+                            {"kv_heads", sizeToJSON(op.getNumKvHeads())},
+                            {"q_len", sizeToJSON(op.getQueryLength())},
+                            {"kv_len", sizeToJSON(op.getKvLength())},
+                            {"head_dim", sizeToJSON(op.getHeadDim())},
+                            {"mask", op.getMaskKind()},
+                            {"bias", bool(op.getBias())}};
+}
 
 llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {
   if (ShapedType::isDynamic(size))
