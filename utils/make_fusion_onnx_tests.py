@@ -182,6 +182,55 @@ def causal_initializer(q_len, kv_len, fill=-np.inf, top_left=False,
 # -- Scale -------------------------------------------------------------------
 
 
+# -- Causal and padding masks combined ----------------------------------------
+
+
+def padding_keep(g, seq=S):
+    """attention_mask [B, S] (1 = token, 0 = padding) as a bool [B,1,1,S]."""
+    mask = g.input("attention_mask", I64, [B, seq])
+    axes = g.const("pad_axes", np.array([1, 2], np.int64))
+    keep = g.op("Unsqueeze", [mask, axes], "pad/Unsqueeze")
+    return g.op("Cast", [keep], "pad/Cast", to=BOOL)
+
+
+def causal_pad(name, form):
+    """A causal mask and a padding mask combined, as decoders and CLIP's text
+    encoder export them with an attention_mask input:
+    - and_add: Where(And(tril, keep), 0, min) added (transformers' masking
+      utilities, eager);
+    - and_select: Where(And(tril, keep), scores, min);
+    - and_sdpa: Where(And(tril, keep), 0, -inf) added (SDPA exports);
+    - or_select: Where(Or(future, padded), min, scores);
+    - add_add: scores + causal(0/min) + (1 - mask)·min (CLIP, older
+      decoders): two finite fills that add up to -inf."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = scaled_scores(g, q, k)
+    fmin = g.const("fmin", np.float32(FINFO_MIN))
+    zero = g.const("zero", np.float32(0.0))
+    tril = np.tril(np.ones((S, S), bool))[None, None]
+    if form == "add_add":
+        causal = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
+        scores = g.op("Add", [scores, causal], "causal_add")
+        scores = g.op("Add", [scores, hf_padding_mask(g)], "pad_add")
+    elif form == "or_select":
+        future = g.const("future", ~tril)
+        padded = g.op("Not", [padding_keep(g)], "pad/Not")
+        hide = g.op("Or", [future, padded], "mask/Or")
+        scores = g.op("Where", [hide, fmin, scores], "mask/Where")
+    else:
+        keep = g.op("And", [g.const("tril", tril), padding_keep(g)], "mask/And")
+        if form == "and_select":
+            scores = g.op("Where", [keep, scores, fmin], "mask/Where")
+        else:
+            fill = g.const("ninf", np.float32(-np.inf)) if form == "and_sdpa" \
+                else fmin
+            mask = g.op("Where", [keep, zero, fill], "mask/Where")
+            scores = g.op("Add", [scores, mask], "mask/Add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def scale_variant(name, where):
     """Scale 0.25 written after QK^T (Mul or Div), on Q, on K, split as
     sqrt on both, or absent."""
@@ -872,6 +921,8 @@ def main():
     k_batch_head_swap()
     projection_lookalike_batched()
     attention23_past()
+    for form in ("and_add", "and_select", "and_sdpa", "or_select", "add_add"):
+        causal_pad("causal_pad_" + form, form)
     return 0
 
 

@@ -214,8 +214,10 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
           {names.empty() ? std::string() : names.front(), text.str()});
       return success();
     });
-    if (failed(runPipeline(*module, [](OpPassManager &pm) {
-          buildFusionPipeline(pm);
+    FusionPipelineOptions fusionOptions;
+    fusionOptions.paddedRows = options.paddedRowsFree ? "free" : "exact";
+    if (failed(runPipeline(*module, [&](OpPassManager &pm) {
+          buildFusionPipeline(pm, fusionOptions);
         })))
       return failure();
   }
@@ -229,6 +231,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   if (options.verify) {
     VerifyOptions verifyOptions;
     verifyOptions.seed = options.seed;
+    verifyOptions.paddedRowsFree = options.paddedRowsFree;
     FailureOr<VerifyReport> verified =
         verifyFusion(*unfused, *module, verifyOptions);
     if (failed(verified))

@@ -8,6 +8,7 @@
 #include "kiln/Driver/Report.h"
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Target/Package/Package.h"
 
 #include "llvm/ADT/SetVector.h"
@@ -34,6 +35,15 @@ llvm::json::Object describeSite(AttentionOp op) {
     nodes.push_back(name);
   llvm::json::Object site = siteAttributesToJSON(op);
   site["nodes"] = std::move(nodes);
+  llvm::json::Array maskShape;
+  if (Value mask = op.getMask())
+    for (int64_t size : cast<ShapedType>(mask.getType()).getShape())
+      maskShape.push_back(sizeToJSON(size));
+  site["mask_shape"] = op.getMask() ? llvm::json::Value(std::move(maskShape))
+                                    : llvm::json::Value(nullptr);
+  auto masking = op->getAttrOfType<StringAttr>(kMaskingAttrName);
+  site["masking"] =
+      masking ? llvm::json::Value(masking.str()) : llvm::json::Value(nullptr);
   return site;
 }
 
@@ -101,6 +111,10 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
           orDash(site.get("bias")), nodeText);
     }
   }
+  for (auto [index, siteValue] : llvm::enumerate(sites))
+    if (std::optional<StringRef> masking =
+            siteValue.getAsObject()->getString("masking"))
+      os << llvm::formatv("  site {0} masks: {1}\n", index, *masking);
   os << llvm::formatv("Softmaxes left unfused: {0}\n", unfused.size());
   for (const UnfusedSoftmax &entry : unfused)
     os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "

@@ -20,9 +20,12 @@
 
 using namespace mlir;
 
-void mlir::kiln::buildFusionPipeline(OpPassManager &pm) {
+void mlir::kiln::buildFusionPipeline(OpPassManager &pm,
+                                     const FusionPipelineOptions &options) {
   pm.addPass(createCanonicalizerPass());
-  pm.addPass(createKilnFuseAttention());
+  KilnFuseAttentionOptions fuseOptions;
+  fuseOptions.paddedRows = options.paddedRows;
+  pm.addPass(createKilnFuseAttention(fuseOptions));
   pm.addPass(createCanonicalizerPass());
 }
 
@@ -65,10 +68,12 @@ void mlir::kiln::buildGPUPipeline(OpPassManager &pm,
 }
 
 void mlir::kiln::registerPipelines() {
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<FusionPipelineOptions>(
       "kiln-fusion-pipeline",
       "Canonicalize the graph and fuse attention into kiln.attention",
-      [](OpPassManager &pm) { buildFusionPipeline(pm); });
+      [](OpPassManager &pm, const FusionPipelineOptions &options) {
+        buildFusionPipeline(pm, options);
+      });
   PassPipelineRegistration<GPUPipelineOptions>(
       "kiln-gpu-pipeline",
       "Lower kiln.attention to GPU kernels and serialize them to PTX",

@@ -123,9 +123,13 @@ static std::vector<double> valuesOf(const HostTensor &tensor, bool bshd) {
   return values;
 }
 
+/// `nanIsUndefined`: a NaN in the reference is the graph's 0/0 on a row that
+/// sees no key under a -inf fill, where Kiln gives zeros; such elements are
+/// counted, not compared.
 static TensorComparison compare(StringRef name, const HostTensor &reference,
                                 const HostTensor &fused, bool fusedBshd,
-                                const VerifyOptions &options) {
+                                const VerifyOptions &options,
+                                bool nanIsUndefined = false) {
   TensorComparison result;
   result.name = name.str();
   result.type = reference.getTypeString();
@@ -151,6 +155,10 @@ static TensorComparison compare(StringRef name, const HostTensor &reference,
     if (std::isfinite(value))
       maxRef = std::max(maxRef, std::fabs(value));
   for (size_t i = 0; i < expected.size(); ++i) {
+    if (nanIsUndefined && std::isnan(expected[i])) {
+      ++result.undefinedInReference;
+      continue;
+    }
     if (!std::isfinite(expected[i])) {
       ++result.referenceNonFinite;
       // Where the reference is NaN/Inf the fused value must be the same.
@@ -180,6 +188,10 @@ static TensorComparison compare(StringRef name, const HostTensor &reference,
                  : (result.maxAbsError > 0 ? INFINITY : 0.0);
   bool allNonFinite = result.numElements > 0 &&
                       result.referenceNonFinite == result.numElements;
+  if (result.undefinedInReference)
+    result.note = std::to_string(result.undefinedInReference) +
+                  " elements NaN in the graph (0/0 on rows that see no key) "
+                  "not compared";
   result.passed = result.newNonFinite == 0 && result.nonFiniteMismatch == 0 &&
                   !allNonFinite &&
                   result.normalizedMaxError <= result.tolerance &&
@@ -197,6 +209,58 @@ static TensorComparison compare(StringRef name, const HostTensor &reference,
     result.note = "error above tolerance";
   return result;
 }
+
+namespace {
+
+/// How the 0/1 inputs (masks) of one verification run are drawn.
+enum class PaddingTrial { Random, Left, Right, LeftAllPadded };
+
+const char *trialName(PaddingTrial trial) {
+  switch (trial) {
+  case PaddingTrial::Random:
+    return "random 0/1";
+  case PaddingTrial::Left:
+    return "left padding";
+  case PaddingTrial::Right:
+    return "right padding";
+  case PaddingTrial::LeftAllPadded:
+    return "left padding, first row all padding";
+  }
+  return "";
+}
+
+const char *paddingTrialNames(bool paddedRowsFree) {
+  // With --padded-rows=free, rows that see no key may differ by design;
+  // right padding never hides every key of a row (causal rows keep their
+  // unpadded prefix).
+  return paddedRowsFree ? "right padding"
+                        : "random 0/1, left padding, right padding, left "
+                          "padding with the first row all padding";
+}
+
+/// Writes a padding pattern into a 0/1 tensor: along the last axis, each
+/// row keeps 1s on a random-length suffix (left padding) or prefix (right
+/// padding) of at least one element; the first row may be all padding.
+void fillPadding(HostTensor &tensor, PaddingTrial trial, std::mt19937_64 &rng) {
+  if (tensor.shape.empty())
+    return;
+  int64_t length = tensor.shape.back();
+  int64_t rows = length ? tensor.getNumElements() / length : 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    std::uniform_int_distribution<int64_t> pick(
+        0, std::max<int64_t>(0, length - 1));
+    int64_t padded = pick(rng);
+    if (trial == PaddingTrial::LeftAllPadded && row == 0)
+      padded = length;
+    for (int64_t j = 0; j < length; ++j) {
+      bool isPad =
+          trial == PaddingTrial::Right ? j >= length - padded : j < padded;
+      tensor.setFromDouble(row * length + j, isPad ? 0.0 : 1.0);
+    }
+  }
+}
+
+} // namespace
 
 void VerifyReport::print(llvm::raw_ostream &os) const {
   for (const std::string &line : inputs)
@@ -247,9 +311,13 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
   unsigned numOutputs = unfusedFunc.getNumResults();
 
   VerifyReport report;
-  // Inputs.
+  // Inputs. 0/1 inputs (masks) are drawn once per padding trial: random
+  // 0/1, then left and right padding (each row keeps a random-length prefix
+  // or suffix), then the same with the first row all padding, so that rows
+  // that see no key are checked too.
   std::mt19937_64 rng(options.seed);
   SmallVector<HostTensor> inputs;
+  SmallVector<unsigned> maskInputs;
   for (auto [index, type] : llvm::enumerate(unfusedFunc.getArgumentTypes())) {
     auto tensorType = dyn_cast<RankedTensorType>(type);
     if (!tensorType ||
@@ -264,17 +332,22 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
     HostTensor tensor(tensorType.getElementType(), shape);
     std::string name = argumentName(unfusedFunc, index);
     std::string how;
+    std::optional<int64_t> rows;
     if (isa<FloatType>(tensor.elementType)) {
       fillRandom(tensor, rng);
       how = "normal(0, 1)";
-    } else if (tensor.elementType.isInteger(1) ||
-               StringRef(name).contains_insensitive("mask")) {
-      fillRandom(tensor, rng, 0, 2);
-      how = "0/1";
-    } else if (std::optional<int64_t> rows =
-                   gatherTableRows(unfusedFunc.getArgument(index))) {
+    } else if ((rows = gatherTableRows(unfusedFunc.getArgument(index))) &&
+               !tensor.elementType.isInteger(1) &&
+               !StringRef(name).contains_insensitive("mask")) {
       fillRandom(tensor, rng, 0, *rows);
       how = "[0, " + std::to_string(*rows) + ") (gather table rows)";
+    } else if (tensor.elementType.isInteger(1) ||
+               StringRef(name).contains_insensitive("mask") ||
+               options.defaultIntHigh == 2) {
+      fillRandom(tensor, rng, 0, 2);
+      maskInputs.push_back(index);
+      how = "0/1 (padding trials: " +
+            std::string(paddingTrialNames(options.paddedRowsFree)) + ")";
     } else {
       fillRandom(tensor, rng, 0, options.defaultIntHigh);
       how = "[0, " + std::to_string(options.defaultIntHigh) + ")";
@@ -282,6 +355,13 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
     report.inputs.push_back(name + " " + tensor.getTypeString() + " " + how);
     inputs.push_back(std::move(tensor));
   }
+  SmallVector<PaddingTrial> trials = {PaddingTrial::Random};
+  if (!maskInputs.empty())
+    trials = options.paddedRowsFree
+                 ? SmallVector<PaddingTrial>{PaddingTrial::Right}
+                 : SmallVector<PaddingTrial>{
+                       PaddingTrial::Random, PaddingTrial::Left,
+                       PaddingTrial::Right, PaddingTrial::LeftAllPadded};
 
   OwningOpRef<ModuleOp> reference = unfused.clone();
   OwningOpRef<ModuleOp> candidate = fused.clone();
@@ -290,6 +370,7 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
     PassManager pm(unfused.getContext());
     KilnFuseAttentionOptions annotate;
     annotate.annotateOnly = true;
+    annotate.paddedRows = options.paddedRowsFree ? "free" : "exact";
     pm.addPass(createKilnFuseAttention(annotate));
     if (failed(pm.run(*reference)))
       return failure();
@@ -331,25 +412,32 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
   // tiling with the fused graph it checks.
   CPURunOptions referenceRun = options.run;
   referenceRun.attentionLowering = AttentionLowering::Decomposed;
-  FailureOr<SmallVector<HostTensor>> expected =
-      runOnCPU(*reference, funcName, inputs, referenceRun);
-  if (failed(expected))
-    return failure();
-  FailureOr<SmallVector<HostTensor>> actual =
-      runOnCPU(*candidate, funcName, inputs, options.run);
-  if (failed(actual))
-    return failure();
-
   report.passed = true;
-  for (unsigned i = 0; i < expected->size(); ++i) {
-    bool isSite = i >= numOutputs;
-    std::string name = isSite ? "site " + std::to_string(i - numOutputs)
-                              : "output " + std::to_string(i);
-    TensorComparison comparison =
-        compare(name, (*expected)[i], (*actual)[i],
-                isSite && siteIsBshd[i - numOutputs], options);
-    report.passed &= comparison.passed;
-    (isSite ? report.sites : report.outputs).push_back(comparison);
+  for (PaddingTrial trial : trials) {
+    if (trial != PaddingTrial::Random)
+      for (unsigned index : maskInputs)
+        fillPadding(inputs[index], trial, rng);
+    FailureOr<SmallVector<HostTensor>> expected =
+        runOnCPU(*reference, funcName, inputs, referenceRun);
+    if (failed(expected))
+      return failure();
+    FailureOr<SmallVector<HostTensor>> actual =
+        runOnCPU(*candidate, funcName, inputs, options.run);
+    if (failed(actual))
+      return failure();
+    std::string suffix =
+        trials.size() > 1 ? " [" + std::string(trialName(trial)) + "]" : "";
+    for (unsigned i = 0; i < expected->size(); ++i) {
+      bool isSite = i >= numOutputs;
+      std::string name = isSite ? "site " + std::to_string(i - numOutputs)
+                                : "output " + std::to_string(i);
+      TensorComparison comparison =
+          compare(name + suffix, (*expected)[i], (*actual)[i],
+                  isSite && siteIsBshd[i - numOutputs], options,
+                  /*nanIsUndefined=*/!maskInputs.empty());
+      report.passed &= comparison.passed;
+      (isSite ? report.sites : report.outputs).push_back(comparison);
+    }
   }
   return report;
 }

@@ -94,3 +94,20 @@ func.func @bf16_d128_causal_any_heads(%q: tensor<?x?x?x128xbf16>, %k: tensor<?x?
   %o = kiln.attention %q, %k, %v {causal, scale = 0.08838834764831845 : f32} : tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16>, tensor<?x?x?x128xbf16> -> tensor<?x?x?x128xbf16>
   return %o : tensor<?x?x?x128xbf16>
 }
+
+// Causal and a padding mask with the graph's finite fill (masked_score):
+// rows that see no key average V over every key; no key block is skipped.
+func.func @bf16_d128_causal_padding_fill(%q: tensor<?x8x?x128xbf16>, %k: tensor<?x2x?x128xbf16>, %v: tensor<?x2x?x128xbf16>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 0.0883883461 : f32} : tensor<?x8x?x128xbf16>, tensor<?x2x?x128xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @bf16_d64_window_padding_fill(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {causal, window = 100 : i64, masked_score = -1.0e+4 : f32, scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @f32_d64_causal_padding_fill(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x64xf32> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}

@@ -19,7 +19,10 @@ failure.
 
 Semantics (those of kiln.attention): causal keeps key j for query i iff
 j <= i + (Sk - Sq) (bottom-right aligned); window W also hides
-j <= i + (Sk - Sq) - W; a query row that sees no key gives 0; q head h uses
+j <= i + (Sk - Sq) - W; a hidden key scores -inf, or the site's
+masked_score (a finite fill) when it has one; a query row whose scores are
+all -inf gives 0; additive masks are added as given (finfo.min stays
+finite, so a row it hides entirely averages V); q head h uses
 KV head h // (Hq / Hkv); softcap c maps a score s to c * tanh(s / c) before
 mask and bias are added; boolean masks are True where the key takes part.
 """
@@ -49,6 +52,8 @@ LENGTHS = (1, 17, 128, 1000, 4096)
 HEAD_PAIRS = ((6, 2), (5, 1), (3, 3), (28, 4))
 SANITIZE_CASES = ((1, 17), (17, 17), (33, 128), (128, 40))
 TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-5}
+# Site name -> masked_score, read from the package's manifest.
+MASKED_SCORES: Dict[str, float] = {}
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
     "f16": torch.float16,
@@ -132,6 +137,19 @@ def make_mask(
     if site.mask == "none":
         return None
     b, hq, sq, sk = case.batch, case.q_heads, case.q_len, case.kv_len
+    if case.mask_shape == "padding":
+        # Left padding of a random length per sequence, the first sequence
+        # all padding: rows that see no key, under causal most of them.
+        keep = torch.ones(b, 1, 1, sk, dtype=torch.bool, device=device)
+        for batch in range(b):
+            padded = sk if batch == 0 else int(torch.randint(0, sk, ()))
+            keep[batch, ..., :padded] = False
+        if site.mask == "boolean":
+            return keep
+        dtype = TORCH_DTYPES[site.mask_dtype or "f32"]
+        fill = torch.finfo(torch.float32).min
+        mask = torch.zeros(b, 1, 1, sk, device=device).masked_fill(~keep, fill)
+        return mask.to(dtype)
     shape = {
         "full": (b, hq, sq, sk),
         "batch-keys": (b, 1, 1, sk),
@@ -177,6 +195,8 @@ def reference(
     rows = torch.arange(sq, device=device)[:, None]
     cols = torch.arange(sk, device=device)[None, :]
     hidden = torch.zeros(sq, sk, dtype=torch.bool, device=device)
+    fill = MASKED_SCORES.get(site.name)
+    fill = float("-inf") if fill is None else fill
     if site.causal:
         hidden |= cols > rows + (sk - sq)
         if site.window:
@@ -200,10 +220,10 @@ def reference(
         if mask_full is not None:
             chunk = mask_full[:, h0:h1]
             if site.mask == "boolean":
-                scores = scores.masked_fill(~chunk, float("-inf"))
+                scores = scores.masked_fill(~chunk, fill)
             else:
                 scores = scores + chunk.double()
-        scores = scores.masked_fill(hidden, float("-inf"))
+        scores = scores.masked_fill(hidden, fill)
         row_max = scores.amax(dim=-1, keepdim=True)
         row_max = torch.where(torch.isinf(row_max), 0.0, row_max)
         weights = torch.exp(scores - row_max)
@@ -316,7 +336,7 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
         cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="strided"))
         cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="unaligned"))
         if site.mask != "none":
-            for shape in ("batch-keys", "rows-keys"):
+            for shape in ("batch-keys", "rows-keys", "padding"):
                 cases.append(Case(batch, q_heads, kv_heads, sq, sk, mask_shape=shape))
     sq, sk = extra[0]
     cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="graph"))
@@ -363,7 +383,9 @@ def main() -> int:
         action="store_true",
         help="a few small cases only (for compute-sanitizer)",
     )
-    parser.add_argument("--site", action="append", help="only these sites")
+    parser.add_argument(
+        "--site", action="append", help="only these sites (names or functions)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args()
 
@@ -374,6 +396,10 @@ def main() -> int:
     torch.manual_seed(options.seed)
     torch.backends.cuda.matmul.allow_tf32 = False
     package = kiln.Package(options.package)
+    manifest = json.loads((Path(options.package) / "manifest.json").read_text())
+    for entry in manifest.get("sites", []):
+        if entry.get("masked_score") is not None:
+            MASKED_SCORES[entry["name"]] = float(entry["masked_score"])
     major, minor = torch.cuda.get_device_capability(device)
     print(
         f"device {torch.cuda.get_device_name(device)} (sm_{major}{minor}), "
@@ -388,7 +414,7 @@ def main() -> int:
     print(HEADER)
     print("-" * len(HEADER), flush=True)
     for site in package.sites:
-        if options.site and site.name not in options.site:
+        if options.site and not {site.name, site.function} & set(options.site):
             continue
         head_dim = head_dim_of(package, site)
         for case in cases_for(site, options.sanitize):

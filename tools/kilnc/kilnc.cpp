@@ -87,6 +87,15 @@ static cl::opt<bool>
                          "bf16 sites (default on; =0 for the scalar kernel)"),
                 cl::init(true), cl::cat(kilncCategory));
 
+static cl::opt<std::string> paddedRows(
+    "padded-rows",
+    cl::desc("exact (default): fused sites compute what the graph computes on "
+             "every query row, rows whose keys are all masked included; "
+             "free: a causal mask combined with a padding mask always "
+             "becomes causal + the padding mask, and rows that see no key "
+             "give zeros (rows a model discards, e.g. padded queries)"),
+    cl::init("exact"), cl::cat(kilncCategory));
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
@@ -117,6 +126,13 @@ int main(int argc, char **argv) {
   options.report = reportKind;
   options.verify = verify;
   options.seed = seed;
+  if (paddedRows != "exact" && paddedRows != "free") {
+    llvm::errs() << "kilnc: error: --padded-rows expects 'exact' or 'free', "
+                    "got '"
+                 << paddedRows << "'\n";
+    return 1;
+  }
+  options.paddedRowsFree = paddedRows == "free";
   for (StringRef binding : bindDims) {
     auto [name, value] = binding.split('=');
     int64_t size = 0;

@@ -46,6 +46,8 @@ struct CompileOptions {
   int64_t rowsPerWarp = 4;
   /// f16 and bf16 sites get the mma.sync kernel (`--tensor-cores`).
   bool tensorCores = true;
+  /// Rows that see no key may differ from the graph (`--padded-rows=free`).
+  bool paddedRowsFree = false;
 };
 
 /// Runs one compilation; diagnostics go to the context's handler (kilnc

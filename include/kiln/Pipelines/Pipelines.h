@@ -35,8 +35,19 @@ struct GPUPipelineOptions
       llvm::cl::init(true)};
 };
 
+/// Options of the fusion pipeline.
+struct FusionPipelineOptions
+    : public PassPipelineOptions<FusionPipelineOptions> {
+  Option<std::string> paddedRows{
+      *this, "padded-rows",
+      llvm::cl::desc("'exact' or 'free': whether rows that see no key must "
+                     "give what the graph gives (see kiln-fuse-attention)"),
+      llvm::cl::init("exact")};
+};
+
 /// Graph clean-up and attention fusion (`kiln-fusion-pipeline`).
-void buildFusionPipeline(OpPassManager &pm);
+void buildFusionPipeline(OpPassManager &pm,
+                         const FusionPipelineOptions &options = {});
 
 /// kiln.attention → gpu.func kernels (`convert-kiln-to-gpu`).
 void buildKernelGenerationPipeline(OpPassManager &pm,

@@ -30,6 +30,9 @@ struct VerifyOptions {
   int64_t defaultIntHigh = 2;
   /// Compare each fused site with the unfused value it replaced.
   bool compareSites = true;
+  /// The fused graph was built with --padded-rows=free: only padding that
+  /// leaves every query row a key is drawn.
+  bool paddedRowsFree = false;
   /// Relative tolerances by element type of the reference.
   double f32Tolerance = 1e-4;
   double halfTolerance = 2e-2;
@@ -59,6 +62,9 @@ struct TensorComparison {
   /// NaN/Inf everywhere fails as inconclusive.
   int64_t referenceNonFinite = 0;
   int64_t nonFiniteMismatch = 0;
+  /// NaN elements of the reference left uncompared: the graph's 0/0 on rows
+  /// that see no key under a -inf fill (graphs with 0/1 mask inputs).
+  int64_t undefinedInReference = 0;
   bool passed = false;
   /// Why it failed or was not compared, when it did.
   std::string note;
@@ -80,9 +86,12 @@ struct VerifyReport {
 /// inputs of the graph's own input types and compares them. Integer inputs
 /// that feed a tosa.gather (through casts and reshapes) get values in
 /// [0, table rows); inputs whose name (`onnx.name` or the argument's
-/// location) contains "mask" get 0/1; other integers [0, defaultIntHigh);
-/// floats normal(0, 1). Returns failure only when the modules cannot be run
-/// (diagnostics say why); a mismatch is a report with `passed == false`.
+/// location) contains "mask" get 0/1, and so do other integers when
+/// defaultIntHigh is 2; other integers [0, defaultIntHigh); floats
+/// normal(0, 1). When there are 0/1 inputs, the graphs run once per padding
+/// trial (random 0/1, left and right padding, a row all padding) and every
+/// comparison names its trial. Returns failure only when the modules cannot be
+/// run (diagnostics say why); a mismatch is a report with `passed == false`.
 FailureOr<VerifyReport> verifyFusion(ModuleOp unfused, ModuleOp fused,
                                      const VerifyOptions &options);
 

@@ -36,6 +36,10 @@ std::string KernelSpec::name() const {
     result += "_mask" + getElementTypeName(maskType);
   if (biasType)
     result += "_bias" + getElementTypeName(biasType);
+  if (maskedScore)
+    result +=
+        llvm::formatv("_fill{0:x}", llvm::bit_cast<uint32_t>(*maskedScore))
+            .str();
   return result;
 }
 
@@ -155,12 +159,16 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
                                           Value rowBiasBase) {
   const float log2e = 1.4426950408889634f;
+  bool additive =
+      spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
   if (spec.softcap) {
-    // softcap·tanh(scale·dot / softcap), then into log2 units.
-    Value scale = arith::DivFOp::create(*b, scaleLog2, constF32(log2e));
-    Value scaled = fmul(score, scale);
+    // softcap·tanh(scale·dot / softcap), in natural units when additive
+    // terms follow, else straight into log2 units.
+    Value scaled = fmul(score, scaleNatural);
     Value capped = tanh(fmul(scaled, constF32(1.0f / *spec.softcap)));
-    score = fmul(capped, constF32(*spec.softcap * log2e));
+    score = fmul(capped, constF32(*spec.softcap * (additive ? 1.0f : log2e)));
+  } else if (additive) {
+    score = fmul(score, scaleNatural);
   } else {
     score = fmul(score, scaleLog2);
   }
@@ -172,38 +180,70 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   Value safeQuery = toI64(arith::MinSIOp::create(*b, queryRow, lastQuery));
   Value safeKey = toI64(arith::MinSIOp::create(*b, key, lastKey));
 
-  Value visible =
+  Value inRange =
       arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen);
+  Value visible;
+  auto andVisible = [&](Value condition) {
+    visible = visible
+                  ? arith::AndIOp::create(*b, visible, condition).getResult()
+                  : condition;
+  };
   if (spec.biasType) {
     Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
                                         mul(safeKey, biasStrideK)));
-    Value bias = loadGlobalAsF32(biasPtr, spec.biasType, offset);
-    score = fadd(score, fmul(bias, constF32(log2e)));
+    score = fadd(score, loadGlobalAsF32(biasPtr, spec.biasType, offset));
   }
   if (spec.maskType) {
     Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
                                         mul(safeKey, maskStrideK)));
     Value mask = loadGlobalAsF32(maskPtr, spec.maskType, offset);
     if (spec.maskType.isInteger(1))
-      visible = arith::AndIOp::create(*b, visible, mask);
+      andVisible(mask);
     else
-      score = fadd(score, fmul(mask, constF32(log2e)));
+      score = fadd(score, mask);
   }
+  if (additive)
+    score = toLog2Saturated(score);
   if (spec.causal) {
     // Bottom-right aligned: key <= row + (kvLen - qLen).
     Value diagonal = add(queryRow, kvOffset);
-    visible = arith::AndIOp::create(
-        *b, visible,
+    andVisible(
         arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key, diagonal));
     if (spec.window) {
       Value oldest = sub(diagonal, constIndex(*spec.window));
-      visible = arith::AndIOp::create(
-          *b, visible,
+      andVisible(
           arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, key, oldest));
     }
   }
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
-  return arith::SelectOp::create(*b, visible, score, negInf);
+  if (visible) {
+    // A hidden key scores -inf, or the graph's fill (see masked_score).
+    Value hiddenScore =
+        spec.maskedScore ? constF32(saturatedLog2(*spec.maskedScore)) : negInf;
+    score = arith::SelectOp::create(*b, visible, score, hiddenScore);
+  }
+  return arith::SelectOp::create(*b, inRange, score, negInf);
+}
+
+float AttentionKernelBuilder::saturatedLog2(float value) {
+  const double log2e = 1.4426950408889634;
+  double scaled = double(value) * log2e;
+  double lowest = std::numeric_limits<float>::lowest();
+  return float(std::max(scaled, lowest));
+}
+
+Value AttentionKernelBuilder::toLog2Saturated(Value score) {
+  // A finite fill such as finfo.min overflows to -inf when multiplied by
+  // log2(e); it must stay finite, so that a row hidden entirely by finite
+  // fills averages its keys as the graph does. A real -inf stays -inf.
+  const float log2e = 1.4426950408889634f;
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value scaled =
+      arith::MaximumFOp::create(*b, fmul(score, constF32(log2e)),
+                                constF32(std::numeric_limits<float>::lowest()));
+  Value isNegInf =
+      arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ, score, negInf);
+  return arith::SelectOp::create(*b, isNegInf, negInf, scaled);
 }
 
 gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
@@ -266,6 +306,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
     biasStrides = strides(4);
 
   const float log2e = 1.4426950408889634f;
+  scaleNatural = scale;
   scaleLog2 = fmul(scale, constF32(log2e));
 
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
@@ -326,7 +367,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   kvOffset = sub(kvLen, qLen);
   kvBegin = constIndex(0);
   kvEnd = kvLen;
-  if (spec.causal) {
+  // With masked_score, hidden keys still count for rows that see no key, so
+  // no key block may be skipped.
+  if (spec.causal && !spec.maskedScore) {
     Value end = add(endQuery, kvOffset);
     end = arith::MaxSIOp::create(builder, end, constIndex(0));
     kvEnd = arith::MinSIOp::create(builder, end, kvLen);

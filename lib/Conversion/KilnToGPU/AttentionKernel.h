@@ -38,6 +38,9 @@ struct KernelSpec {
   std::optional<float> softcap;
   Type maskType; // null when there is no mask
   Type biasType; // null when there is no bias
+  /// The score of a key hidden by the boolean mask, causal or window (the
+  /// op's masked_score); -inf when unset.
+  std::optional<float> maskedScore;
   /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
   bool tensorCores = false;
   /// A block's rows are (query, head) pairs of one KV head's group rather
@@ -121,9 +124,14 @@ protected:
   /// Element offset of (batch, headIndex) in a tensor with these strides.
   Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
 
+  /// `value`·log2(e), kept finite when the product overflows.
+  static float saturatedLog2(float value);
+  /// `score`·log2(e) at run time, finite unless `score` is -inf.
+  Value toLog2Saturated(Value score);
   /// The score of key `key` for query `queryRow` from its dot product, in
-  /// log2 units; -inf when the key is hidden. The mask and bias are read
-  /// from the row's (batch, head) bases.
+  /// log2 units: -inf past the keys, -inf or the masked score when the key
+  /// is hidden. The mask and bias are read from the row's (batch, head)
+  /// bases.
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase);
 
@@ -132,7 +140,7 @@ protected:
 
   // Bound by the prologue.
   Value q, k, v, out, maskPtr, biasPtr;
-  Value numQueryHeads, numKvHeads, qLen, kvLen, scaleLog2;
+  Value numQueryHeads, numKvHeads, qLen, kvLen, scaleNatural, scaleLog2;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
   Value batch, kvHead, group;
   /// The block's query head; null when heads are packed (each row has its

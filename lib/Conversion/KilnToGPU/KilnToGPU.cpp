@@ -94,6 +94,8 @@ struct ConvertKilnToGPUPass
       spec.window = op.getWindow();
       if (std::optional<APFloat> cap = op.getSoftcap())
         spec.softcap = cap->convertToFloat();
+      if (std::optional<APFloat> fill = op.getMaskedScore())
+        spec.maskedScore = fill->convertToFloat();
       if (Value mask = op.getMask())
         spec.maskType = cast<ShapedType>(mask.getType()).getElementType();
       if (Value bias = op.getBias())

@@ -140,6 +140,7 @@ llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
                             {"kv_len", sizeToJSON(op.getKvLength())},
                             {"head_dim", sizeToJSON(op.getHeadDim())},
                             {"mask", op.getMaskKind()},
+                            {"masked_score", maskedScoreToJSON(op)},
                             {"bias", bool(op.getBias())}};
 }
 
@@ -152,6 +153,12 @@ llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {
 llvm::json::Value mlir::kiln::windowToJSON(AttentionOp op) {
   if (std::optional<uint64_t> window = op.getWindow())
     return int64_t(*window);
+  return nullptr;
+}
+
+llvm::json::Value mlir::kiln::maskedScoreToJSON(AttentionOp op) {
+  if (std::optional<APFloat> fill = op.getMaskedScore())
+    return double(fill->convertToFloat());
   return nullptr;
 }
 

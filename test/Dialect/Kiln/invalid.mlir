@@ -132,3 +132,21 @@ func.func @int_query(%q: tensor<1x8x16x64xi32>, %k: tensor<1x8x16x64xf32>, %v: t
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xi32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
   return %o : tensor<1x8x16x64xf32>
 }
+
+// -----
+
+// masked_score is the finite fill of hidden keys.
+func.func @masked_score_inf(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{masked_score must be finite and at most -1e4, got -INF}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, causal, masked_score = 0xFF800000 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// masked_score needs something that hides keys with it.
+func.func @masked_score_nothing_hidden(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{masked_score needs a boolean mask or causal}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, masked_score = -1.0e+5 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}

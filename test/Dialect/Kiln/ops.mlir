@@ -33,3 +33,11 @@ func.func @bshd(%q: tensor<1x100x8x64xbf16>, %k: tensor<1x100x1x64xbf16>, %v: te
   %o = kiln.attention %q, %k, %v {layout = #kiln.layout<bshd>, scale = 0.125 : f32} : tensor<1x100x8x64xbf16>, tensor<1x100x1x64xbf16>, tensor<1x100x1x64xbf16> -> tensor<1x100x8x64xbf16>
   return %o : tensor<1x100x8x64xbf16>
 }
+
+// A padding mask with causal, hidden keys scoring the graph's finite fill.
+// CHECK-LABEL: func.func @masked_score
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<2x1x1x64xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 1.250000e-01 : f32}
+func.func @masked_score(%q: tensor<2x2x64x64xf32>, %k: tensor<2x2x64x64xf32>, %v: tensor<2x2x64x64xf32>, %m: tensor<2x1x1x64xi1>) -> tensor<2x2x64x64xf32> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<2x1x1x64xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 0.125 : f32} : tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32> -> tensor<2x2x64x64xf32>
+  return %o : tensor<2x2x64x64xf32>
+}

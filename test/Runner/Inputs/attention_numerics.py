@@ -20,7 +20,8 @@ DECOMPOSED = [("--attention-lowering=decomposed",)]
 
 def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
          scale=0.25, causal=False, window=None, softcap=None, mask=None,
-         bias=None, layout="bhsd", dynamic=False, flags=None):
+         bias=None, layout="bhsd", dynamic=False, flags=None,
+         masked_score=None):
     q64, q = to_dtype(rng.standard_normal((b, hq, sq, d)), dtype)
     k64, k = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
     v64, v = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
@@ -28,7 +29,8 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
                          None if mask is None else
                          (mask if mask.dtype == np.bool_ else
                           mask.astype(np.float64)),
-                         None if bias is None else bias.astype(np.float64))
+                         None if bias is None else bias.astype(np.float64),
+                         masked_score)
     inputs = [q, k, v]
     if layout == "bshd":
         inputs = [x.transpose(0, 2, 1, 3).copy() for x in inputs]
@@ -44,7 +46,8 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
         inputs.append(bias)
         bias_type = tensor_type(bias.shape, "f32")
     mlir = attention_mlir(types,
-                          attention_attrs(scale, causal, window, softcap, layout),
+                          attention_attrs(scale, causal, window, softcap, layout,
+                                          masked_score),
                           mask_type, bias_type)
     checker.run(name, mlir, inputs, expected, dtype,
                 flags or TILED + DECOMPOSED)
@@ -86,5 +89,20 @@ case("dynamic", dynamic=True, causal=True, sq=19, sk=23)
 case("f16", dtype="f16", causal=True, sq=30, sk=30)
 case("bf16", dtype="bf16", hq=4, hkv=2, sq=12, sk=40, causal=True)
 case("d-odd", d=5, sq=13, sk=11)
+
+# Finite fills (masked_score, and finfo.min in an additive mask): rows that
+# see no key average V over every key, as the graph's softmax does.
+FINFO_MIN = float(np.finfo(np.float32).min)
+left_padding = np.ones((2, 1, 1, 53), bool)
+left_padding[0, ..., :20] = False
+left_padding[1] = False  # every key padded
+case("masked-score-causal-padding", sq=53, sk=53, causal=True,
+     mask=left_padding, masked_score=FINFO_MIN)
+case("masked-score-window-padding", sq=40, sk=53, causal=True, window=9,
+     mask=left_padding, masked_score=FINFO_MIN)
+case("masked-score-boolean", mask=bool_mask, masked_score=-1e4)
+additive_min = np.where(left_padding, 0.0, FINFO_MIN).astype(np.float32)
+case("additive-min-full-rows", mask=additive_min)
+case("additive-min-plus-causal", sq=53, sk=53, causal=True, mask=additive_min)
 
 checker.finish()

@@ -40,7 +40,7 @@ def softmax_rows(s, v):
     return np.where(l > 0, out / np.where(l > 0, l, 1.0), 0.0)
 
 
-def hide(s, sq, sk, causal, window):
+def hide(s, sq, sk, causal, window, fill=-np.inf):
     if not causal:
         return s
     i = np.arange(sq)[:, None]
@@ -49,11 +49,11 @@ def hide(s, sq, sk, causal, window):
     hidden = j > edge
     if window:
         hidden |= j <= edge - window
-    return np.where(hidden, -np.inf, s)
+    return np.where(hidden, fill, s)
 
 
 def attention(q, k, v, scale, causal=False, window=None, softcap=None,
-              mask=None, bias=None):
+              mask=None, bias=None, masked_score=None):
     """q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], float64."""
     groups = q.shape[1] // k.shape[1]
     k = np.repeat(k, groups, axis=1)
@@ -63,12 +63,14 @@ def attention(q, k, v, scale, causal=False, window=None, softcap=None,
         s = softcap * np.tanh(s / softcap)
     if bias is not None:
         s = s + bias
+    # A hidden key scores masked_score (the graph's finite fill) or -inf.
+    fill = -np.inf if masked_score is None else masked_score
     if mask is not None:
         if mask.dtype == np.bool_:
-            s = np.where(mask, s, -np.inf)
+            s = np.where(mask, s, fill)
         else:
             s = s + mask
-    s = hide(s, q.shape[2], k.shape[2], causal, window)
+    s = hide(s, q.shape[2], k.shape[2], causal, window, fill)
     return softmax_rows(s, v)
 
 
@@ -94,9 +96,11 @@ def tensor_type(shape, dtype):
 
 
 def attention_attrs(scale, causal=False, window=None, softcap=None,
-                    layout=None):
+                    layout=None, masked_score=None):
     """The attribute dictionary body of a kiln attention op."""
     attrs = [f"scale = {scale} : f32"]
+    if masked_score is not None:
+        attrs.append(f"masked_score = {masked_score!r} : f32")
     if causal:
         attrs.append("causal")
     if window:

@@ -158,6 +158,15 @@ LogicalResult AttentionOp::verify() {
       failed(verifyBroadcastable(*this, getBias(), "bias", logicalShape)))
     return failure();
 
+  if (std::optional<APFloat> fill = getMaskedScore()) {
+    float value = fill->convertToFloat();
+    if (!std::isfinite(value) || value > -1.0e4f)
+      return emitOpError() << "masked_score must be finite and at most -1e4, "
+                              "got "
+                           << value;
+    if (!getCausal() && getMaskKind() != "boolean")
+      return emitOpError() << "masked_score needs a boolean mask or causal";
+  }
   return verifyAttentionAttributes(getOperation(), getScale(), getCausal(),
                                    getWindow(), getSoftcap());
 }

@@ -12,6 +12,7 @@
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -27,6 +28,11 @@ struct MaskTerm {
   /// Rank of the scores where the term is applied (3 before the split of
   /// the batch into [B, H], 4 after).
   int64_t scoresRank = 4;
+  /// Boolean terms: the score a hidden key takes (-inf or a finite fill).
+  double fill = -std::numeric_limits<double>::infinity();
+  /// Boolean terms: the fill replaces the score (`select(keep, s, fill)`)
+  /// rather than being added to it (`s + select(keep, 0, fill)`).
+  bool replaces = true;
 };
 
 /// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`

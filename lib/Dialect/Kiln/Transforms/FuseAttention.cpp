@@ -55,6 +55,13 @@ bool isMaskingValue(double value) {
   return (std::isinf(value) && value < 0) || value <= kMaskingThreshold;
 }
 
+/// True when `value` hides a key even when added to a score: -inf, or a
+/// finite fill so large that `s + fill` rounds to `fill` for any score
+/// below 2^70 (finfo.min of f32 and bf16).
+bool isAbsorbingMask(double value) {
+  return value < 0 && (std::isinf(value) || value <= -1.0e30);
+}
+
 RankedTensorType getRankedType(Value value) {
   return dyn_cast<RankedTensorType>(value.getType());
 }
@@ -182,6 +189,10 @@ struct AttentionMatch {
   std::optional<double> softcap;
   bool causal = false;
   std::optional<int64_t> window;
+  /// The score of a hidden key (the op's masked_score); -inf when unset.
+  std::optional<double> maskedScore;
+  /// How the masks were taken, for the report (empty when nothing hides).
+  std::string masking;
   MaskTerm maskTerm, biasTerm;
   /// The value the fused op replaces, and its defining op.
   Value result;
@@ -519,12 +530,17 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       if (auto build = term.value.getDefiningOp<tosa::SelectOp>()) {
         std::optional<double> onTrue = getSplatFloat(build.getOnTrue());
         std::optional<double> onFalse = getSplatFloat(build.getOnFalse());
+        // Added, a finite fill equals a replacement only when it absorbs
+        // every score (s + fill == fill in f32, as for finfo.min); other
+        // finite fills (-1e4, -1e9) stay an additive mask, which is exact.
         if (onTrue && onFalse &&
-            ((*onTrue == 0.0 && isMaskingValue(*onFalse)) ||
-             (isMaskingValue(*onTrue) && *onFalse == 0.0))) {
+            ((*onTrue == 0.0 && isAbsorbingMask(*onFalse)) ||
+             (isAbsorbingMask(*onTrue) && *onFalse == 0.0))) {
           term.isBoolean = true;
           term.inverted = *onTrue != 0.0;
           term.value = build.getPred();
+          term.fill = term.inverted ? *onTrue : *onFalse;
+          term.replaces = false;
           match.ops.insert(build);
         }
       }
@@ -550,6 +566,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         return fail("the select fill is not -inf or a large negative "
                     "constant");
       term.value = select.getPred();
+      term.fill = *fillValue;
       term.scoresRank = resultType.getRank();
       terms.push_back(term);
       match.ops.insert(def);
@@ -728,9 +745,256 @@ std::optional<Value> matchNanGuard(Value probs,
   return std::nullopt;
 }
 
+/// Whether an additive float term can hide keys: its computation involves a
+/// masking constant (-inf or a large negative fill) or a value the graph
+/// does not know (an argument). Position biases computed from weights and
+/// ranges (T5, ALiBi) cannot.
+bool mayHideKeys(Value value, int depth = 24) {
+  Operation *def = value.getDefiningOp();
+  if (!def)
+    return true;
+  if (auto constant = dyn_cast<tosa::ConstOp>(def)) {
+    auto floats = dyn_cast<DenseFPElementsAttr>(constant.getValues());
+    if (!floats)
+      return false;
+    if (floats.isSplat())
+      return isMaskingValue(floats.getSplatValue<APFloat>().convertToDouble());
+    return llvm::any_of(floats.getValues<APFloat>(), [](const APFloat &v) {
+      return isMaskingValue(v.convertToDouble());
+    });
+  }
+  if (depth == 0 || def->getNumOperands() == 0)
+    return def->getNumOperands() != 0 || !isa<tosa::ConstShapeOp>(def);
+  return llvm::any_of(def->getOperands(), [&](Value operand) {
+    return mayHideKeys(operand, depth - 1);
+  });
+}
+
+/// The value that a constant mask writes for hidden keys: the select's
+/// fill for a boolean, the masking value for an additive constant.
+double hiddenFill(const MaskTerm &term) {
+  if (term.isBoolean)
+    return term.fill;
+  auto floats = cast<DenseFPElementsAttr>(
+      term.value.getDefiningOp<tosa::ConstOp>().getValues());
+  for (const APFloat &value : floats.getValues<APFloat>())
+    if (value.convertToDouble() != 0.0)
+      return value.convertToDouble();
+  return 0.0;
+}
+
+/// Something that hides keys in a site: a causal (or window) pattern found
+/// in a constant, a boolean term, or an additive term that may hide.
+struct Hider {
+  /// Index of the term in the site's terms (0 is nearest the softmax).
+  size_t term;
+  bool causal = false;
+  int64_t window = 0;
+  /// The score of a hidden key; NaN when unknown (an additive term).
+  double fill = std::nan("");
+  bool replaces = true;
+};
+
+/// Turns the site's mask and bias terms into the op's causal, window,
+/// masked_score, mask and bias, keeping what the graph computes on every
+/// row, fully hidden ones included (see the op's masked_score); with
+/// `paddedRowsFree`, rows that see no key may differ.
+LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
+                           bool paddedRowsFree, std::string &whyNot) {
+  auto fail = [&](const Twine &reason) {
+    whyNot = reason.str();
+    return failure();
+  };
+  int64_t batch = match.scoresShape[0], numHeads = match.scoresShape[1];
+
+  // Pass 1: causal patterns, in a constant term or in one side of a
+  // boolean term that combines it with another (And of keeps, Or of hides).
+  SmallVector<MaskTerm> remaining(terms.begin(), terms.end());
+  SmallVector<Hider> hiders;
+  SmallVector<Operation *> causalOps;
+  SmallVector<bool> isCausalTerm(terms.size(), false);
+  for (auto [index, term] : llvm::enumerate(terms)) {
+    if (std::optional<int64_t> window =
+            matchCausalConstant(term, match.scoresShape)) {
+      Hider hider{index, true, *window, hiddenFill(term),
+                  !term.isBoolean ? false : term.replaces};
+      hiders.push_back(hider);
+      isCausalTerm[index] = true;
+      continue;
+    }
+    if (!term.isBoolean)
+      continue;
+    Operation *combiner = term.value.getDefiningOp();
+    if (!combiner || !(term.inverted ? isa<tosa::LogicalOrOp>(combiner)
+                                     : isa<tosa::LogicalAndOp>(combiner)))
+      continue;
+    for (unsigned side = 0; side < 2; ++side) {
+      MaskTerm pattern = term;
+      pattern.value = combiner->getOperand(side);
+      std::optional<int64_t> window =
+          matchCausalConstant(pattern, match.scoresShape);
+      if (!window)
+        continue;
+      hiders.push_back({index, true, *window, term.fill, term.replaces});
+      remaining[index].value = combiner->getOperand(1 - side);
+      causalOps.push_back(combiner);
+      if (Operation *def = pattern.value.getDefiningOp())
+        causalOps.push_back(def);
+      break;
+    }
+  }
+
+  // The decision, for a set of causal hiders taken as attributes.
+  auto decide = [&](bool useCausal, std::optional<double> &maskedScore,
+                    bool &exact) {
+    SmallVector<Hider> all;
+    for (const Hider &hider : hiders)
+      if (useCausal)
+        all.push_back(hider);
+    for (auto [index, term] : llvm::enumerate(remaining)) {
+      if (useCausal && isCausalTerm[index])
+        continue;
+      const MaskTerm &current = useCausal ? term : terms[index];
+      if (current.isBoolean)
+        all.push_back({index, false, 0, current.fill, current.replaces});
+      else if (mayHideKeys(current.value))
+        all.push_back({index, false, 0, std::nan(""), false});
+    }
+    maskedScore.reset();
+    exact = true;
+    auto finite = [](const Hider &h) {
+      return !std::isnan(h.fill) && !std::isinf(h.fill);
+    };
+    SmallVector<Hider> finiteHiders;
+    for (const Hider &hider : all)
+      if (finite(hider))
+        finiteHiders.push_back(hider);
+    if (finiteHiders.empty())
+      return; // -inf fills and additive terms: exact as they are.
+    // A causal pattern alone: every row sees its diagonal key, so the fill
+    // never decides a row.
+    if (all.size() == 1 && all[0].causal)
+      return;
+    double fill = finiteHiders.front().fill;
+    size_t innermost = 0;
+    for (const Hider &hider : all)
+      innermost = std::max(innermost, hider.term);
+    for (const Hider &hider : all) {
+      // One fill for every hidden key: each hider writes the same finite
+      // fill, replacing the score, except the innermost one, which may add
+      // it (the replacements after it then write the same value).
+      bool sameFill = finite(hider) && hider.fill == fill;
+      bool order = hider.replaces || hider.term == innermost;
+      if (!sameFill || !order) {
+        exact = false;
+        return;
+      }
+    }
+    maskedScore = fill;
+  };
+
+  std::optional<double> maskedScore;
+  bool exact = false;
+  bool useCausal = !hiders.empty();
+  std::string masking;
+  decide(useCausal, maskedScore, exact);
+  if (!exact && useCausal && !paddedRowsFree) {
+    decide(/*useCausal=*/false, maskedScore, exact);
+    if (exact) {
+      useCausal = false;
+      masking = "causal kept in the mask: its finite fill adds to another "
+                "mask's, and a row with no visible key depends on both "
+                "(--padded-rows=free takes causal)";
+    }
+  }
+  if (paddedRowsFree && (maskedScore || !exact)) {
+    // Speed over rows that see no key: no fill, so blocks past the causal
+    // diagonal are skipped.
+    maskedScore.reset();
+    exact = true;
+    masking = "padded rows free: a row that sees no key gives zeros, not the "
+              "graph's average over filled scores (--padded-rows=free)";
+  }
+  if (!exact) {
+    if (!paddedRowsFree)
+      return fail("finite-fill masks combine in a way the op cannot express "
+                  "for rows that see no key (--padded-rows=free fuses them, "
+                  "giving such rows zeros)");
+  } else if (maskedScore && masking.empty()) {
+    masking = llvm::formatv("exact: hidden keys score {0:e} as in the graph "
+                            "(masked_score); a row that sees no key averages "
+                            "V over every key",
+                            *maskedScore)
+                  .str();
+  }
+
+  // Apply: causal attributes, then the remaining terms as operands.
+  SmallVector<MaskTerm> kept;
+  if (useCausal) {
+    for (const Hider &hider : hiders) {
+      match.causal = true;
+      if (hider.window > 0)
+        match.window =
+            match.window ? std::min(*match.window, hider.window) : hider.window;
+    }
+    for (Operation *op : causalOps)
+      match.ops.insert(op);
+  }
+  for (auto [index, term] : llvm::enumerate(terms)) {
+    if (useCausal && isCausalTerm[index]) {
+      if (Operation *def = term.value.getDefiningOp())
+        match.ops.insert(def);
+      continue;
+    }
+    kept.push_back(useCausal ? remaining[index] : term);
+  }
+  match.maskedScore = maskedScore;
+  match.masking = masking;
+
+  for (const MaskTerm &term : kept) {
+    auto type = getRankedType(term.value);
+    if (!type)
+      return fail("a mask is unranked");
+    if (term.scoresRank == 3 && batch != 1) {
+      int64_t leading = type.getDimSize(0);
+      if (leading != 1 &&
+          (ShapedType::isDynamic(leading) ||
+           fitLeading(type, batch, numHeads) != LeadingFit::Reshape))
+        return fail("a mask applied before the split into [batch, heads] "
+                    "cannot be split the same way");
+    }
+    if (term.scoresRank == 3 &&
+        llvm::count_if(type.getShape(), ShapedType::isDynamic) > 1)
+      return fail("a rank-3 mask has more than one dynamic size");
+  }
+  // Terms are collected from the softmax backwards: the one nearest the
+  // matmul comes last.
+  std::reverse(kept.begin(), kept.end());
+  unsigned numBoolean =
+      llvm::count_if(kept, [](const MaskTerm &term) { return term.isBoolean; });
+  if (numBoolean > 1)
+    return fail("more than one boolean mask");
+  if (kept.size() > 2)
+    return fail("more than two masks and biases");
+  if (numBoolean == 1) {
+    // The boolean term is the mask; a float term next to it is the bias.
+    for (const MaskTerm &term : kept)
+      (term.isBoolean ? match.maskTerm : match.biasTerm) = term;
+  } else if (kept.size() == 2) {
+    match.biasTerm = kept[0];
+    match.maskTerm = kept[1];
+  } else if (kept.size() == 1) {
+    match.maskTerm = kept[0];
+  }
+  if (match.maskedScore && !match.causal && !match.maskTerm.isBoolean)
+    match.maskedScore.reset();
+  return success();
+}
+
 /// Reads a whole attention site around the softmax starting at `maxOp`.
 FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
-                                         std::string &whyNot) {
+                                         std::string &whyNot,
+                                         bool paddedRowsFree = false) {
   auto fail = [&](const Twine &reason) {
     whyNot = reason.str();
     return failure();
@@ -862,54 +1126,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     }
   match.result = result;
 
-  // Masks: constant causal masks become attributes; the rest operands.
-  SmallVector<MaskTerm> kept;
-  for (const MaskTerm &term : terms) {
-    if (std::optional<int64_t> window =
-            matchCausalConstant(term, match.scoresShape)) {
-      match.causal = true;
-      if (*window > 0)
-        match.window =
-            match.window ? std::min(*match.window, *window) : *window;
-      if (Operation *def = term.value.getDefiningOp())
-        match.ops.insert(def);
-      continue;
-    }
-    auto type = getRankedType(term.value);
-    if (!type)
-      return fail("a mask is unranked");
-    if (term.scoresRank == 3 && batch != 1) {
-      int64_t leading = type.getDimSize(0);
-      if (leading != 1 &&
-          (ShapedType::isDynamic(leading) ||
-           fitLeading(type, batch, numHeads) != LeadingFit::Reshape))
-        return fail("a mask applied before the split into [batch, heads] "
-                    "cannot be split the same way");
-    }
-    if (term.scoresRank == 3 &&
-        llvm::count_if(type.getShape(), ShapedType::isDynamic) > 1)
-      return fail("a rank-3 mask has more than one dynamic size");
-    kept.push_back(term);
-  }
-  // Terms are collected from the softmax backwards: the one nearest the
-  // matmul comes last.
-  std::reverse(kept.begin(), kept.end());
-  unsigned numBoolean =
-      llvm::count_if(kept, [](const MaskTerm &term) { return term.isBoolean; });
-  if (numBoolean > 1)
-    return fail("more than one boolean mask");
-  if (kept.size() > 2)
-    return fail("more than two masks and biases");
-  if (numBoolean == 1) {
-    // The boolean term is the mask; a float term next to it is the bias.
-    for (const MaskTerm &term : kept)
-      (term.isBoolean ? match.maskTerm : match.biasTerm) = term;
-  } else if (kept.size() == 2) {
-    match.biasTerm = kept[0];
-    match.maskTerm = kept[1];
-  } else if (kept.size() == 1) {
-    match.maskTerm = kept[0];
-  }
+  if (failed(resolveMasks(terms, match, paddedRowsFree, whyNot)))
+    return failure();
 
   // The fused op goes right before the op that defines the result; every
   // op of the site must live in that block for the operands to dominate it.
@@ -1003,12 +1221,14 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
 }
 
 struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
-  using OpRewritePattern::OpRewritePattern;
+  FuseAttentionPattern(MLIRContext *context, bool paddedRowsFree)
+      : OpRewritePattern(context), paddedRowsFree(paddedRowsFree) {}
 
   LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
                                 PatternRewriter &rewriter) const override {
     std::string whyNot;
-    FailureOr<AttentionMatch> match = matchAttention(maxOp, whyNot);
+    FailureOr<AttentionMatch> match =
+        matchAttention(maxOp, whyNot, paddedRowsFree);
     if (failed(match))
       return rewriter.notifyMatchFailure(maxOp, whyNot);
 
@@ -1051,7 +1271,12 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
                       : IntegerAttr(),
         match->softcap
             ? rewriter.getF32FloatAttr(static_cast<float>(*match->softcap))
+            : FloatAttr(),
+        match->maskedScore
+            ? rewriter.getF32FloatAttr(static_cast<float>(*match->maskedScore))
             : FloatAttr());
+    if (!match->masking.empty())
+      fused->setAttr(kMaskingAttrName, rewriter.getStringAttr(match->masking));
 
     Value replacement = fused.getResult();
     if (resultType.getRank() != 4)
@@ -1082,6 +1307,8 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     }
     return success();
   }
+
+  bool paddedRowsFree;
 };
 
 /// A product whose rows pack several heads over one shared right-hand side:
@@ -1274,7 +1501,13 @@ struct KilnFuseAttentionPass
     }
 
     RewritePatternSet patterns(&getContext());
-    populateFuseAttentionPatterns(patterns);
+    if (paddedRows != "exact" && paddedRows != "free") {
+      emitError(root->getLoc())
+          << "padded-rows must be 'exact' or 'free', got '" << paddedRows
+          << "'";
+      return signalPassFailure();
+    }
+    populateFuseAttentionPatterns(patterns, paddedRows == "free");
     populateSimplifyAttentionPatterns(patterns);
     // Folding would rewrite the unfused parts of the graph too; this pass
     // only replaces attention sites.
@@ -1289,7 +1522,7 @@ struct KilnFuseAttentionPass
       if (!looksLikeSoftmax(maxOp))
         return;
       std::string whyNot;
-      if (succeeded(matchAttention(maxOp, whyNot)))
+      if (succeeded(matchAttention(maxOp, whyNot, paddedRows == "free")))
         whyNot = "the rewrite did not apply";
       maxOp->emitRemark("softmax not fused: ") << whyNot;
       ++numUnfused;
@@ -1299,7 +1532,8 @@ struct KilnFuseAttentionPass
 
 } // namespace
 
-void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns) {
-  patterns.add<FuseAttentionPattern, UnpackRowPackedAttention>(
-      patterns.getContext());
+void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
+                                               bool paddedRowsFree) {
+  patterns.add<FuseAttentionPattern>(patterns.getContext(), paddedRowsFree);
+  patterns.add<UnpackRowPackedAttention>(patterns.getContext());
 }

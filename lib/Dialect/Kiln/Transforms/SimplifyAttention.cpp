@@ -126,8 +126,9 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
     auto fused = AttentionOp::create(
         rewriter, op.getLoc(), resultType, sources[0], sources[1], sources[2],
         op.getMask(), op.getBias(), op.getScaleAttr(), op.getCausalAttr(),
-        op.getWindowAttr(), op.getSoftcapAttr(),
+        op.getWindowAttr(), op.getSoftcapAttr(), op.getMaskedScoreAttr(),
         LayoutAttr::get(op.getContext(), Layout::bshd));
+    fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     for (tosa::TransposeOp transpose : outputs)
       rewriter.replaceOp(transpose, fused.getResult());
     rewriter.eraseOp(op);

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_KILNTILEATTENTION
@@ -149,6 +150,8 @@ struct Site {
   bool causal = false;
   std::optional<int64_t> window;
   std::optional<float> softcap;
+  /// The score of a hidden key (masked_score); -inf when unset.
+  std::optional<float> maskedScore;
 
   Value batch, numQueryHeads, queryLength, headDim, groupSize;
   /// Keys of every sequence (contiguous K/V only).
@@ -211,6 +214,9 @@ struct Site {
     window = op.getWindow();
     if (std::optional<APFloat> cap = op.getSoftcap())
       softcap = cap->convertToFloat();
+    if constexpr (std::is_same_v<OpT, AttentionOp>)
+      if (std::optional<APFloat> fill = op.getMaskedScore())
+        maskedScore = fill->convertToFloat();
   }
 
   void computeBroadcasts(IR &ir) {
@@ -326,27 +332,28 @@ struct Site {
         {dots}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})}, {kPar, kPar},
         [&](IR &in, ValueRange args) -> Value {
           Value score = args[0];
-          bool additive = softcap || bias || (mask && !isBoolMask());
+          bool additive = bias || (mask && !isBoolMask());
+          // With additive terms the score is built in natural units, as the
+          // graph adds them, and converted to the output units after.
+          double unitScale = additive ? 1.0 : outScale;
           if (softcap) {
             Value capped = math::TanhOp::create(
                 in.b, in.loc, in.mulf(score, in.f32(scale / *softcap)));
-            score = in.mulf(capped, in.f32(*softcap * outScale));
+            score = in.mulf(capped, in.f32(*softcap * unitScale));
           } else {
-            score = in.mulf(score, in.f32(scale * outScale));
+            score = in.mulf(score, in.f32(scale * unitScale));
           }
           Value row = in.add(row0, in.index(0));
           Value key = in.add(key0, in.index(1));
           SmallVector<Value> logical = {b, h, row, key};
           if (additive) {
-            Value extra;
             if (bias)
-              extra = broadcastRead(in, bias, biasBroadcast, logical);
-            if (mask && !isBoolMask()) {
-              Value maskValue = broadcastRead(in, mask, maskBroadcast, logical);
-              extra = extra ? in.addf(extra, maskValue) : maskValue;
-            }
-            if (extra)
-              score = in.addf(score, in.mulf(extra, in.f32(outScale)));
+              score = in.addf(score,
+                              broadcastRead(in, bias, biasBroadcast, logical));
+            if (mask && !isBoolMask())
+              score = in.addf(score,
+                              broadcastRead(in, mask, maskBroadcast, logical));
+            score = toOutputUnits(in, score, outScale);
           }
           Value hidden;
           auto orHidden = [&](Value cond) {
@@ -365,10 +372,37 @@ struct Site {
               orHidden(in.cmp(arith::CmpIPredicate::sle, key,
                               in.sub(edge, in.idx(*window))));
           }
-          if (hidden)
-            score = in.select(hidden, in.negInf(), score);
+          if (hidden) {
+            Value hiddenScore =
+                maskedScore ? in.f32(saturatedProduct(*maskedScore, outScale))
+                            : in.negInf();
+            score = in.select(hidden, hiddenScore, score);
+          }
           return score;
         });
+  }
+
+  /// `value`·`factor` in f32, the most negative finite f32 where the
+  /// product of a finite value overflows.
+  static float saturatedProduct(float value, double factor) {
+    double product = double(value) * factor;
+    return float(
+        std::max(product, double(std::numeric_limits<float>::lowest())));
+  }
+
+  /// A natural-units score in output units (·outScale). A finite fill such
+  /// as finfo.min stays finite (the product would overflow to -inf), so a
+  /// row hidden entirely by finite fills averages its keys as the graph
+  /// does; -inf stays -inf.
+  static Value toOutputUnits(IR &in, Value score, double outScale) {
+    if (outScale == 1.0)
+      return score;
+    Value scaled = arith::MaximumFOp::create(
+        in.b, in.loc, in.mulf(score, in.f32(outScale)),
+        in.f32(std::numeric_limits<float>::lowest()));
+    Value isNegInf = arith::CmpFOp::create(
+        in.b, in.loc, arith::CmpFPredicate::OEQ, score, in.negInf());
+    return in.select(isNegInf, in.negInf(), scaled);
   }
 
   bool isBoolMask() const {
@@ -384,7 +418,9 @@ struct Site {
                                       Value keyCount,
                                       int64_t kvBlockSize) const {
     Value begin = ir.idx(0), end = keyCount;
-    if (causal) {
+    // With masked_score, hidden keys still count for a row that sees no key:
+    // no block is skipped.
+    if (causal && !maskedScore) {
       Value diagonal = ir.sub(keyCount, queryLength);
       end = ir.clamp(ir.add(ir.add(row0, rows), diagonal), ir.idx(0),
                      keyCount);

@@ -44,7 +44,19 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     follows `Sk - Sq` cached keys sees all of them (decode, chunked prefill).
     `window = W` (which requires `causal`) also hides keys with
     `j <= i + (Sk - Sq) - W`: each query sees its W most recent keys, itself
-    included. A query row that sees no key at all produces zeros.
+    included.
+
+    A hidden key (by the boolean mask, `causal` or `window`) takes the score
+    -inf, or `masked_score` when that attribute is set: the finite fill
+    (`finfo.min`, `-1e4`, ...) a graph writes into the scores of hidden keys
+    with `where(keep, s, fill)` (or adds, when the fill absorbs any score).
+    Rows that see at least one key give the same result either way (`exp`
+    of the fill minus the row max is 0); a row whose every key is hidden
+    averages V over all `Sk` keys with `masked_score`, as the graph's softmax
+    over equal fills does, and produces zeros without it. Additive masks and
+    biases are added in f32 exactly as given: two fills that add up to -inf
+    give -inf, a finite `finfo.min` stays finite, so a row that an additive
+    mask hides completely gives what the graph gives too.
 
     Softmax statistics and the `P·V` product are accumulated in f32 whatever
     the element type.
@@ -69,6 +81,7 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
     OptionalAttr<F32Attr>:$softcap,
+    OptionalAttr<F32Attr>:$masked_score,
     DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout
   );
   let results = (outs Kiln_FloatTensor:$result);

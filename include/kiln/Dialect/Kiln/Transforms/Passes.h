@@ -18,7 +18,14 @@ namespace mlir::kiln {
 #include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
 
 /// Adds the patterns that fuse TOSA attention subgraphs into kiln.attention.
-void populateFuseAttentionPatterns(RewritePatternSet &patterns);
+/// `paddedRowsFree`: fuse finite-fill mask combinations that are exact only
+/// on rows that see at least one key (see the pass's padded-rows option).
+void populateFuseAttentionPatterns(RewritePatternSet &patterns,
+                                   bool paddedRowsFree = false);
+
+/// The discardable attribute on a fused kiln.attention that says how the
+/// graph's masks were taken (for the report).
+inline constexpr llvm::StringLiteral kMaskingAttrName = "kiln.masking";
 
 /// Adds the patterns that fold K/V head repeats and constant causal masks on
 /// existing kiln.attention ops into the op's group count and attributes.

@@ -48,7 +48,15 @@ def KilnFuseAttention : Pass<"kiln-fuse-attention"> {
     Option<"annotateOnly", "annotate-only", "bool", "false",
            "Rewrite nothing: tag the op that produces each matched site's "
            "result with `kiln.site_root = N` (N counts sites in program "
-           "order, the order of the kiln.attention ops a fusion creates)">
+           "order, the order of the kiln.attention ops a fusion creates)">,
+    Option<"paddedRows", "padded-rows", "std::string", "\"exact\"",
+           "'exact' (default): every fusion computes what the graph computes "
+           "on every row, rows whose keys are all masked included (finite "
+           "fills become masked_score; a finite-fill causal mask added to "
+           "another mask stays a mask operand). 'free': such combinations "
+           "fuse into causal/window plus the padding mask, and rows that "
+           "see no key give zeros (outputs a model discards, e.g. padded "
+           "queries)">
   ];
   let statistics = [
     Statistic<"numFused", "num-fused", "Attention sites fused">,
