@@ -101,7 +101,8 @@ def scaled_scores(g, q, k):
                 "scale")
 
 
-def hf_projections(g, heads=H, dim=D, k_perm=None):
+def hf_projections(g, heads=H, dim=D, k_perm=None, q_factor=None,
+                   k_divisor=None):
     """The usual Hugging Face form: x [B,S,E] projected, split into heads by
     Reshape [B,S,H,D] and Transpose [0,2,1,3]. With `k_perm`, K's two
     transposes are written as one (TorchScript's [0,2,3,1])."""
@@ -114,6 +115,13 @@ def hf_projections(g, heads=H, dim=D, k_perm=None):
         bias = g.weight(which + "_proj.bias", [hidden])
         projected = g.op("MatMul", [x, w], which + "_proj/MatMul")
         projected = g.op("Add", [projected, bias], which + "_proj/Add")
+        if which == "q" and q_factor is not None:
+            # Whisper and BART: q_proj(x) * scaling, before the split.
+            projected = g.op("Mul", [projected, g.const(
+                "q_scaling", np.float32(q_factor))], "q_proj/Mul")
+        if which == "k" and k_divisor is not None:
+            projected = g.op("Div", [projected, g.const(
+                "k_divisor", np.float32(k_divisor))], "k_proj/Div")
         heads4 = g.op("Reshape", [projected, split], which + "/Reshape")
         perm = k_perm if (which == "k" and k_perm) else [0, 2, 1, 3]
         result[which] = g.op("Transpose", [heads4], which + "/Transpose",
@@ -282,14 +290,19 @@ def k_pretransposed():
     g.save()
 
 
-def hf_projection(name, k_perm=None):
+def hf_projection(name, k_perm=None, prescaled=False):
     """x -> MatMul+Add -> Reshape [B,S,H,D] -> Transpose [0,2,1,3] for Q, K,
-    V; the result merged back to [B,S,H*D]."""
+    V; the result merged back to [B,S,H*D]. `prescaled`: Q multiplied by
+    0.25 and K divided by 2 right after their projections (Whisper's form),
+    and no factor after Q·Kᵀ."""
     g = Graph(name)
-    _, q, k, v = hf_projections(g, k_perm=k_perm)
+    _, q, k, v = hf_projections(g, k_perm=k_perm,
+                                q_factor=0.25 if prescaled else None,
+                                k_divisor=2.0 if prescaled else None)
     scores = g.op("MatMul", [q, k], "qk")
-    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
-                  "scale")
+    if not prescaled:
+        scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))],
+                      "scale")
     _, ctx = softmax_pv(g, scores, v, None)
     hf_output(g, ctx)
     g.save()
@@ -859,6 +872,7 @@ def main():
     k_pretransposed()
     hf_projection("hf_projection")
     hf_projection("hf_projection_k0231", k_perm=[0, 2, 3, 1])
+    hf_projection("scale_before_heads", prescaled=True)
     hf_padding()
     bool_mask_where("mask_bool_where_inf", -np.inf)
     bool_mask_where("mask_bool_where_min", FINFO_MIN)

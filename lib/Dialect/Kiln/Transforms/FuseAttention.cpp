@@ -180,6 +180,16 @@ struct OperandSource {
   double scale = 1.0;
 };
 
+/// A splat factor applied to Q or K before layout ops the trace does not walk
+/// (`q_proj(x) · c`, then the split into heads): folds into `scale` when
+/// every value from the factor to the matmul operand feeds only the next op,
+/// so removing the factor changes nothing but the site.
+struct OuterScale {
+  tosa::MulOp mul;
+  Value input;
+  double factor;
+};
+
 /// Everything the rewrite needs about one attention site.
 struct AttentionMatch {
   OperandSource query, key, value;
@@ -193,6 +203,8 @@ struct AttentionMatch {
   std::optional<double> maskedScore;
   /// How the masks were taken, for the report (empty when nothing hides).
   std::string masking;
+  /// Factors on Q or K before the split into heads, folded into `scale`.
+  SmallVector<OuterScale, 2> outerScales;
   MaskTerm maskTerm, biasTerm;
   /// The value the fused op replaces, and its defining op.
   Value result;
@@ -424,6 +436,53 @@ OperandSource traceOperand(Value value, bool foldScale,
   }
   source.base = value;
   return source;
+}
+
+/// Whether every value from `operand` back to `base` (a traced operand) has
+/// one use, following the traced ops' data operand.
+bool tracedChainHasOneUse(Value operand, Value base) {
+  Value current = operand;
+  for (int depth = 0; current != base; ++depth) {
+    Operation *def = current.getDefiningOp();
+    if (depth > 32 || !def || !current.hasOneUse())
+      return false;
+    Value next;
+    for (Value input : def->getOperands())
+      if (getRankedType(input) && !getSplatFloat(input) &&
+          !input.getDefiningOp<tosa::ConstShapeOp>()) {
+        next = input;
+        break;
+      }
+    if (!next)
+      return false;
+    current = next;
+  }
+  return true;
+}
+
+std::optional<OuterScale> findOuterScale(Value base) {
+  Value current = base;
+  for (int depth = 0; depth < 8; ++depth) {
+    if (!current.hasOneUse())
+      return std::nullopt;
+    Operation *def = current.getDefiningOp();
+    if (!def)
+      return std::nullopt;
+    if (isa<tosa::ReshapeOp, tosa::TransposeOp>(def)) {
+      current = def->getOperand(0);
+      continue;
+    }
+    auto mul = dyn_cast<tosa::MulOp>(def);
+    if (!mul)
+      return std::nullopt;
+    for (auto [operand, factor] : {std::pair(mul.getInput1(), mul.getInput2()),
+                                   std::pair(mul.getInput2(), mul.getInput1())})
+      if (std::optional<double> splat = getSplatFloat(factor);
+          splat && getRankedType(operand) == getRankedType(mul.getOutput()))
+        return OuterScale{mul, operand, *splat};
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 /// How a traced operand becomes a rank-4 `[B, H, x, y]` tensor.
@@ -1066,6 +1125,14 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       traceOperand(outputMatmul.getB(), /*foldScale=*/false, operandOps);
   match.ops.insert(operandOps.begin(), operandOps.end());
   match.scale *= match.query.scale * match.key.scale;
+  for (auto [operand, source] :
+       {std::pair(scoresMatmul.getA(), &match.query),
+        std::pair(scoresMatmul.getB(), &match.key)})
+    if (std::optional<OuterScale> outer = findOuterScale(source->base))
+      if (tracedChainHasOneUse(operand, source->base)) {
+        match.scale *= outer->factor;
+        match.outerScales.push_back(*outer);
+      }
   if (match.query.groups != 1)
     return fail("the query is repeated across heads");
   if (match.key.groups != match.value.groups)
@@ -1286,6 +1353,13 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
       replacement =
           tosa::CastOp::create(rewriter, loc, resultType, replacement);
     rewriter.replaceOp(resultOp, replacement);
+
+    // Factors folded into the scale: their products now feed the layout
+    // ops that lead to the site directly.
+    for (OuterScale outer : match->outerScales) {
+      rewriter.replaceAllUsesWith(outer.mul.getOutput(), outer.input);
+      rewriter.eraseOp(outer.mul);
+    }
 
     // Erase what the site leaves dead, constants included.
     SmallVector<Operation *> worklist(match->ops.begin(), match->ops.end());
