@@ -508,6 +508,59 @@ def repeat_kv(name, kv_heads, heads=4):
     g.save()
 
 
+def gqa_single_kv_reshaped_v(name="gqa_single_kv_reshaped_v", heads=4,
+                             dim=32):
+    """Gemma-3 style, one KV head: K split into heads by Reshape+Transpose,
+    normalised (a weight per dim) and rotated (x·cos + rotate_half(x)·sin);
+    V's head transpose written as a Reshape [B,S,D] -> [B,1,S,D]; both
+    repeated by Unsqueeze/Expand/Reshape; a causal mask."""
+    g = Graph(name)
+    hidden = 64
+    x = g.input("hidden_states", F32, [B, S, hidden])
+    def proj(which, out):
+        w = g.weight(which + "_proj.weight", [hidden, out])
+        return g.op("MatMul", [x, w], which + "_proj/MatMul")
+    q = g.op("Reshape", [proj("q", heads * dim), g.const(
+        "q_split", np.array([B, S, heads, dim], np.int64))], "q/Reshape")
+    q = g.op("Transpose", [q], "q/Transpose", perm=[0, 2, 1, 3])
+    k = g.op("Reshape", [proj("k", dim), g.const(
+        "k_split", np.array([B, S, 1, dim], np.int64))], "k/Reshape")
+    k = g.op("Transpose", [k], "k/Transpose", perm=[0, 2, 1, 3])
+    k = g.op("Mul", [k, g.weight("k_norm.weight", [dim])], "k_norm/Mul")
+    cos = g.weight("rope_cos", [S, dim])
+    sin = g.weight("rope_sin", [S, dim])
+    half = dim // 2
+    x1 = g.op("Slice", [k, g.const("s0", np.array([0], np.int64)),
+                        g.const("s1", np.array([half], np.int64)),
+                        g.const("s_axis", np.array([3], np.int64))], "rope/x1")
+    x2 = g.op("Slice", [k, g.const("s2", np.array([half], np.int64)),
+                        g.const("s3", np.array([dim], np.int64)),
+                        g.const("s_axis2", np.array([3], np.int64))], "rope/x2")
+    neg = g.op("Neg", [x2], "rope/neg")
+    rotated = g.op("Concat", [neg, x1], "rope/cat", axis=3)
+    k = g.op("Add", [g.op("Mul", [k, cos], "rope/cos"),
+                     g.op("Mul", [rotated, sin], "rope/sin")], "rope/add")
+    v = g.op("Reshape", [proj("v", dim), g.const(
+        "v_split", np.array([B, 1, S, dim], np.int64))], "v/Reshape")
+    axes = g.const("axes_2", np.array([2], np.int64))
+    expand = g.const("expand_shape", np.array([B, 1, heads, S, dim], np.int64))
+    merge = g.const("merge_shape", np.array([B, heads, S, dim], np.int64))
+    repeated = []
+    for which, t in (("k", k), ("v", v)):
+        t = g.op("Unsqueeze", [t, axes], which + "/Unsqueeze")
+        t = g.op("Expand", [t, expand], which + "/Expand")
+        repeated.append(g.op("Reshape", [t, merge], which + "/Repeat"))
+    k, v = repeated
+    scores = g.op("MatMul", [q, g.op("Transpose", [k], "k_t",
+                                     perm=[0, 1, 3, 2])], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor",
+                                          np.float32(dim ** -0.5))], "scale")
+    mask = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, heads, S, dim])
+    g.save()
+
+
 def mqa_broadcast():
     """MQA with one KV head left to MatMul's broadcasting (no repeat)."""
     g = Graph("mqa_broadcast")
@@ -891,6 +944,7 @@ def main():
     repeat_kv("gqa_repeat_kv", kv_heads=2)
     repeat_kv("mqa_repeat_kv", kv_heads=1)
     mqa_broadcast()
+    gqa_single_kv_reshaped_v()
     mqa_broadcast_causal()
     mqa_broadcast_v_only()
     f16_upcast()

@@ -303,6 +303,10 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
 
 } // namespace
 
+namespace {
+bool regroupsLeadingAxes(RankedTensorType source, RankedTensorType result);
+} // namespace
+
 /// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
 /// (or a tile of a single KV head): query head `h` then reads KV head
 /// `h / G`, which is what the fused op does with the unrepeated tensor.
@@ -345,9 +349,19 @@ mlir::kiln::detail::matchKvRepeat(Value value,
     return std::nullopt;
   auto expandedType = getRankedType(expand.getOutput());
   auto kvType = getRankedType(expand.getInput1());
-  if (!kvType || kvType.getRank() != 4 || expandedType.getDimSize(2) != 1 ||
-      !isMergeOfAxes(expandedType, kvType, 1, 2))
+  if (!kvType || expandedType.getDimSize(2) != 1)
     return std::nullopt;
+  // The expand inserts the unit axis into [B, Hkv, S, D], or (reshapes
+  // folded together) straight into a tensor whose leading axes group the
+  // same way, e.g. V of a single KV head as [B, S, D].
+  if (!(kvType.getRank() == 4 && isMergeOfAxes(expandedType, kvType, 1, 2))) {
+    SmallVector<int64_t> unitDropped(expandedType.getShape());
+    unitDropped.erase(unitDropped.begin() + 2);
+    auto grouped =
+        RankedTensorType::get(unitDropped, expandedType.getElementType());
+    if (!regroupsLeadingAxes(kvType, grouped))
+      return std::nullopt;
+  }
   ops.append(
       {collapse.getOperation(), tile.getOperation(), expand.getOperation()});
   return std::make_pair(expand.getInput1(), (*multiples)[2]);
