@@ -239,6 +239,39 @@ def causal_pad(name, form):
     g.save()
 
 
+def local_window(name, built, padding=False, half=2):
+    """ModernBERT's local attention: each token sees the keys within `half`
+    positions on either side, |i - j| <= half. `built`: from Range, Sub, Abs,
+    LessOrEqual; otherwise a constant 0/-inf initializer. `padding`: the
+    window is written into the expanded padding mask, as ModernBERT does:
+    Where(Not(window), min, Expand((1 - mask)·min))."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = scaled_scores(g, q, k)
+    if built:
+        row, col = static_positions(g, q)
+        distance = g.op("Abs", [g.op("Sub", [row, col], "win/Sub")], "win/Abs")
+        window = g.op("LessOrEqual", [distance, g.const(
+            "half", np.array(half, np.int64))], "win/LessOrEqual")
+    else:
+        i = np.arange(S)[:, None]
+        j = np.arange(S)[None, :]
+        window = g.const("window_mask", np.abs(i - j) <= half)
+    fmin = g.const("fmin", np.float32(FINFO_MIN))
+    if padding:
+        pad = hf_padding_mask(g)
+        pad = g.op("Expand", [pad, g.const("pad_expand", np.array(
+            [B, 1, S, S], np.int64))], "mask/Expand")
+        outside = g.op("Not", [window], "win/Not")
+        mask = g.op("Where", [outside, fmin, pad], "win/Where")
+    else:
+        mask = g.op("Where", [window, g.const("zero", np.float32(0.0)), fmin],
+                    "win/Where")
+    scores = g.op("Add", [scores, mask], "win/Add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def scale_variant(name, where):
     """Scale 0.25 written after QK^T (Mul or Div), on Q, on K, split as
     sqrt on both, or absent."""
@@ -989,6 +1022,9 @@ def main():
     k_batch_head_swap()
     projection_lookalike_batched()
     attention23_past()
+    local_window("local_window_built", built=True)
+    local_window("local_window_initializer", built=False)
+    local_window("local_window_padding", built=True, padding=True)
     for form in ("and_add", "and_select", "and_sdpa", "or_select", "add_add"):
         causal_pad("causal_pad_" + form, form)
     return 0

@@ -111,3 +111,20 @@ func.func @f32_d64_causal_padding_fill(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x
   %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
   return %o : tensor<?x8x?x64xf32>
 }
+
+// Two-sided local windows (window_right): ModernBERT's local layers, plain
+// and over a padding mask with the graph's fill.
+func.func @bf16_d64_two_sided_window(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x64xbf16>) -> tensor<?x8x?x64xbf16> {
+  %o = kiln.attention %q, %k, %v {window = 65 : i64, window_right = 64 : i64, scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x64xbf16> -> tensor<?x8x?x64xbf16>
+  return %o : tensor<?x8x?x64xbf16>
+}
+
+func.func @bf16_d128_two_sided_window_padding_fill(%q: tensor<?x8x?x128xbf16>, %k: tensor<?x2x?x128xbf16>, %v: tensor<?x2x?x128xbf16>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {window = 129 : i64, window_right = 128 : i64, masked_score = -3.40282347E+38 : f32, scale = 0.0883883461 : f32} : tensor<?x8x?x128xbf16>, tensor<?x2x?x128xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @f32_d64_two_sided_window(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>) -> tensor<?x8x?x64xf32> {
+  %o = kiln.attention %q, %k, %v {window = 17 : i64, window_right = 3 : i64, scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}

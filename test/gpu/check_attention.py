@@ -19,7 +19,8 @@ failure.
 
 Semantics (those of kiln.attention): causal keeps key j for query i iff
 j <= i + (Sk - Sq) (bottom-right aligned); window W also hides
-j <= i + (Sk - Sq) - W; a hidden key scores -inf, or the site's
+j <= i + (Sk - Sq) - W; window_right R (no causal) hides
+j > i + (Sk - Sq) + R; a hidden key scores -inf, or the site's
 masked_score (a finite fill) when it has one; a query row whose scores are
 all -inf gives 0; additive masks are added as given (finfo.min stays
 finite, so a row it hides entirely averages V); q head h uses
@@ -54,6 +55,8 @@ SANITIZE_CASES = ((1, 17), (17, 17), (33, 128), (128, 40))
 TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-5}
 # Site name -> masked_score, read from the package's manifest.
 MASKED_SCORES: Dict[str, float] = {}
+# Site name -> window_right (a two-sided window), from the manifest.
+WINDOW_RIGHTS: Dict[str, int] = {}
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
     "f16": torch.float16,
@@ -197,8 +200,9 @@ def reference(
     hidden = torch.zeros(sq, sk, dtype=torch.bool, device=device)
     fill = MASKED_SCORES.get(site.name)
     fill = float("-inf") if fill is None else fill
-    if site.causal:
-        hidden |= cols > rows + (sk - sq)
+    right = 0 if site.causal else WINDOW_RIGHTS.get(site.name)
+    if right is not None:
+        hidden |= cols > rows + (sk - sq) + right
         if site.window:
             hidden |= cols <= rows + (sk - sq) - site.window
     full = (b, hq, sq, sk)
@@ -400,6 +404,8 @@ def main() -> int:
     for entry in manifest.get("sites", []):
         if entry.get("masked_score") is not None:
             MASKED_SCORES[entry["name"]] = float(entry["masked_score"])
+        if entry.get("window_right") is not None:
+            WINDOW_RIGHTS[entry["name"]] = int(entry["window_right"])
     major, minor = torch.cuda.get_device_capability(device)
     print(
         f"device {torch.cuda.get_device_name(device)} (sm_{major}{minor}), "

@@ -29,6 +29,8 @@ std::string KernelSpec::name() const {
     result += "_causal";
   if (window)
     result += llvm::formatv("_w{0}", *window).str();
+  if (windowRight)
+    result += llvm::formatv("_r{0}", *windowRight).str();
   if (softcap)
     result +=
         llvm::formatv("_cap{0:x}", llvm::bit_cast<uint32_t>(*softcap)).str();
@@ -204,11 +206,11 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   }
   if (additive)
     score = toLog2Saturated(score);
-  if (spec.causal) {
-    // Bottom-right aligned: key <= row + (kvLen - qLen).
+  if (std::optional<int64_t> right = spec.rightBound()) {
+    // Bottom-right aligned: key <= row + (kvLen - qLen) + right.
     Value diagonal = add(queryRow, kvOffset);
-    andVisible(
-        arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key, diagonal));
+    andVisible(arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key,
+                                     add(diagonal, constIndex(*right))));
     if (spec.window) {
       Value oldest = sub(diagonal, constIndex(*spec.window));
       andVisible(
@@ -369,8 +371,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   kvEnd = kvLen;
   // With masked_score, hidden keys still count for rows that see no key, so
   // no key block may be skipped.
-  if (spec.causal && !spec.maskedScore) {
-    Value end = add(endQuery, kvOffset);
+  if (spec.rightBound() && !spec.maskedScore) {
+    Value end = add(add(endQuery, kvOffset), constIndex(*spec.rightBound()));
     end = arith::MaxSIOp::create(builder, end, constIndex(0));
     kvEnd = arith::MinSIOp::create(builder, end, kvLen);
     if (spec.window) {

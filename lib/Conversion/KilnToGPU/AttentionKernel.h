@@ -35,6 +35,9 @@ struct KernelSpec {
   int64_t headDim;
   bool causal;
   std::optional<int64_t> window;
+  /// Keys past the diagonal by more than this are hidden (window_right);
+  /// unset with causal, which is a right bound of 0.
+  std::optional<int64_t> windowRight;
   std::optional<float> softcap;
   Type maskType; // null when there is no mask
   Type biasType; // null when there is no bias
@@ -49,6 +52,12 @@ struct KernelSpec {
   bool packQueryHeads = false;
 
   std::string name() const;
+  /// The right bound of the band of visible keys: 0 for causal.
+  std::optional<int64_t> rightBound() const {
+    if (causal)
+      return 0;
+    return windowRight;
+  }
 };
 
 /// Builds one attention kernel as a gpu.func. See the pass description in

@@ -92,6 +92,8 @@ struct ConvertKilnToGPUPass
       spec.headDim = op.getHeadDim();
       spec.causal = op.getCausal();
       spec.window = op.getWindow();
+      if (std::optional<uint64_t> right = op.getWindowRight())
+        spec.windowRight = static_cast<int64_t>(*right);
       if (std::optional<APFloat> cap = op.getSoftcap())
         spec.softcap = cap->convertToFloat();
       if (std::optional<APFloat> fill = op.getMaskedScore())

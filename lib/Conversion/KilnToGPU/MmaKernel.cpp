@@ -606,11 +606,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             Value tileEnd = add(kvStart, constIndex(kTileKeys));
             Value needsMask = arith::CmpIOp::create(
                 ib, arith::CmpIPredicate::sgt, tileEnd, kvLen);
-            if (spec.causal) {
-              // The tile's last key is past the first row's diagonal.
+            if (std::optional<int64_t> right = spec.rightBound()) {
+              // The tile's last key is past the first row's band.
               Value crosses = arith::CmpIOp::create(
                   ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
-                  firstDiagonal);
+                  add(firstDiagonal, constIndex(*right)));
               needsMask = arith::OrIOp::create(ib, needsMask, crosses);
               if (spec.window) {
                 // The tile's first key is outside the last row's window.

@@ -93,6 +93,7 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"head_dim", site.getHeadDim()},
       {"causal", site.getCausal()},
       {"window", windowToJSON(site)},
+      {"window_right", windowRightToJSON(site)},
       {"softcap", softcapToJSON(site)},
       {"mask", site.getMaskKind()},
       {"mask_dtype", elementTypeValue(site.getMask())},
@@ -132,6 +133,7 @@ llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
                             {"scale", double(op.getScale().convertToFloat())},
                             {"causal", op.getCausal()},
                             {"window", windowToJSON(op)},
+                            {"window_right", windowRightToJSON(op)},
                             {"softcap", softcapToJSON(op)},
                             {"batch", sizeToJSON(op.getBatchSize())},
                             {"q_heads", sizeToJSON(op.getNumQueryHeads())},
@@ -153,6 +155,12 @@ llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {
 llvm::json::Value mlir::kiln::windowToJSON(AttentionOp op) {
   if (std::optional<uint64_t> window = op.getWindow())
     return int64_t(*window);
+  return nullptr;
+}
+
+llvm::json::Value mlir::kiln::windowRightToJSON(AttentionOp op) {
+  if (std::optional<uint64_t> right = op.getWindowRight())
+    return int64_t(*right);
   return nullptr;
 }
 

@@ -47,10 +47,10 @@ func.func @window_constant(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>, %v:
 
 // -----
 
-// An upper-triangular mask (top-left aligned the other way) is not causal:
-// the mask stays.
+// An upper-triangular mask (each query sees itself and every later key) is
+// not causal but a band: window 1 on the left, 3 keys on the right.
 // CHECK-LABEL: func.func @not_causal
-// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<4x4xi1>) {scale = 1.000000e+00 : f32}
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.000000e+00 : f32, window = 1 : i64, window_right = 3 : i64}
 func.func @not_causal(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x8xf32>, %v: tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32> {
   %mask = "tosa.const"() {values = dense<[[true, true, true, true], [false, true, true, true], [false, false, true, true], [false, false, false, true]]> : tensor<4x4xi1>} : () -> tensor<4x4xi1>
   %o = kiln.attention %q, %k, %v mask(%mask : tensor<4x4xi1>) {scale = 1.0 : f32} : tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32> -> tensor<1x1x4x8xf32>

@@ -146,7 +146,16 @@ func.func @masked_score_inf(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>
 
 // masked_score needs something that hides keys with it.
 func.func @masked_score_nothing_hidden(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
-  // expected-error @+1 {{masked_score needs a boolean mask or causal}}
+  // expected-error @+1 {{masked_score needs a boolean mask, causal or window_right}}
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, masked_score = -1.0e+5 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// causal is window_right = 0; both at once is an error.
+func.func @causal_and_window_right(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{window_right and causal are exclusive}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, causal, window_right = 4 : i64} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
   return %o : tensor<1x8x16x64xf32>
 }

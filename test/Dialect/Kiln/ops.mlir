@@ -41,3 +41,11 @@ func.func @masked_score(%q: tensor<2x2x64x64xf32>, %k: tensor<2x2x64x64xf32>, %v
   %o = kiln.attention %q, %k, %v mask(%m : tensor<2x1x1x64xi1>) {causal, masked_score = -3.40282347E+38 : f32, scale = 0.125 : f32} : tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32> -> tensor<2x2x64x64xf32>
   return %o : tensor<2x2x64x64xf32>
 }
+
+// A two-sided local window (ModernBERT): 3 keys up to the diagonal, 2 after.
+// CHECK-LABEL: func.func @two_sided_window
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f32, window = 3 : i64, window_right = 2 : i64}
+func.func @two_sided_window(%q: tensor<2x2x64x64xf32>, %k: tensor<2x2x64x64xf32>, %v: tensor<2x2x64x64xf32>) -> tensor<2x2x64x64xf32> {
+  %o = kiln.attention %q, %k, %v {window = 3 : i64, window_right = 2 : i64, scale = 0.125 : f32} : tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32> -> tensor<2x2x64x64xf32>
+  return %o : tensor<2x2x64x64xf32>
+}

@@ -21,7 +21,7 @@ DECOMPOSED = [("--attention-lowering=decomposed",)]
 def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
          scale=0.25, causal=False, window=None, softcap=None, mask=None,
          bias=None, layout="bhsd", dynamic=False, flags=None,
-         masked_score=None):
+         masked_score=None, window_right=None):
     q64, q = to_dtype(rng.standard_normal((b, hq, sq, d)), dtype)
     k64, k = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
     v64, v = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
@@ -30,7 +30,7 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
                          (mask if mask.dtype == np.bool_ else
                           mask.astype(np.float64)),
                          None if bias is None else bias.astype(np.float64),
-                         masked_score)
+                         masked_score, window_right)
     inputs = [q, k, v]
     if layout == "bshd":
         inputs = [x.transpose(0, 2, 1, 3).copy() for x in inputs]
@@ -47,7 +47,7 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
         bias_type = tensor_type(bias.shape, "f32")
     mlir = attention_mlir(types,
                           attention_attrs(scale, causal, window, softcap, layout,
-                                          masked_score),
+                                          masked_score, window_right),
                           mask_type, bias_type)
     checker.run(name, mlir, inputs, expected, dtype,
                 flags or TILED + DECOMPOSED)
@@ -103,6 +103,13 @@ case("masked-score-window-padding", sq=40, sk=53, causal=True, window=9,
 case("masked-score-boolean", mask=bool_mask, masked_score=-1e4)
 additive_min = np.where(left_padding, 0.0, FINFO_MIN).astype(np.float32)
 case("additive-min-full-rows", mask=additive_min)
+# Two-sided windows (window_right): ModernBERT's local layers, a look-ahead
+# band, Sq != Sk, and one with masked_score over a padding mask.
+case("two-sided-window", sq=45, sk=45, window=7, window_right=6)
+case("two-sided-window-offset", sq=9, sk=41, window=12, window_right=3)
+case("right-bound-only", sq=30, sk=30, window_right=4)
+case("two-sided-window-padding", sq=53, sk=53, window=9, window_right=8,
+     mask=left_padding, masked_score=FINFO_MIN)
 case("additive-min-plus-causal", sq=53, sk=53, causal=True, mask=additive_min)
 
 checker.finish()

@@ -40,20 +40,23 @@ def softmax_rows(s, v):
     return np.where(l > 0, out / np.where(l > 0, l, 1.0), 0.0)
 
 
-def hide(s, sq, sk, causal, window, fill=-np.inf):
-    if not causal:
+def hide(s, sq, sk, causal, window, fill=-np.inf, window_right=None):
+    """causal is a right bound of 0; window_right R hides keys past the
+    diagonal by more than R; window W hides keys W or more before it."""
+    right = 0 if causal else window_right
+    if right is None:
         return s
     i = np.arange(sq)[:, None]
     j = np.arange(sk)[None, :]
     edge = i + (sk - sq)
-    hidden = j > edge
+    hidden = j > edge + right
     if window:
         hidden |= j <= edge - window
     return np.where(hidden, fill, s)
 
 
 def attention(q, k, v, scale, causal=False, window=None, softcap=None,
-              mask=None, bias=None, masked_score=None):
+              mask=None, bias=None, masked_score=None, window_right=None):
     """q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], float64."""
     groups = q.shape[1] // k.shape[1]
     k = np.repeat(k, groups, axis=1)
@@ -70,7 +73,7 @@ def attention(q, k, v, scale, causal=False, window=None, softcap=None,
             s = np.where(mask, s, fill)
         else:
             s = s + mask
-    s = hide(s, q.shape[2], k.shape[2], causal, window, fill)
+    s = hide(s, q.shape[2], k.shape[2], causal, window, fill, window_right)
     return softmax_rows(s, v)
 
 
@@ -96,9 +99,11 @@ def tensor_type(shape, dtype):
 
 
 def attention_attrs(scale, causal=False, window=None, softcap=None,
-                    layout=None, masked_score=None):
+                    layout=None, masked_score=None, window_right=None):
     """The attribute dictionary body of a kiln attention op."""
     attrs = [f"scale = {scale} : f32"]
+    if window_right is not None:
+        attrs.append(f"window_right = {window_right} : i64")
     if masked_score is not None:
         attrs.append(f"masked_score = {masked_score!r} : f32")
     if causal:

@@ -25,6 +25,8 @@ llvm::json::Value sizeToJSON(int64_t size);
 /// The op's window and softcap as JSON numbers, or null when absent.
 llvm::json::Value windowToJSON(AttentionOp op);
 llvm::json::Value softcapToJSON(AttentionOp op);
+/// The op's window_right, or null.
+llvm::json::Value windowRightToJSON(AttentionOp op);
 /// The op's masked_score, or null.
 llvm::json::Value maskedScoreToJSON(AttentionOp op);
 /// What a site computes, as the fusion report and the manifest both give it:

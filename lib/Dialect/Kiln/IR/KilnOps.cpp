@@ -164,10 +164,16 @@ LogicalResult AttentionOp::verify() {
       return emitOpError() << "masked_score must be finite and at most -1e4, "
                               "got "
                            << value;
-    if (!getCausal() && getMaskKind() != "boolean")
-      return emitOpError() << "masked_score needs a boolean mask or causal";
+    if (!getRightBound() && getMaskKind() != "boolean")
+      return emitOpError() << "masked_score needs a boolean mask, causal or "
+                              "window_right";
   }
-  return verifyAttentionAttributes(getOperation(), getScale(), getCausal(),
+  if (getCausal() && getWindowRight())
+    return emitOpError() << "window_right and causal are exclusive (causal "
+                            "is window_right = 0)";
+  if (getWindow() && !getRightBound())
+    return emitOpError() << "window requires causal or window_right";
+  return verifyAttentionAttributes(getOperation(), getScale(), /*causal=*/true,
                                    getWindow(), getSoftcap());
 }
 

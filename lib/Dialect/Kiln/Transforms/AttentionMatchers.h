@@ -41,12 +41,20 @@ struct MaskTerm {
 std::optional<std::pair<Value, int64_t>>
 matchKvRepeat(Value value, SmallVectorImpl<Operation *> &ops);
 
-/// Recognises a constant causal (or sliding-window causal) mask over logical
-/// scores `[B, Hq, Sq, Sk]`: hidden exactly when `j > i + (Sk - Sq)` (or
-/// `j <= i + (Sk - Sq) - W`), every element checked. Returns the window (0
-/// for plain causal) or nothing.
-std::optional<int64_t> matchCausalConstant(const MaskTerm &term,
-                                           ArrayRef<int64_t> scoresShape);
+/// A band of visible keys around the bottom-right aligned diagonal
+/// `d = i + (Sk - Sq)`: key j is visible when `d - window < j <= d + right`.
+struct Band {
+  /// 0: no bound on the left.
+  int64_t window = 0;
+  /// 0: causal.
+  int64_t right = 0;
+};
+
+/// Recognises a constant band mask over logical scores `[B, Hq, Sq, Sk]`
+/// (causal, sliding-window causal, or a two-sided local window), every
+/// element checked; every row must see its diagonal key.
+std::optional<Band> matchCausalConstant(const MaskTerm &term,
+                                        ArrayRef<int64_t> scoresShape);
 
 } // namespace mlir::kiln::detail
 

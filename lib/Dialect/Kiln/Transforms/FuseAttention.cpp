@@ -35,6 +35,7 @@ namespace mlir::kiln {
 
 using namespace mlir;
 using namespace mlir::kiln;
+using mlir::kiln::detail::Band;
 using mlir::kiln::detail::MaskTerm;
 using mlir::kiln::detail::matchCausalConstant;
 using mlir::kiln::detail::matchKvRepeat;
@@ -199,6 +200,8 @@ struct AttentionMatch {
   std::optional<double> softcap;
   bool causal = false;
   std::optional<int64_t> window;
+  /// Keys past the diagonal by more than this are hidden (not with causal).
+  std::optional<int64_t> windowRight;
   /// The score of a hidden key (the op's masked_score); -inf when unset.
   std::optional<double> maskedScore;
   /// How the masks were taken, for the report (empty when nothing hides).
@@ -711,7 +714,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
 /// Recognises a constant causal (or sliding-window causal) mask: hidden
 /// exactly when `j > i + (Sk - Sq)` (or `j <= i + (Sk - Sq) - W`), every
 /// element checked. Returns the window (0 for plain causal) or nothing.
-std::optional<int64_t>
+std::optional<mlir::kiln::detail::Band>
 mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
                                         ArrayRef<int64_t> scoresShape) {
   auto constant = term.value.getDefiningOp<tosa::ConstOp>();
@@ -753,22 +756,42 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
     }
   }
 
-  // The last row sees the window's width of keys (all of them when plain
-  // causal); then every element must follow from (causal, window).
+  // Every row sees an interval of keys around its diagonal; its bounds give
+  // the window and the right bound, which every element must then follow.
   int64_t offset = keyLength - queryLength;
-  int64_t width =
-      llvm::count(ArrayRef<bool>(visible).take_back(keyLength), true);
-  if (width == 0)
-    return std::nullopt;
+  int64_t window = 0, right = -1;
+  bool rightClipped = true;
+  for (int64_t i = 0; i < queryLength; ++i) {
+    ArrayRef<bool> row = ArrayRef<bool>(visible).slice(i * keyLength, keyLength);
+    int64_t diagonal = i + offset;
+    if (!row[diagonal])
+      return std::nullopt;
+    int64_t first = diagonal, last = diagonal;
+    while (first > 0 && row[first - 1])
+      --first;
+    while (last + 1 < keyLength && row[last + 1])
+      ++last;
+    if (first > 0)
+      window = std::max(window, diagonal - first + 1);
+    if (last + 1 < keyLength) {
+      rightClipped = false;
+      right = std::max(right, last - diagonal);
+    }
+  }
+  if (rightClipped)
+    right = std::max<int64_t>(queryLength - 1, 0);
+  if (rightClipped && window == 0)
+    return std::nullopt; // everything visible: not a mask at all
   for (int64_t i = 0; i < queryLength; ++i) {
     int64_t diagonal = i + offset;
     for (int64_t j = 0; j < keyLength; ++j) {
-      bool expected = j <= diagonal && j > diagonal - width;
+      bool expected = j <= diagonal + right &&
+                      (window == 0 || j > diagonal - window);
       if (visible[i * keyLength + j] != expected)
         return std::nullopt;
     }
   }
-  return width >= keyLength ? 0 : width;
+  return mlir::kiln::detail::Band{window, right};
 }
 
 namespace {
@@ -856,22 +879,25 @@ double hiddenFill(const MaskTerm &term) {
   return 0.0;
 }
 
-/// Something that hides keys in a site: a causal (or window) pattern found
-/// in a constant, a boolean term, or an additive term that may hide.
+/// Something that hides keys in a site: a band (causal, window) found in a
+/// constant, a boolean term, or an additive term that may hide.
 struct Hider {
-  /// Index of the term in the site's terms (0 is nearest the softmax).
-  size_t term;
-  bool causal = false;
-  int64_t window = 0;
+  /// Where it applies: the term's index (0 is nearest the softmax), plus 0.5
+  /// for an additive term inside a select that a band replaces. Larger is
+  /// applied earlier.
+  double position;
+  /// A band pattern (the op's causal/window/window_right).
+  std::optional<Band> band;
   /// The score of a hidden key; NaN when unknown (an additive term).
   double fill = std::nan("");
+  /// Whether the fill replaces the score rather than being added to it.
   bool replaces = true;
 };
 
 /// Turns the site's mask and bias terms into the op's causal, window,
-/// masked_score, mask and bias, keeping what the graph computes on every
-/// row, fully hidden ones included (see the op's masked_score); with
-/// `paddedRowsFree`, rows that see no key may differ.
+/// window_right, masked_score, mask and bias, keeping what the graph
+/// computes on every row, fully hidden ones included (see the op's
+/// masked_score); with `paddedRowsFree`, rows that see no key may differ.
 LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
                            bool paddedRowsFree, std::string &whyNot) {
   auto fail = [&](const Twine &reason) {
@@ -880,58 +906,88 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
   };
   int64_t batch = match.scoresShape[0], numHeads = match.scoresShape[1];
 
-  // Pass 1: causal patterns, in a constant term or in one side of a
-  // boolean term that combines it with another (And of keeps, Or of hides).
+  // Pass 1: band patterns, in a constant term, in one side of a boolean term
+  // that combines it with another (And of keeps, Or of hides), or selecting
+  // between an additive mask and a fill (ModernBERT's local window).
   SmallVector<MaskTerm> remaining(terms.begin(), terms.end());
   SmallVector<Hider> hiders;
-  SmallVector<Operation *> causalOps;
-  SmallVector<bool> isCausalTerm(terms.size(), false);
+  SmallVector<Operation *> bandOps;
+  SmallVector<bool> isBandTerm(terms.size(), false);
+  SmallVector<bool> isInsideSelect(terms.size(), false);
   for (auto [index, term] : llvm::enumerate(terms)) {
-    if (std::optional<int64_t> window =
+    if (std::optional<Band> band =
             matchCausalConstant(term, match.scoresShape)) {
-      Hider hider{index, true, *window, hiddenFill(term),
-                  !term.isBoolean ? false : term.replaces};
-      hiders.push_back(hider);
-      isCausalTerm[index] = true;
+      hiders.push_back({double(index), band, hiddenFill(term),
+                        term.isBoolean && term.replaces});
+      isBandTerm[index] = true;
       continue;
     }
-    if (!term.isBoolean)
-      continue;
     Operation *combiner = term.value.getDefiningOp();
-    if (!combiner || !(term.inverted ? isa<tosa::LogicalOrOp>(combiner)
-                                     : isa<tosa::LogicalAndOp>(combiner)))
+    if (!combiner)
+      continue;
+    if (!term.isBoolean) {
+      auto select = dyn_cast<tosa::SelectOp>(combiner);
+      if (!select)
+        continue;
+      for (bool inverted : {false, true}) {
+        Value fillValue = inverted ? select.getOnTrue() : select.getOnFalse();
+        Value inner = inverted ? select.getOnFalse() : select.getOnTrue();
+        std::optional<double> fill = getSplatFloat(fillValue);
+        MaskTerm pattern = term;
+        pattern.value = select.getPred();
+        pattern.isBoolean = true;
+        pattern.inverted = inverted;
+        if (!fill || !isAbsorbingMask(*fill) ||
+            getRankedType(inner) != getRankedType(term.value))
+          continue;
+        std::optional<Band> band =
+            matchCausalConstant(pattern, match.scoresShape);
+        if (!band)
+          continue;
+        hiders.push_back({double(index), band, *fill, true});
+        remaining[index].value = inner;
+        isInsideSelect[index] = true;
+        bandOps.push_back(select);
+        if (Operation *def = pattern.value.getDefiningOp())
+          bandOps.push_back(def);
+        break;
+      }
+      continue;
+    }
+    if (!(term.inverted ? isa<tosa::LogicalOrOp>(combiner)
+                        : isa<tosa::LogicalAndOp>(combiner)))
       continue;
     for (unsigned side = 0; side < 2; ++side) {
       MaskTerm pattern = term;
       pattern.value = combiner->getOperand(side);
-      std::optional<int64_t> window =
+      std::optional<Band> band =
           matchCausalConstant(pattern, match.scoresShape);
-      if (!window)
+      if (!band)
         continue;
-      hiders.push_back({index, true, *window, term.fill, term.replaces});
+      hiders.push_back({double(index), band, term.fill, term.replaces});
       remaining[index].value = combiner->getOperand(1 - side);
-      causalOps.push_back(combiner);
+      bandOps.push_back(combiner);
       if (Operation *def = pattern.value.getDefiningOp())
-        causalOps.push_back(def);
+        bandOps.push_back(def);
       break;
     }
   }
 
-  // The decision, for a set of causal hiders taken as attributes.
-  auto decide = [&](bool useCausal, std::optional<double> &maskedScore,
+  // The decision, with or without the bands taken as attributes.
+  auto decide = [&](bool useBands, std::optional<double> &maskedScore,
                     bool &exact) {
     SmallVector<Hider> all;
-    for (const Hider &hider : hiders)
-      if (useCausal)
-        all.push_back(hider);
+    if (useBands)
+      all.append(hiders.begin(), hiders.end());
     for (auto [index, term] : llvm::enumerate(remaining)) {
-      if (useCausal && isCausalTerm[index])
+      if (useBands && isBandTerm[index])
         continue;
-      const MaskTerm &current = useCausal ? term : terms[index];
+      const MaskTerm &current = useBands ? term : terms[index];
+      double position = index + (useBands && isInsideSelect[index] ? 0.5 : 0);
       if (current.isBoolean)
-        all.push_back({index, false, 0, current.fill, current.replaces});
+        all.push_back({position, std::nullopt, current.fill, current.replaces});
       else if (mayHideKeys(current.value))
-        all.push_back({index, false, 0, std::nan(""), false});
+        all.push_back({position, std::nullopt, std::nan(""), false});
     }
     maskedScore.reset();
     exact = true;
@@ -944,21 +1000,24 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
         finiteHiders.push_back(hider);
     if (finiteHiders.empty())
       return; // -inf fills and additive terms: exact as they are.
-    // A causal pattern alone: every row sees its diagonal key, so the fill
-    // never decides a row.
-    if (all.size() == 1 && all[0].causal)
+    // A band alone: every row sees its diagonal key, so the fill never
+    // decides a row.
+    if (all.size() == 1 && all[0].band)
       return;
     double fill = finiteHiders.front().fill;
-    size_t innermost = 0;
+    double innermost = 0;
     for (const Hider &hider : all)
-      innermost = std::max(innermost, hider.term);
+      innermost = std::max(innermost, hider.position);
     for (const Hider &hider : all) {
-      // One fill for every hidden key: each hider writes the same finite
-      // fill, replacing the score, except the innermost one, which may add
-      // it (the replacements after it then write the same value).
-      bool sameFill = finite(hider) && hider.fill == fill;
-      bool order = hider.replaces || hider.term == innermost;
-      if (!sameFill || !order) {
+      // One fill for every hidden key: the op adds the additive terms, then
+      // writes masked_score over every hidden key. So each hider must write
+      // the same finite fill by replacing the score, except the innermost,
+      // which may add it or be an additive mask of its own.
+      bool ok = hider.position == innermost
+                    ? (finite(hider) && hider.fill == fill) ||
+                          std::isnan(hider.fill)
+                    : finite(hider) && hider.fill == fill && hider.replaces;
+      if (!ok) {
         exact = false;
         return;
       }
@@ -968,13 +1027,13 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
 
   std::optional<double> maskedScore;
   bool exact = false;
-  bool useCausal = !hiders.empty();
+  bool useBands = !hiders.empty();
   std::string masking;
-  decide(useCausal, maskedScore, exact);
-  if (!exact && useCausal && !paddedRowsFree) {
-    decide(/*useCausal=*/false, maskedScore, exact);
+  decide(useBands, maskedScore, exact);
+  if (!exact && useBands && !paddedRowsFree) {
+    decide(/*useBands=*/false, maskedScore, exact);
     if (exact) {
-      useCausal = false;
+      useBands = false;
       masking = "causal kept in the mask: its finite fill adds to another "
                 "mask's, and a row with no visible key depends on both "
                 "(--padded-rows=free takes causal)";
@@ -1003,26 +1062,55 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
 
   // Apply: causal attributes, then the remaining terms as operands.
   SmallVector<MaskTerm> kept;
-  if (useCausal) {
+  if (useBands) {
+    // Several bands hide what any of them hides: the narrowest bounds.
+    std::optional<int64_t> right;
     for (const Hider &hider : hiders) {
-      match.causal = true;
-      if (hider.window > 0)
-        match.window =
-            match.window ? std::min(*match.window, hider.window) : hider.window;
+      right = right ? std::min(*right, hider.band->right) : hider.band->right;
+      if (hider.band->window > 0)
+        match.window = match.window
+                           ? std::min(*match.window, hider.band->window)
+                           : hider.band->window;
     }
-    for (Operation *op : causalOps)
+    if (*right == 0)
+      match.causal = true;
+    else
+      match.windowRight = *right;
+    for (Operation *op : bandOps)
       match.ops.insert(op);
   }
   for (auto [index, term] : llvm::enumerate(terms)) {
-    if (useCausal && isCausalTerm[index]) {
+    if (useBands && isBandTerm[index]) {
       if (Operation *def = term.value.getDefiningOp())
         match.ops.insert(def);
       continue;
     }
-    kept.push_back(useCausal ? remaining[index] : term);
+    if (useBands && isInsideSelect[index]) {
+      std::optional<double> splat = getSplatFloat(remaining[index].value);
+      if (splat && *splat == 0.0)
+        continue; // the select's other side adds nothing
+    }
+    kept.push_back(useBands ? remaining[index] : term);
   }
   match.maskedScore = maskedScore;
   match.masking = masking;
+
+  // A mask the graph broadcast to [.., Sq, Sk] itself (Expand of a padding
+  // mask): the op broadcasts, so it takes the unexpanded tensor.
+  for (MaskTerm &term : kept)
+    while (auto tile = term.value.getDefiningOp<tosa::TileOp>()) {
+      auto inputType = getRankedType(tile.getInput1());
+      std::optional<SmallVector<int64_t>> multiples =
+          getConstShape(tile.getMultiples());
+      if (!inputType || !multiples || term.scoresRank != 4 ||
+          llvm::any_of(llvm::enumerate(*multiples), [&](auto entry) {
+            return entry.value() != 1 &&
+                   inputType.getDimSize(entry.index()) != 1;
+          }))
+        break;
+      match.ops.insert(tile);
+      term.value = tile.getInput1();
+    }
 
   for (const MaskTerm &term : kept) {
     auto type = getRankedType(term.value);
@@ -1059,7 +1147,8 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
   } else if (kept.size() == 1) {
     match.maskTerm = kept[0];
   }
-  if (match.maskedScore && !match.causal && !match.maskTerm.isBoolean)
+  if (match.maskedScore && !match.causal && !match.windowRight &&
+      !match.maskTerm.isBoolean)
     match.maskedScore.reset();
   return success();
 }
@@ -1350,6 +1439,8 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
         match->causal ? rewriter.getUnitAttr() : UnitAttr(),
         match->window ? rewriter.getI64IntegerAttr(*match->window)
                       : IntegerAttr(),
+        match->windowRight ? rewriter.getI64IntegerAttr(*match->windowRight)
+                           : IntegerAttr(),
         match->softcap
             ? rewriter.getF32FloatAttr(static_cast<float>(*match->softcap))
             : FloatAttr(),

@@ -58,23 +58,26 @@ struct FoldCausalMask : public OpRewritePattern<AttentionOp> {
     Value mask = op.getMask();
     if (!mask)
       return rewriter.notifyMatchFailure(op, "no mask");
-    if (op.getWindow())
-      return rewriter.notifyMatchFailure(op, "already has a window");
+    if (op.getWindow() || op.getRightBound())
+      return rewriter.notifyMatchFailure(op, "already banded");
     mlir::kiln::detail::MaskTerm term;
     term.value = mask;
     term.isBoolean =
         cast<ShapedType>(mask.getType()).getElementType().isInteger(1);
     int64_t scoresShape[4] = {op.getBatchSize(), op.getNumQueryHeads(),
                               op.getQueryLength(), op.getKvLength()};
-    std::optional<int64_t> window =
+    std::optional<mlir::kiln::detail::Band> band =
         mlir::kiln::detail::matchCausalConstant(term, scoresShape);
-    if (!window)
-      return rewriter.notifyMatchFailure(op, "mask is not a causal constant");
+    if (!band)
+      return rewriter.notifyMatchFailure(op, "mask is not a band constant");
     rewriter.modifyOpInPlace(op, [&] {
       op.getMaskMutable().clear();
-      op.setCausal(true);
-      if (*window > 0)
-        op.setWindow(*window);
+      if (band->right == 0)
+        op.setCausal(true);
+      else
+        op.setWindowRight(band->right);
+      if (band->window > 0)
+        op.setWindow(band->window);
     });
     return success();
   }
@@ -126,7 +129,8 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
     auto fused = AttentionOp::create(
         rewriter, op.getLoc(), resultType, sources[0], sources[1], sources[2],
         op.getMask(), op.getBias(), op.getScaleAttr(), op.getCausalAttr(),
-        op.getWindowAttr(), op.getSoftcapAttr(), op.getMaskedScoreAttr(),
+        op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
+        op.getMaskedScoreAttr(),
         LayoutAttr::get(op.getContext(), Layout::bshd));
     fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     for (tosa::TransposeOp transpose : outputs)

@@ -149,6 +149,8 @@ struct Site {
   float scale = 1.0f;
   bool causal = false;
   std::optional<int64_t> window;
+  /// Keys past the diagonal by more than this are hidden; 0 for causal.
+  std::optional<int64_t> rightBound;
   std::optional<float> softcap;
   /// The score of a hidden key (masked_score); -inf when unset.
   std::optional<float> maskedScore;
@@ -214,9 +216,13 @@ struct Site {
     window = op.getWindow();
     if (std::optional<APFloat> cap = op.getSoftcap())
       softcap = cap->convertToFloat();
-    if constexpr (std::is_same_v<OpT, AttentionOp>)
+    if (causal)
+      rightBound = 0;
+    if constexpr (std::is_same_v<OpT, AttentionOp>) {
+      rightBound = op.getRightBound();
       if (std::optional<APFloat> fill = op.getMaskedScore())
         maskedScore = fill->convertToFloat();
+    }
   }
 
   void computeBroadcasts(IR &ir) {
@@ -365,9 +371,10 @@ struct Site {
             orHidden(arith::XOrIOp::create(
                 in.b, in.loc, broadcastRead(in, mask, maskBroadcast, logical),
                 arith::ConstantIntOp::create(in.b, in.loc, 1, 1)));
-          if (causal) {
+          if (rightBound) {
             Value edge = in.add(row, diagonal);
-            orHidden(in.cmp(arith::CmpIPredicate::sgt, key, edge));
+            orHidden(in.cmp(arith::CmpIPredicate::sgt, key,
+                            in.add(edge, in.idx(*rightBound))));
             if (window)
               orHidden(in.cmp(arith::CmpIPredicate::sle, key,
                               in.sub(edge, in.idx(*window))));
@@ -420,10 +427,11 @@ struct Site {
     Value begin = ir.idx(0), end = keyCount;
     // With masked_score, hidden keys still count for a row that sees no key:
     // no block is skipped.
-    if (causal && !maskedScore) {
+    if (rightBound && !maskedScore) {
       Value diagonal = ir.sub(keyCount, queryLength);
-      end = ir.clamp(ir.add(ir.add(row0, rows), diagonal), ir.idx(0),
-                     keyCount);
+      end = ir.clamp(
+          ir.add(ir.add(ir.add(row0, rows), diagonal), ir.idx(*rightBound)),
+          ir.idx(0), keyCount);
       if (window) {
         Value first = ir.add(ir.sub(ir.add(row0, diagonal), ir.idx(*window)),
                              ir.idx(1));

@@ -42,9 +42,13 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     `causal` keeps key `j` for query `i` when `j <= i + (Sk - Sq)`: the causal
     diagonal is aligned to the bottom-right corner, so a query chunk that
     follows `Sk - Sq` cached keys sees all of them (decode, chunked prefill).
-    `window = W` (which requires `causal`) also hides keys with
-    `j <= i + (Sk - Sq) - W`: each query sees its W most recent keys, itself
-    included.
+    `window = W` also hides keys with `j <= i + (Sk - Sq) - W`: under
+    `causal`, each query sees its W most recent keys, itself included.
+    `window_right = R` (instead of `causal`) hides keys with
+    `j > i + (Sk - Sq) + R`: with `window`, a two-sided local window (each
+    query sees W - 1 keys before its diagonal and R after, FlashAttention's
+    `window_size = (W - 1, R)`; ModernBERT's local layers). `causal` is
+    `window_right = 0`. `window` needs `causal` or `window_right`.
 
     A hidden key (by the boolean mask, `causal` or `window`) takes the score
     -inf, or `masked_score` when that attribute is set: the finite fill
@@ -80,6 +84,7 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$window_right,
     OptionalAttr<F32Attr>:$softcap,
     OptionalAttr<F32Attr>:$masked_score,
     DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout
@@ -114,6 +119,15 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     ::mlir::Type getElementType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
           .getElementType();
+    }
+    /// Whether keys past the diagonal are hidden, and how far past:
+    /// 0 for causal, R for window_right = R.
+    std::optional<int64_t> getRightBound() {
+      if (getCausal())
+        return 0;
+      if (std::optional<uint64_t> right = getWindowRight())
+        return static_cast<int64_t>(*right);
+      return std::nullopt;
     }
     /// "none", "additive" (a float mask) or "boolean" (an i1 mask).
     ::llvm::StringRef getMaskKind() {
