@@ -594,6 +594,29 @@ def gqa_single_kv_reshaped_v(name="gqa_single_kv_reshaped_v", heads=4,
     g.save()
 
 
+def mla(name="mla_head_dims", nope=16, rope=8, value_dim=16):
+    """DeepSeek's multi-head latent attention: Q and K are the concatenation
+    of a no-position part and a rotary part (K's rotary part shared by the
+    heads, expanded), V has its own head dim (here 24 for Q/K, 16 for V)."""
+    g = Graph(name)
+    q_nope = g.input("q_nope", F32, [B, H, S, nope])
+    q_pe = g.input("q_pe", F32, [B, H, S, rope])
+    k_nope = g.input("k_nope", F32, [B, H, S, nope])
+    k_pe = g.input("k_pe", F32, [B, 1, S, rope])
+    v = g.input("v", F32, [B, H, S, value_dim])
+    k_pe = g.op("Expand", [k_pe, g.const("pe_expand", np.array(
+        [B, H, S, rope], np.int64))], "k_pe/Expand")
+    q = g.op("Concat", [q_nope, q_pe], "q/Concat", axis=-1)
+    k = g.op("Concat", [k_nope, k_pe], "k/Concat", axis=-1)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const(
+        "softmax_scale", np.float32((nope + rope) ** -0.5))], "scale")
+    mask = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [B, H, S, value_dim])
+    g.save()
+
+
 def mqa_broadcast():
     """MQA with one KV head left to MatMul's broadcasting (no repeat)."""
     g = Graph("mqa_broadcast")
@@ -978,6 +1001,7 @@ def main():
     repeat_kv("mqa_repeat_kv", kv_heads=1)
     mqa_broadcast()
     gqa_single_kv_reshaped_v()
+    mla()
     mqa_broadcast_causal()
     mqa_broadcast_v_only()
     f16_upcast()

@@ -43,6 +43,11 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");
+  if (op.getValueHeadDim() != headDim)
+    return op.emitOpError("GPU lowering needs the value head dim to equal "
+                          "the query/key head dim (")
+           << headDim << "), got " << op.getValueHeadDim()
+           << "; the CPU path runs it";
   if (tensorCores && mmaKernelSupports(op.getElementType(), headDim))
     return success();
   if (headDim % kWarpSize != 0 || headDim > 128)

@@ -141,6 +141,7 @@ llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
                             {"q_len", sizeToJSON(op.getQueryLength())},
                             {"kv_len", sizeToJSON(op.getKvLength())},
                             {"head_dim", sizeToJSON(op.getHeadDim())},
+                            {"v_head_dim", sizeToJSON(op.getValueHeadDim())},
                             {"mask", op.getMaskKind()},
                             {"masked_score", maskedScoreToJSON(op)},
                             {"bias", bool(op.getBias())}};

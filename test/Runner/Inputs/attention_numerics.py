@@ -21,10 +21,10 @@ DECOMPOSED = [("--attention-lowering=decomposed",)]
 def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
          scale=0.25, causal=False, window=None, softcap=None, mask=None,
          bias=None, layout="bhsd", dynamic=False, flags=None,
-         masked_score=None, window_right=None):
+         masked_score=None, window_right=None, dv=None):
     q64, q = to_dtype(rng.standard_normal((b, hq, sq, d)), dtype)
     k64, k = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
-    v64, v = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
+    v64, v = to_dtype(rng.standard_normal((b, hkv, sk, dv or d)), dtype)
     expected = attention(q64, k64, v64, scale, causal, window, softcap,
                          None if mask is None else
                          (mask if mask.dtype == np.bool_ else
@@ -103,6 +103,11 @@ case("masked-score-window-padding", sq=40, sk=53, causal=True, window=9,
 case("masked-score-boolean", mask=bool_mask, masked_score=-1e4)
 additive_min = np.where(left_padding, 0.0, FINFO_MIN).astype(np.float32)
 case("additive-min-full-rows", mask=additive_min)
+# Multi-head latent attention: V's head dim differs from Q's and K's.
+case("mla-192-128", d=24, dv=16, causal=True, sq=21, sk=30, hq=4, hkv=4)
+case("mla-bshd-gqa", d=12, dv=20, layout="bshd", sq=9, sk=13, hq=4, hkv=2)
+case("mla-bf16", d=24, dv=8, dtype="bf16", causal=True, sq=12, sk=40)
+
 # Two-sided windows (window_right): ModernBERT's local layers, a look-ahead
 # band, Sq != Sk, and one with masked_score over a padding mask.
 case("two-sided-window", sq=45, sk=45, window=7, window_right=6)

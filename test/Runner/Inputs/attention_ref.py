@@ -132,7 +132,11 @@ def attention_mlir(types, attrs, mask_type=None, bias_type=None,
         args.append(f"%bias: {bias_type}")
         extra += f" bias(%bias : {bias_type})"
     op = "kiln.paged_attention" if paged else "kiln.attention"
-    result = types[0]
+    # Q's shape with V's head dim (they differ in multi-head latent
+    # attention).
+    q_parts = types[0][len("tensor<"):-1].split("x")
+    v_parts = types[2][len("tensor<"):-1].split("x")
+    result = "tensor<" + "x".join(q_parts[:-2] + [v_parts[-2], q_parts[-1]]) + ">"
     return (f"func.func @main({', '.join(args)}) -> {result} {{\n"
             f"  %o = {op} {', '.join(operands)}{extra} {{{attrs}}}\n"
             f"      : {', '.join(types)} -> {result}\n"

@@ -131,17 +131,20 @@ LogicalResult AttentionOp::verify() {
       failed(checkSame("batch size", 0, "value", valueType, "query",
                        queryType)) ||
       failed(checkSame("head dim", 3, "key", keyType, "query", queryType)) ||
-      failed(checkSame("head dim", 3, "value", valueType, "query",
-                       queryType)) ||
       failed(checkSame("number of heads", headAxis, "value", valueType, "key",
                        keyType)) ||
       failed(checkSame("sequence length", seqAxis, "value", valueType, "key",
                        keyType)))
     return failure();
-  if (resultType.getShape() != queryType.getShape() &&
-      failed(verifyCompatibleShape(resultType, queryType)))
+  // The result is Q's shape with V's head dim (they differ in multi-head
+  // latent attention).
+  SmallVector<int64_t> expected(queryType.getShape());
+  expected[3] = valueType.getDimSize(3);
+  if (failed(verifyCompatibleShape(resultType.getShape(), expected)))
     return emitOpError() << "result shape " << resultType
-                         << " differs from the query shape " << queryType;
+                         << " differs from the query shape " << queryType
+                         << " with the value head dim ("
+                         << sizeString(valueType.getDimSize(3)) << ")";
 
   int64_t numQueryHeads = queryType.getDimSize(headAxis);
   int64_t numKvHeads = keyType.getDimSize(headAxis);
@@ -202,18 +205,26 @@ LogicalResult PagedAttentionOp::verify() {
                            << " differs from the query element type "
                            << queryType.getElementType();
 
-  if (failed(verifyCompatibleShape(keyCacheType, valueCacheType)))
-    return emitOpError() << "key_cache shape " << keyCacheType
-                         << " differs from the value_cache shape "
-                         << valueCacheType;
-  if (failed(verifyCompatibleShape(resultType, queryType)))
-    return emitOpError() << "result shape " << resultType
-                         << " differs from the query shape " << queryType;
+  // The value head dim may differ from the query/key one (MLA); the rest of
+  // the caches' shapes must agree.
+  for (int64_t axis = 0; axis < 3; ++axis)
+    if (sizesConflict(keyCacheType.getDimSize(axis),
+                      valueCacheType.getDimSize(axis)))
+      return emitOpError() << "key_cache shape " << keyCacheType
+                           << " differs from the value_cache shape "
+                           << valueCacheType << " before the head dim";
   if (sizesConflict(keyCacheType.getDimSize(3), queryType.getDimSize(3)))
     return emitOpError() << "head dim of key_cache ("
                          << keyCacheType.getDimSize(3)
                          << ") differs from query ("
                          << queryType.getDimSize(3) << ")";
+  SmallVector<int64_t> expected(queryType.getShape());
+  expected[3] = valueCacheType.getDimSize(3);
+  if (failed(verifyCompatibleShape(resultType.getShape(), expected)))
+    return emitOpError() << "result shape " << resultType
+                         << " differs from the query shape " << queryType
+                         << " with the value head dim ("
+                         << sizeString(valueCacheType.getDimSize(3)) << ")";
   if (sizesConflict(pageTableType.getDimSize(0), queryType.getDimSize(0)))
     return emitOpError() << "batch size of page_table ("
                          << pageTableType.getDimSize(0)

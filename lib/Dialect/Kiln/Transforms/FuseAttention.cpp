@@ -1262,16 +1262,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                                 "seq, dim] without dynamic sizes",
                                 name));
   }
-  auto innermost = [](const OperandSource &source, bool wantSwapped) {
-    auto shape = getRankedType(source.base).getShape();
-    return source.transposed == wantSwapped ? shape.back()
-                                            : shape[shape.size() - 2];
-  };
-  int64_t queryDim = innermost(match.query, false);
-  int64_t valueDim = innermost(match.value, false);
-  if (!ShapedType::isDynamic(queryDim) && !ShapedType::isDynamic(valueDim) &&
-      queryDim != valueDim)
-    return fail("the value head dim differs from the query head dim");
+  // The value head dim may differ from the query/key one (multi-head latent
+  // attention): the op takes both.
 
   // The value that carries the result: the split back to rank 4 and a cast
   // back to the element type, when present.
@@ -1430,9 +1422,12 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
 
     auto queryType = cast<RankedTensorType>(query.getType());
     auto resultType = cast<RankedTensorType>(match->result.getType());
+    // Q's shape with V's head dim.
+    SmallVector<int64_t> fusedShape(queryType.getShape());
+    fusedShape[3] = cast<RankedTensorType>(value.getType()).getDimSize(3);
     RankedTensorType fusedType =
         resultType.getRank() == 4 ? resultType.clone(queryType.getElementType())
-                                  : queryType;
+                                  : queryType.clone(fusedShape);
     auto fused = AttentionOp::create(
         rewriter, loc, fusedType, query, key, value, mask, bias,
         rewriter.getF32FloatAttr(static_cast<float>(match->scale)),

@@ -155,7 +155,9 @@ struct Site {
   /// The score of a hidden key (masked_score); -inf when unset.
   std::optional<float> maskedScore;
 
-  Value batch, numQueryHeads, queryLength, headDim, groupSize;
+  /// headDim: of Q and K; valueHeadDim: of V and the result (they differ in
+  /// multi-head latent attention).
+  Value batch, numQueryHeads, queryLength, headDim, valueHeadDim, groupSize;
   /// Keys of every sequence (contiguous K/V only).
   Value kvLength;
   /// Paged K/V only.
@@ -179,6 +181,7 @@ struct Site {
     site.numQueryHeads = ir.dim(site.query, headAxis);
     site.queryLength = ir.dim(site.query, seqAxis);
     site.headDim = ir.dim(site.query, 3);
+    site.valueHeadDim = ir.dim(site.value, 3);
     site.groupSize =
         ir.div(site.numQueryHeads, ir.max(ir.dim(site.key, headAxis), ir.idx(1)));
     site.kvLength = ir.dim(site.key, seqAxis);
@@ -201,6 +204,7 @@ struct Site {
     site.numQueryHeads = ir.dim(site.query, 1);
     site.queryLength = ir.dim(site.query, 2);
     site.headDim = ir.dim(site.query, 3);
+    site.valueHeadDim = ir.dim(site.value, 3);
     site.groupSize =
         ir.div(site.numQueryHeads, ir.max(ir.dim(site.key, 2), ir.idx(1)));
     site.numPages = ir.dim(site.key, 0);
@@ -261,10 +265,10 @@ struct Site {
     SmallVector<OpFoldResult> offsets, sizes;
     if (bshd) {
       offsets = {b, row0, h, ir.b.getIndexAttr(0)};
-      sizes = {one, rows, one, headDim};
+      sizes = {one, rows, one, ir.dim(tensor, 3)};
     } else {
       offsets = {b, h, row0, ir.b.getIndexAttr(0)};
-      sizes = {one, one, rows, headDim};
+      sizes = {one, one, rows, ir.dim(tensor, 3)};
     }
     auto type = RankedTensorType::get({kDyn, kDyn}, elementType);
     return tensor::ExtractSliceOp::create(ir.b, ir.loc, type, tensor, offsets,
@@ -279,7 +283,7 @@ struct Site {
                Value rows) const {
     if (!paged)
       return sliceRows(ir, source, b, kvHead, key0, rows);
-    Value init = ir.empty({rows, headDim}, elementType);
+    Value init = ir.empty({rows, ir.dim(source, 3)}, elementType);
     Value lastPage = ir.sub(numPages, ir.idx(1));
     Value lastTableEntry = ir.sub(maxPages, ir.idx(1));
     return ir.generic(
@@ -504,7 +508,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
   // Each split's normalised output and base-2 log-sum-exp:
   // [N, B, Hq, Sq, D] and [N, B, Hq, Sq].
   Value partialOut = ir.empty({splits, site.batch, site.numQueryHeads,
-                               site.queryLength, site.headDim},
+                               site.queryLength, site.valueHeadDim},
                               f32);
   Value partialLse = ir.empty(
       {splits, site.batch, site.numQueryHeads, site.queryLength}, f32);
@@ -541,7 +545,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
                           Value rowMax = ir.full({rows}, ir.negInf());
                           Value rowSum = ir.full({rows}, ir.f32(0.0));
                           Value acc =
-                              ir.full({rows, site.headDim}, ir.f32(0.0));
+                              ir.full({rows, site.valueHeadDim}, ir.f32(0.0));
                           SmallVector<Value> state = forLoop(
                               ir, splitBegin, splitEnd, kvBlock,
                               {rowMax, rowSum, acc},
@@ -613,7 +617,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
                                 // acc' = acc·c + p·V.
                                 Value scaledAcc = ir.generic(
                                     {state[2], correction},
-                                    ir.empty({rows, site.headDim}, f32),
+                                    ir.empty({rows, site.valueHeadDim}, f32),
                                     {ir.map(2, {0, 1}), ir.map(2, {0}),
                                      ir.map(2, {0, 1})},
                                     {kPar, kPar},
@@ -636,7 +640,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
                           // saw no key) and log-sum-exp (-inf there).
                           Value out = ir.generic(
                               {state[2], state[1]},
-                              ir.empty({rows, site.headDim}, f32),
+                              ir.empty({rows, site.valueHeadDim}, f32),
                               {ir.map(2, {0, 1}), ir.map(2, {0}),
                                ir.map(2, {0, 1})},
                               {kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
@@ -663,7 +667,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
                               ArrayRef<OpFoldResult>{split, b, h, row0,
                                                      ir.b.getIndexAttr(0)},
                               ArrayRef<OpFoldResult>{unit, unit, unit, rows,
-                                                     site.headDim},
+                                                     site.valueHeadDim},
                               SmallVector<OpFoldResult>(5, unit));
                           Value newLse = tensor::InsertSliceOp::create(
                               ir.b, ir.loc, lse, args[1],
@@ -685,7 +689,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
         ArrayRef<OpFoldResult>{zeroAttr, zeroAttr, zeroAttr, zeroAttr,
                                zeroAttr},
         ArrayRef<OpFoldResult>{unit, site.batch, site.numQueryHeads,
-                               site.queryLength, site.headDim},
+                               site.queryLength, site.valueHeadDim},
         SmallVector<OpFoldResult>(5, unit));
     return site.emitResult(ir, {out}, {ir.map(4, {0, 1, 2, 3})},
                            [](IR &, ValueRange a) { return a[0]; });
@@ -718,7 +722,7 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
       [](IR &in, ValueRange a) { return in.addf(a[1], a[0]); });
   Value weighted = ir.generic(
       {partials[0], weights},
-      ir.full({site.batch, site.numQueryHeads, site.queryLength, site.headDim},
+      ir.full({site.batch, site.numQueryHeads, site.queryLength, site.valueHeadDim},
               ir.f32(0.0)),
       {ir.map(5, {4, 0, 1, 2, 3}), ir.map(5, {4, 0, 1, 2}),
        ir.map(5, {0, 1, 2, 3})},
@@ -738,7 +742,7 @@ Value lowerDecomposed(IR &ir, const Site &site) {
   Type f32 = ir.b.getF32Type();
   Value zero = ir.idx(0), one = ir.idx(1);
   Value outInit = ir.empty(
-      {site.batch, site.numQueryHeads, site.queryLength, site.headDim}, f32);
+      {site.batch, site.numQueryHeads, site.queryLength, site.valueHeadDim}, f32);
   SmallVector<Value> out = forLoop(
       ir, zero, site.batch, one, {outInit},
       [&](IR &ir, Value b, ValueRange args) -> SmallVector<Value> {
@@ -785,7 +789,7 @@ Value lowerDecomposed(IR &ir, const Site &site) {
                   });
               Value headOut = ir.generic(
                   {normalised, valueTile},
-                  ir.full({rows, site.headDim}, ir.f32(0.0)),
+                  ir.full({rows, site.valueHeadDim}, ir.f32(0.0)),
                   {ir.map(3, {0, 2}), ir.map(3, {2, 1}), ir.map(3, {0, 1})},
                   {kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
                     return in.addf(a[2], in.mulf(a[0], in.toF32(a[1])));
@@ -795,7 +799,7 @@ Value lowerDecomposed(IR &ir, const Site &site) {
               Value inserted = tensor::InsertSliceOp::create(
                   ir.b, ir.loc, headOut, args[0],
                   ArrayRef<OpFoldResult>{b, h, zeroAttr, zeroAttr},
-                  ArrayRef<OpFoldResult>{unit, unit, rows, site.headDim},
+                  ArrayRef<OpFoldResult>{unit, unit, rows, site.valueHeadDim},
                   SmallVector<OpFoldResult>(4, unit));
               return {inserted};
             });

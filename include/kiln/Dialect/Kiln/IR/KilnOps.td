@@ -30,9 +30,10 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
 
     with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
     K and V are never copied per query head). Operands, in the `bhsd` layout:
-    Q `[B, Hq, Sq, D]`, K and V `[B, Hkv, Sk, D]`; the `bshd` layout swaps the
-    head and sequence axes of Q, K, V and the result. Every dimension may be
-    dynamic.
+    Q `[B, Hq, Sq, D]`, K `[B, Hkv, Sk, D]`, V `[B, Hkv, Sk, Dv]` and the
+    result `[B, Hq, Sq, Dv]` (Dv may differ from D: multi-head latent
+    attention, e.g. D = 192, Dv = 128); the `bshd` layout swaps the head and
+    sequence axes of Q, K, V and the result. Every dimension may be dynamic.
 
     `mask` is either additive (a float tensor) or boolean (`i1`, `true` means
     the key takes part); `bias` is an additive float tensor (T5 relative
@@ -115,6 +116,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     int64_t getQueryLength() { return dimOf(getQuery(), getSeqAxis()); }
     int64_t getKvLength() { return dimOf(getKey(), getSeqAxis()); }
     int64_t getHeadDim() { return dimOf(getQuery(), 3); }
+    /// Head dim of V and the result (differs from Q's and K's in MLA).
+    int64_t getValueHeadDim() { return dimOf(getValue(), 3); }
     /// Element type shared by Q, K, V and the result.
     ::mlir::Type getElementType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
@@ -156,8 +159,9 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
     ```
 
     with `P` the page size (`key_cache` axis 1), and V likewise. Operands:
-    Q `[B, Hq, Sq, D]`; `key_cache` and `value_cache`
-    `[num_pages, P, Hkv, D]`; `page_table` `[B, max_pages]` (i32);
+    Q `[B, Hq, Sq, D]`; `key_cache` `[num_pages, P, Hkv, D]`, `value_cache`
+    `[num_pages, P, Hkv, Dv]` (Dv may differ from D), the result
+    `[B, Hq, Sq, Dv]`; `page_table` `[B, max_pages]` (i32);
     `kv_lens` `[B]` (i32), the number of keys of each sequence. Every
     dimension may be dynamic.
 
