@@ -28,14 +28,15 @@ def weight(name, shape, dtype=np.float32):
     return const(name, (RNG.standard_normal(shape) * 0.1).astype(dtype))
 
 
-def save(name, nodes, inputs, outputs, inits=(), opset=17, value_info=()):
+def save(name, nodes, inputs, outputs, inits=(), opset=17, value_info=(),
+         out_dir=OUT):
     graph = helper.make_graph(nodes, name, inputs, outputs, list(inits),
                               value_info=list(value_info))
     model = helper.make_model(graph, producer_name="kiln-tests",
                               opset_imports=[helper.make_opsetid("", opset)])
     # The installed onnx may predate the opset: no checker, and ir_version 8.
     model.ir_version = 8
-    onnx.save(model, os.path.join(OUT, name + ".onnx"))
+    onnx.save(model, os.path.join(out_dir, name + ".onnx"))
 
 
 def tensor(name, elem, shape):
@@ -386,6 +387,24 @@ def encoder_unsupported():
          inits, opset=18)
 
 
+def verify_opaque():
+    """A graph kilnc --verify cannot run: a custom-domain node and an
+    operator without a lowering between supported ones."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Swizzle", ["r"], ["s"], name="swizzle",
+                         domain="com.example"),
+        node("Hardmax", ["x"], ["h"], name="hardmax"),
+        node("Add", ["s", "h"], ["y"], name="add"),
+    ]
+    out_dir = os.path.join(OUT, "..", "..", "..", "tools", "kilnc", "Inputs")
+    save("verify_opaque", nodes, [tensor("x", f, [2, 4])],
+         [tensor("y", f, [2, 4])],
+         value_info=[tensor("s", f, [2, 4]), tensor("h", f, [2, 4])],
+         out_dir=out_dir)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     eager_attention()
@@ -400,6 +419,7 @@ def main():
     normalizations()
     reductions()
     encoder_unsupported()
+    verify_opaque()
     return 0
 
 
