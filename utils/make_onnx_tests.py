@@ -28,14 +28,15 @@ def weight(name, shape, dtype=np.float32):
     return const(name, (RNG.standard_normal(shape) * 0.1).astype(dtype))
 
 
-def save(name, nodes, inputs, outputs, inits=(), opset=17, value_info=()):
+def save(name, nodes, inputs, outputs, inits=(), opset=17, value_info=(),
+         out_dir=OUT):
     graph = helper.make_graph(nodes, name, inputs, outputs, list(inits),
                               value_info=list(value_info))
     model = helper.make_model(graph, producer_name="kiln-tests",
                               opset_imports=[helper.make_opsetid("", opset)])
     # The installed onnx may predate the opset: no checker, and ir_version 8.
     model.ir_version = 8
-    onnx.save(model, os.path.join(OUT, name + ".onnx"))
+    onnx.save(model, os.path.join(out_dir, name + ".onnx"))
 
 
 def tensor(name, elem, shape):
@@ -224,6 +225,186 @@ def bad_models():
     open(os.path.join(OUT, "empty.onnx"), "wb").close()
 
 
+# The speech and vision encoder operators (Conv 1-D/2-D with groups, the
+# normalisations, ReduceL2) draw their weights from their own generator so
+# that the graphs above do not change when these do.
+ENCODER_RNG = np.random.default_rng(1)
+
+
+def encoder_weight(name, shape):
+    return const(name, ENCODER_RNG.standard_normal(shape).astype(np.float32))
+
+
+def conv1d():
+    """Conv of rank 1 as wav2vec2 and Whisper use it: plain with bias, pads,
+    stride and dilation (the stride leaves one input position unread),
+    depthwise with a channel multiplier, grouped, Whisper's second conv
+    (stride 2, the end padding unread); and Whisper's first conv over a
+    dynamic number of frames."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Conv", ["x", "w_plain", "b_plain"], ["plain"], pads=[2, 0],
+             strides=[2], dilations=[2], kernel_shape=[3]),
+        node("Conv", ["x", "w_depthwise", "b_depthwise"], ["depthwise"],
+             group=4, pads=[2, 2]),
+        node("Conv", ["x", "w_grouped"], ["grouped"], group=2, pads=[1, 1]),
+        node("Conv", ["x", "w_plain"], ["strided"], pads=[1, 1], strides=[2]),
+    ]
+    inits = [encoder_weight("w_plain", [6, 4, 3]),
+             encoder_weight("b_plain", [6]),
+             encoder_weight("w_depthwise", [8, 1, 5]),
+             encoder_weight("b_depthwise", [8]),
+             encoder_weight("w_grouped", [6, 2, 3])]
+    save("conv1d", nodes, [tensor("x", f, [2, 4, 20])],
+         [tensor("plain", f, [2, 6, 9]), tensor("depthwise", f, [2, 8, 20]),
+          tensor("grouped", f, [2, 6, 20]), tensor("strided", f, [2, 6, 10])],
+         inits)
+    nodes = [node("Conv", ["x", "w", "b"], ["y"], name="conv_frames",
+                  pads=[1, 1])]
+    save("conv1d_dynamic", nodes, [tensor("x", f, [1, 4, "frames"])],
+         [tensor("y", f, [1, 6, None])],
+         [encoder_weight("w", [6, 4, 3]), encoder_weight("b", [6])])
+
+
+def conv2d_groups():
+    """Conv of rank 2: depthwise (ConvNeXt), grouped with auto_pad
+    SAME_UPPER, and ungrouped with SAME_LOWER."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Conv", ["x", "w_depthwise", "b_depthwise"], ["depthwise"],
+             group=6, pads=[1, 1, 1, 1], strides=[2, 2]),
+        node("Conv", ["x", "w_grouped"], ["grouped"], group=2,
+             auto_pad="SAME_UPPER", strides=[2, 2]),
+        node("Conv", ["x", "w_same_lower", "b_same_lower"], ["same_lower"],
+             auto_pad="SAME_LOWER", dilations=[1, 2]),
+    ]
+    inits = [encoder_weight("w_depthwise", [6, 1, 3, 3]),
+             encoder_weight("b_depthwise", [6]),
+             encoder_weight("w_grouped", [4, 3, 3, 3]),
+             encoder_weight("w_same_lower", [5, 6, 2, 2]),
+             encoder_weight("b_same_lower", [5])]
+    save("conv2d_groups", nodes, [tensor("x", f, [1, 6, 9, 9])],
+         [tensor("depthwise", f, [1, 6, 5, 5]),
+          tensor("grouped", f, [1, 4, 5, 5]),
+          tensor("same_lower", f, [1, 5, 9, 9])], inits)
+
+
+def weight_norm_conv():
+    """wav2vec2's positional conv embedding: a weight-normalised (dim=2)
+    Conv with groups=4 standing in for 16, the norm a ReduceL2 over the
+    other axes."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("ReduceL2", ["v"], ["norm"], axes=[0, 1], keepdims=1),
+        node("Div", ["v", "norm"], ["direction"]),
+        node("Mul", ["g", "direction"], ["w"]),
+        node("Conv", ["x", "w", "b"], ["y"], name="pos_conv", group=4,
+             pads=[2, 2], kernel_shape=[5]),
+    ]
+    inits = [encoder_weight("v", [8, 2, 5]), encoder_weight("g", [1, 1, 5]),
+             encoder_weight("b", [8])]
+    save("weight_norm_conv", nodes, [tensor("x", f, [1, 8, 16])],
+         [tensor("y", f, [1, 8, 16])], inits)
+
+
+def normalizations():
+    """InstanceNormalization (rank 3 and 4), GroupNormalization at opsets 18
+    (scale per group) and 21 (scale per channel), BatchNormalization."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("InstanceNormalization", ["x3", "s3", "b3"], ["in3"],
+             epsilon=1e-3),
+        node("InstanceNormalization", ["x4", "s4", "b4"], ["in4"]),
+    ]
+    inits = [encoder_weight("s3", [3]), encoder_weight("b3", [3]),
+             encoder_weight("s4", [4]), encoder_weight("b4", [4])]
+    save("instance_norm", nodes,
+         [tensor("x3", f, [2, 3, 7]), tensor("x4", f, [2, 4, 3, 5])],
+         [tensor("in3", f, [2, 3, 7]), tensor("in4", f, [2, 4, 3, 5])], inits)
+    for opset, params in ((18, 3), (21, 6)):
+        nodes = [node("GroupNormalization", ["x", "scale", "bias"], ["y"],
+                      name="group_norm", num_groups=3, epsilon=1e-4)]
+        save("group_norm%d" % opset, nodes, [tensor("x", f, [2, 6, 5])],
+             [tensor("y", f, [2, 6, 5])],
+             [encoder_weight("scale", [params]),
+              encoder_weight("bias", [params])], opset=opset)
+    nodes = [node("BatchNormalization", ["x", "scale", "b", "mean", "var"],
+                  ["y"], name="batch_norm", epsilon=1e-3)]
+    save("batch_norm", nodes, [tensor("x", f, [2, 3, 4, 4])],
+         [tensor("y", f, [2, 3, 4, 4])],
+         [encoder_weight("scale", [3]), encoder_weight("b", [3]),
+          encoder_weight("mean", [3]),
+          const("var", ENCODER_RNG.uniform(0.5, 2.0, [3]).astype(np.float32))])
+
+
+def reductions():
+    """ReduceL2 with axes as an attribute (opset 17) and as an input (opset
+    18), keepdims on and off; ReduceL1 and ReduceSumSquare."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("ReduceL2", ["x"], ["l2_keep"], axes=[1]),
+        node("ReduceL2", ["x"], ["l2_drop"], axes=[-1, 0], keepdims=0),
+        node("ReduceL2", ["x"], ["l2_all"], keepdims=0),
+    ]
+    save("reduce_l2_opset17", nodes, [tensor("x", f, [2, 3, 4])],
+         [tensor("l2_keep", f, [2, 1, 4]), tensor("l2_drop", f, [3]),
+          tensor("l2_all", f, [])])
+    nodes = [
+        node("ReduceL2", ["x", "axes"], ["l2"], keepdims=0),
+        node("ReduceL1", ["x", "axes"], ["l1"]),
+        node("ReduceSumSquare", ["x", "axes"], ["sum_square"]),
+    ]
+    save("reduce_l2_opset18", nodes, [tensor("x", f, [2, 3, 4])],
+         [tensor("l2", f, [2, 3]), tensor("l1", f, [2, 3, 1]),
+          tensor("sum_square", f, [2, 3, 1])],
+         [const("axes", np.array([2], np.int64))], opset=18)
+
+
+def encoder_unsupported():
+    """Forms of the encoder operators that stay opaque, each with a reason."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Conv", ["x5", "w3d"], ["conv3d"]),
+        node("Conv", ["xd", "w1d"], ["conv_two_dynamic"]),
+        node("Conv", ["xs", "w1d"], ["conv_dynamic_stride"], strides=[2]),
+        node("InstanceNormalization", ["xl", "s", "b"], ["in_dynamic"]),
+        node("ReduceL2", ["x3"], ["l2_noop"], noop_with_empty_axes=1),
+        node("BatchNormalization", ["x3", "s", "b", "s", "s"],
+             ["bn_train", "running_mean", "running_var"], training_mode=1),
+    ]
+    inits = [encoder_weight("w3d", [2, 2, 1, 1, 1]),
+             encoder_weight("w1d", [3, 4, 3]), encoder_weight("s", [3]),
+             encoder_weight("b", [3])]
+    save("encoder_unsupported", nodes,
+         [tensor("x5", f, [1, 2, 3, 4, 5]), tensor("xd", f, ["batch", 4, "len"]),
+          tensor("xs", f, [1, 4, "len"]), tensor("xl", f, [1, 3, "len"]),
+          tensor("x3", f, [1, 3, 4])],
+         [tensor("conv3d", f, [1, 2, 3, 4, 5]),
+          tensor("conv_two_dynamic", f, ["batch", 3, None]),
+          tensor("conv_dynamic_stride", f, [1, 3, None]),
+          tensor("in_dynamic", f, [1, 3, "len"]),
+          tensor("l2_noop", f, [1, 3, 4]), tensor("bn_train", f, [1, 3, 4])],
+         inits, opset=18)
+
+
+def verify_opaque():
+    """A graph kilnc --verify cannot run: a custom-domain node and an
+    operator without a lowering between supported ones."""
+    f = TensorProto.FLOAT
+    nodes = [
+        node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Swizzle", ["r"], ["s"], name="swizzle",
+                         domain="com.example"),
+        node("Hardmax", ["x"], ["h"], name="hardmax"),
+        node("Add", ["s", "h"], ["y"], name="add"),
+    ]
+    out_dir = os.path.join(OUT, "..", "..", "..", "tools", "kilnc", "Inputs")
+    save("verify_opaque", nodes, [tensor("x", f, [2, 4])],
+         [tensor("y", f, [2, 4])],
+         value_info=[tensor("s", f, [2, 4]), tensor("h", f, [2, 4])],
+         out_dir=out_dir)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     eager_attention()
@@ -232,6 +413,13 @@ def main():
     mixed_ops()
     bf16_matmul()
     bad_models()
+    conv1d()
+    conv2d_groups()
+    weight_norm_conv()
+    normalizations()
+    reductions()
+    encoder_unsupported()
+    verify_opaque()
     return 0
 
 

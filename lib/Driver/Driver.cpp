@@ -173,6 +173,38 @@ OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
   return module;
 }
 
+/// --verify runs the graph on the CPU, where an operation of no registered
+/// dialect (an ONNX node the importer kept opaque) has no lowering. Each one
+/// is named, with the importer's reason, before anything is lowered.
+LogicalResult checkNoOpaqueOps(ModuleOp module, const FusionReport &report) {
+  bool found = false;
+  module.walk([&](Operation *op) {
+    if (op->isRegistered())
+      return;
+    found = true;
+    std::vector<std::string> names = nodeNames(op->getLoc());
+    std::string node = names.empty() ? std::string() : names.front();
+    StringRef opType = op->getName().getStringRef();
+    opType.consume_front("onnx.");
+    std::string reason = "Kiln has no lowering for it";
+    for (const OpaqueNode &entry : report.opaque) {
+      if (entry.opType == opType &&
+          (entry.node == node || entry.node.empty())) {
+        reason = entry.reason;
+        break;
+      }
+    }
+    InFlightDiagnostic diag = emitError(op->getLoc())
+                              << "--verify cannot run the graph on the CPU: ";
+    if (node.empty())
+      diag << "operation '" << op->getName() << "'";
+    else
+      diag << "node '" << node << "' (" << opType << ")";
+    diag << " is opaque: " << reason;
+  });
+  return failure(found);
+}
+
 LogicalResult runPipeline(ModuleOp module,
                           function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
@@ -229,6 +261,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   else if (options.report == ReportKind::Text)
     report.printText(*module, stdoutStream);
   if (options.verify) {
+    if (failed(checkNoOpaqueOps(*unfused, report)))
+      return failure();
     VerifyOptions verifyOptions;
     verifyOptions.seed = options.seed;
     verifyOptions.paddedRowsFree = options.paddedRowsFree;

@@ -170,6 +170,9 @@ private:
   Value reduce(StringRef name, Value value, int64_t axis);
   Value matmul(Value a, Value b);
   Value softmax(Value value, int64_t axis);
+  /// (x - mean) / sqrt(var + epsilon), the statistics taken over `axes`
+  /// (static sizes) in `x`'s element type.
+  Value normalizeOver(Value x, ArrayRef<int64_t> axes, double epsilon);
   Value tile(Value value, ArrayRef<int64_t> multiples);
   Value slice(Value value, ArrayRef<int64_t> starts, ArrayRef<int64_t> sizes);
   static Type elemOf(Value value) {
@@ -225,6 +228,9 @@ private:
   Status importGemm();
   Status importLayerNorm();
   Status importRMSNorm();
+  Status importInstanceNorm();
+  Status importGroupNorm();
+  Status importBatchNorm();
   Status importGelu();
   Status importClip();
   Status importConv();
@@ -1129,7 +1135,8 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
   if (op == "Softmax")
     return importSoftmax();
   if (llvm::is_contained({"ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin",
-                          "ReduceProd"},
+                          "ReduceProd", "ReduceL1", "ReduceL2",
+                          "ReduceSumSquare"},
                          op))
     return importReduce(op);
   if (op == "MatMul")
@@ -1140,6 +1147,12 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importLayerNorm();
   if (op == "RMSNormalization")
     return importRMSNorm();
+  if (op == "InstanceNormalization")
+    return importInstanceNorm();
+  if (op == "GroupNormalization")
+    return importGroupNorm();
+  if (op == "BatchNormalization")
+    return importBatchNorm();
   if (op == "Gelu")
     return importGelu();
   if (op == "Clip")
