@@ -103,6 +103,7 @@ typedef struct kiln_site_info {
   kiln_dtype mask_dtype; /* KILN_DTYPE_NONE when mask == KILN_MASK_NONE */
   int32_t bias;
   kiln_dtype bias_dtype; /* KILN_DTYPE_NONE when there is no bias */
+  int64_t v_head_dim;    /* of V and out; KILN_DYNAMIC when not fixed */
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -147,6 +148,9 @@ typedef struct kiln_attention_args {
   int64_t out_strides[4];
   int64_t mask_strides[4];
   int64_t bias_strides[4];
+  /* Head dim of V and out when it differs from head_dim (multi-head latent
+     attention); 0 means head_dim. */
+  int64_t v_head_dim;
 } kiln_attention_args;
 
 /// The launch configuration a launch would use.

@@ -368,6 +368,9 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.kind = node.key("kind").oneOf({"attention"});
   kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
+  Node valueHeadDim = node.optionalKey("v_head_dim");
+  kernel.valueHeadDim =
+      valueHeadDim.isNull() ? kernel.headDim : valueHeadDim.optionalInteger(1);
   Node causal = node.optionalKey("causal");
   kernel.causal = causal.isNull() ? false : causal.boolean();
   kernel.window = node.optionalKey("window").optionalInteger(1);
@@ -464,6 +467,10 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   Node causalNode = node.optionalKey("causal");
   site.causal = causalNode.isNull() ? false : causalNode.boolean();
   site.window = node.optionalKey("window").optionalInteger(1);
+  Node valueHeadDimNode = node.optionalKey("v_head_dim");
+  site.valueHeadDim = valueHeadDimNode.isNull()
+                          ? site.dims[static_cast<int>(Dim::HeadDim)]
+                          : valueHeadDimNode.optionalInteger(1);
   Node softcapNode = node.optionalKey("softcap");
   if (!softcapNode.isNull()) {
     double softcap = softcapNode.number();

@@ -73,6 +73,8 @@ struct Kernel {
   std::string kind;
   kiln_dtype dtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
+  /// Head dim of V and out (the same as headDim unless the manifest says).
+  std::optional<int64_t> valueHeadDim;
   bool causal = false;
   /// Window and softcap compiled into the kernel (null when the kernel has
   /// none, or takes them as arguments).
@@ -103,6 +105,8 @@ struct Site {
   std::optional<float> softcap;
   /// Static sizes, indexed by Dim; nullopt = dynamic.
   std::optional<int64_t> dims[kNumDims];
+  /// Head dim of V and out; nullopt = dynamic.
+  std::optional<int64_t> valueHeadDim;
   kiln_mask_kind mask = KILN_MASK_NONE;
   kiln_dtype maskDtype = KILN_DTYPE_NONE;
   bool bias = false;

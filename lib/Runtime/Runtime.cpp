@@ -163,6 +163,18 @@ Error planAttention(const Manifest &manifest, const Site &site,
     return invalid(where + "head_dim is " + str(args.head_dim) +
                    " but kernel \"" + kernel.name + "\" is compiled for " +
                    str(*kernel.headDim));
+  if (args.v_head_dim < 0)
+    return invalid(where + "v_head_dim must be positive (or 0 for head_dim), "
+                           "got " +
+                   str(args.v_head_dim));
+  int64_t valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  std::optional<int64_t> expectedValueHeadDim =
+      kernel.valueHeadDim ? kernel.valueHeadDim : site.valueHeadDim;
+  if (expectedValueHeadDim && *expectedValueHeadDim != valueHeadDim)
+    return invalid(where + "the head dim of v and out is " +
+                   str(valueHeadDim) + " but kernel \"" + kernel.name +
+                   "\" is compiled for " + str(*expectedValueHeadDim) +
+                   (args.v_head_dim ? "" : " (v_head_dim is 0: head_dim)"));
   if (args.q_heads % args.kv_heads != 0)
     return invalid(where + "q_heads (" + str(args.q_heads) +
                    ") is not a multiple of kv_heads (" + str(args.kv_heads) +
@@ -737,6 +749,7 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->mask_dtype = s.maskDtype;
     info->bias = s.bias;
     info->bias_dtype = s.biasDtype;
+    info->v_head_dim = s.valueHeadDim ? *s.valueHeadDim : KILN_DYNAMIC;
     return KILN_OK;
   });
 }
@@ -789,8 +802,14 @@ kiln_status kiln_attention_args_set_contiguous(const kiln_site *site,
                                           args->kv_len, args->head_dim,
                                           args->k_strides)) != KILN_OK)
       return status;
-    std::memcpy(args->v_strides, args->k_strides, sizeof(args->k_strides));
-    std::memcpy(args->out_strides, args->q_strides, sizeof(args->q_strides));
+    int64_t valueHeadDim = args->v_head_dim ? args->v_head_dim : args->head_dim;
+    if ((status = kiln_contiguous_strides(s.layout, args->batch, args->kv_heads,
+                                          args->kv_len, valueHeadDim,
+                                          args->v_strides)) != KILN_OK ||
+        (status = kiln_contiguous_strides(s.layout, args->batch, args->q_heads,
+                                          args->q_len, valueHeadDim,
+                                          args->out_strides)) != KILN_OK)
+      return status;
     int64_t maskStrides[4] = {args->q_heads * args->q_len * args->kv_len,
                               args->q_len * args->kv_len, args->kv_len, 1};
     if (args->mask)

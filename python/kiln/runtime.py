@@ -125,6 +125,7 @@ class _SiteInfo(ctypes.Structure):
         ("mask_dtype", ctypes.c_int),
         ("bias", ctypes.c_int32),
         ("bias_dtype", ctypes.c_int),
+        ("v_head_dim", ctypes.c_int64),
     ]
 
 
@@ -172,6 +173,7 @@ class AttentionArgs(ctypes.Structure):
         ("out_strides", _Strides),
         ("mask_strides", _Strides),
         ("bias_strides", _Strides),
+        ("v_head_dim", ctypes.c_int64),
     ]
 
 
@@ -485,6 +487,9 @@ class Site:
         self.q_len: Optional[int] = _dim(info.q_len)
         self.kv_len: Optional[int] = _dim(info.kv_len)
         self.head_dim: Optional[int] = _dim(info.head_dim)
+        # V's and out's head dim (differs from head_dim in multi-head latent
+        # attention).
+        self.v_head_dim: Optional[int] = _dim(info.v_head_dim)
         self.mask: str = _MASK_NAMES[MaskKind(info.mask)]
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
@@ -599,7 +604,9 @@ class Site:
                 Status.INVALID_ARGUMENT, f"q must be a CUDA tensor, got {device}"
             )
         if out is None:
-            out = torch.empty(q.shape, dtype=q.dtype, device=device)
+            out_shape = list(q.shape)
+            out_shape[-1] = v.shape[-1]
+            out = torch.empty(out_shape, dtype=q.dtype, device=device)
         tensors["out"] = out
         if mask is not None:
             tensors["mask"] = mask
@@ -623,28 +630,32 @@ class Site:
 
         batch, q_heads, q_len, head_dim = qkv_dims(q.shape, self.layout)
         kb, kv_heads, kv_len, kd = qkv_dims(k.shape, self.layout)
-        for name, tensor in (("k", k), ("v", v)):
-            if qkv_dims(tensor.shape, self.layout) != (kb, kv_heads, kv_len, kd):
-                raise KilnError(
-                    Status.INVALID_ARGUMENT,
-                    f"{name} has shape {tuple(tensor.shape)} but k has "
-                    f"{tuple(k.shape)}",
-                )
+        vb, v_heads, v_len, v_head_dim = qkv_dims(v.shape, self.layout)
+        if (vb, v_heads, v_len) != (kb, kv_heads, kv_len):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"v has shape {tuple(v.shape)} but k has {tuple(k.shape)} "
+                f"(only the head dim may differ)",
+            )
         if kb != batch or kd != head_dim:
             raise KilnError(
                 Status.INVALID_ARGUMENT,
                 f"k of shape {tuple(k.shape)} does not match q of shape "
                 f"{tuple(q.shape)} in batch or head_dim ({self.layout} layout)",
             )
-        if tuple(out.shape) != tuple(q.shape):
+        expected_out = list(q.shape)
+        expected_out[-1] = v.shape[-1]
+        if list(out.shape) != expected_out:
             raise KilnError(
                 Status.INVALID_ARGUMENT,
-                f"out has shape {tuple(out.shape)}; expected q's " f"{tuple(q.shape)}",
+                f"out has shape {tuple(out.shape)}; expected "
+                f"{tuple(expected_out)} (q's with v's head dim)",
             )
 
         args = self.new_args()
         args.batch, args.q_heads, args.kv_heads = batch, q_heads, kv_heads
         args.q_len, args.kv_len, args.head_dim = q_len, kv_len, head_dim
+        args.v_head_dim = v_head_dim
         for name in ("q", "k", "v", "out"):
             tensor = tensors[name]
             setattr(args, name, tensor.data_ptr())

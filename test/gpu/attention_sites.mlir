@@ -128,3 +128,15 @@ func.func @f32_d64_two_sided_window(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x6
   %o = kiln.attention %q, %k, %v {window = 17 : i64, window_right = 3 : i64, scale = 0.125 : f32} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> -> tensor<?x8x?x64xf32>
   return %o : tensor<?x8x?x64xf32>
 }
+
+// Multi-head latent attention: the value head dim differs from the
+// query/key one (DeepSeek's 192/128; 96/64 with GQA).
+func.func @bf16_mla_192_128_causal(%q: tensor<?x8x?x192xbf16>, %k: tensor<?x2x?x192xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.0721687824 : f32} : tensor<?x8x?x192xbf16>, tensor<?x2x?x192xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}
+
+func.func @f16_mla_96_64(%q: tensor<?x8x?x96xf16>, %k: tensor<?x2x?x96xf16>, %v: tensor<?x2x?x64xf16>) -> tensor<?x8x?x64xf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.102062076 : f32} : tensor<?x8x?x96xf16>, tensor<?x2x?x96xf16>, tensor<?x2x?x64xf16> -> tensor<?x8x?x64xf16>
+  return %o : tensor<?x8x?x64xf16>
+}

@@ -194,7 +194,7 @@ def reference(
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
     device = q.device
-    out = torch.empty(b, hq, sq, d, dtype=torch.float64, device=device)
+    out = torch.empty(b, hq, sq, v.shape[-1], dtype=torch.float64, device=device)
     rows = torch.arange(sq, device=device)[:, None]
     cols = torch.arange(sk, device=device)[None, :]
     hidden = torch.zeros(sq, sk, dtype=torch.bool, device=device)
@@ -245,13 +245,22 @@ def run_case(
     layout = site.layout
     q_shape = (case.batch, case.q_heads, case.q_len, head_dim)
     kv_shape = (case.batch, case.kv_heads, case.kv_len, head_dim)
+    # V and out have the value head dim (differs in multi-head latent
+    # attention).
+    value_dim = site.v_head_dim or head_dim
+    v_shape = kv_shape[:3] + (value_dim,)
+    out_shape = q_shape[:3] + (value_dim,)
     storage = case.variant if case.variant in ("strided", "unaligned") else "contiguous"
     (q,) = make_qkv(q_shape, layout, dtype, storage, device)
-    k, v = make_qkv(kv_shape, layout, dtype, storage, device, count=2)
-    if storage == "contiguous":
-        out = torch.empty(physical(q_shape, layout), dtype=dtype, device=device)
+    if value_dim == head_dim:
+        k, v = make_qkv(kv_shape, layout, dtype, storage, device, count=2)
     else:
-        (out,) = make_qkv(q_shape, layout, dtype, storage, device)
+        (k,) = make_qkv(kv_shape, layout, dtype, storage, device)
+        (v,) = make_qkv(v_shape, layout, dtype, storage, device)
+    if storage == "contiguous":
+        out = torch.empty(physical(out_shape, layout), dtype=dtype, device=device)
+    else:
+        (out,) = make_qkv(out_shape, layout, dtype, storage, device)
     mask = make_mask(site, case, device)
     bias = make_bias(site, case, device)
     out.fill_(float("nan"))
@@ -260,7 +269,7 @@ def run_case(
         "site": site.name,
         "layout": layout,
         "dtype": site.dtype,
-        "head_dim": head_dim,
+        "head_dim": head_dim if value_dim == head_dim else f"{head_dim}/{value_dim}",
         "causal": site.causal,
         "mask": site.mask if site.mask == "none" else f"{site.mask}:{case.mask_shape}",
         "bias": site.bias,
@@ -357,7 +366,7 @@ def head_dim_of(package: kiln.Package, site: kiln.Site) -> int:
 
 
 HEADER = (
-    f"{'site':<16} {'layout':<6} {'dtype':<5} {'D':>4} {'causal':<6} "
+    f"{'site':<16} {'layout':<6} {'dtype':<5} {'D':>7} {'causal':<6} "
     f"{'mask':<18} {'B':>2} {'Hq':>3} {'Hkv':>3} {'Sq':>5} {'Sk':>5} "
     f"{'variant':<10} {'rel_err':>10}  result"
 )
@@ -371,7 +380,7 @@ def format_row(r: Dict[str, Any]) -> str:
     elif not r["ok"]:
         verdict += f" (nan={r['nan']}, tol={r['tolerance']:.0e})"
     return (
-        f"{r['site']:<16} {r['layout']:<6} {r['dtype']:<5} {r['head_dim']:>4} "
+        f"{r['site']:<16} {r['layout']:<6} {r['dtype']:<5} {str(r['head_dim']):>7} "
         f"{str(r['causal']):<6} {r['mask']:<18} {r['batch']:>2} "
         f"{r['q_heads']:>3} {r['kv_heads']:>3} {r['q_len']:>5} "
         f"{r['kv_len']:>5} {r['variant']:<10} {rel:>10}  {verdict}"

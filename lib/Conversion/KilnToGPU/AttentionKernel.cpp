@@ -25,6 +25,8 @@ std::string KernelSpec::name() const {
   std::string result =
       llvm::formatv("kiln_attention_{0}{1}_d{2}", tensorCores ? "mma_" : "",
                     getElementTypeName(elementType), headDim);
+  if (valueHeadDim)
+    result += llvm::formatv("_dv{0}", *valueHeadDim).str();
   if (causal)
     result += "_causal";
   if (window)

@@ -33,6 +33,8 @@ inline constexpr int64_t kDynamicSharedLimit = 163 * 1024;
 struct KernelSpec {
   Type elementType;
   int64_t headDim;
+  /// V's and the output's head dim when it differs from headDim (MLA).
+  std::optional<int64_t> valueHeadDim;
   bool causal;
   std::optional<int64_t> window;
   /// Keys past the diagonal by more than this are hidden (window_right);
@@ -52,6 +54,8 @@ struct KernelSpec {
   bool packQueryHeads = false;
 
   std::string name() const;
+  /// The head dim of V and the output.
+  int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
   /// The right bound of the band of visible keys: 0 for causal.
   std::optional<int64_t> rightBound() const {
     if (causal)
@@ -179,7 +183,8 @@ createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
 std::unique_ptr<AttentionKernelBuilder> createMmaKernel(const KernelSpec &spec);
 
 /// Whether the tensor-core kernel supports the element type and head dim.
-bool mmaKernelSupports(Type elementType, int64_t headDim);
+bool mmaKernelSupports(Type elementType, int64_t headDim,
+                       int64_t valueHeadDim);
 
 } // namespace mlir::kiln::detail
 

@@ -43,13 +43,18 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");
-  if (op.getValueHeadDim() != headDim)
-    return op.emitOpError("GPU lowering needs the value head dim to equal "
-                          "the query/key head dim (")
-           << headDim << "), got " << op.getValueHeadDim()
-           << "; the CPU path runs it";
-  if (tensorCores && mmaKernelSupports(op.getElementType(), headDim))
+  int64_t valueHeadDim = op.getValueHeadDim();
+  if (ShapedType::isDynamic(valueHeadDim))
+    return op.emitOpError("GPU lowering needs a static value head dim");
+  if (tensorCores &&
+      mmaKernelSupports(op.getElementType(), headDim, valueHeadDim))
     return success();
+  if (valueHeadDim != headDim)
+    return op.emitOpError("a value head dim (")
+           << valueHeadDim << ") other than the query/key one (" << headDim
+           << ") runs on the tensor-core kernel only: f16/bf16, both "
+              "multiples of 16, value head dim up to 128 and query/key up "
+              "to 192";
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
                           "multiples of 32 up to 128 (f16 and bf16 with "
@@ -95,6 +100,8 @@ struct ConvertKilnToGPUPass
       KernelSpec spec;
       spec.elementType = op.getElementType();
       spec.headDim = op.getHeadDim();
+      if (op.getValueHeadDim() != spec.headDim)
+        spec.valueHeadDim = op.getValueHeadDim();
       spec.causal = op.getCausal();
       spec.window = op.getWindow();
       if (std::optional<uint64_t> right = op.getWindowRight())
@@ -109,7 +116,8 @@ struct ConvertKilnToGPUPass
         spec.biasType = cast<ShapedType>(bias.getType()).getElementType();
 
       spec.tensorCores =
-          tensorCores && mmaKernelSupports(spec.elementType, spec.headDim);
+          tensorCores && mmaKernelSupports(spec.elementType, spec.headDim,
+                                           spec.valueDim());
       // The tensor-core kernel serves a KV head's whole query group per
       // block.
       spec.packQueryHeads = spec.tensorCores;

@@ -54,7 +54,8 @@ constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 class MmaKernel : public AttentionKernelBuilder {
 public:
   explicit MmaKernel(const KernelSpec &spec)
-      : AttentionKernelBuilder(spec), rowElements(spec.headDim + kRowPadding),
+      : AttentionKernelBuilder(spec),
+        rowElements(std::max(spec.headDim, spec.valueDim()) + kRowPadding),
         dimChunks(spec.headDim / 16) {
     assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
   }
@@ -96,12 +97,13 @@ private:
   struct ChunkPlan {
     SmallVector<Value> offsets, inBounds, rows, columns;
   };
-  ChunkPlan planChunks(Value base, Value rowStride, Value firstRow,
-                       Value numRows);
+  ChunkPlan planChunks(int64_t dim, Value base, Value rowStride,
+                       Value firstRow, Value numRows);
   /// The same for a tile whose row r starts at element offset
   /// `rowStart(r).first` and exists when `rowStart(r).second`.
   ChunkPlan
-  planChunks(llvm::function_ref<std::pair<Value, Value>(Value)> rowStart);
+  planChunks(int64_t dim,
+             llvm::function_ref<std::pair<Value, Value>(Value)> rowStart);
   /// Query and head of row `rowInBlock` of the block (heads packed).
   std::pair<Value, Value> packedRow(Value rowInBlock);
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
@@ -113,7 +115,8 @@ private:
   /// Starts the copy of a tile into shared memory: cp.async (16 bytes,
   /// zero-filled for missing rows) when `aligned`, element loads and stores
   /// otherwise. Completion is awaited with cp.async.wait_group and a barrier.
-  void issueTile(Value tile, Value global, Value base, Value rowStride,
+  void issueTile(int64_t dim, Value tile, Value global, Value base,
+                 Value rowStride,
                  Value firstRow, Value numRows, Value aligned);
 
   /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
@@ -154,11 +157,12 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
                              ValueRange{offset});
 }
 
-MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
+MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
+                                           Value rowStride,
                                            Value firstRow, Value numRows) {
   Value lastRow =
       arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
-  return planChunks([&](Value row) {
+  return planChunks(dim, [&](Value row) {
     Value globalRow = add(firstRow, row);
     // Out-of-range rows read the last valid row instead of running off the
     // tensor, and are then replaced by zeros.
@@ -170,9 +174,11 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(Value base, Value rowStride,
 }
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(
-    llvm::function_ref<std::pair<Value, Value>(Value)> rowStart) {
-  int64_t chunksPerRow = spec.headDim / kChunk;
-  int64_t perThread = kTileKeys * chunksPerRow / kThreadsPerBlock;
+    int64_t dim, llvm::function_ref<std::pair<Value, Value>(Value)> rowStart) {
+  int64_t chunksPerRow = dim / kChunk;
+  int64_t numChunks = kTileKeys * chunksPerRow;
+  assert(numChunks % kThreadsPerBlock == 0 && "head dims are multiples of 16");
+  int64_t perThread = numChunks / kThreadsPerBlock;
   ChunkPlan plan;
   for (int64_t i = 0; i < perThread; ++i) {
     Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
@@ -237,9 +243,10 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
   }
 }
 
-void MmaKernel::issueTile(Value tile, Value global, Value base, Value rowStride,
-                          Value firstRow, Value numRows, Value aligned) {
-  ChunkPlan plan = planChunks(base, rowStride, firstRow, numRows);
+void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
+                          Value rowStride, Value firstRow, Value numRows,
+                          Value aligned) {
+  ChunkPlan plan = planChunks(dim, base, rowStride, firstRow, numRows);
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
@@ -446,7 +453,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(*b);
     b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    issueTile(tile, global, base, rowStride, firstRow, kvLen, aligned);
+    // V rows have the value head dim (MLA), K rows the query/key one.
+    int64_t dim = global == v ? spec.valueDim() : spec.headDim;
+    issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned);
   };
   issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
@@ -454,7 +463,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // Row r of the Q tile is (query, head) pair firstPackedRow + r.
   Value lastQuery =
       arith::MaxSIOp::create(builder, sub(qLen, constIndex(1)), constIndex(0));
-  ChunkPlan qPlan = planChunks([&](Value row) {
+  ChunkPlan qPlan = planChunks(spec.headDim, [&](Value row) {
     auto [query, rowHead] = packedRow(row);
     Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
     return std::pair{
@@ -507,7 +516,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
-  int64_t outBlocks = spec.headDim / 8;
+  int64_t outBlocks = spec.valueDim() / 8;
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
@@ -757,9 +766,18 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
 } // namespace
 
-bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim) {
-  return (elementType.isF16() || elementType.isBF16()) && headDim % 16 == 0 &&
-         headDim >= 16 && headDim <= 128;
+bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,
+                                           int64_t valueHeadDim) {
+  if (!(elementType.isF16() || elementType.isBF16()))
+    return false;
+  auto fits = [](int64_t dim, int64_t most) {
+    return dim % 16 == 0 && dim >= 16 && dim <= most;
+  };
+  // Equal head dims up to 128; a query/key head dim up to 192 beside a
+  // value head dim up to 128 (multi-head latent attention, 192/128).
+  if (headDim == valueHeadDim)
+    return fits(headDim, 128);
+  return fits(headDim, 192) && fits(valueHeadDim, 128);
 }
 
 std::unique_ptr<AttentionKernelBuilder>
