@@ -957,6 +957,22 @@ def projection_lookalike_batched():
     g.save()
 
 
+def attention23_causal_padding(name, fill):
+    """Opset-23 Attention whose attn_mask combines a causal constant with a
+    padding mask, as exporters write it: a bool And(tril, keep) (fill None),
+    or a float Where(And(tril, keep), 0, fill)."""
+    g = Graph(name, opset=23)
+    q, k, v = qkv_inputs(g)
+    tril = np.tril(np.ones((S, S), bool))[None, None]
+    keep = g.op("And", [g.const("tril", tril), padding_keep(g)], "mask/And")
+    if fill is not None:
+        keep = g.op("Where", [keep, g.const("zero", np.float32(0.0)),
+                              g.const("fill", np.float32(fill))], "mask/Where")
+    y = g.op("Attention", [q, k, v, keep], "attention")
+    g.output(y, F32, [B, H, S, D])
+    g.save()
+
+
 def attention23_past():
     """Opset-23 Attention with past_key/past_value and is_causal: the causal
     mask is offset by the past length (query i sees past + i + 1 keys)."""
@@ -1046,6 +1062,8 @@ def main():
     k_batch_head_swap()
     projection_lookalike_batched()
     attention23_past()
+    attention23_causal_padding("attn23_causal_padding_bool", None)
+    attention23_causal_padding("attn23_causal_padding_min", FINFO_MIN)
     local_window("local_window_built", built=True)
     local_window("local_window_initializer", built=False)
     local_window("local_window_padding", built=True, padding=True)

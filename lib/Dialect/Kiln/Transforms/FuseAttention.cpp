@@ -1682,7 +1682,7 @@ struct KilnFuseAttentionPass
       return signalPassFailure();
     }
     populateFuseAttentionPatterns(patterns, paddedRows == "free");
-    populateSimplifyAttentionPatterns(patterns);
+    populateSimplifyAttentionPatterns(patterns, paddedRows == "free");
     // Folding would rewrite the unfused parts of the graph too; this pass
     // only replaces attention sites.
     GreedyRewriteConfig config;

@@ -12,6 +12,10 @@
 
 #include "AttentionMatchers.h"
 
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::kiln;
 
@@ -83,6 +87,110 @@ struct FoldCausalMask : public OpRewritePattern<AttentionOp> {
   }
 };
 
+/// A mask that combines a band constant with a run-time mask (the opset-23
+/// `attn_mask` of a decoder with padding): `And(tril, keep)` as a boolean, or
+/// `Where(And(tril, keep), 0, fill)` (or the `Or` of hidden sets) as a float
+/// mask. The band becomes causal/window/window_right and the run-time part
+/// the mask alone; a finite fill becomes masked_score, so that rows that see
+/// no key still average V as the graph does (unless padded rows are free).
+struct SplitBandFromMask : public OpRewritePattern<AttentionOp> {
+  SplitBandFromMask(MLIRContext *context, bool paddedRowsFree)
+      : OpRewritePattern(context), paddedRowsFree(paddedRowsFree) {}
+
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    Value mask = op.getMask();
+    if (!mask || op.getRightBound() || op.getWindow() || op.getMaskedScore())
+      return rewriter.notifyMatchFailure(op, "no mask, or already banded");
+    mlir::kiln::detail::MaskTerm term;
+    term.isBoolean = true;
+    term.value = mask;
+    auto floatConstant = [](Value value) -> std::optional<double> {
+      auto constant = value.getDefiningOp<tosa::ConstOp>();
+      auto attr = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
+                           : DenseFPElementsAttr();
+      if (!attr || !attr.isSplat())
+        return std::nullopt;
+      return attr.getSplatValue<APFloat>().convertToDouble();
+    };
+    if (!cast<ShapedType>(mask.getType()).getElementType().isInteger(1)) {
+      // Where(keep, 0, fill) or Where(hide, fill, 0) with a fill that
+      // absorbs any score (s + fill == fill), so it equals a replacement.
+      auto select = mask.getDefiningOp<tosa::SelectOp>();
+      if (!select)
+        return rewriter.notifyMatchFailure(op, "float mask is not a select");
+      std::optional<double> onTrue = floatConstant(select.getOnTrue());
+      std::optional<double> onFalse = floatConstant(select.getOnFalse());
+      auto absorbs = [](double v) {
+        return v < 0 && (std::isinf(v) || v <= -1.0e30);
+      };
+      if (!onTrue || !onFalse)
+        return rewriter.notifyMatchFailure(op, "select of non-constants");
+      if (*onTrue == 0.0 && absorbs(*onFalse)) {
+        term.fill = *onFalse;
+      } else if (absorbs(*onTrue) && *onFalse == 0.0) {
+        term.fill = *onTrue;
+        term.inverted = true;
+      } else {
+        return rewriter.notifyMatchFailure(op, "select is not 0 / fill");
+      }
+      term.value = select.getPred();
+    }
+    Operation *combiner = term.value.getDefiningOp();
+    if (!combiner || !(term.inverted ? isa<tosa::LogicalOrOp>(combiner)
+                                     : isa<tosa::LogicalAndOp>(combiner)))
+      return rewriter.notifyMatchFailure(op, "mask combines nothing");
+    int64_t scoresShape[4] = {op.getBatchSize(), op.getNumQueryHeads(),
+                              op.getQueryLength(), op.getKvLength()};
+    for (unsigned side = 0; side < 2; ++side) {
+      mlir::kiln::detail::MaskTerm pattern = term;
+      pattern.value = combiner->getOperand(side);
+      std::optional<mlir::kiln::detail::Band> band =
+          mlir::kiln::detail::matchCausalConstant(pattern, scoresShape);
+      if (!band)
+        continue;
+      Value rest = combiner->getOperand(1 - side);
+      auto restType = dyn_cast<RankedTensorType>(rest.getType());
+      if (!restType || restType.getRank() > 4)
+        return rewriter.notifyMatchFailure(op, "the other side is not a mask");
+      bool finiteFill = !std::isinf(term.fill);
+      // A bias could hide keys too; the fill then no longer decides alone.
+      if (finiteFill && !paddedRowsFree && op.getBias())
+        return rewriter.notifyMatchFailure(op, "a bias beside a finite fill");
+      if (term.inverted)
+        rest = tosa::LogicalNotOp::create(rewriter, op.getLoc(), restType,
+                                          rest);
+      rewriter.modifyOpInPlace(op, [&] {
+        op.getMaskMutable().assign(rest);
+        if (band->right == 0)
+          op.setCausal(true);
+        else
+          op.setWindowRight(band->right);
+        if (band->window > 0)
+          op.setWindow(band->window);
+        if (finiteFill && !paddedRowsFree) {
+          op.setMaskedScoreAttr(
+              rewriter.getF32FloatAttr(static_cast<float>(term.fill)));
+          op->setAttr(kMaskingAttrName,
+                      rewriter.getStringAttr(
+                          "exact: hidden keys score the graph's fill "
+                          "(masked_score); a row that sees no key averages "
+                          "V over every key"));
+        } else if (finiteFill) {
+          op->setAttr(kMaskingAttrName,
+                      rewriter.getStringAttr(
+                          "padded rows free: a row that sees no key gives "
+                          "zeros (--padded-rows=free)"));
+        }
+      });
+      return success();
+    }
+    return rewriter.notifyMatchFailure(op, "no band in the mask");
+  }
+
+  bool paddedRowsFree;
+};
+
 /// True when `perms` swaps the two middle axes of a rank-4 tensor:
 /// [B, S, H, D] <-> [B, H, S, D].
 bool swapsHeadAndSequence(ArrayRef<int32_t> perms) {
@@ -142,8 +250,9 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
 
 } // namespace
 
-void mlir::kiln::populateSimplifyAttentionPatterns(
-    RewritePatternSet &patterns) {
+void mlir::kiln::populateSimplifyAttentionPatterns(RewritePatternSet &patterns,
+                                                   bool paddedRowsFree) {
+  patterns.add<SplitBandFromMask>(patterns.getContext(), paddedRowsFree);
   patterns.add<FoldKvRepeat, FoldCausalMask, FoldLayoutTransposes>(
       patterns.getContext());
 }

@@ -29,7 +29,8 @@ inline constexpr llvm::StringLiteral kMaskingAttrName = "kiln.masking";
 
 /// Adds the patterns that fold K/V head repeats and constant causal masks on
 /// existing kiln.attention ops into the op's group count and attributes.
-void populateSimplifyAttentionPatterns(RewritePatternSet &patterns);
+void populateSimplifyAttentionPatterns(RewritePatternSet &patterns,
+                                       bool paddedRowsFree = false);
 
 #define GEN_PASS_REGISTRATION
 #include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"
