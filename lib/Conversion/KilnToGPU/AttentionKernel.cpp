@@ -371,9 +371,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   kvOffset = sub(kvLen, qLen);
   kvBegin = constIndex(0);
   kvEnd = kvLen;
-  // With masked_score, hidden keys still count for rows that see no key, so
-  // no key block may be skipped.
-  if (spec.rightBound() && !spec.maskedScore) {
+  // With masked_score, hidden keys still count for a row that sees no key:
+  // key blocks are skipped only by kernels that revisit them for such rows.
+  if (spec.rightBound() && (!spec.maskedScore || revisitsSkippedKeys())) {
     Value end = add(add(endQuery, kvOffset), constIndex(*spec.rightBound()));
     end = arith::MaxSIOp::create(builder, end, constIndex(0));
     kvEnd = arith::MinSIOp::create(builder, end, kvLen);

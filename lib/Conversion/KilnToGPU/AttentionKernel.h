@@ -98,6 +98,10 @@ protected:
   /// Blocks per SM the register allocation must leave room for (ptxas's
   /// .minnctapersm); 0 leaves it to ptxas.
   virtual int64_t minBlocksPerSM() const { return 0; }
+  /// Whether the kernel, with masked_score, visits the key blocks it skipped
+  /// (past the band) again for query blocks with a row that saw no key; if
+  /// not, nothing is skipped when masked_score is set.
+  virtual bool revisitsSkippedKeys() const { return false; }
   /// Workgroup memory attributions of the gpu.func.
   virtual SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const {
     return {};

@@ -76,6 +76,7 @@ protected:
   /// would otherwise take a few more (for the decode path) and fit only two.
   /// Larger head dims use up to 255 registers: two blocks whatever is asked.
   int64_t minBlocksPerSM() const override { return spec.headDim <= 64 ? 3 : 0; }
+  bool revisitsSkippedKeys() const override { return true; }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
 
@@ -539,9 +540,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
   // The loop over key tiles; each warp takes `keyBlocks` blocks of 8 keys of
   // every tile, from key `keyOffset` of the tile.
-  auto emitLoop = [&](int64_t keyBlocks, Value keyOffset) {
+  auto emitLoop = [&](int64_t keyBlocks, Value keyOffset, Value loopBegin,
+                      Value loopEnd, ValueRange loopInit) {
     return scf::ForOp::create(
-        *b, kvBegin, kvEnd, constIndex(kTileKeys), initState,
+        *b, loopBegin, loopEnd, constIndex(kTileKeys), loopInit,
         [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
             ValueRange state) {
           ImplicitLocOpBuilder ib(nestedLoc, nested);
@@ -553,8 +555,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // The tile after next goes to this tile's stage.
           Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
-                                                nextStart, kvEnd);
-          Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, kvBegin),
+                                                nextStart, loopEnd);
+          Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, loopBegin),
                                                    constIndex(kTileKeys));
           Value odd =
               arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
@@ -720,18 +722,80 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
-    scf::ForOp loop = emitLoop(2, mul(warp, constIndex(16)));
+    scf::ForOp loop =
+        emitLoop(2, mul(warp, constIndex(16)), kvBegin, kvEnd, initState);
     scf::YieldOp::create(builder,
                          mergeWarps(loop.getResults(), kTiles[0], kTiles[1]));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
-    loop = emitLoop(kTileKeys / 8, constIndex(0));
+    loop = emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
     NVVM::CpAsyncWaitGroupOp::create(builder, 0);
     scf::YieldOp::create(builder, loop.getResults());
+  }
+  ValueRange results = modeIf.getResults();
+
+  // With masked_score, a row that saw only hidden keys in the band averages
+  // V over every key, the skipped ones included: when any row of the block
+  // is such a row (a vote over the block), visit the key blocks before and
+  // after the band too, continuing the same online softmax. In decode mode
+  // every warp holds the same merged rows, so each takes whole tiles.
+  if (spec.maskedScore && spec.rightBound()) {
+    Value hiddenScore = constF32(saturatedLog2(*spec.maskedScore));
+    Value sawNoKey = arith::OrIOp::create(
+        builder,
+        arith::CmpFOp::create(builder, arith::CmpFPredicate::OLE, results[0],
+                              hiddenScore),
+        arith::CmpFOp::create(builder, arith::CmpFPredicate::OLE, results[1],
+                              hiddenScore));
+    Type i32Type = builder.getI32Type();
+    Value vote =
+        NVVM::BarrierOp::create(
+            builder, TypeRange{i32Type}, Value(), Value(),
+            NVVM::BarrierReductionAttr::get(builder.getContext(),
+                                            NVVM::BarrierReduction::OR),
+            arith::ExtUIOp::create(builder, i32Type, sawNoKey))
+            .getRes();
+    Value anyRow = arith::CmpIOp::create(
+        builder, arith::CmpIPredicate::ne, vote,
+        arith::ConstantIntOp::create(builder, i32Type, 0));
+    auto revisit = scf::IfOp::create(builder, stateTypes, anyRow,
+                                     /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(&revisit.getThenRegion().front());
+      SmallVector<Value> state(results.begin(), results.end());
+      for (auto [rangeBegin, rangeEnd] :
+           {std::pair(constIndex(0), kvBegin), std::pair(kvEnd, kvLen)}) {
+        // The pipeline's prologue for this range: tiles 0 and 1 of K and V,
+        // in the commit-group order the loop waits on.
+        NVVM::CpAsyncWaitGroupOp::create(builder, 0);
+        gpu::BarrierOp::create(builder);
+        Value first = arith::CmpIOp::create(
+            builder, arith::CmpIPredicate::slt, rangeBegin, rangeEnd);
+        Value secondTile = add(rangeBegin, constIndex(kTileKeys));
+        Value second = arith::CmpIOp::create(
+            builder, arith::CmpIPredicate::slt, secondTile, rangeEnd);
+        issueIf(first, kTiles[0], k, kBase, kStrides[2], rangeBegin);
+        NVVM::CpAsyncCommitGroupOp::create(builder);
+        issueIf(first, vTiles[0], v, vBase, vStrides[2], rangeBegin);
+        NVVM::CpAsyncCommitGroupOp::create(builder);
+        issueIf(second, kTiles[1], k, kBase, kStrides[2], secondTile);
+        NVVM::CpAsyncCommitGroupOp::create(builder);
+        issueIf(second, vTiles[1], v, vBase, vStrides[2], secondTile);
+        NVVM::CpAsyncCommitGroupOp::create(builder);
+        scf::ForOp loop = emitLoop(kTileKeys / 8, constIndex(0), rangeBegin,
+                                   rangeEnd, state);
+        state.assign(loop.getResults().begin(), loop.getResults().end());
+      }
+      NVVM::CpAsyncWaitGroupOp::create(builder, 0);
+      scf::YieldOp::create(builder, state);
+      builder.setInsertionPointToStart(&revisit.getElseRegion().front());
+      scf::YieldOp::create(builder, results);
+    }
+    results = revisit.getResults();
   }
 
   // out = O / sum; rows that saw no key are written as zeros. In decode
   // mode the four warps hold the same merged rows and warp 0 writes them.
-  ValueRange results = modeIf.getResults();
   Value writer = arith::OrIOp::create(
       builder,
       arith::XOrIOp::create(
