@@ -381,6 +381,12 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
       Value begin = sub(add(add(firstQuery, kvOffset), constIndex(1)),
                         constIndex(*spec.window));
       kvBegin = arith::MaxSIOp::create(builder, begin, constIndex(0));
+      // A kernel that revisits the keys before the band does so in whole
+      // blocks from key 0: the band starts on a block boundary.
+      if (spec.maskedScore)
+        kvBegin = mul(arith::DivUIOp::create(builder, kvBegin,
+                                             constIndex(kvBlockSize())),
+                      constIndex(kvBlockSize()));
     }
   }
 

@@ -763,8 +763,17 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
       OpBuilder::InsertionGuard guard(builder);
       builder.setInsertionPointToStart(&revisit.getThenRegion().front());
       SmallVector<Value> state(results.begin(), results.end());
+      // The main loop covered whole tiles from kvBegin (a tile multiple
+      // here) on, possibly past kvEnd; the rest lies before and after.
+      Value bandKeys =
+          arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
+      Value coveredEnd = add(
+          kvBegin,
+          mul(arith::CeilDivUIOp::create(builder, bandKeys,
+                                         constIndex(kTileKeys)),
+              constIndex(kTileKeys)));
       for (auto [rangeBegin, rangeEnd] :
-           {std::pair(constIndex(0), kvBegin), std::pair(kvEnd, kvLen)}) {
+           {std::pair(constIndex(0), kvBegin), std::pair(coveredEnd, kvLen)}) {
         // The pipeline's prologue for this range: tiles 0 and 1 of K and V,
         // in the commit-group order the loop waits on.
         NVVM::CpAsyncWaitGroupOp::create(builder, 0);
