@@ -266,6 +266,17 @@ def conv1d():
          [encoder_weight("w", [6, 4, 3]), encoder_weight("b", [6])])
 
 
+def conv1d_strided_dynamic():
+    """Whisper's second conv: stride 2 over the dynamic frame count, which
+    imports only with the length bound (kilnc --verify binds it)."""
+    f = TensorProto.FLOAT
+    nodes = [node("Conv", ["x", "w", "b"], ["y"], name="conv_stride2",
+                  pads=[1, 1], strides=[2])]
+    save("conv1d_strided_dynamic", nodes, [tensor("x", f, [1, 4, "frames"])],
+         [tensor("y", f, [1, 6, None])],
+         [encoder_weight("w", [6, 4, 3]), encoder_weight("b", [6])])
+
+
 def conv2d_groups():
     """Conv of rank 2: depthwise (ConvNeXt), grouped with auto_pad
     SAME_UPPER, and ungrouped with SAME_LOWER."""
@@ -420,6 +431,7 @@ def main():
     reductions()
     encoder_unsupported()
     verify_opaque()
+    conv1d_strided_dynamic()
     return 0
 
 

@@ -168,6 +168,45 @@ OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
       return nullptr;
     }
   }
+  if (options.verify && !importReport.unsupportedOps.empty()) {
+    // --verify runs the whole graph on the CPU, where an opaque node stops
+    // it. Nodes kept opaque only for a dynamic size (a strided 1-D Conv over
+    // a dynamic length, say) import with the symbolic dimensions bound.
+    ImportOptions boundOptions = importOptions;
+    boundOptions.defaultDimBinding = 128;
+    ImportReport probeReport;
+    {
+      ScopedDiagnosticHandler silence(&context,
+                                      [](Diagnostic &) { return success(); });
+      OwningOpRef<ModuleOp> probe =
+          importONNXFile(path, &context, &probeReport, boundOptions);
+    }
+    for (auto &[name, size] : probeReport.boundDims)
+      boundOptions.dimBindings.emplace(name, defaultSizeFor(name));
+    ImportReport boundReport;
+    OwningOpRef<ModuleOp> bound;
+    if (!probeReport.boundDims.empty()) {
+      ScopedDiagnosticHandler silence(&context,
+                                      [](Diagnostic &) { return success(); });
+      bound = importONNXFile(path, &context, &boundReport, boundOptions);
+    }
+    if (bound && boundReport.unsupportedOps.size() <
+                     importReport.unsupportedOps.size()) {
+      std::string list;
+      llvm::raw_string_ostream os(list);
+      llvm::interleaveComma(boundReport.boundDims, os, [&](auto &dim) {
+        os << dim.first << "=" << dim.second;
+      });
+      emitWarning(FileLineColLoc::get(&context, path, 0, 0))
+          << importReport.unsupportedOps.size() -
+                 boundReport.unsupportedOps.size()
+          << " node(s) import only with static sizes; --verify runs the graph "
+             "with "
+          << list << " (choose them with --bind-dims)";
+      module = std::move(bound);
+      importReport = std::move(boundReport);
+    }
+  }
   for (const ImportReport::UnsupportedOp &op : importReport.unsupportedOps)
     report.opaque.push_back({op.nodeName, op.opType, op.reason});
   return module;
