@@ -318,7 +318,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 1
+_API_VERSION = 2
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
