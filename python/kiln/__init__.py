@@ -1,10 +1,12 @@
-"""Kiln: an MLIR attention-fusion compiler. This package holds its runtime
-bindings: open a package that ``kilnc`` wrote and launch its kernels on
-PyTorch tensors (see docs/python.md)."""
+"""Kiln: an MLIR attention-fusion compiler. This package compiles models
+(``kiln.compile`` runs ``kilnc``) and holds the runtime bindings: open a
+package that ``kilnc`` wrote and launch its kernels on PyTorch tensors (see
+docs/python.md)."""
 
-from . import runtime
+from . import compiler, runtime
+from .compiler import CompileError, compile, find_kilnc, load  # noqa: A004
 from .runtime import *  # noqa: F401,F403 (the names runtime.__all__ lists)
 
 __version__ = "0.1.0"
 
-__all__ = list(runtime.__all__)
+__all__ = list(runtime.__all__) + ["CompileError", "compile", "find_kilnc", "load"]

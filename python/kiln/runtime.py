@@ -695,6 +695,9 @@ class Package:
             _check(self._lib.kiln_package_get_site(handle, index, ctypes.byref(site)))
             self._sites.append(Site(self, site.value or 0))
         self._by_name = {site.name: site for site in self._sites}
+        # Set by kiln.compile: kilnc's JSON fusion report and its warnings.
+        self.report: Optional[Dict[str, Any]] = None
+        self.diagnostics: str = ""
 
     # -- lifetime ------------------------------------------------------------
 
