@@ -140,3 +140,25 @@ func.func @f16_mla_96_64(%q: tensor<?x8x?x96xf16>, %k: tensor<?x2x?x96xf16>, %v:
   %o = kiln.attention %q, %k, %v {scale = 0.102062076 : f32} : tensor<?x8x?x96xf16>, tensor<?x2x?x96xf16>, tensor<?x2x?x64xf16> -> tensor<?x8x?x64xf16>
   return %o : tensor<?x8x?x64xf16>
 }
+
+// Head dims that are multiples of 8 but not of 16 (padded inside the
+// tensor-core kernel): 40 causal, 72 with GQA and a padding mask, 120.
+func.func @bf16_d40_causal(%q: tensor<?x8x?x40xbf16>, %k: tensor<?x2x?x40xbf16>, %v: tensor<?x2x?x40xbf16>) -> tensor<?x8x?x40xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.158113882 : f32} : tensor<?x8x?x40xbf16>, tensor<?x2x?x40xbf16>, tensor<?x2x?x40xbf16> -> tensor<?x8x?x40xbf16>
+  return %o : tensor<?x8x?x40xbf16>
+}
+
+func.func @f16_d72_boolean_mask(%q: tensor<?x8x?x72xf16>, %k: tensor<?x2x?x72xf16>, %v: tensor<?x2x?x72xf16>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x72xf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {scale = 0.117851130 : f32} : tensor<?x8x?x72xf16>, tensor<?x2x?x72xf16>, tensor<?x2x?x72xf16> -> tensor<?x8x?x72xf16>
+  return %o : tensor<?x8x?x72xf16>
+}
+
+func.func @bf16_d120_full(%q: tensor<?x8x?x120xbf16>, %k: tensor<?x2x?x120xbf16>, %v: tensor<?x2x?x120xbf16>) -> tensor<?x8x?x120xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.0912870929 : f32} : tensor<?x8x?x120xbf16>, tensor<?x2x?x120xbf16>, tensor<?x2x?x120xbf16> -> tensor<?x8x?x120xbf16>
+  return %o : tensor<?x8x?x120xbf16>
+}
+
+func.func @bf16_mla_88_40(%q: tensor<?x4x?x88xbf16>, %k: tensor<?x4x?x88xbf16>, %v: tensor<?x4x?x40xbf16>) -> tensor<?x4x?x40xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.106600358 : f32} : tensor<?x4x?x88xbf16>, tensor<?x4x?x88xbf16>, tensor<?x4x?x40xbf16> -> tensor<?x4x?x40xbf16>
+  return %o : tensor<?x4x?x40xbf16>
+}

@@ -53,12 +53,12 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
     return op.emitOpError("a value head dim (")
            << valueHeadDim << ") other than the query/key one (" << headDim
            << ") runs on the tensor-core kernel only: f16/bf16, both "
-              "multiples of 16, value head dim up to 128 and query/key up "
+              "multiples of 8, value head dim up to 128 and query/key up "
               "to 192";
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
                           "multiples of 32 up to 128 (f16 and bf16 with "
-                          "tensor cores: multiples of 16 up to 128), got ")
+                          "tensor cores: multiples of 8 up to 128), got ")
            << headDim;
   return success();
 }

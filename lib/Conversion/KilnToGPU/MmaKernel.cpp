@@ -55,8 +55,9 @@ class MmaKernel : public AttentionKernelBuilder {
 public:
   explicit MmaKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec),
-        rowElements(std::max(spec.headDim, spec.valueDim()) + kRowPadding),
-        dimChunks(spec.headDim / 16) {
+        rowElements(std::max(padded(spec.headDim), padded(spec.valueDim())) +
+                    kRowPadding),
+        dimChunks(padded(spec.headDim) / 16) {
     assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
   }
 
@@ -81,6 +82,10 @@ protected:
   void buildBody(gpu::GPUFuncOp func) override;
 
 private:
+  /// Head dims that are multiples of 8 but not of 16 run as the next
+  /// multiple of 16 (the mma's k): the extra columns of the shared tiles are
+  /// zero, and the output's extra columns are not stored.
+  static int64_t padded(int64_t dim) { return llvm::alignTo(dim, 16); }
   int64_t elementBytes() const { return 2; }
   int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
   Type i32() { return b->getI32Type(); }
@@ -97,7 +102,13 @@ private:
   /// row exists, and the row and column in the shared tile.
   struct ChunkPlan {
     SmallVector<Value> offsets, inBounds, rows, columns;
+    /// Whether the chunk exists at all (null: always): a tile of D / 8
+    /// chunks a row need not split evenly over the threads.
+    SmallVector<Value> exists;
   };
+  /// Runs `body` only for chunk `index` of `plan` that exists.
+  void ifChunkExists(const ChunkPlan &plan, size_t index,
+                     llvm::function_ref<void()> body);
   ChunkPlan planChunks(int64_t dim, Value base, Value rowStride,
                        Value firstRow, Value numRows);
   /// The same for a tile whose row r starts at element offset
@@ -178,11 +189,19 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(
     int64_t dim, llvm::function_ref<std::pair<Value, Value>(Value)> rowStart) {
   int64_t chunksPerRow = dim / kChunk;
   int64_t numChunks = kTileKeys * chunksPerRow;
-  assert(numChunks % kThreadsPerBlock == 0 && "head dims are multiples of 16");
-  int64_t perThread = numChunks / kThreadsPerBlock;
+  int64_t perThread = llvm::divideCeil(numChunks, kThreadsPerBlock);
   ChunkPlan plan;
   for (int64_t i = 0; i < perThread; ++i) {
     Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
+    Value exists;
+    if ((i + 1) * kThreadsPerBlock > numChunks) {
+      exists = arith::CmpIOp::create(*b, arith::CmpIPredicate::ult, linear,
+                                     constIndex(numChunks));
+      // A chunk past the tile reads and addresses chunk 0 instead; it is
+      // never stored.
+      linear = arith::SelectOp::create(*b, exists, linear, constIndex(0));
+    }
+    plan.exists.push_back(exists);
     Value row = arith::DivUIOp::create(*b, linear, constIndex(chunksPerRow));
     Value column =
         mul(arith::RemUIOp::create(*b, linear, constIndex(chunksPerRow)),
@@ -230,6 +249,18 @@ SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,
   return chunks;
 }
 
+void MmaKernel::ifChunkExists(const ChunkPlan &plan, size_t index,
+                              llvm::function_ref<void()> body) {
+  if (!plan.exists[index]) {
+    body();
+    return;
+  }
+  auto ifOp = scf::IfOp::create(*b, plan.exists[index], /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  body();
+}
+
 void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
                             ArrayRef<Value> chunks) {
   auto vectorType = VectorType::get({kChunk}, spec.elementType);
@@ -238,9 +269,11 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
       DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
   for (auto [i, chunk] : llvm::enumerate(chunks)) {
     Value value = arith::SelectOp::create(*b, plan.inBounds[i], chunk, zeros);
-    LLVM::StoreOp::create(*b, value,
-                          tileAddress(tile, plan.rows[i], plan.columns[i]),
-                          /*alignment=*/16);
+    ifChunkExists(plan, i, [&] {
+      LLVM::StoreOp::create(*b, value,
+                            tileAddress(tile, plan.rows[i], plan.columns[i]),
+                            /*alignment=*/16);
+    });
   }
 }
 
@@ -258,9 +291,11 @@ void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
     // Source size 0 fills the 16 bytes with zeros.
     Value bytes = arith::SelectOp::create(*b, plan.inBounds[i], constI32(16),
                                           constI32(0));
-    NVVM::CpAsyncOp::create(
-        *b, tileAddress(tile, plan.rows[i], plan.columns[i]), source,
-        /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
+    ifChunkExists(plan, i, [&] {
+      NVVM::CpAsyncOp::create(
+          *b, tileAddress(tile, plan.rows[i], plan.columns[i]), source,
+          /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
+    });
   }
   b->setInsertionPointToStart(&ifOp.getElseRegion().front());
   storeChunks(tile, plan, loadChunks(global, plan, /*vectorized=*/false));
@@ -395,6 +430,46 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value kTiles[kStages] = {stageTile(0), stageTile(1)};
   Value vTiles[kStages] = {stageTile(2), stageTile(3)};
 
+  // A query/key head dim padded to a multiple of 16: columns [D, D') of
+  // every tile are zeroed once (K copies only write the first D columns), so
+  // they add nothing to Q·Kᵀ; Q is staged through a V tile, so all four.
+  // (Padded V columns only reach output columns that are not stored.) The
+  // V copies that may write these columns start after a barrier.
+  int64_t padFrom = spec.headDim;
+  int64_t padTo = padded(spec.headDim);
+  if (padFrom != padTo) {
+    auto vectorType = VectorType::get({kChunk}, spec.elementType);
+    Value zeros = arith::ConstantOp::create(
+        builder, vectorType,
+        DenseElementsAttr::get(vectorType,
+                               builder.getFloatAttr(spec.elementType, 0)));
+    int64_t chunksPerRow = (padTo - padFrom) / kChunk;
+    int64_t numChunks = 2 * kStages * kTileKeys * chunksPerRow;
+    for (int64_t i = 0; i * kThreadsPerBlock < numChunks; ++i) {
+      Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
+      Value exists = arith::CmpIOp::create(builder, arith::CmpIPredicate::ult,
+                                           linear, constIndex(numChunks));
+      auto ifOp = scf::IfOp::create(builder, exists, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+      Value perTile = constIndex(kTileKeys * chunksPerRow);
+      Value tileIndex = arith::DivUIOp::create(builder, linear, perTile);
+      Value inTile = arith::RemUIOp::create(builder, linear, perTile);
+      Value row = arith::DivUIOp::create(builder, inTile,
+                                         constIndex(chunksPerRow));
+      Value column = add(
+          constIndex(padFrom),
+          mul(arith::RemUIOp::create(builder, inTile, constIndex(chunksPerRow)),
+              constIndex(kChunk)));
+      Value tileStart = LLVM::GEPOp::create(
+          builder, sharedPtr, builder.getI8Type(), shared,
+          ValueRange{toI32(mul(tileIndex, constIndex(tileBytes())))});
+      LLVM::StoreOp::create(builder, zeros,
+                            tileAddress(tileStart, row, column),
+                            /*alignment=*/16);
+    }
+  }
+
   // 16-byte loads need 16-byte aligned rows: every base pointer and every
   // batch, head and sequence stride a multiple of 8 elements. Views that are
   // not (odd slices) take the element-wise path; the branch is uniform.
@@ -517,7 +592,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
-  int64_t outBlocks = spec.valueDim() / 8;
+  int64_t outBlocks = padded(spec.valueDim()) / 8;
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
@@ -827,7 +902,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
     Value rowOffset = add(tensorBase(outStrides, rowHeads[r]),
                           mul(toI64(queryRows[r]), outStrides[2]));
-    for (int64_t block = 0; block < outBlocks; ++block)
+    // Blocks of the padded columns past the value head dim are not stored.
+    for (int64_t block = 0; block < spec.valueDim() / 8; ++block)
       for (int64_t e = 0; e < 2; ++e) {
         Value column =
             add(constIndex(8 * block + e), mul(quadLane, constIndex(2)));
@@ -844,10 +920,10 @@ bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,
   if (!(elementType.isF16() || elementType.isBF16()))
     return false;
   auto fits = [](int64_t dim, int64_t most) {
-    return dim % 16 == 0 && dim >= 16 && dim <= most;
+    return dim % 8 == 0 && dim >= 16 && dim <= most;
   };
-  // Equal head dims up to 128; a query/key head dim up to 192 beside a
-  // value head dim up to 128 (multi-head latent attention, 192/128).
+  // Multiples of 8: equal head dims up to 128; a query/key head dim up to
+  // 192 beside a value head dim up to 128 (multi-head latent attention).
   if (headDim == valueHeadDim)
     return fits(headDim, 128);
   return fits(headDim, 192) && fits(valueHeadDim, 128);
