@@ -583,12 +583,19 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   }
   // Every warp has its Q fragments before V overwrites the buffer.
   gpu::BarrierOp::create(builder);
-  issueIf(hasTiles, vTiles[0], v, vBase, vStrides[2], kvBegin);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
-  issueIf(hasSecond, kTiles[1], k, kBase, kStrides[2], secondStart);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
-  issueIf(hasSecond, vTiles[1], v, vBase, vStrides[2], secondStart);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
+  // The rest of a loop's prologue, after its first K tile: the first V tile
+  // and the second K and V tiles, one commit group each (the order the loop
+  // waits on).
+  auto issueRestOfPrologue = [&](Value hasFirst, Value first, Value hasNext,
+                                 Value next) {
+    issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+    issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+    issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+  };
+  issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
@@ -860,12 +867,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             builder, arith::CmpIPredicate::slt, secondTile, rangeEnd);
         issueIf(first, kTiles[0], k, kBase, kStrides[2], rangeBegin);
         NVVM::CpAsyncCommitGroupOp::create(builder);
-        issueIf(first, vTiles[0], v, vBase, vStrides[2], rangeBegin);
-        NVVM::CpAsyncCommitGroupOp::create(builder);
-        issueIf(second, kTiles[1], k, kBase, kStrides[2], secondTile);
-        NVVM::CpAsyncCommitGroupOp::create(builder);
-        issueIf(second, vTiles[1], v, vBase, vStrides[2], secondTile);
-        NVVM::CpAsyncCommitGroupOp::create(builder);
+        issueRestOfPrologue(first, rangeBegin, second, secondTile);
         scf::ForOp loop = emitLoop(kTileKeys / 8, constIndex(0), rangeBegin,
                                    rangeEnd, state);
         state.assign(loop.getResults().begin(), loop.getResults().end());

@@ -21,6 +21,17 @@ using namespace mlir::kiln;
 
 namespace {
 
+/// Gives `op` the band's causal (a right bound of 0) or window_right, and its
+/// window. To be called inside modifyOpInPlace.
+void setBand(AttentionOp op, const mlir::kiln::detail::Band &band) {
+  if (band.right == 0)
+    op.setCausal(true);
+  else
+    op.setWindowRight(band.right);
+  if (band.window > 0)
+    op.setWindow(band.window);
+}
+
 /// `kiln.attention(q, repeat(k), repeat(v))` → `kiln.attention(q, k, v)` when
 /// both repeats are proven to give query head h the KV head h / G.
 struct FoldKvRepeat : public OpRewritePattern<AttentionOp> {
@@ -76,12 +87,7 @@ struct FoldCausalMask : public OpRewritePattern<AttentionOp> {
       return rewriter.notifyMatchFailure(op, "mask is not a band constant");
     rewriter.modifyOpInPlace(op, [&] {
       op.getMaskMutable().clear();
-      if (band->right == 0)
-        op.setCausal(true);
-      else
-        op.setWindowRight(band->right);
-      if (band->window > 0)
-        op.setWindow(band->window);
+      setBand(op, *band);
     });
     return success();
   }
@@ -162,12 +168,7 @@ struct SplitBandFromMask : public OpRewritePattern<AttentionOp> {
                                           rest);
       rewriter.modifyOpInPlace(op, [&] {
         op.getMaskMutable().assign(rest);
-        if (band->right == 0)
-          op.setCausal(true);
-        else
-          op.setWindowRight(band->right);
-        if (band->window > 0)
-          op.setWindow(band->window);
+        setBand(op, *band);
         if (finiteFill && !paddedRowsFree) {
           op.setMaskedScoreAttr(
               rewriter.getF32FloatAttr(static_cast<float>(term.fill)));
