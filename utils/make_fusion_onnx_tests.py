@@ -210,14 +210,20 @@ def causal_pad(name, form):
     - and_sdpa: Where(And(tril, keep), 0, -inf) added (SDPA exports);
     - or_select: Where(Or(future, padded), min, scores);
     - add_add: scores + causal(0/min) + (1 - mask)·min (CLIP, older
-      decoders): two finite fills that add up to -inf."""
+      decoders): two finite fills that add up to -inf;
+    - min_add: Min(causal(0/min), Where(keep, 0, min)) added: one fill."""
     g = Graph(name)
     q, k, v = qkv_inputs(g)
     scores = scaled_scores(g, q, k)
     fmin = g.const("fmin", np.float32(FINFO_MIN))
     zero = g.const("zero", np.float32(0.0))
     tril = np.tril(np.ones((S, S), bool))[None, None]
-    if form == "add_add":
+    if form == "min_add":
+        causal = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
+        pad = g.op("Where", [padding_keep(g), zero, fmin], "pad/Where")
+        mask = g.op("Min", [causal, pad], "mask/Min")
+        scores = g.op("Add", [scores, mask], "mask/Add")
+    elif form == "add_add":
         causal = g.const("causal_mask", causal_initializer(S, S, fill=FINFO_MIN))
         scores = g.op("Add", [scores, causal], "causal_add")
         scores = g.op("Add", [scores, hf_padding_mask(g)], "pad_add")
@@ -1067,7 +1073,8 @@ def main():
     local_window("local_window_built", built=True)
     local_window("local_window_initializer", built=False)
     local_window("local_window_padding", built=True, padding=True)
-    for form in ("and_add", "and_select", "and_sdpa", "or_select", "add_add"):
+    for form in ("and_add", "and_select", "and_sdpa", "or_select", "add_add",
+                 "min_add"):
         causal_pad("causal_pad_" + form, form)
     return 0
 

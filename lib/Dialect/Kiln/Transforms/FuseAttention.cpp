@@ -926,6 +926,42 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
     if (!combiner)
       continue;
     if (!term.isBoolean) {
+      if (auto minimum = dyn_cast<tosa::MinimumOp>(combiner)) {
+        // Min of a band constant (0 / fill) and a mask that is 0 or the same
+        // fill by construction (select(keep, 0, fill)): a key takes the fill
+        // when either hides it, which is the band plus the keep, one fill.
+        for (unsigned side = 0; side < 2; ++side) {
+          MaskTerm pattern = term;
+          pattern.value = minimum->getOperand(side);
+          std::optional<Band> band =
+              matchCausalConstant(pattern, match.scoresShape);
+          auto keep =
+              minimum->getOperand(1 - side).getDefiningOp<tosa::SelectOp>();
+          if (!band || !keep)
+            continue;
+          std::optional<double> onTrue = getSplatFloat(keep.getOnTrue());
+          std::optional<double> onFalse = getSplatFloat(keep.getOnFalse());
+          double fill = hiddenFill(pattern);
+          bool inverted = onTrue && *onTrue == fill && onFalse && *onFalse == 0;
+          if (!isAbsorbingMask(fill) ||
+              !(inverted || (onTrue && *onTrue == 0 && onFalse &&
+                             *onFalse == fill)))
+            continue;
+          hiders.push_back({double(index), band, fill, false});
+          MaskTerm rest = term;
+          rest.isBoolean = true;
+          rest.inverted = inverted;
+          rest.value = keep.getPred();
+          rest.fill = fill;
+          rest.replaces = false;
+          remaining[index] = rest;
+          bandOps.append({minimum, keep});
+          if (Operation *def = pattern.value.getDefiningOp())
+            bandOps.push_back(def);
+          break;
+        }
+        continue;
+      }
       auto select = dyn_cast<tosa::SelectOp>(combiner);
       if (!select)
         continue;
