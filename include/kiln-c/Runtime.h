@@ -104,6 +104,8 @@ typedef struct kiln_site_info {
   int32_t bias;
   kiln_dtype bias_dtype; /* KILN_DTYPE_NONE when there is no bias */
   int64_t v_head_dim;    /* of V and out; KILN_DYNAMIC when not fixed */
+  int32_t paged;         /* a kiln.paged_attention site */
+  int64_t page_size;     /* paged sites; KILN_DYNAMIC when not fixed */
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -152,6 +154,39 @@ typedef struct kiln_attention_args {
      attention); 0 means head_dim. */
   int64_t v_head_dim;
 } kiln_attention_args;
+
+/// Arguments of one paged-attention launch (a kiln.paged_attention site).
+/// K and V live in caches of pages: key j of sequence b is in page
+/// page_table[b][j / page_size], slot j % page_size, and sequence b has
+/// kv_lens[b] keys. Strides are in elements: q and out {batch, head, seq,
+/// head_dim}, the caches {page, slot, head, head_dim}, the page table
+/// {batch, entry}; head_dim strides must be 1.
+typedef struct kiln_paged_attention_args {
+  const void *q;
+  const void *key_cache;
+  const void *value_cache;
+  void *out;
+  const int32_t *page_table; /* [batch, max_pages] */
+  const int32_t *kv_lens;    /* [batch] */
+  kiln_dtype q_dtype;
+  kiln_dtype key_cache_dtype;
+  kiln_dtype value_cache_dtype;
+  kiln_dtype out_dtype;
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t q_len;
+  int64_t head_dim;
+  int64_t v_head_dim; /* 0: head_dim */
+  int64_t num_pages;
+  int64_t page_size;
+  int64_t max_pages;
+  int64_t q_strides[4];
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
+  int64_t out_strides[4];
+  int64_t page_table_strides[2];
+} kiln_paged_attention_args;
 
 /// The launch configuration a launch would use.
 typedef struct kiln_launch_config {
@@ -263,6 +298,17 @@ KILN_RT_API kiln_status kiln_site_check_attention(const kiln_site *site,
 /// reported asynchronously by the stream, as for any launch.
 KILN_RT_API kiln_status kiln_site_launch_attention(
     const kiln_site *site, const kiln_attention_args *args, void *stream);
+
+/// A paged site's launch, checked as kiln_site_check_attention does (and
+/// then the page table and key-count sizes); no driver needed.
+KILN_RT_API kiln_status kiln_site_check_paged_attention(
+    const kiln_site *site, const kiln_paged_attention_args *args,
+    kiln_launch_config *config);
+
+/// Checks, then launches a paged site on `stream` (a CUstream; NULL for the
+/// default stream). Never allocates or synchronises: capturable.
+KILN_RT_API kiln_status kiln_site_launch_paged_attention(
+    const kiln_site *site, const kiln_paged_attention_args *args, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -328,7 +328,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   }
 
   bool hasSites = false;
-  module->walk([&](AttentionOp) { hasSites = true; });
+  module->walk([&](Operation *op) {
+    hasSites |= isa<AttentionOp, PagedAttentionOp>(op);
+  });
   if (!hasSites)
     return emitError(inputLoc) << "no attention site to compile";
 

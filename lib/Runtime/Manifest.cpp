@@ -239,6 +239,12 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
       return true;
     }
   }
+  // A paged site's caches stand where K and V stand.
+  if (name == "key_cache" || name == "value_cache") {
+    arg.source = ArgSource::Pointer;
+    arg.tensor = name == "key_cache" ? Tensor::K : Tensor::V;
+    return true;
+  }
   if (std::optional<Dim> dim = parseDimName(name)) {
     arg.source = ArgSource::Dim;
     arg.dim = *dim;
@@ -256,6 +262,35 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.source = ArgSource::Window;
     return true;
   }
+  static const char *pagedPointers[] = {"page_table", "kv_lens"};
+  for (int i = 0; i < 2; ++i)
+    if (name == pagedPointers[i]) {
+      arg.source = ArgSource::PagedPointer;
+      arg.paged = i;
+      return true;
+    }
+  static const char *pagedDims[] = {"max_pages", "num_pages", "page_size"};
+  for (int i = 0; i < 3; ++i)
+    if (name == pagedDims[i]) {
+      arg.source = ArgSource::PagedDim;
+      arg.paged = i;
+      return true;
+    }
+  if (name == "page_table_stride_batch") {
+    arg.source = ArgSource::PageTableStride;
+    return true;
+  }
+  // A paged cache's strides: {page, slot, head} of K and V.
+  static const char *cacheAxes[] = {"page", "slot", "head"};
+  for (auto [cacheName, tensor] :
+       {std::pair{"key_cache", Tensor::K}, std::pair{"value_cache", Tensor::V}})
+    for (int i = 0; i < 3; ++i)
+      if (name == std::string(cacheName) + "_stride_" + cacheAxes[i]) {
+        arg.source = ArgSource::Stride;
+        arg.tensor = tensor;
+        arg.axis = i;
+        return true;
+      }
   static const char *qkvAxes[] = {"batch", "head", "seq"};
   static const char *maskAxes[] = {"batch", "head", "q", "k"};
   for (const auto &[pointerName, tensor] : pointers) {
@@ -311,6 +346,18 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   case ArgSource::Softcap:
     expectKinds(arg.kind == ArgKind::F32, "\"f32\"");
     break;
+  case ArgSource::PagedPointer:
+  case ArgSource::PagedDim:
+  case ArgSource::PageTableStride:
+    if (!kernel.paged)
+      nameNode.fail("argument \"" + arg.name +
+                    "\" belongs to paged-attention kernels");
+    expectKinds(arg.source == ArgSource::PagedPointer
+                    ? arg.kind == ArgKind::Pointer
+                    : arg.kind == ArgKind::I32 || arg.kind == ArgKind::I64,
+                arg.source == ArgSource::PagedPointer ? "\"pointer\""
+                                                      : "\"i32\" or \"i64\"");
+    break;
   case ArgSource::Dim:
   case ArgSource::Stride:
   case ArgSource::Window:
@@ -365,7 +412,8 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.name = node.key("name").string();
   if (kernel.name.empty())
     node.key("name").fail("must not be empty");
-  kernel.kind = node.key("kind").oneOf({"attention"});
+  kernel.kind = node.key("kind").oneOf({"attention", "paged_attention"});
+  kernel.paged = kernel.kind == "paged_attention";
   kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
   Node valueHeadDim = node.optionalKey("v_head_dim");
@@ -421,7 +469,11 @@ void parseKernel(const Node &node, Kernel &kernel) {
       argNode.key("name").fail("duplicate argument \"" + arg.name + "\"");
     kernel.args.push_back(std::move(arg));
   }
-  for (const char *required : {"q", "k", "v", "out"})
+  std::vector<const char *> requiredArgs = {"q", "k", "v", "out"};
+  if (kernel.paged)
+    requiredArgs = {"q",   "key_cache",  "value_cache",
+                    "out", "page_table", "kv_lens"};
+  for (const char *required : requiredArgs)
     if (!seen.count(required))
       argsNode.fail(std::string("missing the \"") + required +
                     "\" pointer argument");
@@ -467,10 +519,16 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   Node causalNode = node.optionalKey("causal");
   site.causal = causalNode.isNull() ? false : causalNode.boolean();
   site.window = node.optionalKey("window").optionalInteger(1);
-  Node valueHeadDimNode = node.optionalKey("v_head_dim");
-  site.valueHeadDim = valueHeadDimNode.isNull()
-                          ? site.dims[static_cast<int>(Dim::HeadDim)]
-                          : valueHeadDimNode.optionalInteger(1);
+  Node kindNode = node.optionalKey("kind");
+  site.paged =
+      !kindNode.isNull() &&
+      kindNode.oneOf({"attention", "paged_attention"}) == "paged_attention";
+  if (site.paged != kernel.paged)
+    node.fail("site \"" + site.name + "\" is " +
+              (site.paged ? "paged" : "not paged") + " but its kernel \"" +
+              kernel.name + "\" is " + (kernel.paged ? "paged" : "not"));
+  if (site.paged)
+    site.pageSize = node.optionalKey("page_size").optionalInteger(1);
   Node softcapNode = node.optionalKey("softcap");
   if (!softcapNode.isNull()) {
     double softcap = softcapNode.number();
@@ -482,6 +540,10 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     Dim dim = static_cast<Dim>(i);
     site.dims[i] = node.optionalKey(dimName(dim)).optionalInteger(1);
   }
+  Node valueHeadDimNode = node.optionalKey("v_head_dim");
+  site.valueHeadDim = valueHeadDimNode.isNull()
+                          ? site.dims[static_cast<int>(Dim::HeadDim)]
+                          : valueHeadDimNode.optionalInteger(1);
   parseMask(node, site.mask, site.maskDtype);
   parseBias(node, site.bias, site.biasDtype);
 

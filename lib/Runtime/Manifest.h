@@ -44,6 +44,12 @@ enum class ArgSource : uint8_t {
   Scale,   ///< the site's scale
   Softcap, ///< the site's soft-capping value
   Window,  ///< the site's sliding-window size
+  /// Paged sites: the page table or the key counts (`paged` = 0 or 1).
+  PagedPointer,
+  /// Paged sites: max_pages, num_pages or page_size (`paged` = 0, 1, 2).
+  PagedDim,
+  /// Paged sites: the page table's batch stride.
+  PageTableStride,
 };
 
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32 };
@@ -55,6 +61,8 @@ struct KernelArg {
   Tensor tensor = Tensor::Q;
   Dim dim = Dim::Batch;
   int axis = 0;
+  /// Which paged pointer or dimension (see ArgSource).
+  int paged = 0;
   kiln_dtype dtype = KILN_DTYPE_NONE; ///< of a pointer, when the manifest says
 };
 
@@ -71,6 +79,8 @@ struct GridRule {
 struct Kernel {
   std::string name;
   std::string kind;
+  /// "paged_attention": K and V are read through a page table.
+  bool paged = false;
   kiln_dtype dtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
   /// Head dim of V and out (the same as headDim unless the manifest says).
@@ -94,6 +104,10 @@ struct Kernel {
 struct Site {
   std::string name;
   std::string kernelName;
+  /// A kiln.paged_attention site (launched with paged arguments).
+  bool paged = false;
+  /// Paged sites: static page size, or nullopt.
+  std::optional<int64_t> pageSize;
   size_t kernelIndex = 0;
   std::string function;
   std::string location;

@@ -137,16 +137,11 @@ Error invalid(std::string message) {
   return {KILN_INVALID_ARGUMENT, std::move(message)};
 }
 
-/// Checks a launch of `site` with `args` and computes the launch plan. Never
-/// touches the CUDA driver.
-Error planAttention(const Manifest &manifest, const Site &site,
-                    const kiln_attention_args *argsPointer, LaunchPlan &plan) {
-  const std::string where = "site \"" + site.name + "\": ";
-  if (!argsPointer)
-    return invalid(where + "the argument struct is NULL");
-  const kiln_attention_args &args = *argsPointer;
-  const Kernel &kernel = manifest.kernels[site.kernelIndex];
-
+/// The checks of an attention launch's dimensions, pointers, dtypes and
+/// strides against its site and kernel.
+Error checkAttention(const Kernel &kernel, const Site &site,
+                     const std::string &where,
+                     const kiln_attention_args &args) {
   // Dimensions.
   for (int i = 0; i < kNumDims; ++i) {
     Dim dim = static_cast<Dim>(i);
@@ -251,6 +246,22 @@ Error planAttention(const Manifest &manifest, const Site &site,
                        maskAxes[axis] + " stride (" + str(strides[axis]) + ")");
   }
 
+  return Error::ok();
+}
+
+/// The values of a paged launch that kiln_attention_args has no place for.
+struct PagedValues {
+  const int32_t *pageTable = nullptr;
+  const int32_t *kvLens = nullptr;
+  int64_t maxPages = 0, numPages = 0, pageSize = 0, pageTableStride = 0;
+};
+
+/// The grid and the kernel parameters of a checked launch. `paged` holds a
+/// paged launch's own values (null otherwise); `args` then holds the rest,
+/// with the caches as k and v.
+Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
+               const kiln_attention_args &args, const PagedValues *paged,
+               LaunchPlan &plan) {
   // Launch configuration.
   static const int64_t gridLimits[3] = {std::numeric_limits<int32_t>::max(),
                                         65535, 65535};
@@ -324,6 +335,27 @@ Error planAttention(const Manifest &manifest, const Site &site,
       integer = tensorStrides(args, arg.tensor)[arg.axis];
       what = arg.name;
       break;
+    case ArgSource::PagedPointer:
+      if (!paged)
+        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+      value.pointer = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(
+          arg.paged == 0 ? paged->pageTable : paged->kvLens));
+      continue;
+    case ArgSource::PagedDim: {
+      if (!paged)
+        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+      const int64_t values[] = {paged->maxPages, paged->numPages,
+                                paged->pageSize};
+      integer = values[arg.paged];
+      what = arg.name;
+      break;
+    }
+    case ArgSource::PageTableStride:
+      if (!paged)
+        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+      integer = paged->pageTableStride;
+      what = arg.name;
+      break;
     }
     if (arg.kind == ArgKind::I32) {
       if (integer > std::numeric_limits<int32_t>::max() ||
@@ -337,6 +369,129 @@ Error planAttention(const Manifest &manifest, const Site &site,
     }
   }
   return Error::ok();
+}
+
+/// Checks a launch of `site` with `args` and computes the launch plan. Never
+/// touches the CUDA driver.
+Error planAttention(const Manifest &manifest, const Site &site,
+                    const kiln_attention_args *argsPointer, LaunchPlan &plan) {
+  const std::string where = "site \"" + site.name + "\": ";
+  if (!argsPointer)
+    return invalid(where + "the argument struct is NULL");
+  const kiln_attention_args &args = *argsPointer;
+  const Kernel &kernel = manifest.kernels[site.kernelIndex];
+  if (site.paged)
+    return invalid(where + "a paged-attention site: launch it with "
+                           "kiln_site_launch_paged_attention");
+
+  if (Error error = checkAttention(kernel, site, where, args))
+    return error;
+  return fillPlan(kernel, site, where, args, nullptr, plan);
+}
+
+/// Checks a paged launch of `site` and computes the launch plan. Never
+/// touches the CUDA driver.
+Error planPagedAttention(const Manifest &manifest, const Site &site,
+                         const kiln_paged_attention_args *argsPointer,
+                         LaunchPlan &plan) {
+  const std::string where = "site \"" + site.name + "\": ";
+  if (!argsPointer)
+    return invalid(where + "the argument struct is NULL");
+  if (!site.paged)
+    return invalid(where + "not a paged-attention site: launch it with "
+                           "kiln_site_launch_attention");
+  const kiln_paged_attention_args &paged = *argsPointer;
+  const Kernel &kernel = manifest.kernels[site.kernelIndex];
+
+  // The sizes only paged launches have.
+  const std::pair<const char *, int64_t> sizes[] = {
+      {"batch", paged.batch},         {"q_heads", paged.q_heads},
+      {"kv_heads", paged.kv_heads},   {"q_len", paged.q_len},
+      {"head_dim", paged.head_dim},   {"num_pages", paged.num_pages},
+      {"page_size", paged.page_size}, {"max_pages", paged.max_pages}};
+  for (auto [name, value] : sizes)
+    if (value <= 0)
+      return invalid(where + name + " must be positive, got " + str(value));
+  if (site.pageSize && *site.pageSize != paged.page_size)
+    return invalid(
+        where + "page_size is " + str(paged.page_size) +
+        " but the site was compiled for page_size = " + str(*site.pageSize));
+  if (paged.max_pages > std::numeric_limits<int32_t>::max() / paged.page_size)
+    return invalid(where + "max_pages x page_size overflows 32 bits");
+  if (!paged.page_table || !paged.kv_lens)
+    return invalid(where +
+                   std::string(!paged.page_table ? "page_table" : "kv_lens") +
+                   " is NULL");
+  for (const void *pointer : {static_cast<const void *>(paged.page_table),
+                              static_cast<const void *>(paged.kv_lens)})
+    if (reinterpret_cast<uintptr_t>(pointer) % 4)
+      return invalid(where + "page_table and kv_lens must be aligned to their "
+                             "4-byte elements");
+  if (paged.page_table_strides[1] != 1)
+    return invalid(where +
+                   "page_table must be contiguous along its entries "
+                   "(stride 1), got " +
+                   str(paged.page_table_strides[1]));
+  if (paged.page_table_strides[0] < paged.max_pages &&
+      paged.page_table_strides[0] != 0)
+    return invalid(where + "page_table's batch stride (" +
+                   str(paged.page_table_strides[0]) +
+                   ") is smaller than max_pages (" + str(paged.max_pages) +
+                   "): rows would overlap");
+  for (auto [name, pointer, dtype] :
+       {std::tuple{"q", paged.q, paged.q_dtype},
+        std::tuple{"key_cache", paged.key_cache, paged.key_cache_dtype},
+        std::tuple{"value_cache", paged.value_cache, paged.value_cache_dtype},
+        std::tuple{"out", static_cast<const void *>(paged.out),
+                   paged.out_dtype}}) {
+    if (!pointer)
+      return invalid(where + name + " is NULL");
+    if (dtype != site.dtype)
+      return invalid(where + name + " has dtype " + dtypeName(dtype) +
+                     " but the site takes " + dtypeName(site.dtype));
+  }
+  for (auto [name, strides] :
+       {std::pair{"key_cache", paged.key_cache_strides},
+        std::pair{"value_cache", paged.value_cache_strides}})
+    for (int axis = 0; axis < 3; ++axis)
+      if (strides[axis] < 0)
+        return invalid(where + name + " has a negative stride (" +
+                       str(strides[axis]) + ")");
+
+  // The rest is an attention launch with the caches as K and V: the same
+  // checks of dtypes, pointers, head dims and q/out strides.
+  kiln_attention_args args{};
+  args.q = paged.q;
+  args.k = paged.key_cache;
+  args.v = paged.value_cache;
+  args.out = paged.out;
+  args.q_dtype = paged.q_dtype;
+  args.k_dtype = paged.key_cache_dtype;
+  args.v_dtype = paged.value_cache_dtype;
+  args.out_dtype = paged.out_dtype;
+  args.mask_dtype = args.bias_dtype = KILN_DTYPE_NONE;
+  args.batch = paged.batch;
+  args.q_heads = paged.q_heads;
+  args.kv_heads = paged.kv_heads;
+  args.q_len = paged.q_len;
+  args.kv_len = paged.max_pages * paged.page_size;
+  args.head_dim = paged.head_dim;
+  args.v_head_dim = paged.v_head_dim;
+  std::memcpy(args.q_strides, paged.q_strides, sizeof(args.q_strides));
+  std::memcpy(args.k_strides, paged.key_cache_strides, sizeof(args.k_strides));
+  std::memcpy(args.v_strides, paged.value_cache_strides,
+              sizeof(args.v_strides));
+  std::memcpy(args.out_strides, paged.out_strides, sizeof(args.out_strides));
+  if (Error error = checkAttention(kernel, site, where, args))
+    return error;
+  PagedValues values;
+  values.pageTable = paged.page_table;
+  values.kvLens = paged.kv_lens;
+  values.maxPages = paged.max_pages;
+  values.numPages = paged.num_pages;
+  values.pageSize = paged.page_size;
+  values.pageTableStride = paged.page_table_strides[0];
+  return fillPlan(kernel, site, where, args, &values, plan);
 }
 
 /// The id of a CUDA context that is not reused after the context dies, where
@@ -498,6 +653,31 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
 //===----------------------------------------------------------------------===//
 // C API
 //===----------------------------------------------------------------------===//
+
+/// Launches a checked plan of site `s` on `stream`.
+kiln_status launchPlanned(kiln_package &package, const Site &s,
+                          LaunchPlan &plan, void *stream) {
+  const CudaDriver *driver = nullptr;
+  if (Error error = getCudaDriver(driver))
+    return fail(error);
+  CUfunction function = nullptr;
+  if (Error error = getFunction(package, *driver, s.kernelIndex,
+                                static_cast<CUstream>(stream), function))
+    return fail(error);
+  const kiln_launch_config &c = plan.config;
+  CUresult result = driver->cuLaunchKernel(
+      function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+      c.block[2], c.dynamic_shared_bytes, static_cast<CUstream>(stream),
+      plan.params, nullptr);
+  if (result != CUDA_SUCCESS)
+    return fail(KILN_CUDA_ERROR,
+                describeCudaError(*driver, "cuLaunchKernel", result) +
+                    " for site \"" + s.name + "\" (kernel \"" + s.kernelName +
+                    "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) + "x" +
+                    str(c.grid[2]) + ", block " + str(c.block[0]) + "x" +
+                    str(c.block[1]) + "x" + str(c.block[2]) + ")");
+  return KILN_OK;
+}
 
 extern "C" {
 
@@ -750,6 +930,8 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->bias = s.bias;
     info->bias_dtype = s.biasDtype;
     info->v_head_dim = s.valueHeadDim ? *s.valueHeadDim : KILN_DYNAMIC;
+    info->paged = s.paged;
+    info->page_size = s.pageSize ? *s.pageSize : KILN_DYNAMIC;
     return KILN_OK;
   });
 }
@@ -852,26 +1034,43 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     LaunchPlan plan;
     if (Error error = planAttention(package.manifest, s, args, plan))
       return fail(error);
-    const CudaDriver *driver = nullptr;
-    if (Error error = getCudaDriver(driver))
+    return launchPlanned(package, s, plan, stream);
+  });
+}
+
+kiln_status
+kiln_site_check_paged_attention(const kiln_site *site,
+                                const kiln_paged_attention_args *args,
+                                kiln_launch_config *config) {
+  return guarded("kiln_site_check_paged_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_check_paged_attention: NULL site");
+    const Manifest &manifest = site->package->manifest;
+    LaunchPlan plan;
+    if (Error error = planPagedAttention(manifest, manifest.sites[site->index],
+                                         args, plan))
       return fail(error);
-    CUfunction function = nullptr;
-    if (Error error = getFunction(package, *driver, s.kernelIndex,
-                                  static_cast<CUstream>(stream), function))
-      return fail(error);
-    const kiln_launch_config &c = plan.config;
-    CUresult result = driver->cuLaunchKernel(
-        function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-        c.block[2], c.dynamic_shared_bytes, static_cast<CUstream>(stream),
-        plan.params, nullptr);
-    if (result != CUDA_SUCCESS)
-      return fail(KILN_CUDA_ERROR,
-                  describeCudaError(*driver, "cuLaunchKernel", result) +
-                      " for site \"" + s.name + "\" (kernel \"" + s.kernelName +
-                      "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) +
-                      "x" + str(c.grid[2]) + ", block " + str(c.block[0]) +
-                      "x" + str(c.block[1]) + "x" + str(c.block[2]) + ")");
+    if (config)
+      *config = plan.config;
     return KILN_OK;
+  });
+}
+
+kiln_status
+kiln_site_launch_paged_attention(const kiln_site *site,
+                                 const kiln_paged_attention_args *args,
+                                 void *stream) {
+  return guarded("kiln_site_launch_paged_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_launch_paged_attention: NULL site");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    LaunchPlan plan;
+    if (Error error = planPagedAttention(package.manifest, s, args, plan))
+      return fail(error);
+    return launchPlanned(package, s, plan, stream);
   });
 }
 

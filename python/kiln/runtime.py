@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "AttentionArgs",
+    "PagedAttentionArgs",
     "DType",
     "KernelInfo",
     "KilnError",
@@ -126,6 +127,8 @@ class _SiteInfo(ctypes.Structure):
         ("bias", ctypes.c_int32),
         ("bias_dtype", ctypes.c_int),
         ("v_head_dim", ctypes.c_int64),
+        ("paged", ctypes.c_int32),
+        ("page_size", ctypes.c_int64),
     ]
 
 
@@ -143,6 +146,37 @@ class _KernelInfo(ctypes.Structure):
 
 
 _Strides = ctypes.c_int64 * 4
+
+
+class PagedAttentionArgs(ctypes.Structure):
+    """``kiln_paged_attention_args``: a paged site's pointers, dims, strides."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("key_cache", ctypes.c_void_p),
+        ("value_cache", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("kv_lens", ctypes.c_void_p),
+        ("q_dtype", ctypes.c_int),
+        ("key_cache_dtype", ctypes.c_int),
+        ("value_cache_dtype", ctypes.c_int),
+        ("out_dtype", ctypes.c_int),
+        ("batch", ctypes.c_int64),
+        ("q_heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("q_len", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("v_head_dim", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("max_pages", ctypes.c_int64),
+        ("q_strides", ctypes.c_int64 * 4),
+        ("key_cache_strides", ctypes.c_int64 * 4),
+        ("value_cache_strides", ctypes.c_int64 * 4),
+        ("out_strides", ctypes.c_int64 * 4),
+        ("page_table_strides", ctypes.c_int64 * 2),
+    ]
 
 
 class AttentionArgs(ctypes.Structure):
@@ -310,6 +344,18 @@ def _declare(lib: ctypes.CDLL) -> None:
         "kiln_site_launch_attention": (
             c_status,
             [site_p, ctypes.POINTER(AttentionArgs), ctypes.c_void_p],
+        ),
+        "kiln_site_check_paged_attention": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(PagedAttentionArgs),
+                ctypes.POINTER(_LaunchConfig),
+            ],
+        ),
+        "kiln_site_launch_paged_attention": (
+            c_status,
+            [site_p, ctypes.POINTER(PagedAttentionArgs), ctypes.c_void_p],
         ),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -490,6 +536,9 @@ class Site:
         # V's and out's head dim (differs from head_dim in multi-head latent
         # attention).
         self.v_head_dim: Optional[int] = _dim(info.v_head_dim)
+        # A kiln.paged_attention site: launched with paged_attention().
+        self.paged: bool = bool(info.paged)
+        self.page_size: Optional[int] = _dim(info.page_size) if self.paged else None
         self.mask: str = _MASK_NAMES[MaskKind(info.mask)]
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
@@ -523,12 +572,10 @@ class Site:
             )
         )
 
-    def check(self, args: AttentionArgs) -> LaunchConfig:
-        """Checks `args` as a launch would (no GPU needed); returns the
-        launch configuration. Raises KilnError."""
+    def _check_with(self, function: str, args: Any) -> LaunchConfig:
         config = _LaunchConfig()
         _check(
-            self._package._lib.kiln_site_check_attention(
+            getattr(self._package._lib, function)(
                 self._handle, ctypes.byref(args), ctypes.byref(config)
             )
         )
@@ -536,15 +583,136 @@ class Site:
             tuple(config.grid), tuple(config.block), int(config.dynamic_shared_bytes)
         )
 
-    def launch(self, args: AttentionArgs, stream: int = 0) -> None:
-        """Launches with raw arguments on a CUstream handle (an int)."""
+    def _launch_with(self, function: str, args: Any, stream: int) -> None:
         _check(
-            self._package._lib.kiln_site_launch_attention(
+            getattr(self._package._lib, function)(
                 self._handle, ctypes.byref(args), ctypes.c_void_p(stream or None)
             )
         )
 
+    def check(self, args: AttentionArgs) -> LaunchConfig:
+        """Checks `args` as a launch would (no GPU needed); returns the
+        launch configuration. Raises KilnError."""
+        return self._check_with("kiln_site_check_attention", args)
+
+    def launch(self, args: AttentionArgs, stream: int = 0) -> None:
+        """Launches with raw arguments on a CUstream handle (an int)."""
+        self._launch_with("kiln_site_launch_attention", args, stream)
+
+    def check_paged(self, args: PagedAttentionArgs) -> LaunchConfig:
+        """Checks a paged launch's `args` (no GPU needed); returns the launch
+        configuration. Raises KilnError."""
+        return self._check_with("kiln_site_check_paged_attention", args)
+
+    def launch_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
+        """Launches a paged site with raw arguments on a CUstream handle."""
+        self._launch_with("kiln_site_launch_paged_attention", args, stream)
+
     # -- torch ----------------------------------------------------------------
+
+    def paged_attention(
+        self,
+        q: Any,
+        key_cache: Any,
+        value_cache: Any,
+        page_table: Any,
+        kv_lens: Any,
+        out: Any = None,
+        stream: Any = None,
+    ) -> Any:
+        """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
+        page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
+        and kv_lens ``[B]`` int32 CUDA tensors; returns out ``[B, Hq, Sq,
+        Dv]``. Asynchronous; never allocates beyond `out` when not given, and
+        never synchronizes (capturable in a CUDA graph)."""
+        import torch
+
+        if not self.paged:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r} is not a paged-attention site; use attention()",
+            )
+        device = q.device
+        dtypes = _torch_dtype_map()
+        for name, tensor in (("q", q), ("key_cache", key_cache),
+                             ("value_cache", value_cache),
+                             ("page_table", page_table), ("kv_lens", kv_lens)):
+            if not isinstance(tensor, torch.Tensor) or tensor.device != device:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be a torch.Tensor on {device}",
+                )
+        for name, tensor, rank in (("q", q, 4), ("key_cache", key_cache, 4),
+                                   ("value_cache", value_cache, 4),
+                                   ("page_table", page_table, 2),
+                                   ("kv_lens", kv_lens, 1)):
+            if tensor.dim() != rank:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must have rank {rank}, got shape {tuple(tensor.shape)}",
+                )
+        for name, tensor in (("page_table", page_table), ("kv_lens", kv_lens)):
+            if tensor.dtype != torch.int32:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be int32, got {tensor.dtype}",
+                )
+        batch, q_heads, q_len, head_dim = (int(x) for x in q.shape)
+        num_pages, page_size, kv_heads, key_dim = (int(x) for x in key_cache.shape)
+        if tuple(value_cache.shape[:3]) != tuple(key_cache.shape[:3]):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"value_cache has shape {tuple(value_cache.shape)} but key_cache "
+                f"has {tuple(key_cache.shape)} (only the head dim may differ)",
+            )
+        if key_dim != head_dim:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"key_cache head dim {key_dim} differs from q's {head_dim}",
+            )
+        if page_table.shape[0] != batch or kv_lens.shape[0] != batch:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"page_table {tuple(page_table.shape)} and kv_lens "
+                f"{tuple(kv_lens.shape)} must have q's batch {batch} rows",
+            )
+        value_dim = int(value_cache.shape[3])
+        if out is None:
+            out = torch.empty(batch, q_heads, q_len, value_dim, dtype=q.dtype,
+                              device=device)
+        if tuple(out.shape) != (batch, q_heads, q_len, value_dim):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"out has shape {tuple(out.shape)}; expected "
+                f"{(batch, q_heads, q_len, value_dim)}",
+            )
+        args = PagedAttentionArgs()
+        for name, tensor in (("q", q), ("key_cache", key_cache),
+                             ("value_cache", value_cache), ("out", out)):
+            if tensor.dtype not in dtypes:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} has unsupported dtype {tensor.dtype}",
+                )
+            setattr(args, name, tensor.data_ptr())
+            setattr(args, name + "_dtype", int(dtypes[tensor.dtype]))
+            getattr(args, name + "_strides")[:] = [int(s) for s in tensor.stride()]
+        args.page_table = page_table.data_ptr()
+        args.kv_lens = kv_lens.data_ptr()
+        args.page_table_strides[:] = [int(s) for s in page_table.stride()]
+        args.batch, args.q_heads, args.kv_heads = batch, q_heads, kv_heads
+        args.q_len, args.head_dim, args.v_head_dim = q_len, head_dim, value_dim
+        args.num_pages, args.page_size = num_pages, page_size
+        args.max_pages = int(page_table.shape[1])
+        if stream is None:
+            handle = torch.cuda.current_stream(device).cuda_stream
+        elif isinstance(stream, int):
+            handle = stream
+        else:
+            handle = stream.cuda_stream
+        with torch.cuda.device(device):
+            self.launch_paged(args, int(handle))
+        return out
 
     def attention(
         self,

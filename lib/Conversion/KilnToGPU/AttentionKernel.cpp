@@ -15,6 +15,7 @@
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <array>
 #include <limits>
 
 using namespace mlir;
@@ -25,6 +26,9 @@ std::string KernelSpec::name() const {
   std::string result =
       llvm::formatv("kiln_attention_{0}{1}_d{2}", tensorCores ? "mma_" : "",
                     getElementTypeName(elementType), headDim);
+  if (paged)
+    result = "kiln_paged_attention" +
+             result.substr(std::string("kiln_attention").size());
   if (valueHeadDim)
     result += llvm::formatv("_dv{0}", *valueHeadDim).str();
   if (causal)
@@ -48,6 +52,20 @@ std::string KernelSpec::name() const {
 }
 
 SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
+  if (spec.paged) {
+    SmallVector<std::string> names = {
+        "q",         "key_cache", "value_cache", "out",      "page_table",
+        "kv_lens",   "batch",     "q_heads",     "kv_heads", "q_len",
+        "max_pages", "num_pages", "page_size",   "scale"};
+    for (const char *tensor : {"q", "key_cache", "value_cache", "out"}) {
+      bool cache = tensor[0] == 'k' || tensor[0] == 'v';
+      for (const char *axis : cache ? std::array{"page", "slot", "head"}
+                                    : std::array{"batch", "head", "seq"})
+        names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
+    }
+    names.push_back("page_table_stride_batch");
+    return names;
+  }
   SmallVector<std::string> names = {"q", "k", "v", "out"};
   if (spec.maskType)
     names.push_back("mask");
@@ -68,6 +86,13 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
 }
 
 SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
+  if (spec.paged) {
+    SmallVector<std::string> kinds(6, "pointer");
+    kinds.append(7, "i32");
+    kinds.push_back("f32");
+    kinds.append(13, "i64");
+    return kinds;
+  }
   int64_t numPointers = 4 + bool(spec.maskType) + bool(spec.biasType);
   SmallVector<std::string> kinds(numPointers, "pointer");
   kinds.append(5, "i32");
@@ -285,13 +310,23 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   k = args[next++];
   v = args[next++];
   out = args[next++];
+  if (spec.paged) {
+    pageTable = args[next++];
+    kvLens = args[next++];
+  }
   maskPtr = spec.maskType ? args[next++] : Value();
   biasPtr = spec.biasType ? args[next++] : Value();
   next++; // batch: only the grid depends on it.
   numQueryHeads = toIndex(args[next++]);
   numKvHeads = toIndex(args[next++]);
   qLen = toIndex(args[next++]);
-  kvLen = toIndex(args[next++]);
+  if (spec.paged) {
+    maxPages = toIndex(args[next++]);
+    numPages = toIndex(args[next++]);
+    pageSize = toIndex(args[next++]);
+  } else {
+    kvLen = toIndex(args[next++]);
+  }
   Value scale = args[next++];
   auto strides = [&](int count) {
     SmallVector<Value> values(args.begin() + next, args.begin() + next + count);
@@ -304,6 +339,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   outStrides = strides(3);
   SmallVector<Value> maskStrides, biasStrides;
   head = Value();
+  if (spec.paged)
+    pageTableStride = strides(1).front();
   if (spec.maskType)
     maskStrides = strides(4);
   if (spec.biasType)
@@ -334,8 +371,24 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
     head = headIndex;
     kvHead = arith::DivUIOp::create(builder, head, group);
   }
-  kBase = tensorBase(kStrides, kvHead);
-  vBase = tensorBase(vStrides, kvHead);
+  if (spec.paged) {
+    // This sequence's keys: kv_lens[b], clamped to what its row of the page
+    // table can address (a bad count never reads past the table).
+    auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
+    Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),
+                                        kvLens, ValueRange{toI64(batch)});
+    Value count =
+        toIndex(LLVM::LoadOp::create(builder, builder.getI32Type(), address));
+    kvLen = arith::MinSIOp::create(
+        builder, arith::MaxSIOp::create(builder, count, constIndex(0)),
+        mul(maxPages, pageSize));
+    // Cache offsets of a KV head; a key's page and slot are added per row.
+    kBase = mul(toI64(kvHead), kStrides[2]);
+    vBase = mul(toI64(kvHead), vStrides[2]);
+  } else {
+    kBase = tensorBase(kStrides, kvHead);
+    vBase = tensorBase(vStrides, kvHead);
+  }
   if (spec.maskType) {
     maskStrideQ = maskStrides[2];
     maskStrideK = maskStrides[3];

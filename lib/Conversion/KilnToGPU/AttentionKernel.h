@@ -48,6 +48,10 @@ struct KernelSpec {
   std::optional<float> maskedScore;
   /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
   bool tensorCores = false;
+  /// K and V are read through a page table from caches laid out
+  /// `[num_pages, page_size, Hkv, D]` (kiln.paged_attention), with each
+  /// sequence's key count from `kv_lens`.
+  bool paged = false;
   /// A block's rows are (query, head) pairs of one KV head's group rather
   /// than the queries of one head, so K and V tiles serve the whole group
   /// (grid y runs over KV heads).
@@ -157,6 +161,9 @@ protected:
 
   // Bound by the prologue.
   Value q, k, v, out, maskPtr, biasPtr;
+  /// Paged sites: the page table and key counts, and the sizes that bound
+  /// their entries; kStrides and vStrides are then {page, slot, head}.
+  Value pageTable, kvLens, maxPages, numPages, pageSize, pageTableStride;
   Value numQueryHeads, numKvHeads, qLen, kvLen, scaleNatural, scaleLog2;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
   Value batch, kvHead, group;

@@ -77,8 +77,11 @@ struct ConvertKilnToGPUPass
       module.emitError("rows-per-warp must be positive");
       return signalPassFailure();
     }
-    SmallVector<AttentionOp> sites;
-    module.walk([&](AttentionOp op) { sites.push_back(op); });
+    SmallVector<Operation *> sites;
+    module.walk([&](Operation *op) {
+      if (isa<AttentionOp, PagedAttentionOp>(op))
+        sites.push_back(op);
+    });
     if (sites.empty())
       return;
 
@@ -94,34 +97,15 @@ struct ConvertKilnToGPUPass
     SymbolTable kernels(gpuModule);
 
     int64_t siteIndex = 0;
-    for (AttentionOp op : sites) {
-      if (failed(checkSupported(op, tensorCores)))
-        return signalPassFailure();
+    for (Operation *site : sites) {
       KernelSpec spec;
-      spec.elementType = op.getElementType();
-      spec.headDim = op.getHeadDim();
-      if (op.getValueHeadDim() != spec.headDim)
-        spec.valueHeadDim = op.getValueHeadDim();
-      spec.causal = op.getCausal();
-      spec.window = op.getWindow();
-      if (std::optional<uint64_t> right = op.getWindowRight())
-        spec.windowRight = static_cast<int64_t>(*right);
-      if (std::optional<APFloat> cap = op.getSoftcap())
-        spec.softcap = cap->convertToFloat();
-      if (std::optional<APFloat> fill = op.getMaskedScore())
-        spec.maskedScore = fill->convertToFloat();
-      if (Value mask = op.getMask())
-        spec.maskType = cast<ShapedType>(mask.getType()).getElementType();
-      if (Value bias = op.getBias())
-        spec.biasType = cast<ShapedType>(bias.getType()).getElementType();
-
-      spec.tensorCores =
-          tensorCores && mmaKernelSupports(spec.elementType, spec.headDim,
-                                           spec.valueDim());
-      // The tensor-core kernel serves a KV head's whole query group per
-      // block.
-      spec.packQueryHeads = spec.tensorCores;
-
+      Operation *op = site;
+      if (auto paged = dyn_cast<PagedAttentionOp>(site)) {
+        if (failed(pagedSpec(paged, spec)))
+          return signalPassFailure();
+      } else if (failed(attentionSpec(cast<AttentionOp>(site), spec))) {
+        return signalPassFailure();
+      }
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
@@ -131,14 +115,14 @@ struct ConvertKilnToGPUPass
         if (kernel->sharedBytes() > kStaticSharedLimit ||
             kernel->sharedBytes() + kernel->dynamicSharedBytes() >
                 kDynamicSharedLimit) {
-          op.emitOpError("kernel needs ")
+          op->emitOpError("kernel needs ")
               << kernel->sharedBytes() + kernel->dynamicSharedBytes()
               << " bytes of shared memory; lower kv-block-size or "
                  "rows-per-warp";
           return signalPassFailure();
         }
         OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
-        gpu::GPUFuncOp func = kernel->build(kernelBuilder, op.getLoc());
+        gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
         func->setAttr(kKernelInfoAttrName, makeKernelInfo(builder, *kernel));
       }
@@ -152,6 +136,68 @@ struct ConvertKilnToGPUPass
                         llvm::formatv("attention_{0}", siteIndex).str()));
       ++siteIndex;
     }
+  }
+
+  /// The kernel of a kiln.attention site.
+  LogicalResult attentionSpec(AttentionOp op, KernelSpec &spec) {
+    if (failed(checkSupported(op, tensorCores)))
+      return failure();
+    spec.elementType = op.getElementType();
+    spec.headDim = op.getHeadDim();
+    if (op.getValueHeadDim() != spec.headDim)
+      spec.valueHeadDim = op.getValueHeadDim();
+    spec.causal = op.getCausal();
+    spec.window = op.getWindow();
+    if (std::optional<uint64_t> right = op.getWindowRight())
+      spec.windowRight = static_cast<int64_t>(*right);
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      spec.softcap = cap->convertToFloat();
+    if (std::optional<APFloat> fill = op.getMaskedScore())
+      spec.maskedScore = fill->convertToFloat();
+    if (Value mask = op.getMask())
+      spec.maskType = cast<ShapedType>(mask.getType()).getElementType();
+    if (Value bias = op.getBias())
+      spec.biasType = cast<ShapedType>(bias.getType()).getElementType();
+
+    spec.tensorCores =
+        tensorCores &&
+        mmaKernelSupports(spec.elementType, spec.headDim, spec.valueDim());
+    // The tensor-core kernel serves a KV head's whole query group per
+    // block.
+    spec.packQueryHeads = spec.tensorCores;
+
+    return success();
+  }
+
+  /// The kernel of a kiln.paged_attention site: the tensor-core kernel with K
+  /// and V read through the page table.
+  LogicalResult pagedSpec(PagedAttentionOp op, KernelSpec &spec) {
+    auto queryType = cast<RankedTensorType>(op.getQuery().getType());
+    auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
+    spec.elementType = op.getElementType();
+    spec.headDim = queryType.getDimSize(3);
+    int64_t valueHeadDim = valueType.getDimSize(3);
+    if (ShapedType::isDynamic(spec.headDim) ||
+        ShapedType::isDynamic(valueHeadDim))
+      return op.emitOpError("GPU lowering needs static head dims");
+    if (!tensorCores ||
+        !mmaKernelSupports(spec.elementType, spec.headDim, valueHeadDim))
+      return op.emitOpError("paged attention runs on the tensor-core kernel "
+                            "only: f16/bf16 caches, head dims multiples of 8 "
+                            "up to 128 (query/key up to 192 beside a value "
+                            "head dim up to 128), got ")
+             << spec.elementType << " with head dims " << spec.headDim << "/"
+             << valueHeadDim;
+    if (valueHeadDim != spec.headDim)
+      spec.valueHeadDim = valueHeadDim;
+    spec.causal = op.getCausal();
+    spec.window = op.getWindow();
+    if (std::optional<APFloat> cap = op.getSoftcap())
+      spec.softcap = cap->convertToFloat();
+    spec.paged = true;
+    spec.tensorCores = true;
+    spec.packQueryHeads = true;
+    return success();
   }
 
   DictionaryAttr makeKernelInfo(OpBuilder &builder,

@@ -106,6 +106,12 @@ private:
     /// chunks a row need not split evenly over the threads.
     SmallVector<Value> exists;
   };
+  /// The chunks of a tile of a paged cache: key `firstRow + r` lives in
+  /// page `page_table[b, key / page_size]`, slot `key % page_size`
+  /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
+  /// cache, keys past `numRows` read the last one and are zero-filled.
+  ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
+                            Value base, Value firstRow, Value numRows);
   /// Runs `body` only for chunk `index` of `plan` that exists.
   void ifChunkExists(const ChunkPlan &plan, size_t index,
                      llvm::function_ref<void()> body);
@@ -182,6 +188,37 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
     return std::pair{add(base, mul(toI64(clamped), rowStride)),
                      Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
                                                  globalRow, numRows))};
+  });
+}
+
+MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
+                                                ArrayRef<Value> cacheStrides,
+                                                Value base, Value firstRow,
+                                                Value numRows) {
+  Value lastRow =
+      arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
+  Value lastEntry =
+      arith::MaxSIOp::create(*b, sub(maxPages, constIndex(1)), constIndex(0));
+  Value lastPage =
+      arith::MaxSIOp::create(*b, sub(numPages, constIndex(1)), constIndex(0));
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  return planChunks(dim, [&](Value row) {
+    Value key = add(firstRow, row);
+    Value clamped = arith::MinSIOp::create(*b, key, lastRow);
+    Value entry = arith::MinSIOp::create(
+        *b, arith::DivUIOp::create(*b, clamped, pageSize), lastEntry);
+    Value entryAddress = LLVM::GEPOp::create(
+        *b, globalPtr, b->getI32Type(), pageTable,
+        ValueRange{add(mul(toI64(batch), pageTableStride), toI64(entry))});
+    Value page =
+        toIndex(LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress));
+    page = arith::MinSIOp::create(
+        *b, arith::MaxSIOp::create(*b, page, constIndex(0)), lastPage);
+    Value slot = arith::RemUIOp::create(*b, clamped, pageSize);
+    Value offset = add(base, add(mul(toI64(page), cacheStrides[0]),
+                                 mul(toI64(slot), cacheStrides[1])));
+    return std::pair{offset, Value(arith::CmpIOp::create(
+                                 *b, arith::CmpIPredicate::slt, key, numRows))};
   });
 }
 
@@ -280,7 +317,10 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
 void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                           Value rowStride, Value firstRow, Value numRows,
                           Value aligned) {
-  ChunkPlan plan = planChunks(dim, base, rowStride, firstRow, numRows);
+  ChunkPlan plan = spec.paged
+                       ? planPagedChunks(dim, global == v ? vStrides : kStrides,
+                                         base, firstRow, numRows)
+                       : planChunks(dim, base, rowStride, firstRow, numRows);
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());

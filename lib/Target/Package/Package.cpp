@@ -46,6 +46,22 @@ std::string locationText(Location loc) {
   return text;
 }
 
+/// How a kernel launches, from its kernel facts: block, rows per block, key
+/// block, grid rules, shared memory and the argument ABI.
+void addLaunchFacts(llvm::json::Object &kernel, DictionaryAttr info,
+                    llvm::json::Array grid, llvm::json::Array args) {
+  int64_t threads = info.getAs<IntegerAttr>("threads_per_block").getInt();
+  kernel["block"] = llvm::json::Array{threads, 1, 1};
+  kernel["rows_per_block"] = info.getAs<IntegerAttr>("rows_per_block").getInt();
+  kernel["kv_block_size"] = info.getAs<IntegerAttr>("kv_block_size").getInt();
+  kernel["grid"] = std::move(grid);
+  kernel["static_shared_bytes"] =
+      info.getAs<IntegerAttr>("static_shared_bytes").getInt();
+  kernel["dynamic_shared_bytes"] =
+      info.getAs<IntegerAttr>("dynamic_shared_bytes").getInt();
+  kernel["args"] = std::move(args);
+}
+
 /// The attributes a kernel is specialised on, as the first site using it
 /// states them (every site sharing a kernel shares them).
 llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
@@ -68,7 +84,6 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
     args.push_back(std::move(arg));
   }
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
-  int64_t threads = info.getAs<IntegerAttr>("threads_per_block").getInt();
   // A kernel that packs a KV head's query heads into its rows has one block
   // per rowsPerBlock (query, head) pairs of a group, and grid y over KV
   // heads.
@@ -86,7 +101,7 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
     grid.push_back(llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}});
   }
   grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
-  return llvm::json::Object{
+  llvm::json::Object kernel{
       {"name", func.getName()},
       {"kind", "attention"},
       {"dtype", getElementTypeName(site.getElementType())},
@@ -100,15 +115,96 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"mask_dtype", elementTypeValue(site.getMask())},
       {"bias", bool(site.getBias())},
       {"bias_dtype", elementTypeValue(site.getBias())},
-      {"block", llvm::json::Array{threads, 1, 1}},
-      {"rows_per_block", rowsPerBlock},
-      {"kv_block_size", info.getAs<IntegerAttr>("kv_block_size").getInt()},
-      {"grid", std::move(grid)},
-      {"static_shared_bytes",
-       info.getAs<IntegerAttr>("static_shared_bytes").getInt()},
-      {"dynamic_shared_bytes",
-       info.getAs<IntegerAttr>("dynamic_shared_bytes").getInt()},
-      {"args", std::move(args)}};
+  };
+  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  return kernel;
+}
+
+/// The kernel of a kiln.paged_attention site: its ABI from the kernel
+/// facts; the grid packs a KV head's query heads as the attention kernels.
+llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
+                                       PagedAttentionOp site) {
+  llvm::json::Array args;
+  auto names = info.getAs<ArrayAttr>("arg_names");
+  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
+  std::string dtype = getElementTypeName(site.getElementType());
+  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
+    StringRef name = cast<StringAttr>(nameAttr).getValue();
+    StringRef kind = cast<StringAttr>(kindAttr).getValue();
+    llvm::json::Object arg{{"name", name}, {"kind", kind}};
+    if (kind == "pointer" && name != "page_table" && name != "kv_lens")
+      arg["dtype"] = dtype;
+    args.push_back(std::move(arg));
+  }
+  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
+  llvm::json::Array grid;
+  grid.push_back(
+      llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
+                         {"per", "kv_heads"},
+                         {"ceil_div", rowsPerBlock}});
+  grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
+  grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
+  auto queryType = cast<RankedTensorType>(site.getQuery().getType());
+  auto valueType = cast<RankedTensorType>(site.getValueCache().getType());
+  std::optional<uint64_t> window = site.getWindow();
+  std::optional<APFloat> softcap = site.getSoftcap();
+  llvm::json::Object kernel{
+      {"name", func.getName()},
+      {"kind", "paged_attention"},
+      {"dtype", dtype},
+      {"head_dim", queryType.getDimSize(3)},
+      {"v_head_dim", valueType.getDimSize(3)},
+      {"causal", site.getCausal()},
+      {"window", window ? llvm::json::Value(int64_t(*window))
+                        : llvm::json::Value(nullptr)},
+      {"softcap", softcap ? llvm::json::Value(double(softcap->convertToFloat()))
+                          : llvm::json::Value(nullptr)},
+      {"mask", "none"},
+      {"mask_dtype", nullptr},
+      {"bias", false},
+      {"bias_dtype", nullptr},
+  };
+  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  return kernel;
+}
+
+/// A kiln.paged_attention site: the attention attributes, its sizes (null
+/// where dynamic) and the page size.
+llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
+                                     StringRef kernelName) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  auto queryType = cast<RankedTensorType>(op.getQuery().getType());
+  auto keyType = cast<RankedTensorType>(op.getKeyCache().getType());
+  auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
+  auto tableType = cast<RankedTensorType>(op.getPageTable().getType());
+  std::optional<uint64_t> window = op.getWindow();
+  std::optional<APFloat> softcap = op.getSoftcap();
+  return llvm::json::Object{
+      {"name", siteName},
+      {"kernel", kernelName},
+      {"kind", "paged_attention"},
+      {"function", func ? func.getName().str() : std::string()},
+      {"location", locationText(op.getLoc())},
+      {"layout", "bhsd"},
+      {"dtype", getElementTypeName(op.getElementType())},
+      {"scale", double(op.getScale().convertToFloat())},
+      {"causal", op.getCausal()},
+      {"window", window ? llvm::json::Value(int64_t(*window))
+                        : llvm::json::Value(nullptr)},
+      {"softcap", softcap ? llvm::json::Value(double(softcap->convertToFloat()))
+                          : llvm::json::Value(nullptr)},
+      {"batch", sizeToJSON(queryType.getDimSize(0))},
+      {"q_heads", sizeToJSON(queryType.getDimSize(1))},
+      {"kv_heads", sizeToJSON(keyType.getDimSize(2))},
+      {"q_len", sizeToJSON(queryType.getDimSize(2))},
+      {"kv_len", nullptr},
+      {"head_dim", sizeToJSON(queryType.getDimSize(3))},
+      {"v_head_dim", sizeToJSON(valueType.getDimSize(3))},
+      {"page_size", sizeToJSON(keyType.getDimSize(1))},
+      {"num_pages", sizeToJSON(keyType.getDimSize(0))},
+      {"max_pages", sizeToJSON(tableType.getDimSize(1))},
+      {"mask", "none"},
+      {"bias", false}};
 }
 
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
@@ -183,11 +279,13 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
   llvm::json::Array kernels, sites;
   llvm::StringMap<bool> described;
   auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
-  WalkResult walk = module.walk([&](AttentionOp op) {
+  WalkResult walk = module.walk([&](Operation *op) {
+    if (!isa<AttentionOp, PagedAttentionOp>(op))
+      return WalkResult::advance();
     auto kernelRef = op->getAttrOfType<SymbolRefAttr>(kKernelAttrName);
     auto siteName = op->getAttrOfType<StringAttr>(kSiteAttrName);
     if (!kernelRef || !siteName || !gpuModule) {
-      op.emitOpError("has no generated kernel; run convert-kiln-to-gpu first");
+      op->emitOpError("has no generated kernel; run convert-kiln-to-gpu first");
       return WalkResult::interrupt();
     }
     StringRef kernelName = kernelRef.getLeafReference().getValue();
@@ -196,14 +294,20 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
         func ? func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
              : DictionaryAttr();
     if (!info) {
-      op.emitOpError("kernel '") << kernelName << "' has no kernel facts";
+      op->emitOpError("kernel '") << kernelName << "' has no kernel facts";
       return WalkResult::interrupt();
     }
+    auto paged = dyn_cast<PagedAttentionOp>(op);
     if (!described.lookup(kernelName)) {
       described[kernelName] = true;
-      kernels.push_back(describeKernel(func, info, op));
+      kernels.push_back(
+          paged ? describePagedKernel(func, info, paged)
+                : describeKernel(func, info, cast<AttentionOp>(op)));
     }
-    sites.push_back(describeSite(op, siteName.getValue(), kernelName));
+    sites.push_back(
+        paged ? describePagedSite(paged, siteName.getValue(), kernelName)
+              : describeSite(cast<AttentionOp>(op), siteName.getValue(),
+                             kernelName));
     return WalkResult::advance();
   });
   if (walk.wasInterrupted())
