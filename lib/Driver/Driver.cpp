@@ -6,13 +6,15 @@
 
 #include "kiln/Driver/Driver.h"
 
+#include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Driver/Report.h"
-#include "kiln/Target/ONNX/ImportONNX.h"
-#include "kiln/Verify/Verify.h"
 #include "kiln/Pipelines/Pipelines.h"
+#include "kiln/Target/ONNX/ImportONNX.h"
 #include "kiln/Target/Package/Package.h"
+#include "kiln/Verify/Verify.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -244,6 +246,66 @@ LogicalResult checkNoOpaqueOps(ModuleOp module, const FusionReport &report) {
   return failure(found);
 }
 
+/// For `--kv-cache=paged:N`: every causal self-attention site (its own keys,
+/// Sq = Sk) gets a paged twin in a function of its own,
+/// `@<site>_paged(q, key_cache, value_cache, page_table, kv_lens)`, with the
+/// site's heads, head dims, scale, window and softcap, so that a serving
+/// stack runs decode and chunked prefill over its paged KV cache with the
+/// same attention. Sites are named first (attention_N, in program order); a
+/// twin is attention_N_paged and its manifest entry says `decode_of`.
+void addPagedDecodeSites(ModuleOp module, int64_t pageSize) {
+  SmallVector<AttentionOp> sites;
+  module.walk([&](AttentionOp op) { sites.push_back(op); });
+  OpBuilder builder(module.getContext());
+  for (auto [index, op] : llvm::enumerate(sites)) {
+    std::string name = llvm::formatv("attention_{0}", index).str();
+    op->setAttr(kSiteAttrName, builder.getStringAttr(name));
+    if (!op.getCausal() || op.getMask() || op.getBias() ||
+        op.getMaskedScore() || ShapedType::isDynamic(op.getNumQueryHeads()) ||
+        ShapedType::isDynamic(op.getNumKvHeads()) ||
+        ShapedType::isDynamic(op.getHeadDim()) ||
+        ShapedType::isDynamic(op.getValueHeadDim()) ||
+        (!ShapedType::isDynamic(op.getQueryLength()) &&
+         op.getQueryLength() != op.getKvLength()))
+      continue;
+    Type element = op.getElementType();
+    if (!isa<Float16Type, BFloat16Type>(element)) {
+      emitWarning(op.getLoc())
+          << "site " << name << " is " << element
+          << ": no paged twin (--kv-cache needs f16 or bf16 attention)";
+      continue;
+    }
+    int64_t kDyn = ShapedType::kDynamic;
+    auto queryType = RankedTensorType::get(
+        {kDyn, op.getNumQueryHeads(), kDyn, op.getHeadDim()}, element);
+    auto keyCacheType = RankedTensorType::get(
+        {kDyn, pageSize, op.getNumKvHeads(), op.getHeadDim()}, element);
+    auto valueCacheType = RankedTensorType::get(
+        {kDyn, pageSize, op.getNumKvHeads(), op.getValueHeadDim()}, element);
+    auto i32 = builder.getI32Type();
+    auto tableType = RankedTensorType::get({kDyn, kDyn}, i32);
+    auto lensType = RankedTensorType::get({kDyn}, i32);
+    auto resultType = RankedTensorType::get(
+        {kDyn, op.getNumQueryHeads(), kDyn, op.getValueHeadDim()}, element);
+    builder.setInsertionPointToEnd(module.getBody());
+    auto func = func::FuncOp::create(
+        builder, op.getLoc(), name + "_paged",
+        builder.getFunctionType(
+            {queryType, keyCacheType, valueCacheType, tableType, lensType},
+            {resultType}));
+    Block *body = func.addEntryBlock();
+    builder.setInsertionPointToStart(body);
+    auto paged = PagedAttentionOp::create(
+        builder, op.getLoc(), resultType, body->getArgument(0),
+        body->getArgument(1), body->getArgument(2), body->getArgument(3),
+        body->getArgument(4), op.getScaleAttr(), builder.getUnitAttr(),
+        op.getWindowAttr(), op.getSoftcapAttr());
+    paged->setAttr(kSiteAttrName, builder.getStringAttr(name + "_paged"));
+    paged->setAttr(kDecodeOfAttrName, builder.getStringAttr(name));
+    func::ReturnOp::create(builder, op.getLoc(), paged.getResult());
+  }
+}
+
 LogicalResult runPipeline(ModuleOp module,
                           function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
@@ -333,6 +395,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   });
   if (!hasSites)
     return emitError(inputLoc) << "no attention site to compile";
+
+  if (options.pagedKvPageSize > 0)
+    addPagedDecodeSites(*module, options.pagedKvPageSize);
 
   GPUPipelineOptions gpuOptions;
   gpuOptions.targets = options.targets;

@@ -96,6 +96,13 @@ static cl::opt<std::string> paddedRows(
              "give zeros (rows a model discards, e.g. padded queries)"),
     cl::init("exact"), cl::cat(kilncCategory));
 
+static cl::opt<std::string> kvCache(
+    "kv-cache",
+    cl::desc("paged:N (N a power of two from 1 to 256): beside each causal "
+             "self-attention site, compile a paged decode/chunked-prefill "
+             "site over a KV cache of pages of N keys (attention_K_paged)"),
+    cl::init(""), cl::cat(kilncCategory));
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
@@ -133,6 +140,18 @@ int main(int argc, char **argv) {
     return 1;
   }
   options.paddedRowsFree = paddedRows == "free";
+  if (!kvCache.empty()) {
+    StringRef spec = kvCache;
+    int64_t pageSize = 0;
+    if (!spec.consume_front("paged:") || spec.getAsInteger(10, pageSize) ||
+        pageSize < 1 || pageSize > 256 || (pageSize & (pageSize - 1))) {
+      llvm::errs() << "kilnc: error: --kv-cache expects paged:N with N a "
+                      "power of two from 1 to 256, got '"
+                   << kvCache << "'\n";
+      return 1;
+    }
+    options.pagedKvPageSize = pageSize;
+  }
   for (StringRef binding : bindDims) {
     auto [name, value] = binding.split('=');
     int64_t size = 0;

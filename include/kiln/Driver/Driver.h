@@ -48,6 +48,9 @@ struct CompileOptions {
   bool tensorCores = true;
   /// Rows that see no key may differ from the graph (`--padded-rows=free`).
   bool paddedRowsFree = false;
+  /// `--kv-cache=paged:N`: beside each causal self-attention site, a paged
+  /// decode/chunked-prefill site over a cache of pages of N keys (0: none).
+  int64_t pagedKvPageSize = 0;
 };
 
 /// Runs one compilation; diagnostics go to the context's handler (kilnc

@@ -179,6 +179,7 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
   auto tableType = cast<RankedTensorType>(op.getPageTable().getType());
   std::optional<uint64_t> window = op.getWindow();
   std::optional<APFloat> softcap = op.getSoftcap();
+  auto decodeOf = op->getAttrOfType<StringAttr>(kDecodeOfAttrName);
   return llvm::json::Object{
       {"name", siteName},
       {"kernel", kernelName},
@@ -204,7 +205,9 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
       {"num_pages", sizeToJSON(keyType.getDimSize(0))},
       {"max_pages", sizeToJSON(tableType.getDimSize(1))},
       {"mask", "none"},
-      {"bias", false}};
+      {"bias", false},
+      {"decode_of", decodeOf ? llvm::json::Value(decodeOf.str())
+                             : llvm::json::Value(nullptr)}};
 }
 
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,

@@ -15,6 +15,9 @@ inline constexpr char kKernelModuleName[] = "kiln_kernels";
 inline constexpr char kKernelAttrName[] = "kiln.kernel";
 /// On kiln.attention: the site name the manifest and runtime use.
 inline constexpr char kSiteAttrName[] = "kiln.site";
+/// On a paged twin of a causal site (kilnc --kv-cache=paged:N): the name of
+/// the site whose attention it runs over a paged KV cache.
+inline constexpr char kDecodeOfAttrName[] = "kiln.decode_of";
 /// On a generated gpu.func: launch facts for the manifest (block shape,
 /// rows per block, shared memory, argument names and kinds).
 inline constexpr char kKernelInfoAttrName[] = "kiln.kernel_info";
