@@ -11,6 +11,9 @@
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Target/Package/Package.h"
 
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -29,6 +32,33 @@ std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
 
 namespace {
 
+/// The graph input a site's K or V cache comes from: K (or V) is the
+/// concatenation along the sequence of an input (a past cache) and the new
+/// keys, through layout ops; empty when it is not.
+std::string pastInputOf(Value value) {
+  for (int depth = 0; depth < 8 && value; ++depth) {
+    Operation *def = value.getDefiningOp();
+    if (!def)
+      return "";
+    if (auto concat = dyn_cast<tosa::ConcatOp>(def)) {
+      Value past = concat.getInput1().front();
+      auto arg = dyn_cast<BlockArgument>(past);
+      if (!arg)
+        return "";
+      auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+      if (auto name = func ? func.getArgAttrOfType<StringAttr>(
+                                 arg.getArgNumber(), "onnx.name")
+                           : StringAttr())
+        return name.str();
+      return "argument " + std::to_string(arg.getArgNumber());
+    }
+    if (!isa<tosa::ReshapeOp, tosa::TransposeOp, tosa::CastOp>(def))
+      return "";
+    value = def->getOperand(0);
+  }
+  return "";
+}
+
 llvm::json::Object describeSite(AttentionOp op) {
   llvm::json::Array nodes;
   for (const std::string &name : nodeNames(op.getLoc()))
@@ -41,6 +71,15 @@ llvm::json::Object describeSite(AttentionOp op) {
       maskShape.push_back(sizeToJSON(size));
   site["mask_shape"] = op.getMask() ? llvm::json::Value(std::move(maskShape))
                                     : llvm::json::Value(nullptr);
+  // Sites that read a KV cache input (a past concatenated with the new
+  // keys): decode steps of a decoder exported with its cache.
+  std::string pastKey = pastInputOf(op.getKey());
+  std::string pastValue = pastInputOf(op.getValue());
+  site["kv_cache"] =
+      !pastKey.empty() && !pastValue.empty()
+          ? llvm::json::Value(llvm::json::Object{{"past_key", pastKey},
+                                                 {"past_value", pastValue}})
+          : llvm::json::Value(nullptr);
   auto masking = op->getAttrOfType<StringAttr>(kMaskingAttrName);
   site["masking"] =
       masking ? llvm::json::Value(masking.str()) : llvm::json::Value(nullptr);
@@ -115,6 +154,12 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
     if (std::optional<StringRef> masking =
             siteValue.getAsObject()->getString("masking"))
       os << llvm::formatv("  site {0} masks: {1}\n", index, *masking);
+  for (auto [index, siteValue] : llvm::enumerate(sites))
+    if (const llvm::json::Object *cache =
+            siteValue.getAsObject()->getObject("kv_cache"))
+      os << llvm::formatv("  site {0} reads a KV cache: {1}, {2}\n", index,
+                          *cache->getString("past_key"),
+                          *cache->getString("past_value"));
   os << llvm::formatv("Softmaxes left unfused: {0}\n", unfused.size());
   for (const UnfusedSoftmax &entry : unfused)
     os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "
