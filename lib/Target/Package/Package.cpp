@@ -46,6 +46,16 @@ std::string locationText(Location loc) {
   return text;
 }
 
+/// An optional integer or float attribute as JSON: null when absent.
+llvm::json::Value optionalToJSON(std::optional<uint64_t> value) {
+  return value ? llvm::json::Value(int64_t(*value))
+               : llvm::json::Value(nullptr);
+}
+llvm::json::Value optionalToJSON(std::optional<APFloat> value) {
+  return value ? llvm::json::Value(double(value->convertToFloat()))
+               : llvm::json::Value(nullptr);
+}
+
 /// How a kernel launches, from its kernel facts: block, rows per block, key
 /// block, grid rules, shared memory and the argument ABI.
 void addLaunchFacts(llvm::json::Object &kernel, DictionaryAttr info,
@@ -146,8 +156,7 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
   auto queryType = cast<RankedTensorType>(site.getQuery().getType());
   auto valueType = cast<RankedTensorType>(site.getValueCache().getType());
-  std::optional<uint64_t> window = site.getWindow();
-  std::optional<APFloat> softcap = site.getSoftcap();
+  PagedAttentionOp op = site;
   llvm::json::Object kernel{
       {"name", func.getName()},
       {"kind", "paged_attention"},
@@ -155,10 +164,8 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"head_dim", queryType.getDimSize(3)},
       {"v_head_dim", valueType.getDimSize(3)},
       {"causal", site.getCausal()},
-      {"window", window ? llvm::json::Value(int64_t(*window))
-                        : llvm::json::Value(nullptr)},
-      {"softcap", softcap ? llvm::json::Value(double(softcap->convertToFloat()))
-                          : llvm::json::Value(nullptr)},
+      {"window", optionalToJSON(op.getWindow())},
+      {"softcap", optionalToJSON(op.getSoftcap())},
       {"mask", "none"},
       {"mask_dtype", nullptr},
       {"bias", false},
@@ -177,8 +184,6 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
   auto keyType = cast<RankedTensorType>(op.getKeyCache().getType());
   auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
   auto tableType = cast<RankedTensorType>(op.getPageTable().getType());
-  std::optional<uint64_t> window = op.getWindow();
-  std::optional<APFloat> softcap = op.getSoftcap();
   auto decodeOf = op->getAttrOfType<StringAttr>(kDecodeOfAttrName);
   return llvm::json::Object{
       {"name", siteName},
@@ -190,10 +195,8 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
       {"dtype", getElementTypeName(op.getElementType())},
       {"scale", double(op.getScale().convertToFloat())},
       {"causal", op.getCausal()},
-      {"window", window ? llvm::json::Value(int64_t(*window))
-                        : llvm::json::Value(nullptr)},
-      {"softcap", softcap ? llvm::json::Value(double(softcap->convertToFloat()))
-                          : llvm::json::Value(nullptr)},
+      {"window", optionalToJSON(op.getWindow())},
+      {"softcap", optionalToJSON(op.getSoftcap())},
       {"batch", sizeToJSON(queryType.getDimSize(0))},
       {"q_heads", sizeToJSON(queryType.getDimSize(1))},
       {"kv_heads", sizeToJSON(keyType.getDimSize(2))},
@@ -254,27 +257,19 @@ llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {
 }
 
 llvm::json::Value mlir::kiln::windowToJSON(AttentionOp op) {
-  if (std::optional<uint64_t> window = op.getWindow())
-    return int64_t(*window);
-  return nullptr;
+  return optionalToJSON(op.getWindow());
 }
 
 llvm::json::Value mlir::kiln::windowRightToJSON(AttentionOp op) {
-  if (std::optional<uint64_t> right = op.getWindowRight())
-    return int64_t(*right);
-  return nullptr;
+  return optionalToJSON(op.getWindowRight());
 }
 
 llvm::json::Value mlir::kiln::maskedScoreToJSON(AttentionOp op) {
-  if (std::optional<APFloat> fill = op.getMaskedScore())
-    return double(fill->convertToFloat());
-  return nullptr;
+  return optionalToJSON(op.getMaskedScore());
 }
 
 llvm::json::Value mlir::kiln::softcapToJSON(AttentionOp op) {
-  if (std::optional<APFloat> cap = op.getSoftcap())
-    return double(cap->convertToFloat());
-  return nullptr;
+  return optionalToJSON(op.getSoftcap());
 }
 
 FailureOr<llvm::json::Object>

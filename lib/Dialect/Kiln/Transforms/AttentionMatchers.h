@@ -35,6 +35,15 @@ struct MaskTerm {
   bool replaces = true;
 };
 
+/// The value of a splat float constant, looking through `tosa.reciprocal`
+/// (a division by a constant becomes a product with its reciprocal).
+std::optional<double> getSplatFloat(Value value);
+
+/// True when `value` hides a key even when added to a score: -inf, or a
+/// finite fill so large that `s + fill` rounds to `fill` for any score
+/// below 2^70 (finfo.min of f32 and bf16).
+bool isAbsorbingMask(double value);
+
 /// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
 /// (or a tile of a single KV head): query head `h` then reads KV head
 /// `h / G`. Returns the unrepeated tensor and G, and adds the repeat's ops.

@@ -36,6 +36,8 @@ namespace mlir::kiln {
 using namespace mlir;
 using namespace mlir::kiln;
 using mlir::kiln::detail::Band;
+using mlir::kiln::detail::getSplatFloat;
+using mlir::kiln::detail::isAbsorbingMask;
 using mlir::kiln::detail::MaskTerm;
 using mlir::kiln::detail::matchCausalConstant;
 using mlir::kiln::detail::matchKvRepeat;
@@ -54,13 +56,6 @@ constexpr double kMaskingThreshold = -1.0e4;
 /// True when `value` hides a key in an additive mask or a select fill.
 bool isMaskingValue(double value) {
   return (std::isinf(value) && value < 0) || value <= kMaskingThreshold;
-}
-
-/// True when `value` hides a key even when added to a score: -inf, or a
-/// finite fill so large that `s + fill` rounds to `fill` for any score
-/// below 2^70 (finfo.min of f32 and bf16).
-bool isAbsorbingMask(double value) {
-  return value < 0 && (std::isinf(value) || value <= -1.0e30);
 }
 
 RankedTensorType getRankedType(Value value) {
@@ -100,24 +95,6 @@ bool isMergeOfAxes(RankedTensorType source, RankedTensorType merged,
                   merged.getDimSize(axis - (last - first))))
       return false;
   return true;
-}
-
-/// The value of a splat float constant, looking through `tosa.reciprocal`
-/// (a division by a constant becomes a product with its reciprocal).
-std::optional<double> getSplatFloat(Value value) {
-  if (auto reciprocal = value.getDefiningOp<tosa::ReciprocalOp>()) {
-    std::optional<double> inner = getSplatFloat(reciprocal.getInput1());
-    if (!inner || *inner == 0.0)
-      return std::nullopt;
-    return 1.0 / *inner;
-  }
-  auto constant = value.getDefiningOp<tosa::ConstOp>();
-  if (!constant)
-    return std::nullopt;
-  auto attr = dyn_cast<DenseFPElementsAttr>(constant.getValues());
-  if (!attr || !attr.isSplat())
-    return std::nullopt;
-  return attr.getSplatValue<APFloat>().convertToDouble();
 }
 
 /// The static values of a `tosa.const_shape`.
@@ -309,6 +286,26 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
 namespace {
 bool regroupsLeadingAxes(RankedTensorType source, RankedTensorType result);
 } // namespace
+
+std::optional<double> mlir::kiln::detail::getSplatFloat(Value value) {
+  if (auto reciprocal = value.getDefiningOp<tosa::ReciprocalOp>()) {
+    std::optional<double> inner = getSplatFloat(reciprocal.getInput1());
+    if (!inner || *inner == 0.0)
+      return std::nullopt;
+    return 1.0 / *inner;
+  }
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  if (!constant)
+    return std::nullopt;
+  auto attr = dyn_cast<DenseFPElementsAttr>(constant.getValues());
+  if (!attr || !attr.isSplat())
+    return std::nullopt;
+  return attr.getSplatValue<APFloat>().convertToDouble();
+}
+
+bool mlir::kiln::detail::isAbsorbingMask(double value) {
+  return value < 0 && (std::isinf(value) || value <= -1.0e30);
+}
 
 /// Matches `reshape(tile(reshape(kv, [B, Hkv, 1, S, D]), [1, 1, G, 1, 1]))`
 /// (or a tile of a single KV head): query head `h` then reads KV head

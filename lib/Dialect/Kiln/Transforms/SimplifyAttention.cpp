@@ -111,30 +111,21 @@ struct SplitBandFromMask : public OpRewritePattern<AttentionOp> {
     mlir::kiln::detail::MaskTerm term;
     term.isBoolean = true;
     term.value = mask;
-    auto floatConstant = [](Value value) -> std::optional<double> {
-      auto constant = value.getDefiningOp<tosa::ConstOp>();
-      auto attr = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
-                           : DenseFPElementsAttr();
-      if (!attr || !attr.isSplat())
-        return std::nullopt;
-      return attr.getSplatValue<APFloat>().convertToDouble();
-    };
     if (!cast<ShapedType>(mask.getType()).getElementType().isInteger(1)) {
       // Where(keep, 0, fill) or Where(hide, fill, 0) with a fill that
       // absorbs any score (s + fill == fill), so it equals a replacement.
       auto select = mask.getDefiningOp<tosa::SelectOp>();
       if (!select)
         return rewriter.notifyMatchFailure(op, "float mask is not a select");
-      std::optional<double> onTrue = floatConstant(select.getOnTrue());
-      std::optional<double> onFalse = floatConstant(select.getOnFalse());
-      auto absorbs = [](double v) {
-        return v < 0 && (std::isinf(v) || v <= -1.0e30);
-      };
+      using mlir::kiln::detail::getSplatFloat;
+      using mlir::kiln::detail::isAbsorbingMask;
+      std::optional<double> onTrue = getSplatFloat(select.getOnTrue());
+      std::optional<double> onFalse = getSplatFloat(select.getOnFalse());
       if (!onTrue || !onFalse)
         return rewriter.notifyMatchFailure(op, "select of non-constants");
-      if (*onTrue == 0.0 && absorbs(*onFalse)) {
+      if (*onTrue == 0.0 && isAbsorbingMask(*onFalse)) {
         term.fill = *onFalse;
-      } else if (absorbs(*onTrue) && *onFalse == 0.0) {
+      } else if (isAbsorbingMask(*onTrue) && *onFalse == 0.0) {
         term.fill = *onTrue;
         term.inverted = true;
       } else {
