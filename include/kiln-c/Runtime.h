@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 2
+#define KILN_RUNTIME_API_VERSION 3
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -106,6 +106,7 @@ typedef struct kiln_site_info {
   int64_t v_head_dim;    /* of V and out; KILN_DYNAMIC when not fixed */
   int32_t paged;         /* a kiln.paged_attention site */
   int64_t page_size;     /* paged sites; KILN_DYNAMIC when not fixed */
+  int32_t split_kv;      /* the kernel can split keys (see workspace) */
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -153,6 +154,14 @@ typedef struct kiln_attention_args {
   /* Head dim of V and out when it differs from head_dim (multi-head latent
      attention); 0 means head_dim. */
   int64_t v_head_dim;
+  /* Split-KV (sites whose kernel splits keys; see
+     kiln_site_workspace_size): a device buffer of workspace_bytes bytes,
+     16-byte aligned, that the launch may use for partial results, and the
+     split count: 0 chooses one from the device and the shape, n forces n
+     (1: no split). Without a workspace a launch does not split. */
+  void *workspace;
+  int64_t workspace_bytes;
+  int64_t num_splits;
 } kiln_attention_args;
 
 /// Arguments of one paged-attention launch (a kiln.paged_attention site).
@@ -186,6 +195,14 @@ typedef struct kiln_paged_attention_args {
   int64_t value_cache_strides[4];
   int64_t out_strides[4];
   int64_t page_table_strides[2];
+  /* Split-KV (sites whose kernel splits keys; see
+     kiln_site_workspace_size): a device buffer of workspace_bytes bytes,
+     16-byte aligned, that the launch may use for partial results, and the
+     split count: 0 chooses one from the device and the shape, n forces n
+     (1: no split). Without a workspace a launch does not split. */
+  void *workspace;
+  int64_t workspace_bytes;
+  int64_t num_splits;
 } kiln_paged_attention_args;
 
 /// The launch configuration a launch would use.
@@ -309,6 +326,24 @@ KILN_RT_API kiln_status kiln_site_check_paged_attention(
 /// default stream). Never allocates or synchronises: capturable.
 KILN_RT_API kiln_status kiln_site_launch_paged_attention(
     const kiln_site *site, const kiln_paged_attention_args *args, void *stream);
+
+/// The workspace a site's launches need to split keys as they choose, for
+/// every launch of at most `batch` sequences of at most `q_len` queries
+/// against at most `max_kv_len` keys (a paged site: max_pages x page_size),
+/// on the device of the current CUDA context: allocate it once and pass it
+/// in every launch (kiln_attention_args.workspace). 0 when the site's kernel
+/// does not split keys. Loads the package's module (as kiln_package_prepare).
+KILN_RT_API kiln_status kiln_site_workspace_size(
+    const kiln_site *site, int64_t batch, int64_t q_heads, int64_t kv_heads,
+    int64_t q_len, int64_t max_kv_len, int64_t *bytes);
+
+/// The split count a launch with `args` uses on the current device (0 in
+/// num_splits: the launch's own choice), in `splits`.
+KILN_RT_API kiln_status kiln_site_attention_splits(
+    const kiln_site *site, const kiln_attention_args *args, int64_t *splits);
+KILN_RT_API kiln_status kiln_site_paged_attention_splits(
+    const kiln_site *site, const kiln_paged_attention_args *args,
+    int64_t *splits);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -57,6 +57,8 @@ void loadDriver(DriverState &state) {
   resolve(library, "cuModuleGetFunction", d.cuModuleGetFunction, e);
   resolve(library, "cuFuncSetAttribute", d.cuFuncSetAttribute, e);
   resolve(library, "cuLaunchKernel", d.cuLaunchKernel, e);
+  resolve(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+          d.cuOccupancyMaxActiveBlocksPerMultiprocessor, e);
   if (e)
     return;
   Error optional;

@@ -37,6 +37,8 @@ struct CudaDriver {
                              unsigned int, unsigned int, unsigned int,
                              unsigned int, unsigned int, CUstream, void **,
                              void **);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction,
+                                                          int, size_t);
   /// Optional (CUDA 12+): a context id that is never reused.
   CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
 };

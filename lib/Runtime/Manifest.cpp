@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -280,6 +281,14 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.source = ArgSource::PageTableStride;
     return true;
   }
+  if (name == "num_splits") {
+    arg.source = ArgSource::NumSplits;
+    return true;
+  }
+  if (name == "workspace") {
+    arg.source = ArgSource::Workspace;
+    return true;
+  }
   // A paged cache's strides: {page, slot, head} of K and V.
   static const char *cacheAxes[] = {"page", "slot", "head"};
   for (auto [cacheName, tensor] :
@@ -358,6 +367,17 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                 arg.source == ArgSource::PagedPointer ? "\"pointer\""
                                                       : "\"i32\" or \"i64\"");
     break;
+  case ArgSource::NumSplits:
+  case ArgSource::Workspace:
+    if (!kernel.combine && !kernel.combineIndex)
+      nameNode.fail("argument \"" + arg.name +
+                    "\" belongs to kernels that split keys (with a "
+                    "\"split_combine\") and their combine kernels");
+    expectKinds(arg.source == ArgSource::Workspace
+                    ? arg.kind == ArgKind::Pointer
+                    : arg.kind == ArgKind::I32,
+                arg.source == ArgSource::Workspace ? "\"pointer\"" : "\"i32\"");
+    break;
   case ArgSource::Dim:
   case ArgSource::Stride:
   case ArgSource::Window:
@@ -406,14 +426,19 @@ void parseGridRule(const Node &node, GridRule &rule) {
   Node divNode = node.optionalKey("ceil_div");
   if (!divNode.isNull())
     rule.ceilDiv = divNode.integer(1, INT32_MAX);
+  Node splitsNode = node.optionalKey("times_splits");
+  if (!splitsNode.isNull())
+    rule.timesSplits = splitsNode.boolean();
 }
 
 void parseKernel(const Node &node, Kernel &kernel) {
   kernel.name = node.key("name").string();
   if (kernel.name.empty())
     node.key("name").fail("must not be empty");
-  kernel.kind = node.key("kind").oneOf({"attention", "paged_attention"});
+  kernel.kind =
+      node.key("kind").oneOf({"attention", "paged_attention", "split_combine"});
   kernel.paged = kernel.kind == "paged_attention";
+  kernel.combine = kernel.kind == "split_combine";
   kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
   Node valueHeadDim = node.optionalKey("v_head_dim");
@@ -425,8 +450,18 @@ void parseKernel(const Node &node, Kernel &kernel) {
   Node softcap = node.optionalKey("softcap");
   if (!softcap.isNull())
     kernel.softcap = static_cast<float>(softcap.number());
-  parseMask(node, kernel.mask, kernel.maskDtype);
-  parseBias(node, kernel.bias, kernel.biasDtype);
+  if (!kernel.combine) {
+    parseMask(node, kernel.mask, kernel.maskDtype);
+    parseBias(node, kernel.bias, kernel.biasDtype);
+  }
+  // Resolved to an index once every kernel is read (see
+  // resolveCombineKernels); marks the kernel as splitting keys meanwhile.
+  Node combineNode = node.optionalKey("split_combine");
+  if (!combineNode.isNull() && !kernel.combine) {
+    if (combineNode.string().empty())
+      combineNode.fail("must name a kernel");
+    kernel.combineIndex = 0;
+  }
 
   Node blockNode = node.key("block");
   std::vector<Node> block = blockNode.array();
@@ -447,9 +482,16 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (grid.empty() || grid.size() > 3)
     gridNode.fail("expected 1 to 3 entries, got " +
                   std::to_string(grid.size()));
-  for (size_t i = 0; i < grid.size(); ++i)
+  for (size_t i = 0; i < grid.size(); ++i) {
     parseGridRule(grid[i], kernel.grid[i]);
+    if (kernel.grid[i].timesSplits && !kernel.combineIndex)
+      grid[i].fail("\"times_splits\" needs a kernel that splits keys (with "
+                   "a \"split_combine\")");
+  }
 
+  Node kvBlock = node.optionalKey("kv_block_size");
+  if (!kvBlock.isNull())
+    kernel.kvBlockSize = std::max<int64_t>(kvBlock.integer(0, 1 << 20), 1);
   Node staticShared = node.optionalKey("static_shared_bytes");
   kernel.staticSharedBytes =
       staticShared.isNull() ? 0 : staticShared.integer(0, 1 << 30);
@@ -473,6 +515,10 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (kernel.paged)
     requiredArgs = {"q",   "key_cache",  "value_cache",
                     "out", "page_table", "kv_lens"};
+  if (kernel.combine)
+    requiredArgs = {"workspace", "out", "num_splits"};
+  else if (kernel.combineIndex)
+    requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
   for (const char *required : requiredArgs)
     if (!seen.count(required))
       argsNode.fail(std::string("missing the \"") + required +
@@ -481,6 +527,36 @@ void parseKernel(const Node &node, Kernel &kernel) {
     argsNode.fail("the kernel has a mask but no \"mask\" argument");
   if (kernel.bias && !seen.count("bias"))
     argsNode.fail("the kernel has a bias but no \"bias\" argument");
+}
+
+/// Points each kernel that splits keys at its combine kernel, which must
+/// reduce outputs of the same dtype and value head dim.
+void resolveCombineKernels(const Node &kernelsNode,
+                           std::vector<Kernel> &kernels) {
+  std::vector<Node> nodes = kernelsNode.array();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Kernel &kernel = kernels[i];
+    if (!kernel.combineIndex)
+      continue;
+    Node nameNode = nodes[i].key("split_combine");
+    std::string name = nameNode.string();
+    size_t found = kernels.size();
+    for (size_t j = 0; j < kernels.size(); ++j)
+      if (kernels[j].name == name)
+        found = j;
+    if (found == kernels.size())
+      nameNode.fail("no kernel named \"" + name + "\"");
+    const Kernel &combine = kernels[found];
+    if (!combine.combine)
+      nameNode.fail("kernel \"" + name +
+                    "\" is not a \"split_combine\" kernel");
+    if (combine.dtype != kernel.dtype ||
+        combine.valueHeadDim != kernel.valueHeadDim)
+      nameNode.fail("combine kernel \"" + name +
+                    "\" reduces another dtype or value head dim than \"" +
+                    kernel.name + "\"");
+    kernel.combineIndex = found;
+  }
 }
 
 void parseSite(const Node &node, const std::vector<Kernel> &kernels,
@@ -500,6 +576,9 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   if (!found)
     kernelNode.fail("no kernel named \"" + site.kernelName + "\"");
   const Kernel &kernel = kernels[site.kernelIndex];
+  if (kernel.combine)
+    kernelNode.fail("kernel \"" + site.kernelName +
+                    "\" is a split-KV combine kernel, not an attention kernel");
 
   Node function = node.optionalKey("function");
   site.function = function.isNull() ? "" : function.string();
@@ -729,6 +808,7 @@ Error parseManifest(const std::string &text, const std::string &directory,
                                       "\"");
       manifest.kernels.push_back(std::move(kernel));
     }
+    resolveCombineKernels(kernelsNode, manifest.kernels);
     Node sitesNode = top.key("sites");
     for (const Node &siteNode : sitesNode.array()) {
       Site site;

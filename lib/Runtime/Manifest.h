@@ -50,6 +50,10 @@ enum class ArgSource : uint8_t {
   PagedDim,
   /// Paged sites: the page table's batch stride.
   PageTableStride,
+  /// Split-KV kernels: the launch's split count.
+  NumSplits,
+  /// Split-KV kernels: the caller's workspace (f32 partial results).
+  Workspace,
 };
 
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32 };
@@ -74,6 +78,8 @@ struct GridRule {
   std::vector<Dim> perDims;
   int64_t constant = 1;
   int64_t ceilDiv = 1;
+  /// Multiplied by the launch's split count (`"times_splits"`).
+  bool timesSplits = false;
 };
 
 struct Kernel {
@@ -81,6 +87,10 @@ struct Kernel {
   std::string kind;
   /// "paged_attention": K and V are read through a page table.
   bool paged = false;
+  /// "split_combine": reduces the splits of split-KV kernels.
+  bool combine = false;
+  /// A kernel that splits keys: the index of its combine kernel.
+  std::optional<size_t> combineIndex;
   kiln_dtype dtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
   /// Head dim of V and out (the same as headDim unless the manifest says).
@@ -95,6 +105,8 @@ struct Kernel {
   bool bias = false;
   kiln_dtype biasDtype = KILN_DTYPE_NONE;
   int32_t block[3] = {1, 1, 1};
+  /// Keys a block stages per step (its split-KV granularity).
+  int64_t kvBlockSize = 64;
   GridRule grid[3];
   int64_t staticSharedBytes = 0;
   int64_t dynamicSharedBytes = 0;
@@ -143,6 +155,9 @@ struct Manifest {
   std::vector<Kernel> kernels;
   std::vector<Site> sites;
 };
+
+/// Most splits of a split-KV launch.
+constexpr int64_t kMaxSplits = 128;
 
 /// Most parameters a kernel may take.
 constexpr size_t kMaxKernelArgs = 64;

@@ -10,6 +10,7 @@
 #include "CudaDriver.h"
 #include "Manifest.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -28,6 +29,10 @@ struct LoadedModule {
   CUcontext context = nullptr;
   CUmodule module = nullptr;
   std::vector<CUfunction> functions; // per kernel index; null until needed
+  /// The device's SM count, and per kernel the blocks an SM holds at once
+  /// (0 until asked).
+  int smCount = 0;
+  std::vector<int> blocksPerSM;
 };
 
 } // namespace
@@ -129,7 +134,7 @@ struct LaunchPlan {
     float f32;
   };
   Value values[kMaxKernelArgs];
-  void *params[kMaxKernelArgs];
+  void *params[kMaxKernelArgs] = {};
   size_t numParams = 0;
 };
 
@@ -256,12 +261,33 @@ struct PagedValues {
   int64_t maxPages = 0, numPages = 0, pageSize = 0, pageTableStride = 0;
 };
 
-/// The grid and the kernel parameters of a checked launch. `paged` holds a
-/// paged launch's own values (null otherwise); `args` then holds the rest,
-/// with the caches as k and v.
+/// A checked launch, in the terms of an attention launch: a paged launch's
+/// caches stand as k and v, with its own values beside.
+struct CheckedLaunch {
+  const Kernel *kernel = nullptr;
+  kiln_attention_args args{};
+  std::optional<PagedValues> paged;
+  /// The most keys a sequence may have (kv_len, or max_pages x page_size).
+  int64_t maxKvLen = 0;
+  int64_t valueHeadDim = 0;
+};
+
+/// The f32 workspace `splits` splits of a launch need: partial outputs and
+/// two statistics per row and split.
+int64_t splitWorkspaceBytes(const kiln_attention_args &args,
+                            int64_t valueHeadDim, int64_t splits) {
+  if (splits <= 1)
+    return 0;
+  return splits * args.batch * args.q_heads * args.q_len * (valueHeadDim + 2) *
+         int64_t(sizeof(float));
+}
+
+/// The grid and the kernel parameters of a checked launch with `splits`
+/// splits of its keys.
 Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
-               const kiln_attention_args &args, const PagedValues *paged,
-               LaunchPlan &plan) {
+               const CheckedLaunch &launch, int64_t splits, LaunchPlan &plan) {
+  const kiln_attention_args &args = launch.args;
+  const PagedValues *paged = launch.paged ? &*launch.paged : nullptr;
   // Launch configuration.
   static const int64_t gridLimits[3] = {std::numeric_limits<int32_t>::max(),
                                         65535, 65535};
@@ -287,6 +313,10 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       formula += "/" + std::string(dimName(dim));
     }
     value = (value + rule.ceilDiv - 1) / rule.ceilDiv;
+    if (rule.timesSplits) {
+      value *= splits;
+      formula += "*num_splits";
+    }
     if (value > gridLimits[axis])
       return invalid(where + "grid." + axisNames[axis] + " = ceil(" + formula +
                      " / " + str(rule.ceilDiv) + ") = " + str(value) +
@@ -356,6 +386,14 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       integer = paged->pageTableStride;
       what = arg.name;
       break;
+    case ArgSource::NumSplits:
+      integer = splits;
+      what = arg.name;
+      break;
+    case ArgSource::Workspace:
+      value.pointer = static_cast<uint64_t>(
+          reinterpret_cast<uintptr_t>(splits > 1 ? args.workspace : nullptr));
+      continue;
     }
     if (arg.kind == ArgKind::I32) {
       if (integer > std::numeric_limits<int32_t>::max() ||
@@ -371,10 +409,38 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
   return Error::ok();
 }
 
-/// Checks a launch of `site` with `args` and computes the launch plan. Never
-/// touches the CUDA driver.
-Error planAttention(const Manifest &manifest, const Site &site,
-                    const kiln_attention_args *argsPointer, LaunchPlan &plan) {
+/// Checks the split-KV fields of a launch: a forced split count must be one
+/// the kernel can run and the workspace hold.
+Error checkSplits(const std::string &where, const CheckedLaunch &launch) {
+  const kiln_attention_args &args = launch.args;
+  const Kernel &kernel = *launch.kernel;
+  if (args.num_splits < 0 || args.num_splits > kMaxSplits)
+    return invalid(where + "num_splits must be 0 (chosen at launch) to " +
+                   str(kMaxSplits) + ", got " + str(args.num_splits));
+  if (args.workspace_bytes < 0)
+    return invalid(where + "workspace_bytes must not be negative, got " +
+                   str(args.workspace_bytes));
+  if (args.workspace && reinterpret_cast<uintptr_t>(args.workspace) % 16 != 0)
+    return invalid(where + "workspace must be 16-byte aligned");
+  if (args.num_splits > 1) {
+    if (!kernel.combineIndex)
+      return invalid(where + "num_splits is " + str(args.num_splits) +
+                     " but kernel \"" + kernel.name + "\" does not split keys");
+    int64_t needed =
+        splitWorkspaceBytes(args, launch.valueHeadDim, args.num_splits);
+    if (!args.workspace || args.workspace_bytes < needed)
+      return invalid(where + str(args.num_splits) + " splits need a " +
+                     str(needed) + "-byte workspace; got " +
+                     (args.workspace ? str(args.workspace_bytes) + " bytes"
+                                     : std::string("none")));
+  }
+  return Error::ok();
+}
+
+/// Checks a launch of `site` with `args`. Never touches the CUDA driver.
+Error checkLaunch(const Manifest &manifest, const Site &site,
+                  const kiln_attention_args *argsPointer,
+                  CheckedLaunch &launch) {
   const std::string where = "site \"" + site.name + "\": ";
   if (!argsPointer)
     return invalid(where + "the argument struct is NULL");
@@ -386,14 +452,17 @@ Error planAttention(const Manifest &manifest, const Site &site,
 
   if (Error error = checkAttention(kernel, site, where, args))
     return error;
-  return fillPlan(kernel, site, where, args, nullptr, plan);
+  launch.kernel = &kernel;
+  launch.args = args;
+  launch.maxKvLen = args.kv_len;
+  launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  return checkSplits(where, launch);
 }
 
-/// Checks a paged launch of `site` and computes the launch plan. Never
-/// touches the CUDA driver.
-Error planPagedAttention(const Manifest &manifest, const Site &site,
-                         const kiln_paged_attention_args *argsPointer,
-                         LaunchPlan &plan) {
+/// Checks a paged launch of `site`. Never touches the CUDA driver.
+Error checkPagedLaunch(const Manifest &manifest, const Site &site,
+                       const kiln_paged_attention_args *argsPointer,
+                       CheckedLaunch &launch) {
   const std::string where = "site \"" + site.name + "\": ";
   if (!argsPointer)
     return invalid(where + "the argument struct is NULL");
@@ -416,6 +485,9 @@ Error planPagedAttention(const Manifest &manifest, const Site &site,
     return invalid(
         where + "page_size is " + str(paged.page_size) +
         " but the site was compiled for page_size = " + str(*site.pageSize));
+  if (paged.page_size & (paged.page_size - 1))
+    return invalid(where + "page_size must be a power of two, got " +
+                   str(paged.page_size));
   if (paged.max_pages > std::numeric_limits<int32_t>::max() / paged.page_size)
     return invalid(where + "max_pages x page_size overflows 32 bits");
   if (!paged.page_table || !paged.kv_lens)
@@ -482,6 +554,9 @@ Error planPagedAttention(const Manifest &manifest, const Site &site,
   std::memcpy(args.v_strides, paged.value_cache_strides,
               sizeof(args.v_strides));
   std::memcpy(args.out_strides, paged.out_strides, sizeof(args.out_strides));
+  args.workspace = paged.workspace;
+  args.workspace_bytes = paged.workspace_bytes;
+  args.num_splits = paged.num_splits;
   if (Error error = checkAttention(kernel, site, where, args))
     return error;
   PagedValues values;
@@ -491,7 +566,12 @@ Error planPagedAttention(const Manifest &manifest, const Site &site,
   values.numPages = paged.num_pages;
   values.pageSize = paged.page_size;
   values.pageTableStride = paged.page_table_strides[0];
-  return fillPlan(kernel, site, where, args, &values, plan);
+  launch.kernel = &kernel;
+  launch.args = args;
+  launch.paged = values;
+  launch.maxKvLen = args.kv_len;
+  launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  return checkSplits(where, launch);
 }
 
 /// The id of a CUDA context that is not reused after the context dies, where
@@ -588,7 +668,8 @@ bool isSpecialStream(CUstream stream) {
 /// The function of `kernelIndex` in the current context (or, when none is
 /// current, `stream`'s), loading the module the first time.
 Error getFunction(kiln_package &package, const CudaDriver &driver,
-                  size_t kernelIndex, CUstream stream, CUfunction &function) {
+                  size_t kernelIndex, CUstream stream, CUfunction &function,
+                  int64_t *slots = nullptr) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
   if (result != CUDA_SUCCESS)
@@ -645,6 +726,110 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
     cached = found;
   }
   function = cached;
+  if (slots) {
+    // Resident blocks of this kernel on the whole device.
+    if (!loaded->smCount) {
+      CUdevice device;
+      int count = 0;
+      if ((result = driver.cuCtxGetDevice(&device)) != CUDA_SUCCESS ||
+          (result = driver.cuDeviceGetAttribute(
+               &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)) !=
+              CUDA_SUCCESS)
+        return {KILN_CUDA_ERROR,
+                describeCudaError(driver, "cuDeviceGetAttribute", result) +
+                    " reading the SM count"};
+      loaded->smCount = count;
+      loaded->blocksPerSM.assign(package.manifest.kernels.size(), 0);
+    }
+    int &blocks = loaded->blocksPerSM[kernelIndex];
+    if (!blocks) {
+      const Kernel &kernel = package.manifest.kernels[kernelIndex];
+      result = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, cached, kernel.block[0] * kernel.block[1] * kernel.block[2],
+          static_cast<size_t>(kernel.dynamicSharedBytes));
+      if (result != CUDA_SUCCESS)
+        return {KILN_CUDA_ERROR,
+                describeCudaError(driver,
+                                  "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                                  result) +
+                    " for kernel \"" + kernel.name + "\""};
+      blocks = std::max(blocks, 1);
+    }
+    *slots = int64_t(loaded->smCount) * blocks;
+  }
+  return Error::ok();
+}
+
+/// Splits of a block's keys never go below this many key blocks each.
+constexpr int64_t kMinBlocksPerSplit = 4;
+/// A block's fixed cost (prologue, Q load, epilogue, combine share), in the
+/// time of one key block.
+constexpr int64_t kBlockOverhead = 2;
+
+/// The split count that minimises a model of a launch's time: `blocks`
+/// blocks of `kvBlocks` key blocks each, run in waves of `slots` resident
+/// blocks, each split block costing its share of key blocks plus a fixed
+/// overhead. The smallest count wins a tie; grid z (batch x splits) stays
+/// within CUDA's limit.
+int64_t chooseSplits(int64_t blocks, int64_t slots, int64_t kvBlocks,
+                     int64_t batch) {
+  if (blocks <= 0 || slots <= 0 || kvBlocks <= 0)
+    return 1;
+  int64_t most = std::min<int64_t>(
+      {kMaxSplits, std::max<int64_t>(1, kvBlocks / kMinBlocksPerSplit),
+       std::max<int64_t>(1, 65535 / batch)});
+  int64_t best = 1, bestCost = std::numeric_limits<int64_t>::max();
+  for (int64_t splits = 1; splits <= most; ++splits) {
+    int64_t waves = (blocks * splits + slots - 1) / slots;
+    int64_t cost = waves * ((kvBlocks + splits - 1) / splits + kBlockOverhead);
+    if (cost < bestCost) {
+      best = splits;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
+/// Blocks of a launch with one split: the product of the grid rules.
+int64_t gridBlocks(const Kernel &kernel, const kiln_attention_args &args) {
+  int64_t blocks = 1;
+  for (const GridRule &rule : kernel.grid) {
+    int64_t value = rule.constant;
+    for (Dim dim : rule.dims)
+      value *= dimValue(args, dim);
+    for (Dim dim : rule.perDims)
+      value /= std::max<int64_t>(dimValue(args, dim), 1);
+    blocks *= (value + rule.ceilDiv - 1) / rule.ceilDiv;
+  }
+  return blocks;
+}
+
+/// The split count of a checked launch: the forced one, or the modelled best
+/// on the current device, bounded by the workspace (1 without one, or for a
+/// kernel that does not split).
+Error decideSplits(kiln_package &package, const CudaDriver &driver,
+                   const Site &s, const CheckedLaunch &launch, CUstream stream,
+                   int64_t &splits) {
+  const kiln_attention_args &args = launch.args;
+  splits = 1;
+  if (args.num_splits > 0) {
+    splits = args.num_splits;
+    return Error::ok();
+  }
+  const Kernel &kernel = *launch.kernel;
+  if (!kernel.combineIndex || !args.workspace)
+    return Error::ok();
+  CUfunction function = nullptr;
+  int64_t slots = 0;
+  if (Error error =
+          getFunction(package, driver, s.kernelIndex, stream, function, &slots))
+    return error;
+  int64_t kvBlocks =
+      (launch.maxKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
+  splits = chooseSplits(gridBlocks(kernel, args), slots, kvBlocks, args.batch);
+  while (splits > 1 && splitWorkspaceBytes(args, launch.valueHeadDim, splits) >
+                           args.workspace_bytes)
+    --splits;
   return Error::ok();
 }
 
@@ -654,29 +839,81 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
 // C API
 //===----------------------------------------------------------------------===//
 
-/// Launches a checked plan of site `s` on `stream`.
-kiln_status launchPlanned(kiln_package &package, const Site &s,
-                          LaunchPlan &plan, void *stream) {
+/// Launches a planned kernel of site `s` on `stream`.
+Error launchPlanned(kiln_package &package, const CudaDriver &driver,
+                    const Site &s, size_t kernelIndex, LaunchPlan &plan,
+                    CUstream stream) {
+  CUfunction function = nullptr;
+  if (Error error = getFunction(package, driver, kernelIndex, stream, function))
+    return error;
+  const kiln_launch_config &c = plan.config;
+  CUresult result = driver.cuLaunchKernel(
+      function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+      c.block[2], c.dynamic_shared_bytes, stream, plan.params, nullptr);
+  if (result != CUDA_SUCCESS)
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuLaunchKernel", result) +
+                " for site \"" + s.name + "\" (kernel \"" +
+                package.manifest.kernels[kernelIndex].name + "\", grid " +
+                str(c.grid[0]) + "x" + str(c.grid[1]) + "x" + str(c.grid[2]) +
+                ", block " + str(c.block[0]) + "x" + str(c.block[1]) + "x" +
+                str(c.block[2]) + ")"};
+  return Error::ok();
+}
+
+/// The launch configuration a check reports: the forced split count, else
+/// one split (the choice at launch needs the device).
+Error checkedConfig(const Site &s, const CheckedLaunch &launch,
+                    kiln_launch_config *config) {
+  LaunchPlan plan;
+  int64_t splits = std::max<int64_t>(launch.args.num_splits, 1);
+  if (Error error = fillPlan(*launch.kernel, s,
+                             "site \"" + s.name + "\": ", launch, splits, plan))
+    return error;
+  if (config)
+    *config = plan.config;
+  return Error::ok();
+}
+
+/// Launches a checked launch of site `s` on `stream`: the kernel with the
+/// split count decided here and, when it splits, the combine kernel after it
+/// on the same stream.
+Error launchChecked(kiln_package &package, const Site &s,
+                    const CheckedLaunch &launch, void *streamHandle) {
+  const std::string where = "site \"" + s.name + "\": ";
+  auto stream = static_cast<CUstream>(streamHandle);
+  // Every argument error is reported before the driver is touched.
+  if (Error error = checkedConfig(s, launch, nullptr))
+    return error;
   const CudaDriver *driver = nullptr;
   if (Error error = getCudaDriver(driver))
-    return fail(error);
-  CUfunction function = nullptr;
-  if (Error error = getFunction(package, *driver, s.kernelIndex,
-                                static_cast<CUstream>(stream), function))
-    return fail(error);
-  const kiln_launch_config &c = plan.config;
-  CUresult result = driver->cuLaunchKernel(
-      function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-      c.block[2], c.dynamic_shared_bytes, static_cast<CUstream>(stream),
-      plan.params, nullptr);
-  if (result != CUDA_SUCCESS)
-    return fail(KILN_CUDA_ERROR,
-                describeCudaError(*driver, "cuLaunchKernel", result) +
-                    " for site \"" + s.name + "\" (kernel \"" + s.kernelName +
-                    "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) + "x" +
-                    str(c.grid[2]) + ", block " + str(c.block[0]) + "x" +
-                    str(c.block[1]) + "x" + str(c.block[2]) + ")");
-  return KILN_OK;
+    return error;
+  int64_t splits = 1;
+  if (Error error = decideSplits(package, *driver, s, launch, stream, splits))
+    return error;
+  LaunchPlan plan;
+  if (Error error = fillPlan(*launch.kernel, s, where, launch, splits, plan))
+    return error;
+  if (Error error =
+          launchPlanned(package, *driver, s, s.kernelIndex, plan, stream))
+    return error;
+  if (splits <= 1)
+    return Error::ok();
+  size_t combineIndex = *launch.kernel->combineIndex;
+  LaunchPlan combine;
+  if (Error error = fillPlan(package.manifest.kernels[combineIndex], s, where,
+                             launch, splits, combine))
+    return error;
+  return launchPlanned(package, *driver, s, combineIndex, combine, stream);
+}
+
+/// The split count a checked launch uses on the current device.
+Error splitsOfLaunch(kiln_package &package, const Site &s,
+                     const CheckedLaunch &launch, int64_t &splits) {
+  const CudaDriver *driver = nullptr;
+  if (Error error = getCudaDriver(driver))
+    return error;
+  return decideSplits(package, *driver, s, launch, nullptr, splits);
 }
 
 extern "C" {
@@ -932,6 +1169,8 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->v_head_dim = s.valueHeadDim ? *s.valueHeadDim : KILN_DYNAMIC;
     info->paged = s.paged;
     info->page_size = s.pageSize ? *s.pageSize : KILN_DYNAMIC;
+    info->split_kv =
+        site->package->manifest.kernels[s.kernelIndex].combineIndex.has_value();
     return KILN_OK;
   });
 }
@@ -1010,12 +1249,12 @@ kiln_status kiln_site_check_attention(const kiln_site *site,
       return fail(KILN_INVALID_ARGUMENT,
                   "kiln_site_check_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
-    LaunchPlan plan;
-    if (Error error =
-            planAttention(manifest, manifest.sites[site->index], args, plan))
+    const Site &s = manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkLaunch(manifest, s, args, launch))
       return fail(error);
-    if (config)
-      *config = plan.config;
+    if (Error error = checkedConfig(s, launch, config))
+      return fail(error);
     return KILN_OK;
   });
 }
@@ -1031,10 +1270,12 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     const Site &s = package.manifest.sites[site->index];
     // Arguments are checked before the driver is touched, so that every
     // argument error is reported the same way with or without a GPU.
-    LaunchPlan plan;
-    if (Error error = planAttention(package.manifest, s, args, plan))
+    CheckedLaunch launch;
+    if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
-    return launchPlanned(package, s, plan, stream);
+    if (Error error = launchChecked(package, s, launch, stream))
+      return fail(error);
+    return KILN_OK;
   });
 }
 
@@ -1047,12 +1288,12 @@ kiln_site_check_paged_attention(const kiln_site *site,
       return fail(KILN_INVALID_ARGUMENT,
                   "kiln_site_check_paged_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
-    LaunchPlan plan;
-    if (Error error = planPagedAttention(manifest, manifest.sites[site->index],
-                                         args, plan))
+    const Site &s = manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkPagedLaunch(manifest, s, args, launch))
       return fail(error);
-    if (config)
-      *config = plan.config;
+    if (Error error = checkedConfig(s, launch, config))
+      return fail(error);
     return KILN_OK;
   });
 }
@@ -1067,10 +1308,122 @@ kiln_site_launch_paged_attention(const kiln_site *site,
                   "kiln_site_launch_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    LaunchPlan plan;
-    if (Error error = planPagedAttention(package.manifest, s, args, plan))
+    CheckedLaunch launch;
+    if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);
-    return launchPlanned(package, s, plan, stream);
+    if (Error error = launchChecked(package, s, launch, stream))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_attention_splits(const kiln_site *site,
+                                       const kiln_attention_args *args,
+                                       int64_t *splits) {
+  return guarded("kiln_site_attention_splits", [&] {
+    if (!site || !splits)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_attention_splits: NULL site or result pointer");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = splitsOfLaunch(package, s, launch, *splits))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status
+kiln_site_paged_attention_splits(const kiln_site *site,
+                                 const kiln_paged_attention_args *args,
+                                 int64_t *splits) {
+  return guarded("kiln_site_paged_attention_splits", [&] {
+    if (!site || !splits)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_paged_attention_splits: NULL site or result "
+                  "pointer");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = splitsOfLaunch(package, s, launch, *splits))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
+                                     int64_t q_heads, int64_t kv_heads,
+                                     int64_t q_len, int64_t max_kv_len,
+                                     int64_t *bytes) {
+  return guarded("kiln_site_workspace_size", [&] {
+    if (!site || !bytes)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_workspace_size: NULL site or result pointer");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    const std::string where = "site \"" + s.name + "\": ";
+    const std::pair<const char *, int64_t> sizes[] = {
+        {"batch", batch},
+        {"q_heads", q_heads},
+        {"kv_heads", kv_heads},
+        {"q_len", q_len},
+        {"max_kv_len", max_kv_len}};
+    for (auto [name, value] : sizes)
+      if (value <= 0)
+        return fail(
+            invalid(where + name + " must be positive, got " + str(value)));
+    if (q_heads % kv_heads != 0)
+      return fail(invalid(where + "q_heads (" + str(q_heads) +
+                          ") is not a multiple of kv_heads (" + str(kv_heads) +
+                          ")"));
+    const Kernel &kernel = package.manifest.kernels[s.kernelIndex];
+    *bytes = 0;
+    if (!kernel.combineIndex)
+      return KILN_OK;
+    const CudaDriver *driver = nullptr;
+    if (Error error = getCudaDriver(driver))
+      return fail(error);
+    CUfunction function = nullptr;
+    int64_t slots = 0;
+    if (Error error = getFunction(package, *driver, s.kernelIndex, nullptr,
+                                  function, &slots))
+      return fail(error);
+    int64_t valueHeadDim = kernel.valueHeadDim ? *kernel.valueHeadDim
+                           : s.valueHeadDim    ? *s.valueHeadDim
+                           : kernel.headDim    ? *kernel.headDim
+                                               : 0;
+    int64_t kvBlocks =
+        (max_kv_len + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
+    // The largest workspace any launch within the bounds chooses: fewer
+    // sequences or queries can mean more splits. Of the query counts with
+    // the same grid, the largest has the most rows.
+    kiln_attention_args args{};
+    args.q_heads = q_heads;
+    args.kv_heads = kv_heads;
+    args.kv_len = max_kv_len;
+    args.head_dim = kernel.headDim ? *kernel.headDim : 1;
+    int64_t largest = 0;
+    for (int64_t queries = q_len; queries >= 1; --queries) {
+      args.batch = 1;
+      args.q_len = queries + 1;
+      int64_t nextGrid = queries < q_len ? gridBlocks(kernel, args) : -1;
+      args.q_len = queries;
+      if (gridBlocks(kernel, args) == nextGrid)
+        continue;
+      for (int64_t sequences = 1; sequences <= batch; ++sequences) {
+        args.batch = sequences;
+        int64_t splits =
+            chooseSplits(gridBlocks(kernel, args), slots, kvBlocks, sequences);
+        largest =
+            std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
+      }
+    }
+    *bytes = largest;
+    return KILN_OK;
   });
 }
 

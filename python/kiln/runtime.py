@@ -129,6 +129,7 @@ class _SiteInfo(ctypes.Structure):
         ("v_head_dim", ctypes.c_int64),
         ("paged", ctypes.c_int32),
         ("page_size", ctypes.c_int64),
+        ("split_kv", ctypes.c_int32),
     ]
 
 
@@ -176,6 +177,9 @@ class PagedAttentionArgs(ctypes.Structure):
         ("value_cache_strides", ctypes.c_int64 * 4),
         ("out_strides", ctypes.c_int64 * 4),
         ("page_table_strides", ctypes.c_int64 * 2),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+        ("num_splits", ctypes.c_int64),
     ]
 
 
@@ -208,6 +212,9 @@ class AttentionArgs(ctypes.Structure):
         ("mask_strides", _Strides),
         ("bias_strides", _Strides),
         ("v_head_dim", ctypes.c_int64),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+        ("num_splits", ctypes.c_int64),
     ]
 
 
@@ -357,6 +364,22 @@ def _declare(lib: ctypes.CDLL) -> None:
             c_status,
             [site_p, ctypes.POINTER(PagedAttentionArgs), ctypes.c_void_p],
         ),
+        "kiln_site_workspace_size": (
+            c_status,
+            [site_p] + [ctypes.c_int64] * 5 + [ctypes.POINTER(ctypes.c_int64)],
+        ),
+        "kiln_site_attention_splits": (
+            c_status,
+            [site_p, ctypes.POINTER(AttentionArgs), ctypes.POINTER(ctypes.c_int64)],
+        ),
+        "kiln_site_paged_attention_splits": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(PagedAttentionArgs),
+                ctypes.POINTER(ctypes.c_int64),
+            ],
+        ),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -364,7 +387,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 2
+_API_VERSION = 3
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -539,6 +562,9 @@ class Site:
         # A kiln.paged_attention site: launched with paged_attention().
         self.paged: bool = bool(info.paged)
         self.page_size: Optional[int] = _dim(info.page_size) if self.paged else None
+        # The kernel can split each sequence's keys over several blocks (see
+        # workspace_size()).
+        self.split_kv: bool = bool(info.split_kv)
         self.mask: str = _MASK_NAMES[MaskKind(info.mask)]
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
@@ -608,6 +634,76 @@ class Site:
         """Launches a paged site with raw arguments on a CUstream handle."""
         self._launch_with("kiln_site_launch_paged_attention", args, stream)
 
+    def workspace_size(
+        self,
+        batch: int,
+        q_len: int,
+        max_kv_len: int,
+        q_heads: Optional[int] = None,
+        kv_heads: Optional[int] = None,
+    ) -> int:
+        """Bytes of workspace that let every launch of at most `batch`
+        sequences, `q_len` queries and `max_kv_len` keys (a paged site:
+        max_pages x page_size) split keys as it chooses, on the current CUDA
+        device; 0 when the kernel does not split. Heads default to the
+        site's."""
+        q_heads = q_heads or self.q_heads
+        kv_heads = kv_heads or self.kv_heads
+        if not q_heads or not kv_heads:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r} has dynamic head counts: pass q_heads "
+                "and kv_heads",
+            )
+        size = ctypes.c_int64()
+        _check(
+            self._package._lib.kiln_site_workspace_size(
+                self._handle, batch, q_heads, kv_heads, q_len, max_kv_len,
+                ctypes.byref(size),
+            )
+        )
+        return int(size.value)
+
+    def splits(self, args: Any) -> int:
+        """The split count a launch with raw `args` (AttentionArgs or
+        PagedAttentionArgs) uses on the current device."""
+        result = ctypes.c_int64()
+        function = (
+            "kiln_site_paged_attention_splits"
+            if isinstance(args, PagedAttentionArgs)
+            else "kiln_site_attention_splits"
+        )
+        _check(
+            getattr(self._package._lib, function)(
+                self._handle, ctypes.byref(args), ctypes.byref(result)
+            )
+        )
+        return int(result.value)
+
+    def _set_workspace(
+        self, args: Any, workspace: Any, num_splits: int, device: Any,
+        shape: Tuple[int, int, int, int, int, int],
+    ) -> None:
+        args.num_splits = int(num_splits)
+        if not self.split_kv or num_splits == 1:
+            return
+        if workspace is None:
+            batch, q_heads, kv_heads, q_len, max_kv_len, value_dim = shape
+            with _torch_device(device):
+                needed = self.workspace_size(
+                    batch, q_len, max_kv_len, q_heads=q_heads, kv_heads=kv_heads
+                )
+            # A forced split count needs its own partial results and
+            # statistics (f32) for every row.
+            forced = num_splits * batch * q_heads * q_len * (value_dim + 2) * 4
+            workspace = self._package._workspace(device, max(needed, forced))
+        args.workspace = workspace.data_ptr() if workspace is not None else None
+        args.workspace_bytes = (
+            workspace.numel() * workspace.element_size()
+            if workspace is not None
+            else 0
+        )
+
     # -- torch ----------------------------------------------------------------
 
     def paged_attention(
@@ -619,12 +715,20 @@ class Site:
         kv_lens: Any,
         out: Any = None,
         stream: Any = None,
+        workspace: Any = None,
+        num_splits: int = 0,
     ) -> Any:
         """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
         page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
         and kv_lens ``[B]`` int32 CUDA tensors; returns out ``[B, Hq, Sq,
-        Dv]``. Asynchronous; never allocates beyond `out` when not given, and
-        never synchronizes (capturable in a CUDA graph)."""
+        Dv]``. Asynchronous and never synchronizes (capturable in a CUDA
+        graph).
+
+        `workspace` (a CUDA tensor of at least workspace_size() bytes) lets
+        the launch split keys over blocks; None uses one the package keeps per
+        device, allocated or grown here when a shape needs more (never while
+        a CUDA graph is being captured: pass one then). `num_splits` forces
+        a split count (0: chosen at launch from the device and the shape)."""
         import torch
 
         if not self.paged:
@@ -704,6 +808,11 @@ class Site:
         args.q_len, args.head_dim, args.v_head_dim = q_len, head_dim, value_dim
         args.num_pages, args.page_size = num_pages, page_size
         args.max_pages = int(page_table.shape[1])
+        self._set_workspace(
+            args, workspace, num_splits, device,
+            (batch, q_heads, kv_heads, q_len, args.max_pages * page_size,
+             value_dim),
+        )
         if stream is None:
             handle = torch.cuda.current_stream(device).cuda_stream
         elif isinstance(stream, int):
@@ -723,9 +832,12 @@ class Site:
         bias: Any = None,
         out: Any = None,
         stream: Any = None,
+        workspace: Any = None,
+        num_splits: int = 0,
     ) -> Any:
         """Runs the site on torch CUDA tensors in the site's layout and
         returns `out` (allocated like a contiguous `q` when not given).
+        `workspace` and `num_splits` are as for paged_attention().
 
         `mask`/`bias` broadcast to [batch, q_heads, q_len, kv_len] (any rank
         up to 4). `stream` is a torch.cuda.Stream or a raw CUstream int;
@@ -735,6 +847,11 @@ class Site:
 
         args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out)
         device = q.device
+        self._set_workspace(
+            args, workspace, num_splits, device,
+            (args.batch, args.q_heads, args.kv_heads, args.q_len, args.kv_len,
+             args.v_head_dim or args.head_dim),
+        )
         if stream is None:
             handle = torch.cuda.current_stream(device).cuda_stream
         elif isinstance(stream, int):
@@ -845,8 +962,36 @@ class Site:
         return args, out
 
 
+def _torch_device(device: Any) -> Any:
+    import torch
+
+    return torch.cuda.device(device)
+
+
 class Package:
     """An open Kiln package (a directory with manifest.json and PTX files)."""
+
+    def _workspace(self, device: Any, nbytes: int) -> Any:
+        """The package's split-KV workspace on `device`, at least `nbytes`
+        long (None when no bytes are needed)."""
+        import torch
+
+        if nbytes <= 0:
+            return None
+        cache = self.__dict__.setdefault("_workspaces", {})
+        current = cache.get(device)
+        if current is not None and current.numel() >= nbytes:
+            return current
+        if torch.cuda.is_current_stream_capturing():
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"a launch needs a {nbytes}-byte split-KV workspace while a "
+                "CUDA graph is being captured: pass workspace= (sized by "
+                "Site.workspace_size) or launch once before capturing",
+            )
+        # 16-byte aligned: the caching allocator aligns to 512 bytes.
+        cache[device] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return cache[device]
 
     def __init__(self, path: "os.PathLike[str] | str", library: Optional[str] = None):
         self._lib = load_library(library)

@@ -280,17 +280,23 @@ def run_case(
         "kv_len": case.kv_len,
         "variant": case.variant,
     }
+    # Split-KV: forced split counts beside the launch's own choice.
+    splits = {"split3": 3, "split8": 8, "nosplit": 1}.get(case.variant, 0)
     try:
         if case.variant == "graph":
             static_out = out
             site.package.prepare()  # module loads are not capturable
+            # The first launch sizes the package's split-KV workspace (no
+            # allocation may happen while capturing).
+            site.attention(q, k, v, mask=mask, bias=bias, out=static_out)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 site.attention(q, k, v, mask=mask, bias=bias, out=static_out)
             static_out.fill_(float("nan"))
             graph.replay()
         else:
-            site.attention(q, k, v, mask=mask, bias=bias, out=out)
+            site.attention(q, k, v, mask=mask, bias=bias, out=out,
+                           num_splits=splits)
         torch.cuda.synchronize()
     except Exception as error:  # KilnError, or a CUDA error from the kernel
         result.update(ok=False, error=f"{type(error).__name__}: {error}")
@@ -353,6 +359,14 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
                 cases.append(Case(batch, q_heads, kv_heads, sq, sk, mask_shape=shape))
     sq, sk = extra[0]
     cases.append(Case(batch, q_heads, kv_heads, sq, sk, variant="graph"))
+    # Keys split over blocks: forced counts (more splits than key tiles
+    # included) and none, where the kernel splits.
+    if site.split_kv:
+        for sq, sk in [(1, 4096), (1, 130), (17, 1000), (200, 1000)]:
+            if site.q_len in (None, sq) and site.kv_len in (None, sk):
+                for variant in ("split3", "split8", "nosplit"):
+                    cases.append(Case(batch, q_heads, kv_heads, sq, sk,
+                                      variant=variant))
     return cases
 
 

@@ -121,7 +121,8 @@ def check_site(site, entry, device, gen, sanitize) -> List[Dict[str, Any]]:
             device, gen)
         q = torch.randn(batch, hq, q_len, d, generator=gen).to(dtype).to(device)
         lens = kv_lens.to(device)
-        for variant in ("eager", "graph"):
+        for variant in ("eager", "nosplit", "split3", "split16", "graph"):
+            splits = {"nosplit": 1, "split3": 3, "split16": 16}.get(variant, 0)
             out = torch.full((batch, hq, q_len, dv), float("nan"), dtype=dtype,
                              device=device)
             result = dict(site=site.function, dtype=site.dtype, page=page,
@@ -132,10 +133,17 @@ def check_site(site, entry, device, gen, sanitize) -> List[Dict[str, Any]]:
                     site.package.prepare()
                     static_lens = torch.zeros_like(lens)
                     static_table = torch.zeros_like(table)
+                    # A workspace the caller allocates once, sized for the
+                    # largest launch; the split count is chosen at launch.
+                    workspace = torch.empty(
+                        site.workspace_size(batch, q_len, max_pages * page,
+                                            q_heads=hq, kv_heads=hkv),
+                        dtype=torch.uint8, device=device)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph):
                         site.paged_attention(q, key_cache, value_cache,
-                                             static_table, static_lens, out=out)
+                                             static_table, static_lens, out=out,
+                                             workspace=workspace)
                     # New lengths and page table, same buffers: replay.
                     static_lens.copy_(lens)
                     static_table.copy_(table)
@@ -143,7 +151,7 @@ def check_site(site, entry, device, gen, sanitize) -> List[Dict[str, Any]]:
                     graph.replay()
                 else:
                     site.paged_attention(q, key_cache, value_cache, table, lens,
-                                         out=out)
+                                         out=out, num_splits=splits)
                 torch.cuda.synchronize()
             except Exception as error:
                 result.update(ok=False, error=f"{type(error).__name__}: {error}")

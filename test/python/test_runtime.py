@@ -339,3 +339,24 @@ print("launched")
     )
     assert result.returncode == 0, result.stderr
     assert "launched" in result.stdout
+
+
+def test_split_kv_arguments(package: kiln.Package) -> None:
+    """A site whose kernel does not split keys: forced splits are refused,
+    and the workspace query says none is needed without touching a GPU."""
+    site = package.site("attention_0")
+    assert site.split_kv is False
+    args = fake_args(site, 1, 8, 2, 1, 4096)
+    args.num_splits = 2
+    with pytest.raises(KilnError, match="does not split keys"):
+        site.check(args)
+    args.num_splits = 500
+    with pytest.raises(KilnError, match="num_splits must be 0"):
+        site.check(args)
+    args.num_splits = 0
+    args.workspace_bytes = -1
+    with pytest.raises(KilnError, match="workspace_bytes must not be negative"):
+        site.check(args)
+    assert site.workspace_size(4, 1, 4096) == 0
+    with pytest.raises(KilnError, match="batch must be positive"):
+        site.workspace_size(0, 1, 4096)

@@ -84,6 +84,9 @@ cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice) {
   case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
     *value = 232448;
     break;
+  case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+    *value = state.smCount;
+    break;
   default:
     *value = 0;
   }
@@ -122,11 +125,19 @@ cuFuncSetAttribute(CUfunction, CUfunction_attribute attribute, int value) {
   return CUDA_SUCCESS;
 }
 __attribute__((visibility("default"))) CUresult
-cuLaunchKernel(CUfunction, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-               unsigned by, unsigned bz, unsigned shared, CUstream stream,
-               void **params, void **extra) {
+cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction, int,
+                                            size_t) {
+  *blocks = state.blocksPerSM;
+  return CUDA_SUCCESS;
+}
+__attribute__((visibility("default"))) CUresult
+cuLaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz,
+               unsigned bx, unsigned by, unsigned bz, unsigned shared,
+               CUstream stream, void **params, void **extra) {
+  state.previousLaunch = state.lastLaunch;
   FakeLaunch &launch = state.lastLaunch;
   launch = FakeLaunch();
+  launch.function = function;
   launch.grid[0] = gx;
   launch.grid[1] = gy;
   launch.grid[2] = gz;
@@ -137,8 +148,11 @@ cuLaunchKernel(CUfunction, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   launch.stream = stream;
   launch.hasExtra = extra != nullptr;
   // The runtime stores every parameter in an 8-byte slot.
+  // (A launch with fewer parameters leaves the rest of the runtime's
+  // zeroed array null.)
   for (int i = 0; i < state.expectedParams && i < kFakeMaxParams; ++i)
-    std::memcpy(&launch.params[i], params[i], 8);
+    if (params[i])
+      std::memcpy(&launch.params[i], params[i], 8);
   ++state.launches;
   return CUDA_SUCCESS;
 }

@@ -16,6 +16,7 @@ struct FakeLaunch {
   unsigned block[3] = {0, 0, 0};
   unsigned sharedBytes = 0;
   CUstream stream = nullptr;
+  CUfunction function = nullptr;
   bool hasExtra = false;
   /// The first 8 bytes behind each kernelParams entry.
   uint64_t params[kFakeMaxParams] = {};
@@ -35,7 +36,12 @@ struct FakeCudaState {
   int maxDynamicShared = 0;
   int expectedParams = 0;
   int launches = 0;
+  /// What the occupancy and SM-count queries answer.
+  int blocksPerSM = 2;
+  int smCount = 132;
   FakeLaunch lastLaunch;
+  /// The launch before the last (a split-KV launch's attention kernel).
+  FakeLaunch previousLaunch;
 };
 
 extern "C" FakeCudaState *fakeCudaState();

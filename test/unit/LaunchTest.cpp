@@ -262,3 +262,173 @@ TEST_F(LaunchTest, NoPtxForAnOldDevice) {
 }
 
 } // namespace
+
+namespace {
+
+/// validManifest() with kernel 0 (bf16 d64, causal, used by attention_0)
+/// splitting keys, and its combine kernel.
+json splitManifest() {
+  json manifest = validManifest();
+  json &kernel = manifest["kernels"][0];
+  kernel["split_combine"] = "kiln_split_combine_bf16_dv64";
+  kernel["grid"][2]["times_splits"] = true;
+  kernel["args"].push_back({{"name", "num_splits"}, {"kind", "i32"}});
+  kernel["args"].push_back({{"name", "workspace"}, {"kind", "pointer"}});
+  json args = json::array();
+  args.push_back({{"name", "workspace"}, {"kind", "pointer"}});
+  args.push_back({{"name", "out"}, {"kind", "pointer"}, {"dtype", "bf16"}});
+  for (const char *name : {"num_splits", "batch", "q_heads", "q_len"})
+    args.push_back({{"name", name}, {"kind", "i32"}});
+  for (const char *axis : {"batch", "head", "seq"})
+    args.push_back(
+        {{"name", std::string("out_stride_") + axis}, {"kind", "i64"}});
+  manifest["kernels"].push_back(
+      {{"name", "kiln_split_combine_bf16_dv64"},
+       {"kind", "split_combine"},
+       {"dtype", "bf16"},
+       {"v_head_dim", 64},
+       {"block", {128, 1, 1}},
+       {"rows_per_block", 4},
+       {"kv_block_size", 0},
+       {"grid",
+        {{{"dim", {"batch", "q_heads", "q_len"}}, {"ceil_div", 4}}, 1, 1}},
+       {"static_shared_bytes", 0},
+       {"dynamic_shared_bytes", 0},
+       {"args", args}});
+  return manifest;
+}
+
+} // namespace
+
+class SplitLaunchTest : public LaunchTest {
+protected:
+  const kiln_site *openSplit(const char *name = "attention_0") {
+    json manifest = splitManifest();
+    writeNamedPtx(manifest);
+    EXPECT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *site = nullptr;
+    EXPECT_EQ(kiln_package_find_site(package, name, &site), KILN_OK);
+    fake().expectedParams = 24;
+    return site;
+  }
+  /// Bytes `splits` splits of a decode launch of attention_0 need.
+  static int64_t bytesFor(int64_t splits) {
+    return splits * 1 * 8 * 1 * (64 + 2) * 4;
+  }
+  alignas(16) static inline char workspace[1 << 20];
+};
+
+TEST_F(SplitLaunchTest, ChoosesSplitsFromTheDeviceAndCombines) {
+  const kiln_site *site = openSplit();
+  kiln_site_info info;
+  ASSERT_EQ(kiln_site_get_info(site, &info), KILN_OK);
+  EXPECT_EQ(info.split_kv, 1);
+  kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
+  a.workspace = workspace;
+  a.workspace_bytes = sizeof(workspace);
+  // 8 blocks, 264 resident on 132 SMs x 2, 64 key blocks: 16 splits of 4
+  // key blocks fill one wave.
+  int64_t splits = 0;
+  ASSERT_EQ(kiln_site_attention_splits(site, &a, &splits), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(splits, 16);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(fake().launches, 2);
+  const FakeLaunch &attention = fake().previousLaunch;
+  EXPECT_EQ(attention.grid[2], 16u); // batch x splits
+  EXPECT_EQ(asI32(attention.params[22]), 16);
+  EXPECT_EQ(attention.params[23], reinterpret_cast<uintptr_t>(workspace));
+  const FakeLaunch &combine = fake().lastLaunch;
+  EXPECT_NE(combine.function, attention.function);
+  EXPECT_EQ(combine.grid[0], 2u); // ceil(1 * 8 * 1 / 4) rows
+  EXPECT_EQ(combine.params[0], reinterpret_cast<uintptr_t>(workspace));
+  EXPECT_EQ(combine.params[1], 0x40000u);
+  EXPECT_EQ(asI32(combine.params[2]), 16);
+
+  // The size query covers this launch's choice.
+  int64_t bytes = 0;
+  ASSERT_EQ(kiln_site_workspace_size(site, 1, 8, 2, 1, 4096, &bytes), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(bytes, bytesFor(16));
+}
+
+TEST_F(SplitLaunchTest, TheWorkspaceBoundsTheSplits) {
+  const kiln_site *site = openSplit();
+  kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+  EXPECT_EQ(fake().launches, 1); // no workspace: one split, no combine
+  EXPECT_EQ(fake().lastLaunch.grid[2], 1u);
+  EXPECT_EQ(asI32(fake().lastLaunch.params[22]), 1);
+
+  a.workspace = workspace;
+  a.workspace_bytes = bytesFor(2) + 100;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+  EXPECT_EQ(fake().launches, 3);
+  EXPECT_EQ(fake().previousLaunch.grid[2], 2u);
+
+  // A grid that fills the device is not split.
+  kiln_attention_args big = args(site, 64, 8, 2, 1, 4096);
+  big.workspace = workspace;
+  big.workspace_bytes = sizeof(workspace);
+  int64_t splits = 0;
+  ASSERT_EQ(kiln_site_attention_splits(site, &big, &splits), KILN_OK);
+  EXPECT_EQ(splits, 1);
+}
+
+TEST_F(SplitLaunchTest, ForcedSplitsAreChecked) {
+  const kiln_site *site = openSplit();
+  kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
+  a.num_splits = 3;
+  EXPECT_EQ(kiln_site_check_attention(site, &a, nullptr),
+            KILN_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(),
+              HasSubstr("3 splits need a 6336-byte workspace; got none"));
+  a.workspace = workspace;
+  a.workspace_bytes = bytesFor(3);
+  kiln_launch_config config;
+  ASSERT_EQ(kiln_site_check_attention(site, &a, &config), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(config.grid[2], 3u);
+  a.num_splits = 129;
+  EXPECT_EQ(kiln_site_check_attention(site, &a, nullptr),
+            KILN_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("num_splits must be 0"));
+  a.num_splits = 2;
+  a.workspace = workspace + 8;
+  EXPECT_EQ(kiln_site_check_attention(site, &a, nullptr),
+            KILN_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("16-byte aligned"));
+
+  // A kernel that does not split keys.
+  const kiln_site *other = nullptr;
+  ASSERT_EQ(kiln_package_find_site(package, "attention_1", &other), KILN_OK);
+  kiln_attention_args b = args(other, 1, 8, 2, 1, 64);
+  b.num_splits = 2;
+  EXPECT_EQ(kiln_site_check_attention(other, &b, nullptr),
+            KILN_INVALID_ARGUMENT);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("does not split keys"));
+  int64_t bytes = -1;
+  ASSERT_EQ(kiln_site_workspace_size(other, 4, 8, 2, 1, 4096, &bytes), KILN_OK);
+  EXPECT_EQ(bytes, 0);
+}
+
+TEST_F(SplitLaunchTest, ManifestChecksTheCombineKernel) {
+  json manifest = splitManifest();
+  manifest["sites"][0]["kernel"] = "kiln_split_combine_bf16_dv64";
+  writeNamedPtx(manifest);
+  EXPECT_EQ(open(), KILN_FORMAT_ERROR);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("is a split-KV combine kernel"));
+
+  manifest = splitManifest();
+  manifest["kernels"][0]["split_combine"] = "kiln_attention_f16_d128_mask";
+  writeNamedPtx(manifest);
+  EXPECT_EQ(open(), KILN_FORMAT_ERROR);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("is not a \"split_combine\""));
+
+  manifest = validManifest();
+  manifest["kernels"][1]["grid"][2]["times_splits"] = true;
+  writeNamedPtx(manifest);
+  EXPECT_EQ(open(), KILN_FORMAT_ERROR);
+  EXPECT_THAT(kiln_last_error(), HasSubstr("needs a kernel that splits keys"));
+}

@@ -64,6 +64,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
     }
     names.push_back("page_table_stride_batch");
+    if (spec.splitKV)
+      names.append({"num_splits", "workspace"});
     return names;
   }
   SmallVector<std::string> names = {"q", "k", "v", "out"};
@@ -82,6 +84,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
     if (present)
       for (const char *axis : {"batch", "head", "q", "k"})
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
+  if (spec.splitKV)
+    names.append({"num_splits", "workspace"});
   return names;
 }
 
@@ -91,6 +95,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
     kinds.append(7, "i32");
     kinds.push_back("f32");
     kinds.append(13, "i64");
+    if (spec.splitKV)
+      kinds.append({"i32", "pointer"});
     return kinds;
   }
   int64_t numPointers = 4 + bool(spec.maskType) + bool(spec.biasType);
@@ -98,48 +104,57 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
   kinds.append(5, "i32");
   kinds.push_back("f32");
   kinds.append(12 + 4 * (bool(spec.maskType) + bool(spec.biasType)), "i64");
+  if (spec.splitKV)
+    kinds.append({"i32", "pointer"});
   return kinds;
 }
 
-Value AttentionKernelBuilder::constIndex(int64_t value) {
+Value KernelBuilderBase::constIndex(int64_t value) {
   return arith::ConstantIndexOp::create(*b, value);
 }
-Value AttentionKernelBuilder::constF32(float value) {
+Value KernelBuilderBase::constF32(float value) {
   return arith::ConstantOp::create(*b, b->getF32FloatAttr(value));
 }
-Value AttentionKernelBuilder::toIndex(Value v) {
+Value KernelBuilderBase::toIndex(Value v) {
   return arith::IndexCastOp::create(*b, b->getIndexType(), v);
 }
-Value AttentionKernelBuilder::toI64(Value v) {
+Value KernelBuilderBase::toI64(Value v) {
   return arith::IndexCastOp::create(*b, b->getI64Type(), v);
 }
-Value AttentionKernelBuilder::add(Value x, Value y) {
+Value KernelBuilderBase::add(Value x, Value y) {
   return arith::AddIOp::create(*b, x, y);
 }
-Value AttentionKernelBuilder::sub(Value x, Value y) {
+Value KernelBuilderBase::sub(Value x, Value y) {
   return arith::SubIOp::create(*b, x, y);
 }
-Value AttentionKernelBuilder::mul(Value x, Value y) {
+Value KernelBuilderBase::mul(Value x, Value y) {
   return arith::MulIOp::create(*b, x, y);
 }
-Value AttentionKernelBuilder::fadd(Value x, Value y) {
+Value KernelBuilderBase::fadd(Value x, Value y) {
   return arith::AddFOp::create(*b, x, y);
 }
-Value AttentionKernelBuilder::fmul(Value x, Value y) {
+Value KernelBuilderBase::fmul(Value x, Value y) {
   return arith::MulFOp::create(*b, x, y);
 }
-Value AttentionKernelBuilder::fmax(Value x, Value y) {
+Value KernelBuilderBase::fmax(Value x, Value y) {
   return arith::MaximumFOp::create(*b, x, y);
 }
 
-Value AttentionKernelBuilder::exp2(Value x) {
+Value KernelBuilderBase::exp2(Value x) {
   return LLVM::CallIntrinsicOp::create(
              *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.ex2.approx.f32"),
              ValueRange{x})
       .getResult(0);
 }
 
-Value AttentionKernelBuilder::tanh(Value x) {
+Value KernelBuilderBase::log2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.lg2.approx.f32"),
+             ValueRange{x})
+      .getResult(0);
+}
+
+Value KernelBuilderBase::tanh(Value x) {
   Value twoXLog2e = fmul(x, constF32(2.0f * 1.4426950408889634f));
   Value e = exp2(twoXLog2e);
   Value ratio =
@@ -147,8 +162,8 @@ Value AttentionKernelBuilder::tanh(Value x) {
   return arith::SubFOp::create(*b, constF32(1.0f), ratio);
 }
 
-Value AttentionKernelBuilder::loadGlobalAsF32(Value base, Type elementType,
-                                              Value offset) {
+Value KernelBuilderBase::loadGlobalAsF32(Value base, Type elementType,
+                                         Value offset) {
   auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
   Value address =
       LLVM::GEPOp::create(*b, ptrType, elementType, base, ValueRange{offset});
@@ -167,8 +182,8 @@ void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
   LLVM::StoreOp::create(*b, value, address);
 }
 
-Value AttentionKernelBuilder::butterfly(Value value, bool isMax,
-                                        int32_t firstOffset) {
+Value KernelBuilderBase::butterfly(Value value, bool isMax,
+                                   int32_t firstOffset) {
   for (int32_t offset = firstOffset; offset > 0; offset /= 2) {
     Value other = gpu::ShuffleOp::create(*b, value, offset, kWarpSize,
                                          gpu::ShuffleMode::XOR)
@@ -316,14 +331,23 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
   maskPtr = spec.maskType ? args[next++] : Value();
   biasPtr = spec.biasType ? args[next++] : Value();
-  next++; // batch: only the grid depends on it.
+  batchSize = toIndex(args[next++]);
   numQueryHeads = toIndex(args[next++]);
   numKvHeads = toIndex(args[next++]);
   qLen = toIndex(args[next++]);
   if (spec.paged) {
     maxPages = toIndex(args[next++]);
     numPages = toIndex(args[next++]);
-    pageSize = toIndex(args[next++]);
+    Value pageSizeArg = args[next++];
+    pageSize = toIndex(pageSizeArg);
+    // The runtime passes powers of two only.
+    Value leadingZeros = LLVM::CountLeadingZerosOp::create(
+        builder, builder.getI32Type(), pageSizeArg, /*is_zero_poison=*/false);
+    pageShift = toIndex(arith::SubIOp::create(
+        builder,
+        arith::ConstantIntOp::create(builder, builder.getI32Type(), 31),
+        leadingZeros));
+    pageMask = sub(pageSize, constIndex(1));
   } else {
     kvLen = toIndex(args[next++]);
   }
@@ -345,6 +369,10 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
     maskStrides = strides(4);
   if (spec.biasType)
     biasStrides = strides(4);
+  if (spec.splitKV) {
+    numSplits = toIndex(args[next++]);
+    workspace = args[next++];
+  }
 
   const float log2e = 1.4426950408889634f;
   scaleNatural = scale;
@@ -360,6 +388,12 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
   Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
   batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
+  if (spec.splitKV) {
+    // Grid z is split-major: block z works on split z / batch of sequence
+    // z % batch.
+    splitIndex = arith::DivUIOp::create(builder, batch, batchSize);
+    batch = arith::RemUIOp::create(builder, batch, batchSize);
+  }
   threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
   lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
@@ -441,6 +475,23 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
                                              constIndex(kvBlockSize())),
                       constIndex(kvBlockSize()));
     }
+  }
+
+  if (spec.splitKV) {
+    // Split s of n takes tiles [s·t, (s + 1)·t) of the block's key range,
+    // t = ceil(tiles / n): whole tiles, so only the range's ends are partial.
+    Value span =
+        arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
+    Value tiles =
+        arith::CeilDivUIOp::create(builder, span, constIndex(kvBlockSize()));
+    Value keysPerSplit =
+        mul(arith::CeilDivUIOp::create(builder, tiles, numSplits),
+            constIndex(kvBlockSize()));
+    Value begin = add(kvBegin, mul(splitIndex, keysPerSplit));
+    Value end =
+        arith::MinSIOp::create(builder, kvEnd, add(begin, keysPerSplit));
+    kvBegin = arith::MinSIOp::create(builder, begin, end);
+    kvEnd = end;
   }
 
   buildBody(func);

@@ -56,6 +56,11 @@ struct KernelSpec {
   /// than the queries of one head, so K and V tiles serve the whole group
   /// (grid y runs over KV heads).
   bool packQueryHeads = false;
+  /// The keys of a block can be split over several blocks (grid z runs over
+  /// batch x num_splits), each writing its rows' partial output and
+  /// softmax statistics to a workspace that the combine kernel reduces. A
+  /// launch with num_splits = 1 writes the output directly.
+  bool splitKV = false;
 
   std::string name() const;
   /// The head dim of V and the output.
@@ -68,9 +73,41 @@ struct KernelSpec {
   }
 };
 
+/// Arithmetic on the builder `b` that every generated kernel uses.
+class KernelBuilderBase {
+protected:
+  ~KernelBuilderBase() = default;
+
+  Value constIndex(int64_t value);
+  Value constF32(float value);
+  Value toIndex(Value v);
+  Value toI64(Value v);
+  Value add(Value x, Value y);
+  Value sub(Value x, Value y);
+  Value mul(Value x, Value y);
+  Value fadd(Value x, Value y);
+  Value fmul(Value x, Value y);
+  Value fmax(Value x, Value y);
+  /// 2^x with the hardware's ex2.approx.f32 (about 2 ulp; 2^-inf = +0).
+  /// Called as an NVVM intrinsic: the generic exp2 lowers to a libdevice
+  /// call, which would make the PTX depend on the CUDA toolkit's bitcode.
+  Value exp2(Value x);
+  /// tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1), on the same ex2 as the softmax.
+  Value tanh(Value x);
+  /// Loads element `offset` (i64) of global `base` as f32 (i1 stays i1).
+  Value loadGlobalAsF32(Value base, Type elementType, Value offset);
+  /// Butterfly reduction with xor shuffles of offsets `firstOffset`,
+  /// `firstOffset / 2`, ..., 1: over the warp for 16, over a quad for 2.
+  Value butterfly(Value value, bool isMax, int32_t firstOffset);
+  /// log2(x) with the hardware's lg2.approx.f32 (log2(0) = -inf).
+  Value log2(Value x);
+
+  ImplicitLocOpBuilder *b = nullptr;
+};
+
 /// Builds one attention kernel as a gpu.func. See the pass description in
 /// Passes.td for the argument ABI.
-class AttentionKernelBuilder {
+class AttentionKernelBuilder : protected KernelBuilderBase {
 public:
   explicit AttentionKernelBuilder(const KernelSpec &spec) : spec(spec) {}
   virtual ~AttentionKernelBuilder() = default;
@@ -116,32 +153,9 @@ protected:
   /// arguments and per-block values below.
   virtual void buildBody(gpu::GPUFuncOp func) = 0;
 
-  // Arithmetic helpers on the current builder `b`.
-  Value constIndex(int64_t value);
-  Value constF32(float value);
-  Value toIndex(Value v);
-  Value toI64(Value v);
-  Value add(Value x, Value y);
-  Value sub(Value x, Value y);
-  Value mul(Value x, Value y);
-  Value fadd(Value x, Value y);
-  Value fmul(Value x, Value y);
-  Value fmax(Value x, Value y);
-  /// 2^x with the hardware's ex2.approx.f32 (about 2 ulp; 2^-inf = +0).
-  /// Called as an NVVM intrinsic: the generic exp2 lowers to a libdevice
-  /// call, which would make the PTX depend on the CUDA toolkit's bitcode.
-  Value exp2(Value x);
-  /// tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1), on the same ex2 as the softmax.
-  Value tanh(Value x);
-  /// Loads element `offset` (i64) of global `base` as f32 (i1 stays i1).
-  Value loadGlobalAsF32(Value base, Type elementType, Value offset);
   /// Stores the f32 `value` as the kernel's element type at element
   /// `offset` of the output.
   void storeOutput(Value value, Value offset);
-  /// Butterfly reduction with xor shuffles of offsets `firstOffset`,
-  /// `firstOffset / 2`, ..., 1: over the warp for 16, over a quad for 2.
-  Value butterfly(Value value, bool isMax, int32_t firstOffset);
-
   /// Element offset of (batch, headIndex) in a tensor with these strides.
   Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
 
@@ -157,16 +171,21 @@ protected:
                     Value rowBiasBase);
 
   const KernelSpec &spec;
-  ImplicitLocOpBuilder *b = nullptr;
 
   // Bound by the prologue.
   Value q, k, v, out, maskPtr, biasPtr;
   /// Paged sites: the page table and key counts, and the sizes that bound
   /// their entries; kStrides and vStrides are then {page, slot, head}.
   Value pageTable, kvLens, maxPages, numPages, pageSize, pageTableStride;
+  /// log2 of the page size (a power of two) and page_size - 1: a key's
+  /// table entry and slot are a shift and a mask.
+  Value pageShift, pageMask;
   Value numQueryHeads, numKvHeads, qLen, kvLen, scaleNatural, scaleLog2;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
   Value batch, kvHead, group;
+  /// Split-KV kernels: the launch's batch size and split count, this
+  /// block's split, and the f32 workspace of partial results.
+  Value batchSize, numSplits, splitIndex, workspace;
   /// The block's query head; null when heads are packed (each row has its
   /// own, and qBase, outBase, maskBase and biasBase are null too).
   Value head;
@@ -192,6 +211,19 @@ createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
 /// The tensor-core kernel for f16 and bf16: m16n8k16 mma.sync, 16 query rows
 /// a warp, 64-key tiles staged with 16-byte loads and read by ldmatrix.
 std::unique_ptr<AttentionKernelBuilder> createMmaKernel(const KernelSpec &spec);
+
+/// Rows the split-KV combine kernel reduces per block (one a warp).
+inline constexpr int64_t kCombineRowsPerBlock = kWarpsPerBlock;
+/// The name, argument names and argument kinds of the split-KV combine
+/// kernel for outputs of `elementType` with value head dim `valueDim`.
+std::string splitCombineKernelName(Type elementType, int64_t valueDim);
+SmallVector<std::string> splitCombineArgumentNames();
+SmallVector<std::string> splitCombineArgumentKinds();
+/// Creates that kernel at the builder's insertion point (inside the
+/// gpu.module): grid x covers batch·q_heads·q_len rows, kCombineRowsPerBlock
+/// a block.
+gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
+                                       Type elementType, int64_t valueDim);
 
 /// Whether the tensor-core kernel supports the element type and head dim.
 bool mmaKernelSupports(Type elementType, int64_t headDim,

@@ -38,6 +38,13 @@ using namespace mlir::kiln::detail;
 
 namespace {
 
+ArrayAttr stringArray(OpBuilder &builder, ArrayRef<std::string> values) {
+  SmallVector<Attribute> attrs;
+  for (const std::string &value : values)
+    attrs.push_back(builder.getStringAttr(value));
+  return builder.getArrayAttr(attrs);
+}
+
 /// Checks that `op` is something the kernel generator supports.
 LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   int64_t headDim = op.getHeadDim();
@@ -124,7 +131,24 @@ struct ConvertKilnToGPUPass
         OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
         gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
-        func->setAttr(kKernelInfoAttrName, makeKernelInfo(builder, *kernel));
+        DictionaryAttr info = makeKernelInfo(builder, *kernel);
+        if (spec.splitKV) {
+          // The kernel that reduces its splits, shared by every kernel with
+          // the same output type.
+          std::string combineName =
+              splitCombineKernelName(spec.elementType, spec.valueDim());
+          if (!kernels.lookup(combineName)) {
+            gpu::GPUFuncOp combine = buildSplitCombineKernel(
+                kernelBuilder, op->getLoc(), spec.elementType, spec.valueDim());
+            kernels.insert(combine);
+            combine->setAttr(kKernelInfoAttrName,
+                             makeCombineInfo(builder, spec));
+          }
+          NamedAttrList fields(info);
+          fields.set("combine_kernel", builder.getStringAttr(combineName));
+          info = fields.getDictionary(builder.getContext());
+        }
+        func->setAttr(kKernelInfoAttrName, info);
       }
       op->setAttr(kKernelAttrName,
                   SymbolRefAttr::get(
@@ -165,6 +189,9 @@ struct ConvertKilnToGPUPass
     // The tensor-core kernel serves a KV head's whole query group per
     // block.
     spec.packQueryHeads = spec.tensorCores;
+    // Keys split over blocks, except where a row that sees no key in the
+    // band revisits the keys outside it (masked_score with a band).
+    spec.splitKV = spec.tensorCores && !(spec.maskedScore && spec.rightBound());
 
     return success();
   }
@@ -190,6 +217,12 @@ struct ConvertKilnToGPUPass
              << valueHeadDim;
     if (valueHeadDim != spec.headDim)
       spec.valueHeadDim = valueHeadDim;
+    int64_t pageSize =
+        cast<RankedTensorType>(op.getKeyCache().getType()).getDimSize(1);
+    if (!ShapedType::isDynamic(pageSize) && !llvm::isPowerOf2_64(pageSize))
+      return op.emitOpError("the GPU kernels take pages of a power of two "
+                            "keys, got ")
+             << pageSize;
     spec.causal = op.getCausal();
     spec.window = op.getWindow();
     if (std::optional<APFloat> cap = op.getSoftcap())
@@ -197,16 +230,40 @@ struct ConvertKilnToGPUPass
     spec.paged = true;
     spec.tensorCores = true;
     spec.packQueryHeads = true;
+    spec.splitKV = true;
     return success();
+  }
+
+  /// The facts of the split-KV combine kernel of `spec`'s output.
+  DictionaryAttr makeCombineInfo(OpBuilder &builder, const KernelSpec &spec) {
+    auto strings = [&](ArrayRef<std::string> values) {
+      return stringArray(builder, values);
+    };
+    SmallVector<NamedAttribute> fields = {
+        builder.getNamedAttr("kind", builder.getStringAttr("split_combine")),
+        builder.getNamedAttr("dtype", builder.getStringAttr(getElementTypeName(
+                                          spec.elementType))),
+        builder.getNamedAttr("v_head_dim",
+                             builder.getI64IntegerAttr(spec.valueDim())),
+        builder.getNamedAttr("rows_per_block",
+                             builder.getI64IntegerAttr(kCombineRowsPerBlock)),
+        builder.getNamedAttr("threads_per_block",
+                             builder.getI64IntegerAttr(kThreadsPerBlock)),
+        builder.getNamedAttr("kv_block_size", builder.getI64IntegerAttr(0)),
+        builder.getNamedAttr("static_shared_bytes",
+                             builder.getI64IntegerAttr(0)),
+        builder.getNamedAttr("dynamic_shared_bytes",
+                             builder.getI64IntegerAttr(0)),
+        builder.getNamedAttr("arg_names", strings(splitCombineArgumentNames())),
+        builder.getNamedAttr("arg_kinds",
+                             strings(splitCombineArgumentKinds()))};
+    return builder.getDictionaryAttr(fields);
   }
 
   DictionaryAttr makeKernelInfo(OpBuilder &builder,
                                 const AttentionKernelBuilder &kernel) {
     auto strings = [&](ArrayRef<std::string> values) {
-      SmallVector<Attribute> attrs;
-      for (const std::string &value : values)
-        attrs.push_back(builder.getStringAttr(value));
-      return builder.getArrayAttr(attrs);
+      return stringArray(builder, values);
     };
     SmallVector<NamedAttribute> fields = {
         builder.getNamedAttr("rows_per_block",

@@ -151,6 +151,14 @@ private:
   /// merged state to every warp.
   SmallVector<Value> mergeWarps(ValueRange state, Value firstTile,
                                 Value secondTile);
+  /// Split-KV: stores a row's partial output (through `storeRow`, which
+  /// passes each of the thread's values and its column) and, from the
+  /// quad's first lane, the row's max and sum, in the layout the combine
+  /// kernel reads.
+  void
+  writePartial(Value rowHead, Value query, Value max, Value sum, Value quadLane,
+               llvm::function_ref<void(llvm::function_ref<void(Value, Value)>)>
+                   storeRow);
 
   int64_t rowElements, dimChunks;
 };
@@ -206,7 +214,7 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
     Value key = add(firstRow, row);
     Value clamped = arith::MinSIOp::create(*b, key, lastRow);
     Value entry = arith::MinSIOp::create(
-        *b, arith::DivUIOp::create(*b, clamped, pageSize), lastEntry);
+        *b, arith::ShRUIOp::create(*b, clamped, pageShift), lastEntry);
     Value entryAddress = LLVM::GEPOp::create(
         *b, globalPtr, b->getI32Type(), pageTable,
         ValueRange{add(mul(toI64(batch), pageTableStride), toI64(entry))});
@@ -214,7 +222,7 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
         toIndex(LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress));
     page = arith::MinSIOp::create(
         *b, arith::MaxSIOp::create(*b, page, constIndex(0)), lastPage);
-    Value slot = arith::RemUIOp::create(*b, clamped, pageSize);
+    Value slot = arith::AndIOp::create(*b, clamped, pageMask);
     Value offset = add(base, add(mul(toI64(page), cacheStrides[0]),
                                  mul(toI64(slot), cacheStrides[1])));
     return std::pair{offset, Value(arith::CmpIOp::create(
@@ -942,16 +950,71 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(tensorBase(outStrides, rowHeads[r]),
-                          mul(toI64(queryRows[r]), outStrides[2]));
     // Blocks of the padded columns past the value head dim are not stored.
-    for (int64_t block = 0; block < spec.valueDim() / 8; ++block)
-      for (int64_t e = 0; e < 2; ++e) {
-        Value column =
-            add(constIndex(8 * block + e), mul(quadLane, constIndex(2)));
-        storeOutput(fmul(results[4 + 4 * block + 2 * r + e], inverse),
-                    add(rowOffset, toI64(column)));
-      }
+    auto storeRow = [&](llvm::function_ref<void(Value, Value)> store) {
+      for (int64_t block = 0; block < spec.valueDim() / 8; ++block)
+        for (int64_t e = 0; e < 2; ++e) {
+          Value column =
+              add(constIndex(8 * block + e), mul(quadLane, constIndex(2)));
+          store(fmul(results[4 + 4 * block + 2 * r + e], inverse), column);
+        }
+    };
+    auto storeOut = [&] {
+      Value rowOffset = add(tensorBase(outStrides, rowHeads[r]),
+                            mul(toI64(queryRows[r]), outStrides[2]));
+      storeRow([&](Value value, Value column) {
+        storeOutput(value, add(rowOffset, toI64(column)));
+      });
+    };
+    if (!spec.splitKV) {
+      storeOut();
+      continue;
+    }
+    // Split-KV: with more than one split, the row's normalised partial
+    // output and its softmax statistics (max and sum, log2 units) go to the
+    // workspace for the combine kernel (see writePartial).
+    Value splitting = arith::CmpIOp::create(builder, arith::CmpIPredicate::ugt,
+                                            numSplits, constIndex(1));
+    auto split = scf::IfOp::create(builder, splitting, /*withElse=*/true);
+    builder.setInsertionPointToStart(&split.getElseRegion().front());
+    storeOut();
+    builder.setInsertionPointToStart(&split.getThenRegion().front());
+    writePartial(rowHeads[r], queryRows[r], results[r], sum, quadLane,
+                 storeRow);
+  }
+}
+
+void MmaKernel::writePartial(
+    Value rowHead, Value query, Value max, Value sum, Value quadLane,
+    llvm::function_ref<void(llvm::function_ref<void(Value, Value)>)> storeRow) {
+  // Workspace (f32): the partial outputs [splits, batch, q_heads, q_len,
+  // Dv], then the statistics [splits, batch, q_heads, q_len, 2].
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Type f32 = b->getF32Type();
+  Value rowsPerSplit = mul(mul(batchSize, numQueryHeads), qLen);
+  Value row =
+      add(mul(splitIndex, rowsPerSplit),
+          add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query));
+  Value dim = constIndex(spec.valueDim());
+  Value rowStart = toI64(mul(row, dim));
+  storeRow([&](Value value, Value column) {
+    Value address =
+        LLVM::GEPOp::create(*b, globalPtr, f32, workspace,
+                            ValueRange{add(rowStart, toI64(column))});
+    LLVM::StoreOp::create(*b, value, address);
+  });
+  Value first = arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, quadLane,
+                                      constIndex(0));
+  auto ifOp = scf::IfOp::create(*b, first, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  Value statistics =
+      add(mul(mul(numSplits, rowsPerSplit), dim), mul(row, constIndex(2)));
+  for (auto [i, value] : llvm::enumerate(ValueRange{max, sum})) {
+    Value address =
+        LLVM::GEPOp::create(*b, globalPtr, f32, workspace,
+                            ValueRange{toI64(add(statistics, constIndex(i)))});
+    LLVM::StoreOp::create(*b, value, address);
   }
 }
 

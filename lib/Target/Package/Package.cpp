@@ -72,6 +72,52 @@ void addLaunchFacts(llvm::json::Object &kernel, DictionaryAttr info,
   kernel["args"] = std::move(args);
 }
 
+/// Grid z of an attention kernel: the batch, times the launch's split count
+/// for kernels that split keys; and the kernel's combine kernel (null when it
+/// does not split).
+void addSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
+                   llvm::json::Array &grid) {
+  auto combine = info.getAs<StringAttr>("combine_kernel");
+  llvm::json::Object batch{{"dim", "batch"}, {"ceil_div", 1}};
+  if (combine)
+    batch["times_splits"] = true;
+  grid.push_back(std::move(batch));
+  kernel["split_combine"] =
+      combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
+}
+
+/// The split-KV combine kernel: one warp a row of the output.
+llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
+                                         DictionaryAttr info) {
+  llvm::json::Array args;
+  auto names = info.getAs<ArrayAttr>("arg_names");
+  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
+  std::string dtype = info.getAs<StringAttr>("dtype").str();
+  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
+    StringRef name = cast<StringAttr>(nameAttr).getValue();
+    StringRef kind = cast<StringAttr>(kindAttr).getValue();
+    llvm::json::Object arg{{"name", name}, {"kind", kind}};
+    if (name == "out")
+      arg["dtype"] = dtype;
+    args.push_back(std::move(arg));
+  }
+  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
+  llvm::json::Array grid;
+  grid.push_back(llvm::json::Object{
+      {"dim", llvm::json::Array{"batch", "q_heads", "q_len"}},
+      {"ceil_div", rowsPerBlock}});
+  grid.push_back(1);
+  grid.push_back(1);
+  llvm::json::Object kernel{
+      {"name", func.getName()},
+      {"kind", "split_combine"},
+      {"dtype", dtype},
+      {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
+  };
+  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  return kernel;
+}
+
 /// The attributes a kernel is specialised on, as the first site using it
 /// states them (every site sharing a kernel shares them).
 llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
@@ -110,7 +156,6 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
         llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rowsPerBlock}});
     grid.push_back(llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}});
   }
-  grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
   llvm::json::Object kernel{
       {"name", func.getName()},
       {"kind", "attention"},
@@ -126,6 +171,7 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"bias", bool(site.getBias())},
       {"bias_dtype", elementTypeValue(site.getBias())},
   };
+  addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
@@ -153,7 +199,6 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
                          {"per", "kv_heads"},
                          {"ceil_div", rowsPerBlock}});
   grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
-  grid.push_back(llvm::json::Object{{"dim", "batch"}, {"ceil_div", 1}});
   auto queryType = cast<RankedTensorType>(site.getQuery().getType());
   auto valueType = cast<RankedTensorType>(site.getValueCache().getType());
   PagedAttentionOp op = site;
@@ -171,6 +216,7 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"bias", false},
       {"bias_dtype", nullptr},
   };
+  addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
@@ -310,6 +356,14 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
   });
   if (walk.wasInterrupted())
     return failure();
+  // The combine kernels of the kernels that split keys, after them.
+  if (gpuModule)
+    for (auto func : gpuModule.getOps<gpu::GPUFuncOp>()) {
+      auto info = func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName);
+      auto kind = info ? info.getAs<StringAttr>("kind") : StringAttr();
+      if (kind && kind.getValue() == "split_combine")
+        kernels.push_back(describeCombineKernel(func, info));
+    }
   return llvm::json::Object{{"kernels", std::move(kernels)},
                             {"sites", std::move(sites)}};
 }

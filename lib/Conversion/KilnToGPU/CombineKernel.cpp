@@ -1,0 +1,213 @@
+//===- CombineKernel.cpp - The split-KV combine kernel ----------*- C++ -*-===//
+//
+// When a launch splits each block's keys over several blocks, every split
+// writes its rows' normalised partial output O_s and softmax statistics
+// (max m_s and sum l_s, log2 units) to a workspace. This kernel reduces them
+// per row: with M = max_s m_s and w_s = l_s·2^(m_s - M),
+// out = Σ_s w_s·O_s / Σ_s w_s, the decomposition the CPU form uses. Keeping
+// the sum beside the max (rather than one log-sum-exp) keeps the weights
+// exact when every score is a large finite fill. One warp reduces one row;
+// each lane owns the columns lane, lane + 32, ... of the value head dim.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::kiln;
+using namespace mlir::kiln::detail;
+
+namespace {
+
+class CombineKernel : public KernelBuilderBase {
+public:
+  CombineKernel(Type elementType, int64_t valueDim)
+      : elementType(elementType), valueDim(valueDim) {}
+
+  gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
+
+private:
+  Value load(Value base, Value index) {
+    auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+    Value address = LLVM::GEPOp::create(*b, globalPtr, b->getF32Type(), base,
+                                        ValueRange{toI64(index)});
+    return LLVM::LoadOp::create(*b, b->getF32Type(), address);
+  }
+
+  Type elementType;
+  int64_t valueDim;
+};
+
+gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
+  MLIRContext *ctx = moduleBuilder.getContext();
+  auto ptrType = LLVM::LLVMPointerType::get(ctx, 1);
+  Type i32 = moduleBuilder.getI32Type(), i64 = moduleBuilder.getI64Type();
+  SmallVector<Type> argTypes;
+  for (const std::string &kind : splitCombineArgumentKinds())
+    argTypes.push_back(kind == "pointer" ? ptrType : kind == "i32" ? i32 : i64);
+  auto func = gpu::GPUFuncOp::create(
+      moduleBuilder, loc, splitCombineKernelName(elementType, valueDim),
+      moduleBuilder.getFunctionType(argTypes, {}), TypeRange{}, TypeRange{});
+  func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                moduleBuilder.getUnitAttr());
+  func.setKnownBlockSizeAttr(
+      moduleBuilder.getDenseI32ArrayAttr({int32_t(kThreadsPerBlock), 1, 1}));
+
+  ImplicitLocOpBuilder builder(loc, ctx);
+  builder.setInsertionPointToStart(&func.getBody().front());
+  b = &builder;
+  ValueRange args = func.getArguments();
+  Value workspace = args[0], out = args[1];
+  Value numSplits = toIndex(args[2]), batch = toIndex(args[3]),
+        heads = toIndex(args[4]), qLen = toIndex(args[5]);
+  Value outStrides[3] = {args[6], args[7], args[8]};
+
+  Value threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
+  Value warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
+  Value lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
+  Value blockId = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
+  Value row = add(mul(blockId, constIndex(kWarpsPerBlock)), warp);
+  Value rows = mul(mul(batch, heads), qLen);
+  auto inRange = scf::IfOp::create(
+      builder,
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, row, rows),
+      /*withElse=*/false);
+  builder.setInsertionPointToStart(&inRange.getThenRegion().front());
+
+  Value dim = constIndex(valueDim);
+  Value statistics = mul(mul(numSplits, rows), dim);
+  auto statistic = [&](Value split, int64_t which) {
+    return load(workspace, add(statistics, add(mul(add(mul(split, rows), row),
+                                                   constIndex(2)),
+                                               constIndex(which))));
+  };
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value zero = constF32(0.0f);
+
+  // M: the largest split max, over the warp's lanes.
+  auto maxLoop = scf::ForOp::create(
+      builder, lane, numSplits, constIndex(kWarpSize), ValueRange{negInf},
+      [&](OpBuilder &nested, Location nestedLoc, Value split,
+          ValueRange state) {
+        ImplicitLocOpBuilder ib(nestedLoc, nested);
+        b = &ib;
+        scf::YieldOp::create(ib, fmax(state[0], statistic(split, 0)));
+        b = &builder;
+      });
+  Value max = butterfly(maxLoop.getResult(0), /*isMax=*/true, kWarpSize / 2);
+  // Rows that saw no key anywhere keep max = -inf; 0 keeps exp2 from NaN.
+  Value isEmpty =
+      arith::CmpFOp::create(builder, arith::CmpFPredicate::OEQ, max, negInf);
+  Value safeMax = arith::SelectOp::create(builder, isEmpty, zero, max);
+
+  // Σ w_s and Σ w_s·O_s for the lane's columns.
+  int64_t columnsPerLane = llvm::divideCeil(valueDim, kWarpSize);
+  SmallVector<Value> columns, readColumns;
+  for (int64_t c = 0; c < columnsPerLane; ++c) {
+    Value column = add(lane, constIndex(c * kWarpSize));
+    columns.push_back(column);
+    // Lanes past the head dim read its last column (never stored).
+    readColumns.push_back(
+        arith::MinUIOp::create(builder, column, constIndex(valueDim - 1)));
+  }
+  SmallVector<Value> init(columnsPerLane + 1, zero);
+  auto sumLoop = scf::ForOp::create(
+      builder, constIndex(0), numSplits, constIndex(1), init,
+      [&](OpBuilder &nested, Location nestedLoc, Value split,
+          ValueRange state) {
+        ImplicitLocOpBuilder ib(nestedLoc, nested);
+        b = &ib;
+        Value weight =
+            fmul(statistic(split, 1),
+                 exp2(arith::SubFOp::create(ib, statistic(split, 0), safeMax)));
+        SmallVector<Value> next = {fadd(state[0], weight)};
+        Value rowStart = mul(add(mul(split, rows), row), dim);
+        for (int64_t c = 0; c < columnsPerLane; ++c)
+          next.push_back(fadd(
+              state[1 + c],
+              fmul(weight, load(workspace, add(rowStart, readColumns[c])))));
+        scf::YieldOp::create(ib, next);
+        b = &builder;
+      });
+  Value total = sumLoop.getResult(0);
+  Value hasKeys =
+      arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, total, zero);
+  Value inverse = arith::SelectOp::create(
+      builder, hasKeys, arith::DivFOp::create(builder, constF32(1.0f), total),
+      zero);
+
+  // out[b, h, q, column] in the output's element type.
+  Value query = arith::RemUIOp::create(builder, row, qLen);
+  Value sequenceHead = arith::DivUIOp::create(builder, row, qLen);
+  Value head = arith::RemUIOp::create(builder, sequenceHead, heads);
+  Value sequence = arith::DivUIOp::create(builder, sequenceHead, heads);
+  Value rowOffset = add(
+      add(mul(toI64(sequence), outStrides[0]), mul(toI64(head), outStrides[1])),
+      mul(toI64(query), outStrides[2]));
+  for (int64_t c = 0; c < columnsPerLane; ++c) {
+    Value value = fmul(sumLoop.getResult(1 + c), inverse);
+    auto store = [&] {
+      Value narrow =
+          elementType.isF32()
+              ? value
+              : Value(arith::TruncFOp::create(builder, elementType, value));
+      Value address =
+          LLVM::GEPOp::create(builder, ptrType, elementType, out,
+                              ValueRange{add(rowOffset, toI64(columns[c]))});
+      LLVM::StoreOp::create(builder, narrow, address);
+    };
+    if ((c + 1) * kWarpSize <= valueDim) {
+      store();
+      continue;
+    }
+    auto ifOp = scf::IfOp::create(
+        builder,
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, columns[c],
+                              dim),
+        /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    store();
+  }
+  builder.setInsertionPointToEnd(&func.getBody().front());
+  gpu::ReturnOp::create(builder);
+  b = nullptr;
+  return func;
+}
+
+} // namespace
+
+std::string mlir::kiln::detail::splitCombineKernelName(Type elementType,
+                                                       int64_t valueDim) {
+  return llvm::formatv("kiln_split_combine_{0}_dv{1}",
+                       getElementTypeName(elementType), valueDim)
+      .str();
+}
+
+SmallVector<std::string> mlir::kiln::detail::splitCombineArgumentNames() {
+  return {"workspace",     "out",   "num_splits",       "batch",
+          "q_heads",       "q_len", "out_stride_batch", "out_stride_head",
+          "out_stride_seq"};
+}
+
+SmallVector<std::string> mlir::kiln::detail::splitCombineArgumentKinds() {
+  return {"pointer", "pointer", "i32", "i32", "i32",
+          "i32",     "i64",     "i64", "i64"};
+}
+
+gpu::GPUFuncOp
+mlir::kiln::detail::buildSplitCombineKernel(OpBuilder &moduleBuilder,
+                                            Location loc, Type elementType,
+                                            int64_t valueDim) {
+  return CombineKernel(elementType, valueDim).build(moduleBuilder, loc);
+}
