@@ -156,7 +156,8 @@ struct Manifest {
   std::vector<Site> sites;
 };
 
-/// Most splits of a split-KV launch.
+/// Most splits of a split-KV launch (the combine kernels keep a lane's share
+/// of this many splits' statistics in registers: kMaxSplitsPerLaunch).
 constexpr int64_t kMaxSplits = 128;
 
 /// Most parameters a kernel may take.

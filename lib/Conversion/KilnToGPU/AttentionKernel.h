@@ -212,6 +212,9 @@ createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
 /// a warp, 64-key tiles staged with 16-byte loads and read by ldmatrix.
 std::unique_ptr<AttentionKernelBuilder> createMmaKernel(const KernelSpec &spec);
 
+/// Most splits of one launch (the runtime's limit; the combine kernel keeps
+/// a lane's share of the splits' statistics in registers).
+inline constexpr int64_t kMaxSplitsPerLaunch = 128;
 /// Rows the split-KV combine kernel reduces per block (one a warp).
 inline constexpr int64_t kCombineRowsPerBlock = kWarpsPerBlock;
 /// The name, argument names and argument kinds of the split-KV combine

@@ -6,8 +6,10 @@
 // per row: with M = max_s m_s and w_s = l_s·2^(m_s - M),
 // out = Σ_s w_s·O_s / Σ_s w_s, the decomposition the CPU form uses. Keeping
 // the sum beside the max (rather than one log-sum-exp) keeps the weights
-// exact when every score is a large finite fill. One warp reduces one row;
-// each lane owns the columns lane, lane + 32, ... of the value head dim.
+// exact when every score is a large finite fill. One warp reduces one row:
+// lane l reads the statistics of splits l, l + 32, ... and each lane owns the
+// columns lane, lane + 32, ... of the value head dim, reading eight splits'
+// partial outputs per step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,23 +96,42 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
 
-  // M: the largest split max, over the warp's lanes.
-  auto maxLoop = scf::ForOp::create(
-      builder, lane, numSplits, constIndex(kWarpSize), ValueRange{negInf},
-      [&](OpBuilder &nested, Location nestedLoc, Value split,
-          ValueRange state) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
-        scf::YieldOp::create(ib, fmax(state[0], statistic(split, 0)));
-        b = &builder;
-      });
-  Value max = butterfly(maxLoop.getResult(0), /*isMax=*/true, kWarpSize / 2);
+  // Lane l holds the statistics of splits l, l + 32, ... (at most
+  // kMaxSplitsPerLaunch): M, the largest max, and each split's weight
+  // w_s = l_s·2^(m_s - M), all loaded at once.
+  constexpr int64_t slotsPerLane = kMaxSplitsPerLaunch / kWarpSize;
+  Value splitMax[slotsPerLane], splitSum[slotsPerLane];
+  Value max = negInf;
+  for (int64_t k = 0; k < slotsPerLane; ++k) {
+    Value split = add(lane, constIndex(k * kWarpSize));
+    Value exists =
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, split,
+                              numSplits);
+    Value clamped = arith::MinUIOp::create(builder, split,
+                                           sub(numSplits, constIndex(1)));
+    splitMax[k] = arith::SelectOp::create(builder, exists,
+                                          statistic(clamped, 0), negInf);
+    splitSum[k] =
+        arith::SelectOp::create(builder, exists, statistic(clamped, 1), zero);
+    max = fmax(max, splitMax[k]);
+  }
+  max = butterfly(max, /*isMax=*/true, kWarpSize / 2);
   // Rows that saw no key anywhere keep max = -inf; 0 keeps exp2 from NaN.
   Value isEmpty =
       arith::CmpFOp::create(builder, arith::CmpFPredicate::OEQ, max, negInf);
   Value safeMax = arith::SelectOp::create(builder, isEmpty, zero, max);
+  Value weights[slotsPerLane];
+  Value laneTotal = zero;
+  for (int64_t k = 0; k < slotsPerLane; ++k) {
+    weights[k] = fmul(splitSum[k],
+                      exp2(arith::SubFOp::create(builder, splitMax[k], safeMax)));
+    laneTotal = fadd(laneTotal, weights[k]);
+  }
+  Value total = butterfly(laneTotal, /*isMax=*/false, kWarpSize / 2);
 
-  // Σ w_s and Σ w_s·O_s for the lane's columns.
+  // Σ w_s·O_s for the lane's columns, kUnroll splits a step so that their
+  // loads are in flight together; split s's weight comes from lane s % 32.
+  constexpr int64_t kUnroll = 8;
   int64_t columnsPerLane = llvm::divideCeil(valueDim, kWarpSize);
   SmallVector<Value> columns, readColumns;
   for (int64_t c = 0; c < columnsPerLane; ++c) {
@@ -120,26 +141,47 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
     readColumns.push_back(
         arith::MinUIOp::create(builder, column, constIndex(valueDim - 1)));
   }
-  SmallVector<Value> init(columnsPerLane + 1, zero);
+  Value lastSplit = sub(numSplits, constIndex(1));
+  Value width = arith::ConstantIntOp::create(builder, i32, kWarpSize);
   auto sumLoop = scf::ForOp::create(
-      builder, constIndex(0), numSplits, constIndex(1), init,
-      [&](OpBuilder &nested, Location nestedLoc, Value split,
+      builder, constIndex(0), numSplits, constIndex(kUnroll),
+      SmallVector<Value>(columnsPerLane, zero),
+      [&](OpBuilder &nested, Location nestedLoc, Value first,
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
-        Value weight =
-            fmul(statistic(split, 1),
-                 exp2(arith::SubFOp::create(ib, statistic(split, 0), safeMax)));
-        SmallVector<Value> next = {fadd(state[0], weight)};
-        Value rowStart = mul(add(mul(split, rows), row), dim);
-        for (int64_t c = 0; c < columnsPerLane; ++c)
-          next.push_back(fadd(
-              state[1 + c],
-              fmul(weight, load(workspace, add(rowStart, readColumns[c])))));
+        SmallVector<Value> next(state.begin(), state.end());
+        for (int64_t u = 0; u < kUnroll; ++u) {
+          Value split = add(first, constIndex(u));
+          Value exists = arith::CmpIOp::create(ib, arith::CmpIPredicate::ule,
+                                               split, lastSplit);
+          Value clamped = arith::MinUIOp::create(ib, split, lastSplit);
+          // The weight register of slot split / 32, from lane split % 32.
+          Value slot = arith::DivUIOp::create(ib, clamped,
+                                              constIndex(kWarpSize));
+          Value held = weights[slotsPerLane - 1];
+          for (int64_t k = slotsPerLane - 2; k >= 0; --k)
+            held = arith::SelectOp::create(
+                ib,
+                arith::CmpIOp::create(ib, arith::CmpIPredicate::eq, slot,
+                                      constIndex(k)),
+                weights[k], held);
+          Value source = arith::IndexCastOp::create(
+              ib, i32, arith::RemUIOp::create(ib, clamped,
+                                              constIndex(kWarpSize)));
+          Value weight = gpu::ShuffleOp::create(ib, held, source, width,
+                                                gpu::ShuffleMode::IDX)
+                             .getShuffleResult();
+          weight = arith::SelectOp::create(ib, exists, weight, zero);
+          Value rowStart = mul(add(mul(clamped, rows), row), dim);
+          for (int64_t c = 0; c < columnsPerLane; ++c)
+            next[c] = fadd(next[c], fmul(weight, load(workspace,
+                                                      add(rowStart,
+                                                          readColumns[c]))));
+        }
         scf::YieldOp::create(ib, next);
         b = &builder;
       });
-  Value total = sumLoop.getResult(0);
   Value hasKeys =
       arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, total, zero);
   Value inverse = arith::SelectOp::create(
@@ -155,7 +197,7 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
       add(mul(toI64(sequence), outStrides[0]), mul(toI64(head), outStrides[1])),
       mul(toI64(query), outStrides[2]));
   for (int64_t c = 0; c < columnsPerLane; ++c) {
-    Value value = fmul(sumLoop.getResult(1 + c), inverse);
+    Value value = fmul(sumLoop.getResult(c), inverse);
     auto store = [&] {
       Value narrow =
           elementType.isF32()
