@@ -1010,11 +1010,13 @@ void MmaKernel::writePartial(
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
   Value statistics =
       add(mul(mul(numSplits, rowsPerSplit), dim), mul(row, constIndex(2)));
-  for (auto [i, value] : llvm::enumerate(ValueRange{max, sum})) {
+  // (A named array: a ValueRange over a braced list would outlive it.)
+  Value values[2] = {max, sum};
+  for (int64_t i = 0; i < 2; ++i) {
     Value address =
         LLVM::GEPOp::create(*b, globalPtr, f32, workspace,
                             ValueRange{toI64(add(statistics, constIndex(i)))});
-    LLVM::StoreOp::create(*b, value, address);
+    LLVM::StoreOp::create(*b, values[i], address);
   }
 }
 
