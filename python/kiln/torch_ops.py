@@ -1,0 +1,145 @@
+"""Kiln's kernels as PyTorch custom operators.
+
+``kiln::attention`` and ``kiln::paged_attention`` run a package's sites
+through the runtime and have fake (meta) implementations, so that
+``torch.compile(fullgraph=True)`` traces through them and CUDA graphs capture
+them like any op. A site is named by a small integer handle:
+
+    import kiln, kiln.torch_ops as kops
+    package = kiln.load("pkg")
+    kops.register(package)                      # before torch.compile
+    out = kops.attention(package.site("attention_0"), q, k, v)
+    out = torch.ops.kiln.attention(q, k, v, None, None, None,
+                                   kops.handle(site), 0)
+
+The ops allocate their output (as ``Site.attention`` does, contiguous) and
+never synchronise. For CUDA graphs pass ``workspace`` (a uint8 CUDA tensor of
+``site.workspace_size(...)`` bytes) or launch once before capturing, so that
+no split-KV workspace is allocated during capture. Needs torch 2.4 or later
+(``torch.library.custom_op``).
+"""
+
+import threading
+from typing import Any, List, Optional
+
+from .runtime import KilnError, Package, Site, Status
+
+__all__ = ["attention", "handle", "paged_attention", "register"]
+
+_lock = threading.Lock()
+_sites: List[Site] = []
+_defined = False
+
+
+def _define() -> None:
+    """Defines the two operators once per process."""
+    global _defined
+    with _lock:
+        if _defined:
+            return
+        import torch
+
+        if not hasattr(torch.library, "custom_op"):
+            raise KilnError(
+                Status.UNSUPPORTED,
+                f"Kiln's custom ops need torch 2.4 or later (torch.library."
+                f"custom_op); this is torch {torch.__version__}",
+            )
+        Tensor = torch.Tensor
+
+        @torch.library.custom_op("kiln::attention", mutates_args=())
+        def attention_op(
+            q: Tensor,
+            k: Tensor,
+            v: Tensor,
+            mask: Optional[Tensor],
+            bias: Optional[Tensor],
+            workspace: Optional[Tensor],
+            site: int,
+            num_splits: int,
+        ) -> Tensor:
+            return _site(site).attention(
+                q, k, v, mask=mask, bias=bias, workspace=workspace,
+                num_splits=num_splits,
+            )
+
+        @attention_op.register_fake
+        def _(q, k, v, mask, bias, workspace, site, num_splits):
+            shape = list(q.shape)
+            shape[-1] = v.shape[-1]
+            return q.new_empty(shape)
+
+        @torch.library.custom_op("kiln::paged_attention", mutates_args=())
+        def paged_attention_op(
+            q: Tensor,
+            key_cache: Tensor,
+            value_cache: Tensor,
+            page_table: Tensor,
+            kv_lens: Tensor,
+            workspace: Optional[Tensor],
+            site: int,
+            num_splits: int,
+        ) -> Tensor:
+            return _site(site).paged_attention(
+                q, key_cache, value_cache, page_table, kv_lens,
+                workspace=workspace, num_splits=num_splits,
+            )
+
+        @paged_attention_op.register_fake
+        def _(q, key_cache, value_cache, page_table, kv_lens, workspace, site,
+              num_splits):
+            return q.new_empty(
+                (q.shape[0], q.shape[1], q.shape[2], value_cache.shape[3])
+            )
+
+        _defined = True
+
+
+def _site(index: int) -> Site:
+    if not 0 <= index < len(_sites):
+        raise KilnError(
+            Status.INVALID_ARGUMENT,
+            f"no Kiln site has handle {index} (register the package first)",
+        )
+    return _sites[index]
+
+
+def handle(site: Site) -> int:
+    """The integer that names `site` in the ops (registered on first use)."""
+    existing = getattr(site, "_torch_handle", None)
+    if existing is not None:
+        return existing
+    _define()
+    with _lock:
+        site._torch_handle = len(_sites)  # type: ignore[attr-defined]
+        _sites.append(site)
+    return site._torch_handle  # type: ignore[attr-defined]
+
+
+def register(package: Package) -> None:
+    """Gives every site of `package` a handle (do it before torch.compile,
+    so that the traced code only reads them)."""
+    for site in package.sites:
+        handle(site)
+
+
+def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
+              bias: Any = None, workspace: Any = None,
+              num_splits: int = 0) -> Any:
+    """``torch.ops.kiln.attention`` on `site` (see Site.attention)."""
+    import torch
+
+    return torch.ops.kiln.attention(q, k, v, mask, bias, workspace,
+                                    handle(site), num_splits)
+
+
+def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
+                    page_table: Any, kv_lens: Any, workspace: Any = None,
+                    num_splits: int = 0) -> Any:
+    """``torch.ops.kiln.paged_attention`` on `site` (see
+    Site.paged_attention)."""
+    import torch
+
+    return torch.ops.kiln.paged_attention(q, key_cache, value_cache,
+                                          page_table, kv_lens, workspace,
+                                          handle(site), num_splits)
