@@ -129,8 +129,9 @@ def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
     """``torch.ops.kiln.attention`` on `site` (see Site.attention)."""
     import torch
 
-    return torch.ops.kiln.attention(q, k, v, mask, bias, workspace,
-                                    handle(site), num_splits)
+    index = handle(site)  # defines the ops on first use
+    return torch.ops.kiln.attention(q, k, v, mask, bias, workspace, index,
+                                    num_splits)
 
 
 def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
@@ -140,6 +141,7 @@ def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
     Site.paged_attention)."""
     import torch
 
+    index = handle(site)  # defines the ops on first use
     return torch.ops.kiln.paged_attention(q, key_cache, value_cache,
                                           page_table, kv_lens, workspace,
-                                          handle(site), num_splits)
+                                          index, num_splits)
