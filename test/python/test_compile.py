@@ -132,3 +132,24 @@ def test_module_needs_example_inputs(tmp_path):
     with pytest.raises(kiln.KilnError) as caught:
         kiln.compile(torch.nn.Linear(4, 4), tmp_path / "pkg")
     assert "example_inputs" in str(caught.value)
+
+
+def test_compile_a_torch_module(tmp_path) -> None:
+    """A torch.nn.Module exported through torch.onnx, fused and packaged."""
+    torch = pytest.importorskip("torch")
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            scores = torch.matmul(q, k.transpose(-1, -2)) * 0.125
+            return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+    q = torch.randn(1, 4, 16, 64)
+    try:
+        package = kiln.compile(Attention(), output=tmp_path / "pkg",
+                               example_inputs=(q, q, q))
+    except kiln.KilnError as error:
+        if "torch.onnx.export failed" in str(error):
+            pytest.skip(f"this torch cannot export ONNX here: {error}")
+        raise
+    assert len(package.sites) == 1
+    assert package.report["sites"][0]["head_dim"] == 64
