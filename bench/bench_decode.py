@@ -76,12 +76,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import kiln  # noqa: E402
+from bench_attention import make_timer  # noqa: E402
 
 HEAD_DIM = 128
 DTYPE = torch.bfloat16
@@ -109,37 +111,6 @@ Case = Tuple[int, int, int, List[int], bool]  # hq, hkv, batch, kv_lens, ragged
 # --------------------------------------------------------------------------
 # Timing.
 # --------------------------------------------------------------------------
-
-
-def make_timer() -> Timer:
-    """Median milliseconds of a callable."""
-    try:
-        from triton.testing import do_bench
-
-        def timer(fn: Callable[[], Any]) -> float:
-            return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-        timer.__name__ = "triton.testing.do_bench"
-        return timer
-    except Exception:  # triton missing or too old for return_mode
-
-        def timer(fn: Callable[[], Any]) -> float:
-            for _ in range(5):
-                fn()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(30):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            return statistics.median(times)
-
-        timer.__name__ = "cuda events"
-        return timer
 
 
 def event_us(fn: Callable[[], Any], reps: int = 30, warmup: int = 3) -> float:
