@@ -689,10 +689,17 @@ class Site:
             return
         if workspace is None:
             batch, q_heads, kv_heads, q_len, max_kv_len, value_dim = shape
-            with _torch_device(device):
-                needed = self.workspace_size(
-                    batch, q_len, max_kv_len, q_heads=q_heads, kv_heads=kv_heads
-                )
+            # The size query walks every smaller launch: remember its answer
+            # per shape and device.
+            sizes = self.__dict__.setdefault("_workspace_sizes", {})
+            needed = sizes.get((device, shape))
+            if needed is None:
+                with _torch_device(device):
+                    needed = self.workspace_size(
+                        batch, q_len, max_kv_len, q_heads=q_heads,
+                        kv_heads=kv_heads
+                    )
+                sizes[(device, shape)] = needed
             # A forced split count needs its own partial results and
             # statistics (f32) for every row.
             forced = num_splits * batch * q_heads * q_len * (value_dim + 2) * 4
