@@ -234,54 +234,49 @@ struct ConvertKilnToGPUPass
     return success();
   }
 
+  /// The launch facts every kernel has: block, rows per block, key block,
+  /// shared memory and the argument ABI.
+  SmallVector<NamedAttribute>
+  launchFacts(OpBuilder &builder, int64_t rowsPerBlock, int64_t threads,
+              int64_t kvBlockSize, int64_t staticShared, int64_t dynamicShared,
+              ArrayRef<std::string> argNames, ArrayRef<std::string> argKinds) {
+    return {builder.getNamedAttr("rows_per_block",
+                                 builder.getI64IntegerAttr(rowsPerBlock)),
+            builder.getNamedAttr("threads_per_block",
+                                 builder.getI64IntegerAttr(threads)),
+            builder.getNamedAttr("kv_block_size",
+                                 builder.getI64IntegerAttr(kvBlockSize)),
+            builder.getNamedAttr("static_shared_bytes",
+                                 builder.getI64IntegerAttr(staticShared)),
+            builder.getNamedAttr("dynamic_shared_bytes",
+                                 builder.getI64IntegerAttr(dynamicShared)),
+            builder.getNamedAttr("arg_names", stringArray(builder, argNames)),
+            builder.getNamedAttr("arg_kinds", stringArray(builder, argKinds))};
+  }
+
   /// The facts of the split-KV combine kernel of `spec`'s output.
   DictionaryAttr makeCombineInfo(OpBuilder &builder, const KernelSpec &spec) {
-    auto strings = [&](ArrayRef<std::string> values) {
-      return stringArray(builder, values);
-    };
-    SmallVector<NamedAttribute> fields = {
-        builder.getNamedAttr("kind", builder.getStringAttr("split_combine")),
-        builder.getNamedAttr("dtype", builder.getStringAttr(getElementTypeName(
-                                          spec.elementType))),
-        builder.getNamedAttr("v_head_dim",
-                             builder.getI64IntegerAttr(spec.valueDim())),
-        builder.getNamedAttr("rows_per_block",
-                             builder.getI64IntegerAttr(kCombineRowsPerBlock)),
-        builder.getNamedAttr("threads_per_block",
-                             builder.getI64IntegerAttr(kThreadsPerBlock)),
-        builder.getNamedAttr("kv_block_size", builder.getI64IntegerAttr(0)),
-        builder.getNamedAttr("static_shared_bytes",
-                             builder.getI64IntegerAttr(0)),
-        builder.getNamedAttr("dynamic_shared_bytes",
-                             builder.getI64IntegerAttr(0)),
-        builder.getNamedAttr("arg_names", strings(splitCombineArgumentNames())),
-        builder.getNamedAttr("arg_kinds",
-                             strings(splitCombineArgumentKinds()))};
+    SmallVector<NamedAttribute> fields = launchFacts(
+        builder, kCombineRowsPerBlock, kThreadsPerBlock, /*kvBlockSize=*/0,
+        /*staticShared=*/0, /*dynamicShared=*/0, splitCombineArgumentNames(),
+        splitCombineArgumentKinds());
+    fields.push_back(
+        builder.getNamedAttr("kind", builder.getStringAttr("split_combine")));
+    fields.push_back(builder.getNamedAttr(
+        "dtype", builder.getStringAttr(getElementTypeName(spec.elementType))));
+    fields.push_back(builder.getNamedAttr(
+        "v_head_dim", builder.getI64IntegerAttr(spec.valueDim())));
     return builder.getDictionaryAttr(fields);
   }
 
   DictionaryAttr makeKernelInfo(OpBuilder &builder,
                                 const AttentionKernelBuilder &kernel) {
-    auto strings = [&](ArrayRef<std::string> values) {
-      return stringArray(builder, values);
-    };
-    SmallVector<NamedAttribute> fields = {
-        builder.getNamedAttr("rows_per_block",
-                             builder.getI64IntegerAttr(kernel.rowsPerBlock())),
-        builder.getNamedAttr(
-            "threads_per_block",
-            builder.getI64IntegerAttr(kernel.threadsPerBlock())),
-        builder.getNamedAttr("kv_block_size",
-                             builder.getI64IntegerAttr(kernel.kvBlockSize())),
-        builder.getNamedAttr("packs_query_heads",
-                             builder.getBoolAttr(kernel.packsQueryHeads())),
-        builder.getNamedAttr("static_shared_bytes",
-                             builder.getI64IntegerAttr(kernel.sharedBytes())),
-        builder.getNamedAttr(
-            "dynamic_shared_bytes",
-            builder.getI64IntegerAttr(kernel.dynamicSharedBytes())),
-        builder.getNamedAttr("arg_names", strings(kernel.argumentNames())),
-        builder.getNamedAttr("arg_kinds", strings(kernel.argumentKinds()))};
+    SmallVector<NamedAttribute> fields = launchFacts(
+        builder, kernel.rowsPerBlock(), kernel.threadsPerBlock(),
+        kernel.kvBlockSize(), kernel.sharedBytes(), kernel.dynamicSharedBytes(),
+        kernel.argumentNames(), kernel.argumentKinds());
+    fields.push_back(builder.getNamedAttr(
+        "packs_query_heads", builder.getBoolAttr(kernel.packsQueryHeads())));
     return builder.getDictionaryAttr(fields);
   }
 };

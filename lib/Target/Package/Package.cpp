@@ -56,6 +56,28 @@ llvm::json::Value optionalToJSON(std::optional<APFloat> value) {
                : llvm::json::Value(nullptr);
 }
 
+/// An argument's "dtype" entry: none, or its value (null included).
+using DtypeEntry = std::optional<llvm::json::Value>;
+
+/// The argument ABI of a kernel from its facts (names and kinds), each
+/// argument with the "dtype" entry `dtypeOf(name, kind)` gives it.
+llvm::json::Array
+argsToJSON(DictionaryAttr info,
+           llvm::function_ref<DtypeEntry(StringRef, StringRef)> dtypeOf) {
+  llvm::json::Array args;
+  auto names = info.getAs<ArrayAttr>("arg_names");
+  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
+  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
+    StringRef name = cast<StringAttr>(nameAttr).getValue();
+    StringRef kind = cast<StringAttr>(kindAttr).getValue();
+    llvm::json::Object arg{{"name", name}, {"kind", kind}};
+    if (DtypeEntry dtype = dtypeOf(name, kind))
+      arg["dtype"] = std::move(*dtype);
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
 /// How a kernel launches, from its kernel facts: block, rows per block, key
 /// block, grid rules, shared memory and the argument ABI.
 void addLaunchFacts(llvm::json::Object &kernel, DictionaryAttr info,
@@ -89,18 +111,13 @@ void addSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
 /// The split-KV combine kernel: one warp a row of the output.
 llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
                                          DictionaryAttr info) {
-  llvm::json::Array args;
-  auto names = info.getAs<ArrayAttr>("arg_names");
-  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
   std::string dtype = info.getAs<StringAttr>("dtype").str();
-  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
-    StringRef name = cast<StringAttr>(nameAttr).getValue();
-    StringRef kind = cast<StringAttr>(kindAttr).getValue();
-    llvm::json::Object arg{{"name", name}, {"kind", kind}};
-    if (name == "out")
-      arg["dtype"] = dtype;
-    args.push_back(std::move(arg));
-  }
+  llvm::json::Array args =
+      argsToJSON(info, [&](StringRef name, StringRef) -> DtypeEntry {
+        if (name == "out")
+          return llvm::json::Value(dtype);
+        return std::nullopt;
+      });
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
   llvm::json::Array grid;
   grid.push_back(llvm::json::Object{
@@ -122,23 +139,16 @@ llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
 /// states them (every site sharing a kernel shares them).
 llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
                                   AttentionOp site) {
-  llvm::json::Array args;
-  auto names = info.getAs<ArrayAttr>("arg_names");
-  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
-  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
-    StringRef name = cast<StringAttr>(nameAttr).getValue();
-    StringRef kind = cast<StringAttr>(kindAttr).getValue();
-    llvm::json::Object arg{{"name", name}, {"kind", kind}};
-    if (kind == "pointer") {
-      if (name == "mask")
-        arg["dtype"] = elementTypeValue(site.getMask());
-      else if (name == "bias")
-        arg["dtype"] = elementTypeValue(site.getBias());
-      else
-        arg["dtype"] = getElementTypeName(site.getElementType());
-    }
-    args.push_back(std::move(arg));
-  }
+  llvm::json::Array args =
+      argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
+        if (kind != "pointer")
+          return std::nullopt;
+        if (name == "mask")
+          return elementTypeValue(site.getMask());
+        if (name == "bias")
+          return elementTypeValue(site.getBias());
+        return llvm::json::Value(getElementTypeName(site.getElementType()));
+      });
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
   // A kernel that packs a KV head's query heads into its rows has one block
   // per rowsPerBlock (query, head) pairs of a group, and grid y over KV
@@ -180,18 +190,13 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
 /// facts; the grid packs a KV head's query heads as the attention kernels.
 llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
                                        PagedAttentionOp site) {
-  llvm::json::Array args;
-  auto names = info.getAs<ArrayAttr>("arg_names");
-  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
   std::string dtype = getElementTypeName(site.getElementType());
-  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
-    StringRef name = cast<StringAttr>(nameAttr).getValue();
-    StringRef kind = cast<StringAttr>(kindAttr).getValue();
-    llvm::json::Object arg{{"name", name}, {"kind", kind}};
-    if (kind == "pointer" && name != "page_table" && name != "kv_lens")
-      arg["dtype"] = dtype;
-    args.push_back(std::move(arg));
-  }
+  llvm::json::Array args =
+      argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
+        if (kind == "pointer" && name != "page_table" && name != "kv_lens")
+          return llvm::json::Value(dtype);
+        return std::nullopt;
+      });
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
   llvm::json::Array grid;
   grid.push_back(
