@@ -5,13 +5,13 @@ side by side in one run, on the same inputs.
     python3 bench/bench_attention.py PACKAGE_DIR [--out bench.json]
 
 Cases (as in docs/performance and shared/tools/anchors.py): bf16, b*s = 16k
-tokens, hidden 2048 (16 heads at head_dim 128, 32 heads at head_dim 64); by
-default sequence length 4096 (batch 4), head dims 128 and 64, non-causal and
-causal; `--cases design` runs the cases of DESIGN.md's table instead. For each case
-a matching site of the package is used (bf16, that head_dim, that causality,
-no mask or bias); a case without one is reported as skipped. Compared with:
-SDPA's flash backend (FlashAttention-2), SDPA's cuDNN backend, and
-torch.compile'd FlexAttention. FLOPs = 4*b*h*s_q*s_k*d, halved for causal.
+tokens, hidden 2048 (32 heads at head_dim 64, 16 at 128, 8 at 256); by default
+sequence length 4096 (batch 4), head dims 128 and 64, non-causal and causal;
+`--cases design` runs head dims 64, 128 and 256 at 1k, 4k and 16k tokens,
+causal and not, instead. For each case a matching site of the package is used
+(bf16, that head_dim, that causality, no mask or bias); a case without one is
+reported as skipped. Compared with: SDPA's flash backend (FlashAttention-2),
+SDPA's cuDNN backend, and torch.compile'd FlexAttention. FLOPs = 4*b*h*s_q*s_k*d, halved for causal.
 Times are medians of triton.testing.do_bench (CUDA events when triton is
 missing). Kiln is timed through a raw launch with prebuilt arguments (the
 ctypes call is the only host work), and once more through Site.attention()
@@ -222,9 +222,8 @@ def main() -> int:
     parser.add_argument(
         "--cases",
         default="d128:4096,d128c:4096,d64:4096,d64c:4096",
-        help="comma-separated dHEAD[c]:SEQ (c = causal); 'design' for the "
-        "cases of DESIGN.md's table (d128 s4k, d128 s16k, d128 s16k causal, "
-        "d64 s16k, d128 s1k causal)",
+        help="comma-separated dHEAD[c]:SEQ (c = causal); 'design' for head "
+        "dims 64, 128 and 256 at 1k, 4k and 16k tokens, causal and not",
     )
     options = parser.parse_args()
     if not torch.cuda.is_available():
@@ -254,7 +253,14 @@ def main() -> int:
         flush=True,
     )
     rows: List[Dict[str, Any]] = []
-    design = "d128:4096,d128:16384,d128c:16384,d64:16384,d128c:1024"
+    # The design cases: head dims 64, 128 and 256, 1k, 4k and 16k tokens,
+    # causal and not.
+    design = ",".join(
+        f"d{d}{c}:{s}"
+        for d in (64, 128, 256)
+        for s in (1024, 4096, 16384)
+        for c in ("", "c")
+    )
     items = options.cases.replace("design", design).split(",")
     for item in items:
         shape, seq = item.split(":")

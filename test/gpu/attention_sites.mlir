@@ -162,3 +162,41 @@ func.func @bf16_mla_88_40(%q: tensor<?x4x?x88xbf16>, %k: tensor<?x4x?x88xbf16>, 
   %o = kiln.attention %q, %k, %v {causal, scale = 0.106600358 : f32} : tensor<?x4x?x88xbf16>, tensor<?x4x?x88xbf16>, tensor<?x4x?x40xbf16> -> tensor<?x4x?x40xbf16>
   return %o : tensor<?x4x?x40xbf16>
 }
+
+// Head dims past 128 (Q resident in shared memory, one stage of K and V):
+// Gemma's 256 causal and with a sliding window, 160 with a padding mask,
+// 200 (not a multiple of 16), 136 with GQA, and MLA 256/128.
+func.func @bf16_d256_causal(%q: tensor<?x8x?x256xbf16>, %k: tensor<?x2x?x256xbf16>, %v: tensor<?x2x?x256xbf16>) -> tensor<?x8x?x256xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.0625 : f32} : tensor<?x8x?x256xbf16>, tensor<?x2x?x256xbf16>, tensor<?x2x?x256xbf16> -> tensor<?x8x?x256xbf16>
+  return %o : tensor<?x8x?x256xbf16>
+}
+
+func.func @bf16_d256_full(%q: tensor<?x8x?x256xbf16>, %k: tensor<?x2x?x256xbf16>, %v: tensor<?x2x?x256xbf16>) -> tensor<?x8x?x256xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.0625 : f32} : tensor<?x8x?x256xbf16>, tensor<?x2x?x256xbf16>, tensor<?x2x?x256xbf16> -> tensor<?x8x?x256xbf16>
+  return %o : tensor<?x8x?x256xbf16>
+}
+
+func.func @f16_d256_window_softcap(%q: tensor<?x8x?x256xf16>, %k: tensor<?x2x?x256xf16>, %v: tensor<?x2x?x256xf16>) -> tensor<?x8x?x256xf16> {
+  %o = kiln.attention %q, %k, %v {causal, window = 37 : i64, softcap = 30.0 : f32, scale = 0.0625 : f32} : tensor<?x8x?x256xf16>, tensor<?x2x?x256xf16>, tensor<?x2x?x256xf16> -> tensor<?x8x?x256xf16>
+  return %o : tensor<?x8x?x256xf16>
+}
+
+func.func @f16_d160_boolean_mask(%q: tensor<?x8x?x160xf16>, %k: tensor<?x2x?x160xf16>, %v: tensor<?x2x?x160xf16>, %m: tensor<?x1x1x?xi1>) -> tensor<?x8x?x160xf16> {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x1x1x?xi1>) {scale = 0.0790569415 : f32} : tensor<?x8x?x160xf16>, tensor<?x2x?x160xf16>, tensor<?x2x?x160xf16> -> tensor<?x8x?x160xf16>
+  return %o : tensor<?x8x?x160xf16>
+}
+
+func.func @bf16_d200_causal(%q: tensor<?x8x?x200xbf16>, %k: tensor<?x2x?x200xbf16>, %v: tensor<?x2x?x200xbf16>) -> tensor<?x8x?x200xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.0707106781 : f32} : tensor<?x8x?x200xbf16>, tensor<?x2x?x200xbf16>, tensor<?x2x?x200xbf16> -> tensor<?x8x?x200xbf16>
+  return %o : tensor<?x8x?x200xbf16>
+}
+
+func.func @bf16_d136_full(%q: tensor<?x8x?x136xbf16>, %k: tensor<?x2x?x136xbf16>, %v: tensor<?x2x?x136xbf16>) -> tensor<?x8x?x136xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.0857492926 : f32} : tensor<?x8x?x136xbf16>, tensor<?x2x?x136xbf16>, tensor<?x2x?x136xbf16> -> tensor<?x8x?x136xbf16>
+  return %o : tensor<?x8x?x136xbf16>
+}
+
+func.func @bf16_mla_256_128_causal(%q: tensor<?x8x?x256xbf16>, %k: tensor<?x2x?x256xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.0625 : f32} : tensor<?x8x?x256xbf16>, tensor<?x2x?x256xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}

@@ -21,3 +21,9 @@ func.func @bf16_d128_p256_softcap(%q: tensor<?x8x?x128xbf16>, %kc: tensor<?x256x
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {softcap = 30.0 : f32, scale = 0.0883883461 : f32} : tensor<?x8x?x128xbf16>, tensor<?x256x1x128xbf16>, tensor<?x256x1x128xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x8x?x128xbf16>
   return %o : tensor<?x8x?x128xbf16>
 }
+
+// Head dim 256 (Gemma), pages of 16, GQA 8/4.
+func.func @bf16_d256_p16_causal(%q: tensor<?x8x?x256xbf16>, %kc: tensor<?x16x4x256xbf16>, %vc: tensor<?x16x4x256xbf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x8x?x256xbf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.0625 : f32} : tensor<?x8x?x256xbf16>, tensor<?x16x4x256xbf16>, tensor<?x16x4x256xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x8x?x256xbf16>
+  return %o : tensor<?x8x?x256xbf16>
+}

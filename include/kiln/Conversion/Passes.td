@@ -55,7 +55,7 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "Query rows each warp of the scalar kernel owns">,
     Option<"tensorCores", "tensor-cores", "bool", "true",
            "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
-           "it supports (a multiple of 16 up to 128); the scalar kernel "
+           "it supports (a multiple of 8 up to 256); the scalar kernel "
            "otherwise">
   ];
 }

@@ -60,12 +60,11 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
     return op.emitOpError("a value head dim (")
            << valueHeadDim << ") other than the query/key one (" << headDim
            << ") runs on the tensor-core kernel only: f16/bf16, both "
-              "multiples of 8, value head dim up to 128 and query/key up "
-              "to 192";
+              "multiples of 8 up to 256";
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
                           "multiples of 32 up to 128 (f16 and bf16 with "
-                          "tensor cores: multiples of 8 up to 128), got ")
+                          "tensor cores: multiples of 8 up to 256), got ")
            << headDim;
   return success();
 }
@@ -211,8 +210,7 @@ struct ConvertKilnToGPUPass
         !mmaKernelSupports(spec.elementType, spec.headDim, valueHeadDim))
       return op.emitOpError("paged attention runs on the tensor-core kernel "
                             "only: f16/bf16 caches, head dims multiples of 8 "
-                            "up to 128 (query/key up to 192 beside a value "
-                            "head dim up to 128), got ")
+                            "up to 256, got ")
              << spec.elementType << " with head dims " << spec.headDim << "/"
              << valueHeadDim;
     if (valueHeadDim != spec.headDim)

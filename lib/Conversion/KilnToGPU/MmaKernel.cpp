@@ -45,9 +45,11 @@ constexpr int64_t kTileKeys = 64;
 constexpr int64_t kRowPadding = 8;
 /// Elements per 16-byte global load.
 constexpr int64_t kChunk = 8;
-/// K and V tiles in flight: while the tensor cores work on tile i, the
-/// copies of the rest of tile i and of tile i + 1 are outstanding.
-constexpr int64_t kStages = 2;
+/// Head dims past this keep Q in shared memory rather than in registers
+/// (a warp's Q fragments take D / 4 registers a thread beside D / 2 of O
+/// accumulators), and run with one stage of K and V so that Q and the tiles
+/// fit the sm_80 shared-memory limit.
+constexpr int64_t kLargestRegisterQ = 128;
 /// The module's dynamic shared memory.
 constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
@@ -57,7 +59,10 @@ public:
       : AttentionKernelBuilder(spec),
         rowElements(std::max(padded(spec.headDim), padded(spec.valueDim())) +
                     kRowPadding),
-        dimChunks(padded(spec.headDim) / 16) {
+        dimChunks(padded(spec.headDim) / 16),
+        residentQ(std::max(padded(spec.headDim), padded(spec.valueDim())) >
+                  kLargestRegisterQ),
+        stages(residentQ ? 1 : 2) {
     assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
   }
 
@@ -65,11 +70,12 @@ public:
     return kRowsPerWarp * kWarpsPerBlock;
   }
   int64_t kvBlockSize() const override { return kTileKeys; }
-  /// Two stages of K and V tiles, in dynamic shared memory (more than the
-  /// 48 KiB of static shared memory at head dim 128).
+  /// The stages of K and V tiles, and the resident Q tile of large head
+  /// dims, in dynamic shared memory (more than the 48 KiB of static shared
+  /// memory at head dim 128).
   int64_t sharedBytes() const override { return 0; }
   int64_t dynamicSharedBytes() const override {
-    return 2 * kStages * tileBytes();
+    return (2 * stages + (residentQ ? 1 : 0)) * tileBytes();
   }
 
 protected:
@@ -161,6 +167,14 @@ private:
                    storeRow);
 
   int64_t rowElements, dimChunks;
+  /// Whether Q stays in a shared tile of its own, read into A fragments one
+  /// 16-column chunk at a time, rather than in registers.
+  bool residentQ;
+  /// K and V tiles in flight: with two stages, while the tensor cores work
+  /// on tile i the copies of the rest of tile i and of tile i + 1 are
+  /// outstanding; with one, K of tile i + 1 loads during the softmax and
+  /// P·V of tile i, and its V during its own S = Q·Kᵀ.
+  int64_t stages;
 };
 
 void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
@@ -467,7 +481,8 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
 void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  // Dynamic shared memory: K stage 0, K stage 1, V stage 0, V stage 1.
+  // Dynamic shared memory: the K stages, the V stages, then the resident Q
+  // tile if there is one.
   Value shared =
       LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
   auto stageTile = [&](int64_t index) -> Value {
@@ -475,12 +490,18 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         *b, sharedPtr, b->getI8Type(), shared,
         ArrayRef<LLVM::GEPArg>{int32_t(index * tileBytes())});
   };
-  Value kTiles[kStages] = {stageTile(0), stageTile(1)};
-  Value vTiles[kStages] = {stageTile(2), stageTile(3)};
+  SmallVector<Value> kTiles, vTiles;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    kTiles.push_back(stageTile(stage));
+    vTiles.push_back(stageTile(stages + stage));
+  }
+  // Q is staged through the last V stage into registers, or has its own.
+  Value qTile = residentQ ? stageTile(2 * stages) : vTiles.back();
 
   // A query/key head dim padded to a multiple of 16: columns [D, D') of
   // every tile are zeroed once (K copies only write the first D columns), so
-  // they add nothing to Q·Kᵀ; Q is staged through a V tile, so all four.
+  // they add nothing to Q·Kᵀ; Q is staged through a V tile or has its own,
+  // so all of them.
   // (Padded V columns only reach output columns that are not stored.) The
   // V copies that may write these columns start after a barrier.
   int64_t padFrom = spec.headDim;
@@ -492,7 +513,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         DenseElementsAttr::get(vectorType,
                                builder.getFloatAttr(spec.elementType, 0)));
     int64_t chunksPerRow = (padTo - padFrom) / kChunk;
-    int64_t numChunks = 2 * kStages * kTileKeys * chunksPerRow;
+    int64_t numTiles = 2 * stages + (residentQ ? 1 : 0);
+    int64_t numChunks = numTiles * kTileKeys * chunksPerRow;
     for (int64_t i = 0; i * kThreadsPerBlock < numChunks; ++i) {
       Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
       Value exists = arith::CmpIOp::create(builder, arith::CmpIPredicate::ult,
@@ -563,10 +585,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   };
 
   // The first K tile is in flight while Q goes global → shared (through
-  // V stage 1) → A fragments in registers; then the first V tile and the
-  // second K and V tiles start. cp.async groups are committed in the order
-  // K0, V0, K1, V1, K2, ... (empty groups where there is no tile), so "all
-  // but the newest three groups done" is the wait for the tile needed next.
+  // the last V stage → A fragments in registers, or into its own tile);
+  // then the first V tile and, with two stages, the second K and V tiles
+  // start. cp.async groups are committed in the order K0, V0, K1, V1, K2, ...
+  // (empty groups where there is no tile), so "all but the newest
+  // 2 · stages - 1 groups done" is the wait for the tile needed next.
   Value hasTiles =
       arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd);
   Value secondStart = add(kvBegin, constIndex(kTileKeys));
@@ -607,7 +630,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
   }
   storeChunks(
-      vTiles[1], qPlan,
+      qTile, qPlan,
       SmallVector<Value>(qLoad.getResults().begin(), qLoad.getResults().end()));
   gpu::BarrierOp::create(builder);
 
@@ -621,23 +644,29 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                             mul(qLen, group), constIndex(kRowsPerWarp));
   Value rowBase =
       arith::SelectOp::create(builder, isDecode, constIndex(0), warpRow);
+  // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
+  // the a0-a7 order of an A fragment.
+  auto loadQFragment = [&](int64_t c) {
+    return loadMatrices(
+        blockAddress(qTile, rowBase, 16 * c, matrixLow, matrixHigh),
+        /*transpose=*/false);
+  };
   SmallVector<SmallVector<Value>> qFragments;
-  for (int64_t c = 0; c < dimChunks; ++c) {
-    // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
-    // the a0-a7 order of an A fragment.
-    qFragments.push_back(loadMatrices(
-        blockAddress(vTiles[1], rowBase, 16 * c, matrixLow, matrixHigh),
-        /*transpose=*/false));
+  if (!residentQ) {
+    for (int64_t c = 0; c < dimChunks; ++c)
+      qFragments.push_back(loadQFragment(c));
+    // Every warp has its Q fragments before V overwrites the buffer.
+    gpu::BarrierOp::create(builder);
   }
-  // Every warp has its Q fragments before V overwrites the buffer.
-  gpu::BarrierOp::create(builder);
   // The rest of a loop's prologue, after its first K tile: the first V tile
-  // and the second K and V tiles, one commit group each (the order the loop
-  // waits on).
+  // and, with two stages, the second K and V tiles, one commit group each
+  // (the order the loop waits on).
   auto issueRestOfPrologue = [&](Value hasFirst, Value first, Value hasNext,
                                  Value next) {
     issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first);
     NVVM::CpAsyncCommitGroupOp::create(*b);
+    if (stages == 1)
+      return;
     issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
     NVVM::CpAsyncCommitGroupOp::create(*b);
     issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
@@ -680,35 +709,49 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           b = &ib;
           // This tile's K has landed (its V and the next tile may still be in
           // flight).
-          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
           gpu::BarrierOp::create(ib);
-          // The tile after next goes to this tile's stage.
-          Value nextStart = add(kvStart, constIndex(kStages * kTileKeys));
+          // The tile `stages` on goes to this tile's stage.
+          Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                                 nextStart, loopEnd);
-          Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, loopBegin),
-                                                   constIndex(kTileKeys));
-          Value odd =
-              arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
-          Value kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
-          Value vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
+          Value kTile = kTiles[0], vTile = vTiles[0];
+          if (stages == 2) {
+            Value tileIndex = arith::DivUIOp::create(
+                ib, sub(kvStart, loopBegin), constIndex(kTileKeys));
+            Value odd =
+                arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
+            kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
+            vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
+          }
 
           // S = Q·Kᵀ: blocks of 8 keys, 4 accumulators each.
           SmallVector<SmallVector<Value>> scores(keyBlocks,
                                                  SmallVector<Value>(4, zero));
-          for (int64_t pair = 0; pair < keyBlocks / 2; ++pair) {
+          // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
+          // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
+          auto scoreChunk = [&](int64_t pair, int64_t c,
+                                ArrayRef<Value> qFragment) {
+            SmallVector<Value> kFragments = loadMatrices(
+                blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
+                             16 * c, matrixHigh, matrixLow),
+                /*transpose=*/false);
+            mma(qFragment, {kFragments[0], kFragments[1]}, scores[2 * pair]);
+            mma(qFragment, {kFragments[2], kFragments[3]},
+                scores[2 * pair + 1]);
+          };
+          // A resident Q is read one chunk of head dims at a time, each
+          // chunk serving every key block (the same order of sums).
+          if (residentQ) {
             for (int64_t c = 0; c < dimChunks; ++c) {
-              // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims
-              // 16c + 0-7 / 8-15 (matrixLow): B fragments of two key blocks.
-              SmallVector<Value> kFragments = loadMatrices(
-                  blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
-                               16 * c, matrixHigh, matrixLow),
-                  /*transpose=*/false);
-              mma(qFragments[c], {kFragments[0], kFragments[1]},
-                  scores[2 * pair]);
-              mma(qFragments[c], {kFragments[2], kFragments[3]},
-                  scores[2 * pair + 1]);
+              SmallVector<Value> qFragment = loadQFragment(c);
+              for (int64_t pair = 0; pair < keyBlocks / 2; ++pair)
+                scoreChunk(pair, c, qFragment);
             }
+          } else {
+            for (int64_t pair = 0; pair < keyBlocks / 2; ++pair)
+              for (int64_t c = 0; c < dimChunks; ++c)
+                scoreChunk(pair, c, qFragments[c]);
           }
 
           // Every warp is done with this K stage: the K tile after next loads
@@ -809,7 +852,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
           // This tile's V has landed (the next tile and the K after it may
           // still be in flight).
-          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * kStages - 1);
+          NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
           gpu::BarrierOp::create(ib);
 
           // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
@@ -854,8 +897,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
     scf::ForOp loop =
         emitLoop(2, mul(warp, constIndex(16)), kvBegin, kvEnd, initState);
+    // The K and V tiles of the first stage are free once the loop is done.
     scf::YieldOp::create(builder,
-                         mergeWarps(loop.getResults(), kTiles[0], kTiles[1]));
+                         mergeWarps(loop.getResults(), kTiles[0], vTiles[0]));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
     loop = emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
     NVVM::CpAsyncWaitGroupOp::create(builder, 0);
@@ -1029,11 +1073,9 @@ bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,
   auto fits = [](int64_t dim, int64_t most) {
     return dim % 8 == 0 && dim >= 16 && dim <= most;
   };
-  // Multiples of 8: equal head dims up to 128; a query/key head dim up to
-  // 192 beside a value head dim up to 128 (multi-head latent attention).
-  if (headDim == valueHeadDim)
-    return fits(headDim, 128);
-  return fits(headDim, 192) && fits(valueHeadDim, 128);
+  // Multiples of 8 up to 256, for the query/key head dim and the value one
+  // alike (multi-head latent attention has them differ).
+  return fits(headDim, 256) && fits(valueHeadDim, 256);
 }
 
 std::unique_ptr<AttentionKernelBuilder>
