@@ -152,7 +152,7 @@ def attention_forward(module, query, key, value, attention_mask,
         reason = "tensors not on a CUDA device"
     elif dtype == "f32" and (head_dim % 32 or head_dim > 128 or head_dim != value_dim):
         reason = f"f32 head dim {head_dim}"
-    elif dtype != "f32" and (head_dim % 8 or head_dim > 128 or value_dim > 128):
+    elif dtype != "f32" and (head_dim % 8 or head_dim > 256 or value_dim > 256):
         reason = f"head dim {head_dim}"
     if reason:
         return _fallback(reason, module, query, key, value, attention_mask,
