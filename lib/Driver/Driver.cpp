@@ -404,6 +404,15 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   gpuOptions.kvBlockSize = options.kvBlockSize;
   gpuOptions.rowsPerWarp = options.rowsPerWarp;
   gpuOptions.tensorCores = options.tensorCores;
+  // sm_90a's kernels are generated a second time, from the same sites, with
+  // the wgmma variants; they keep the portable kernels' names, arguments,
+  // grids and shared memory, so the manifest (described from the portable
+  // module) holds for both.
+  bool hopper = options.wgmma && options.tensorCores &&
+                llvm::is_contained(options.targets, "sm_90a");
+  OwningOpRef<ModuleOp> hopperModule;
+  if (hopper)
+    hopperModule = module->clone();
   if (failed(runPipeline(*module, [&](OpPassManager &pm) {
         buildKernelGenerationPipeline(pm, gpuOptions);
       })))
@@ -418,6 +427,24 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   FailureOr<std::vector<TargetPTX>> ptx = extractPTX(*module);
   if (failed(ptx))
     return failure();
+  if (hopper) {
+    GPUPipelineOptions hopperOptions;
+    hopperOptions.targets = {"sm_90a"};
+    hopperOptions.kvBlockSize = options.kvBlockSize;
+    hopperOptions.rowsPerWarp = options.rowsPerWarp;
+    hopperOptions.tensorCores = true;
+    hopperOptions.hopper = true;
+    if (failed(runPipeline(*hopperModule, [&](OpPassManager &pm) {
+          buildGPUPipeline(pm, hopperOptions);
+        })))
+      return failure();
+    FailureOr<std::vector<TargetPTX>> hopperPTX = extractPTX(*hopperModule);
+    if (failed(hopperPTX))
+      return failure();
+    for (TargetPTX &target : *ptx)
+      if (target.chip == "sm_90a")
+        target.assembly = std::move(hopperPTX->front().assembly);
+  }
 
   if (options.emit == EmitKind::PTX) {
     if (ptx->size() == 1)

@@ -35,6 +35,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.kvBlockSize = options.kvBlockSize;
   convertOptions.rowsPerWarp = options.rowsPerWarp;
   convertOptions.tensorCores = options.tensorCores;
+  convertOptions.hopper = options.hopper;
   pm.addPass(createConvertKilnToGPU(convertOptions));
 }
 

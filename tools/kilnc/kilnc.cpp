@@ -86,6 +86,12 @@ static cl::opt<bool>
                 cl::desc("Use the tensor-core (mma.sync) kernel for f16 and "
                          "bf16 sites (default on; =0 for the scalar kernel)"),
                 cl::init(true), cl::cat(kilncCategory));
+static cl::opt<bool>
+    wgmma("wgmma",
+          cl::desc("For sm_90a, the Hopper (wgmma) variant of the tensor-core "
+                   "kernel where head dims are multiples of 64 (default on; "
+                   "=0 for mma.sync on every target)"),
+          cl::init(true), cl::cat(kilncCategory));
 
 static cl::opt<std::string> paddedRows(
     "padded-rows",
@@ -168,5 +174,6 @@ int main(int argc, char **argv) {
   options.kvBlockSize = kvBlockSize;
   options.rowsPerWarp = rowsPerWarp;
   options.tensorCores = tensorCores;
+  options.wgmma = wgmma;
   return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;
 }

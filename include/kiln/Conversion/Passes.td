@@ -56,7 +56,11 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     Option<"tensorCores", "tensor-cores", "bool", "true",
            "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
            "it supports (a multiple of 8 up to 256); the scalar kernel "
-           "otherwise">
+           "otherwise">,
+    Option<"hopper", "hopper", "bool", "false",
+           "Build the sm_90a variant of the tensor-core kernel (wgmma on "
+           "swizzled shared tiles) where a site's head dims are multiples of "
+           "64; the module then serves sm_90a only">
   ];
 }
 

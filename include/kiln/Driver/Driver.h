@@ -46,6 +46,8 @@ struct CompileOptions {
   int64_t rowsPerWarp = 4;
   /// f16 and bf16 sites get the mma.sync kernel (`--tensor-cores`).
   bool tensorCores = true;
+  /// sm_90a gets the wgmma variant of the tensor-core kernel (`--wgmma`).
+  bool wgmma = true;
   /// Rows that see no key may differ from the graph (`--padded-rows=free`).
   bool paddedRowsFree = false;
   /// `--kv-cache=paged:N`: beside each causal self-attention site, a paged

@@ -33,6 +33,11 @@ struct GPUPipelineOptions
       *this, "tensor-cores",
       llvm::cl::desc("Use the mma.sync kernel for f16 and bf16 sites"),
       llvm::cl::init(true)};
+  Option<bool> hopper{
+      *this, "hopper",
+      llvm::cl::desc("Build the sm_90a (wgmma) variants of the tensor-core "
+                     "kernel; the module then serves sm_90a only"),
+      llvm::cl::init(false)};
 };
 
 /// Options of the fusion pipeline.

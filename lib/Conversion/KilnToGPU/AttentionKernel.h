@@ -61,6 +61,11 @@ struct KernelSpec {
   /// softmax statistics to a workspace that the combine kernel reduces. A
   /// launch with num_splits = 1 writes the output directly.
   bool splitKV = false;
+  /// The sm_90a variant of the tensor-core kernel: S = Q·Kᵀ and O += P·V on
+  /// wgmma from 128-byte-swizzled shared tiles. It has the name, arguments,
+  /// grid and shared-memory size of the portable kernel, so that one
+  /// manifest describes both (not part of name()).
+  bool wgmma = false;
 
   std::string name() const;
   /// The head dim of V and the output.
@@ -231,6 +236,9 @@ gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
 /// Whether the tensor-core kernel supports the element type and head dim.
 bool mmaKernelSupports(Type elementType, int64_t headDim,
                        int64_t valueHeadDim);
+/// Whether the tensor-core kernel has an sm_90a (wgmma) variant for these
+/// head dims: multiples of 64, whose tiles are whole 128-byte swizzle atoms.
+bool wgmmaKernelSupports(int64_t headDim, int64_t valueHeadDim);
 
 } // namespace mlir::kiln::detail
 

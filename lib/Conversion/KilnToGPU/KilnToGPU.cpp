@@ -191,6 +191,8 @@ struct ConvertKilnToGPUPass
     // Keys split over blocks, except where a row that sees no key in the
     // band revisits the keys outside it (masked_score with a band).
     spec.splitKV = spec.tensorCores && !(spec.maskedScore && spec.rightBound());
+    spec.wgmma = hopper && spec.tensorCores &&
+                 wgmmaKernelSupports(spec.headDim, spec.valueDim());
 
     return success();
   }
@@ -229,6 +231,7 @@ struct ConvertKilnToGPUPass
     spec.tensorCores = true;
     spec.packQueryHeads = true;
     spec.splitKV = true;
+    spec.wgmma = hopper && wgmmaKernelSupports(spec.headDim, spec.valueDim());
     return success();
   }
 

@@ -14,6 +14,14 @@
 // (q_len · group ≤ 16 rows in all) the four warps share those rows and split
 // each tile's keys instead, and merge their states at the end.
 //
+// The sm_90a variant (KernelSpec::wgmma, head dims multiples of 64) keeps the
+// same block, grid, copies and softmax, with its tiles in wgmma's 128-byte
+// swizzled layout (slabs of 64 columns) and Q resident in shared memory: the
+// four warps are one warpgroup, which computes each tile's 64 × 64 scores and
+// its P·V product with wgmma.mma_async (Q and K from descriptors; P from the
+// registers that hold it, V from an MN-major descriptor). Decode shapes keep
+// mma.sync, reading the swizzled tiles with ldmatrix.
+//
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with
 // lane = 4·g + t, a thread holds accumulator rows g and g + 8, columns 2t and
 // 2t + 1 of each 8-column block; an A fragment holds the same rows, columns
@@ -27,6 +35,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
 #include <tuple>
@@ -53,17 +62,51 @@ constexpr int64_t kLargestRegisterQ = 128;
 /// The module's dynamic shared memory.
 constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
+/// Head dims a 128-byte swizzle atom holds: a row of a tile's slab.
+constexpr int64_t kSwizzleElements = 64;
+/// Bytes of a 128-byte-swizzled slab: 64 rows of 128 bytes.
+constexpr int64_t kSlabBytes = kTileKeys * 128;
+
+/// How a kernel keeps its tiles in shared memory.
+struct TileLayout {
+  /// Elements a tile row takes: the padded head dim, plus kRowPadding in
+  /// the portable layout (the wgmma layout swizzles instead).
+  int64_t rowElements;
+  /// Whether Q stays in a shared tile of its own, read into A fragments one
+  /// 16-column chunk at a time (or by wgmma from its descriptor), rather
+  /// than in registers.
+  bool residentQ;
+  /// K and V tiles in flight: with two stages, while the tensor cores work
+  /// on tile i the copies of the rest of tile i and of tile i + 1 are
+  /// outstanding; with one, K of tile i + 1 loads during the softmax and
+  /// P·V of tile i, and its V during its own S = Q·Kᵀ.
+  int64_t stages;
+
+  static TileLayout of(const KernelSpec &spec, bool wgmma) {
+    int64_t widest = std::max(llvm::alignTo(spec.headDim, 16),
+                              llvm::alignTo(spec.valueDim(), 16));
+    TileLayout layout;
+    layout.rowElements = wgmma ? widest : widest + kRowPadding;
+    layout.residentQ = wgmma || widest > kLargestRegisterQ;
+    layout.stages = widest > kLargestRegisterQ ? 1 : 2;
+    return layout;
+  }
+  int64_t tileBytes() const { return kTileKeys * rowElements * 2; }
+  int64_t bytes() const {
+    return (2 * stages + (residentQ ? 1 : 0)) * tileBytes();
+  }
+};
+
 class MmaKernel : public AttentionKernelBuilder {
 public:
   explicit MmaKernel(const KernelSpec &spec)
-      : AttentionKernelBuilder(spec),
-        rowElements(std::max(padded(spec.headDim), padded(spec.valueDim())) +
-                    kRowPadding),
-        dimChunks(padded(spec.headDim) / 16),
-        residentQ(std::max(padded(spec.headDim), padded(spec.valueDim())) >
-                  kLargestRegisterQ),
-        stages(residentQ ? 1 : 2) {
+      : AttentionKernelBuilder(spec), dimChunks(padded(spec.headDim) / 16),
+        wgmma(spec.wgmma) {
     assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
+    TileLayout layout = TileLayout::of(spec, wgmma);
+    rowElements = layout.rowElements;
+    residentQ = layout.residentQ;
+    stages = layout.stages;
   }
 
   int64_t rowsPerBlock() const override {
@@ -73,9 +116,14 @@ public:
   /// The stages of K and V tiles, and the resident Q tile of large head
   /// dims, in dynamic shared memory (more than the 48 KiB of static shared
   /// memory at head dim 128).
+  /// Where a site has both variants, the larger of the two, so that one
+  /// manifest describes the kernel on every target.
   int64_t sharedBytes() const override { return 0; }
   int64_t dynamicSharedBytes() const override {
-    return (2 * stages + (residentQ ? 1 : 0)) * tileBytes();
+    int64_t bytes = TileLayout::of(spec, false).bytes();
+    if (wgmmaKernelSupports(spec.headDim, spec.valueDim()))
+      bytes = std::max(bytes, TileLayout::of(spec, true).bytes());
+    return bytes;
   }
 
 protected:
@@ -94,6 +142,18 @@ private:
   static int64_t padded(int64_t dim) { return llvm::alignTo(dim, 16); }
   int64_t elementBytes() const { return 2; }
   int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
+  /// A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor
+  /// Format") of the 128-byte-swizzled matrix at byte `offset` of `tile`:
+  /// leading and stride byte offsets `leading` and `stride`.
+  Value matrixDescriptor(Value tile, int64_t offset, int64_t leading,
+                         int64_t stride);
+  /// D (m64 n`n` f32, n / 2 a thread) += A·B for k = 16 on wgmma: A from
+  /// the descriptor `a` or, when `aFragment` is given, from registers (the
+  /// mma.m16n8k16 A fragment of each warp's 16 rows); B from descriptor `b`,
+  /// K-major or, with `transposeB`, MN-major.
+  SmallVector<Value> wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
+                               ArrayRef<Value> aFragment, Value b,
+                               bool transposeB);
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, i32(), value);
@@ -149,14 +209,24 @@ private:
   /// D += A·B on one m16n8k16 tile; `acc` holds the four f32 accumulators.
   void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
            MutableArrayRef<Value> acc);
+  /// With wgmma: orders this thread's generic-proxy writes of shared memory
+  /// (stores, cp.async) before wgmma's async-proxy reads that follow the
+  /// next barrier. Nothing otherwise.
+  void asyncProxyFence() {
+    if (wgmma)
+      NVVM::FenceProxyOp::create(
+          *b, NVVM::ProxyKind::async_shared,
+          NVVM::SharedSpaceAttr::get(b->getContext(),
+                                     NVVM::SharedSpace::shared_cta));
+  }
   /// Two f32 → one packed register of the element type (low half first).
   Value pack(Value low, Value high);
   /// Decode mode: merges the four warps' online-softmax states (max and sum
   /// of rows g and g + 8, then the O accumulators) for the same rows through
-  /// shared memory (two tiles, free once the loop is done) and returns the
-  /// merged state to every warp.
-  SmallVector<Value> mergeWarps(ValueRange state, Value firstTile,
-                                Value secondTile);
+  /// shared memory (two regions of two warps' states each, free once the
+  /// loop is done) and returns the merged state to every warp.
+  SmallVector<Value> mergeWarps(ValueRange state, Value firstRegion,
+                                Value secondRegion);
   /// Split-KV: stores a row's partial output (through `storeRow`, which
   /// passes each of the thread's values and its column) and, from the
   /// quad's first lane, the row's max and sum, in the layout the combine
@@ -167,13 +237,10 @@ private:
                    storeRow);
 
   int64_t rowElements, dimChunks;
-  /// Whether Q stays in a shared tile of its own, read into A fragments one
-  /// 16-column chunk at a time, rather than in registers.
+  /// The sm_90a variant: swizzled tiles, wgmma for the full-tile products.
+  bool wgmma;
+  /// See TileLayout.
   bool residentQ;
-  /// K and V tiles in flight: with two stages, while the tensor cores work
-  /// on tile i the copies of the rest of tile i and of tile i + 1 are
-  /// outstanding; with one, K of tile i + 1 loads during the softmax and
-  /// P·V of tile i, and its V during its own S = Q·Kᵀ.
   int64_t stages;
 };
 
@@ -187,14 +254,111 @@ void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
       LLVM::LLVMArrayType::get(IntegerType::get(module->getContext(), 8), 0);
   LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
                          LLVM::Linkage::External, kDynamicSharedName,
-                         Attribute(), /*alignment=*/16, /*addrSpace=*/3);
+                         Attribute(), /*alignment=*/1024, /*addrSpace=*/3);
 }
 
 Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
-  Value offset = toI32(add(mul(row, constIndex(rowElements)), column));
-  return LLVM::GEPOp::create(*b, sharedPtr, spec.elementType, tile,
-                             ValueRange{offset});
+  if (!wgmma) {
+    Value offset = toI32(add(mul(row, constIndex(rowElements)), column));
+    return LLVM::GEPOp::create(*b, sharedPtr, spec.elementType, tile,
+                               ValueRange{offset});
+  }
+  // wgmma's 128-byte swizzle: the tile is slabs of 64 columns, each 64 rows
+  // of 128 bytes; 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its
+  // row. (Every access is a whole 16-byte chunk: columns are multiples of
+  // 8.) ldmatrix's eight rows of one chunk then fall in eight bank groups,
+  // as do a row's eight chunks written by eight threads.
+  Value slab = arith::DivUIOp::create(*b, column, constIndex(kSwizzleElements));
+  Value chunk = arith::DivUIOp::create(
+      *b, arith::RemUIOp::create(*b, column, constIndex(kSwizzleElements)),
+      constIndex(kChunk));
+  Value swizzled = arith::XOrIOp::create(
+      *b, chunk, arith::RemUIOp::create(*b, row, constIndex(8)));
+  Value bytes =
+      add(add(mul(slab, constIndex(kSlabBytes)), mul(row, constIndex(128))),
+          mul(swizzled, constIndex(16)));
+  return LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), tile,
+                             ValueRange{toI32(bytes)});
+}
+
+Value MmaKernel::matrixDescriptor(Value tile, int64_t offset, int64_t leading,
+                                  int64_t stride) {
+  Type i64 = b->getI64Type();
+  auto constI64 = [&](int64_t value) {
+    return arith::ConstantIntOp::create(*b, i64, value);
+  };
+  // Bits 0-13: start address / 16; 16-29: leading byte offset / 16; 32-45:
+  // stride byte offset / 16; 62-63: 1 for the 128-byte swizzle. The base
+  // offset (bits 49-51) is 0: tiles start on 1024-byte boundaries.
+  Value address = LLVM::PtrToIntOp::create(*b, i64, tile);
+  address = arith::AddIOp::create(*b, address, constI64(offset));
+  Value start = arith::AndIOp::create(
+      *b, arith::ShRUIOp::create(*b, address, constI64(4)), constI64(0x3FFF));
+  int64_t fixed =
+      ((leading >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62);
+  return arith::OrIOp::create(*b, start, constI64(fixed));
+}
+
+SmallVector<Value> MmaKernel::wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
+                                        ArrayRef<Value> aFragment,
+                                        Value bDescriptor, bool transposeB) {
+  MLIRContext *ctx = b->getContext();
+  int64_t count = n / 2;
+  assert(int64_t(acc.size()) == count && "one accumulator per (row, column)");
+  std::string type = spec.elementType.isBF16() ? "bf16" : "f16";
+  // Operands: the accumulators (tied to the results), A, B's descriptor and
+  // scale-d (always 1: the accumulators hold what to add to).
+  std::string text = "{\n.reg .pred p;\n";
+  int64_t next = 2 * count;
+  int64_t aFirst = next;
+  next += aFragment.empty() ? 1 : 4;
+  int64_t bIndex = next++;
+  int64_t scaleIndex = next++;
+  text += llvm::formatv("setp.ne.b32 p, ${0}, 0;\n", scaleIndex).str();
+  text += llvm::formatv(
+              "wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} {{", n, type)
+              .str();
+  for (int64_t i = 0; i < count; ++i)
+    text += llvm::formatv("{0}${1}", i ? ", " : "", i).str();
+  text += "}, ";
+  if (aFragment.empty())
+    text += llvm::formatv("${0}", aFirst).str();
+  else
+    text += llvm::formatv("{{${0}, ${1}, ${2}, ${3}}", aFirst, aFirst + 1,
+                          aFirst + 2, aFirst + 3)
+                .str();
+  // imm-scale-a, imm-scale-b, then imm-trans-a (descriptor A only) and
+  // imm-trans-b.
+  text += llvm::formatv(", ${0}, p, 1, 1, {1}{2};\n}", bIndex,
+                        aFragment.empty() ? "0, " : "", transposeB ? 1 : 0)
+              .str();
+  std::string constraints;
+  for (int64_t i = 0; i < count; ++i)
+    constraints += "=f,";
+  for (int64_t i = 0; i < count; ++i)
+    constraints += llvm::formatv("{0},", i).str();
+  constraints += aFragment.empty() ? "l," : "r,r,r,r,";
+  constraints += "l,r";
+
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  if (aFragment.empty())
+    operands.push_back(a);
+  else
+    operands.append(aFragment.begin(), aFragment.end());
+  operands.push_back(bDescriptor);
+  operands.push_back(constI32(1));
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      ctx, SmallVector<Type>(count, b->getF32Type()));
+  auto asmOp = LLVM::InlineAsmOp::create(
+      *b, structType, operands, text, constraints, /*has_side_effects=*/true,
+      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(ctx, LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
+  SmallVector<Value> result;
+  for (int64_t i = 0; i < count; ++i)
+    result.push_back(LLVM::ExtractValueOp::create(*b, asmOp.getRes(), i));
+  return result;
 }
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
@@ -419,6 +583,7 @@ Value MmaKernel::pack(Value low, Value high) {
 
 SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
                                          Value secondTile) {
+  // (Each "tile" is a region of two warps' states.)
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
   Type f32 = b->getF32Type();
   int64_t size = state.size();
@@ -632,6 +797,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   storeChunks(
       qTile, qPlan,
       SmallVector<Value>(qLoad.getResults().begin(), qLoad.getResults().end()));
+  asyncProxyFence();
   gpu::BarrierOp::create(builder);
 
   // Decode shapes: when the block's rows that exist (q_len · group of them)
@@ -710,6 +876,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // This tile's K has landed (its V and the next tile may still be in
           // flight).
           NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
+          asyncProxyFence();
           gpu::BarrierOp::create(ib);
           // The tile `stages` on goes to this tile's stage.
           Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
@@ -740,9 +907,32 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             mma(qFragment, {kFragments[2], kFragments[3]},
                 scores[2 * pair + 1]);
           };
-          // A resident Q is read one chunk of head dims at a time, each
-          // chunk serving every key block (the same order of sums).
-          if (residentQ) {
+          // With wgmma (every warp's rows, all the tile's keys), the
+          // warpgroup computes the 64 × 64 scores from Q's and K's
+          // descriptors, 16 head dims an instruction; K-major with 128-byte
+          // swizzle: 8-row groups 1024 bytes apart, a 16-dim step 32 bytes
+          // along a swizzled row, a 64-dim step one slab. The accumulators
+          // come back in the layout of eight m16n8 tiles.
+          bool fullTile = keyBlocks == kTileKeys / 8;
+          if (wgmma && fullTile) {
+            SmallVector<Value> acc(keyBlocks * 4, zero);
+            NVVM::WgmmaFenceAlignedOp::create(ib);
+            for (int64_t c = 0; c < dimChunks; ++c) {
+              int64_t offset = (16 * c / kSwizzleElements) * kSlabBytes +
+                               (16 * c % kSwizzleElements) * elementBytes();
+              acc = wgmmaTile(kTileKeys, acc,
+                              matrixDescriptor(qTile, offset, 16, 1024), {},
+                              matrixDescriptor(kTile, offset, 16, 1024),
+                              /*transposeB=*/false);
+            }
+            NVVM::WgmmaGroupSyncAlignedOp::create(ib);
+            NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
+            for (int64_t block = 0; block < keyBlocks; ++block)
+              for (int64_t e = 0; e < 4; ++e)
+                scores[block][e] = acc[4 * block + e];
+          } else if (residentQ) {
+            // A resident Q is read one chunk of head dims at a time, each
+            // chunk serving every key block (the same order of sums).
             for (int64_t c = 0; c < dimChunks; ++c) {
               SmallVector<Value> qFragment = loadQFragment(c);
               for (int64_t pair = 0; pair < keyBlocks / 2; ++pair)
@@ -853,16 +1043,36 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // This tile's V has landed (the next tile and the K after it may
           // still be in flight).
           NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
+          asyncProxyFence();
           gpu::BarrierOp::create(ib);
 
           // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
-          // and 2j + 1 are the A fragment of key chunk j.
+          // and 2j + 1 are the A fragment of key chunk j. With wgmma, one
+          // instruction a chunk covers the whole value head dim: V is B,
+          // MN-major (head dims contiguous) with 128-byte swizzle: slabs
+          // of 64 dims 8 KiB apart, 8-key groups 1024 bytes apart, a 16-key
+          // step two groups.
+          SmallVector<SmallVector<Value>> pFragments;
           for (int64_t j = 0; j < keyBlocks / 2; ++j) {
             ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
             ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
-            SmallVector<Value> pFragment = {
-                pack(low[0], low[1]), pack(low[2], low[3]),
-                pack(high[0], high[1]), pack(high[2], high[3])};
+            pFragments.push_back({pack(low[0], low[1]), pack(low[2], low[3]),
+                                  pack(high[0], high[1]),
+                                  pack(high[2], high[3])});
+          }
+          // (Every fragment is packed before the fence, so that no wgmma
+          // waits for registers written after it.)
+          if (wgmma && fullTile)
+            NVVM::WgmmaFenceAlignedOp::create(ib);
+          for (int64_t j = 0; j < keyBlocks / 2; ++j) {
+            ArrayRef<Value> pFragment = pFragments[j];
+            if (wgmma && fullTile) {
+              acc = wgmmaTile(
+                  8 * outBlocks, acc, Value(), pFragment,
+                  matrixDescriptor(vTile, 16 * j * 128, kSlabBytes, 1024),
+                  /*transposeB=*/true);
+              continue;
+            }
             for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
               // Matrices (transposed): keys 16j + 0-7 / 8-15 (matrixLow), head
               // dims 16·pair + 0-7 / 8-15 (matrixHigh): B fragments of two
@@ -876,6 +1086,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
               mma(pFragment, {vFragments[2], vFragments[3]},
                   MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
             }
+          }
+          if (wgmma && fullTile) {
+            NVVM::WgmmaGroupSyncAlignedOp::create(ib);
+            NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
           }
           // Every warp is done with this V stage: the V tile after next loads
           // into it.
@@ -897,9 +1111,15 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
     scf::ForOp loop =
         emitLoop(2, mul(warp, constIndex(16)), kvBegin, kvEnd, initState);
-    // The K and V tiles of the first stage are free once the loop is done.
+    // Shared memory is free once the loop is done: two regions of two warps'
+    // states from its start (2048 + 256 · Dv bytes in all, less than the
+    // three or more tiles of 128 · D bytes or more there are).
+    int64_t regionBytes = 2 * kWarpSize * int64_t(initState.size()) * 4;
+    Value secondRegion =
+        LLVM::GEPOp::create(builder, sharedPtr, builder.getI8Type(), shared,
+                            ArrayRef<LLVM::GEPArg>{int32_t(regionBytes)});
     scf::YieldOp::create(builder,
-                         mergeWarps(loop.getResults(), kTiles[0], vTiles[0]));
+                         mergeWarps(loop.getResults(), shared, secondRegion));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
     loop = emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
     NVVM::CpAsyncWaitGroupOp::create(builder, 0);
@@ -1065,6 +1285,13 @@ void MmaKernel::writePartial(
 }
 
 } // namespace
+
+bool mlir::kiln::detail::wgmmaKernelSupports(int64_t headDim,
+                                             int64_t valueHeadDim) {
+  return headDim % kSwizzleElements == 0 &&
+         valueHeadDim % kSwizzleElements == 0 && headDim <= 256 &&
+         valueHeadDim <= 256;
+}
 
 bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,
                                            int64_t valueHeadDim) {

@@ -2,7 +2,8 @@
 
 // A bf16 causal GQA site gets the tensor-core kernel: K and V tiles of 64
 // keys of 64 + 8 elements, two stages of each, in the module's dynamic shared
-// memory; 64 rows per block, each a (query, head) pair of a KV head's group.
+// memory (sized for the sm_90a variant's five unpadded tiles, the larger);
+// 64 rows per block, each a (query, head) pair of a KV head's group.
 // The first K tile is copied with cp.async (element loads and 16-byte stores
 // when a view is not 16-byte aligned) while Q is staged with 16-byte loads
 // and read into ldmatrix A fragments; then the first V and the second K and
@@ -16,9 +17,9 @@
 // CHECK-LABEL: func.func @causal
 // CHECK: kiln.attention {{.*}}kiln.kernel = @kiln_kernels::@kiln_attention_mma_bf16_d64_causal, kiln.site = "attention_0"
 // CHECK: gpu.module @kiln_kernels
-// CHECK: llvm.mlir.global external @kiln_dynamic_shared() {addr_space = 3 : i32, alignment = 16 : i64} : !llvm.array<0 x i8>
+// CHECK: llvm.mlir.global external @kiln_dynamic_shared() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
-// CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 36864 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
+// CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 40960 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
 // CHECK: scf.if
 // CHECK: scf.if
 // CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
