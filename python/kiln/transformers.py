@@ -16,13 +16,16 @@ aligned causal, so decoding one token sees the whole cache), or a boolean
 ``[B, 1|H, Sq, Sk]`` mask (causal, sliding window and padding already in it).
 Calls Kiln cannot serve (a head dim without a kernel, softcapping, dropout
 while training, a dtype other than f16/bf16/f32) run PyTorch SDPA instead,
-counted in ``fallbacks``.
+counted in ``fallbacks``; over a ``PagedKVCache`` (left-padded batches and
+sliding windows included, see its docstring) they raise, as SDPA cannot read
+its pages.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -64,34 +67,59 @@ def _source(dtype: str, head_dim: int, value_dim: int, kind: str,
 
 
 def _paged_source(dtype: str, head_dim: int, value_dim: int, page_size: int,
-                  scale: float) -> str:
+                  scale: float, window: Optional[int] = None) -> str:
     q = f"tensor<?x?x?x{head_dim}x{dtype}>"
     out = f"tensor<?x?x?x{value_dim}x{dtype}>"
     kc = f"tensor<?x{page_size}x?x{head_dim}x{dtype}>"
     vc = f"tensor<?x{page_size}x?x{value_dim}x{dtype}>"
     table, lens = "tensor<?x?xi32>", "tensor<?xi32>"
+    # Without a window the text (and so the cache digest) is what it was
+    # before windows existed: packages compiled then stay valid.
+    window_attr = f"window = {window} : i64, " if window else ""
     return (f"func.func @attention(%q: {q}, %kc: {kc}, %vc: {vc}, %pt: {table}, "
             f"%lens: {lens}) -> {out} {{\n"
             f"  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {{causal, "
-            f"scale = {scale!r} : f32}} : {q}, {kc}, {vc}, {table}, {lens} -> "
-            f"{out}\n  return %o : {out}\n}}\n")
+            f"{window_attr}scale = {scale!r} : f32}} : {q}, {kc}, {vc}, {table}, "
+            f"{lens} -> {out}\n  return %o : {out}\n}}\n")
+
+
+_PAGED_KIND = re.compile(r"paged([0-9]+)(?:_window([0-9]+))?")
+
+
+def _paged_kind(page_size: int, window: Optional[int] = None) -> str:
+    """The site kind of causal paged attention over pages of `page_size`
+    tokens, each query seeing its `window` most recent keys (itself
+    included) when a window is given."""
+    if window is None:
+        return f"paged{page_size}"
+    if window <= 0:
+        raise KilnError(Status.INVALID_ARGUMENT,
+                        f"a sliding window must be positive, got {window}")
+    return f"paged{page_size}_window{window}"
 
 
 def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
              scale: float) -> Site:
-    """The site for a specialisation (kind: causal, mask, none, or pagedN for
-    causal attention over a paged cache of pages of N tokens): from memory,
+    """The site for a specialisation (kind: causal, mask, none; or pagedN
+    for causal attention over a paged cache of pages of N tokens, and
+    pagedN_windowW for the same with Kiln's `window = W`): from memory,
     from the disk cache, or compiled now (needs kilnc) into the cache."""
     key = (dtype, head_dim, value_dim, kind, float(scale))
     with _lock:
         site = _sites.get(key)
         if site is not None:
             return site
-        if kind.startswith("paged"):
-            text = _paged_source(dtype, head_dim, value_dim, int(kind[5:]),
-                                 float(scale))
-        else:
+        paged = _PAGED_KIND.fullmatch(kind)
+        if paged:
+            window = int(paged[2]) if paged[2] else None
+            text = _paged_source(dtype, head_dim, value_dim, int(paged[1]),
+                                 float(scale), window)
+        elif kind in ("causal", "mask", "none"):
             text = _source(dtype, head_dim, value_dim, kind, float(scale))
+        else:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"unknown site kind {kind!r} (causal, mask, none, "
+                            f"pagedN or pagedN_windowW)")
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         directory = cache_directory() / f"{dtype}_d{head_dim}_{kind}_{digest}"
         if (directory / "manifest.json").exists():
@@ -109,16 +137,18 @@ def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
 
 def precompile(dtypes=("bf16", "f16"), head_dims=(64, 128),
                scales: Optional[Dict[int, float]] = None,
-               page_sizes=(16,)) -> None:
+               page_sizes=(16,), windows=()) -> None:
     """Compiles the sites for these specialisations into the disk cache
-    (each kind: causal, mask, none, and paged attention over pages of each
-    size for f16/bf16), for machines without kilnc."""
+    (each kind: causal, mask, none, and for f16/bf16 paged attention over
+    pages of each size, without a window and with each of `windows`, the
+    models' `sliding_window`s), for machines without kilnc."""
     for dtype in dtypes:
         for head_dim in head_dims:
             scale = (scales or {}).get(head_dim, head_dim ** -0.5)
             kinds = ["causal", "mask", "none"]
             if dtype != "f32":
-                kinds += [f"paged{size}" for size in page_sizes]
+                kinds += [_paged_kind(size, window) for size in page_sizes
+                          for window in (None, *windows)]
             for kind in kinds:
                 site_for(dtype, head_dim, head_dim, kind, scale)
 
@@ -132,6 +162,29 @@ def _fallback(reason: str, module, query, key, value, attention_mask,
     fallbacks[reason] = fallbacks.get(reason, 0) + 1
     return sdpa_attention_forward(module, query, key, value, attention_mask,
                                   dropout=dropout, scaling=scaling, **kwargs)
+
+
+def _boolean_mask(mask):
+    """`mask` as booleans (True: the key takes part). An additive mask
+    (eager's format) hides the keys filled with -inf or the dtype's most
+    negative value."""
+    if mask is not None and mask.dtype.is_floating_point:
+        import torch
+
+        return mask > torch.finfo(mask.dtype).min / 2
+    return mask
+
+
+def _sliding_window(module, kwargs: Dict[str, Any]) -> Optional[int]:
+    """The sliding window of this attention layer, None for full attention.
+    Attention modules pass `sliding_window` to the attention function
+    (Mistral its config's, Qwen2 and Gemma 3 their own layer's, None on
+    full-attention layers); otherwise it is the module's attribute."""
+    if "sliding_window" in kwargs:
+        window = kwargs["sliding_window"]
+    else:
+        window = getattr(module, "sliding_window", None)
+    return int(window) if window else None
 
 
 def attention_forward(module, query, key, value, attention_mask,
@@ -154,20 +207,20 @@ def attention_forward(module, query, key, value, attention_mask,
         reason = f"f32 head dim {head_dim}"
     elif dtype != "f32" and (head_dim % 8 or head_dim > 256 or value_dim > 256):
         reason = f"head dim {head_dim}"
+    paged = getattr(key, "_kiln_paged", None)
+    if reason and paged is not None:
+        # SDPA would read the page pools as if they were keys.
+        raise KilnError(Status.UNSUPPORTED,
+                        f"PagedKVCache needs Kiln's paged kernel, and this call "
+                        f"cannot run on Kiln: {reason}")
     if reason:
         return _fallback(reason, module, query, key, value, attention_mask,
                          dropout, scaling, is_causal=is_causal, **kwargs)
     scale = float(scaling if scaling is not None else head_dim ** -0.5)
-    paged = getattr(key, "_kiln_paged", None)
     if paged is not None:
-        return paged.attend(query, scale, attention_mask), None
-    mask = attention_mask
-    if mask is not None and mask.dtype.is_floating_point:
-        # An additive mask (eager's format): keys filled with -inf or the
-        # dtype's most negative value are hidden.
-        import torch
-
-        mask = mask > torch.finfo(mask.dtype).min / 2
+        window = _sliding_window(module, kwargs)
+        return paged.attend(query, scale, attention_mask, window), None
+    mask = _boolean_mask(attention_mask)
     if mask is not None:
         kind = "mask"
     else:
@@ -210,7 +263,8 @@ def _paged_cache_class():
     class PagedLayer(CacheLayerMixin):
         """One layer's keys and values in pages of the cache's page size:
         `[num_pages, page_size, Hkv, D]`, addressed through the cache's
-        page table."""
+        page table. A sequence's real tokens lie from position 0 of its
+        pages on; its pads are never stored."""
 
         is_compileable = False
         is_sliding = False
@@ -218,7 +272,12 @@ def _paged_cache_class():
         def __init__(self, cache: "PagedKVCache"):
             super().__init__()
             self.cache = cache
+            # Tokens seen, pads included: positions as transformers counts
+            # them in its masks and cache positions.
             self.length = 0
+            # This step's keys and values, stored by attend(): update()
+            # does not see the mask that tells pads from real tokens.
+            self.pending = None
 
         def lazy_initialization(self, key_states, value_states) -> None:
             cache = self.cache
@@ -237,45 +296,83 @@ def _paged_cache_class():
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            batch, heads, new, _ = key_states.shape
+            batch = key_states.shape[0]
             cache = self.cache
             if batch != cache.sequences:
                 raise KilnError(Status.INVALID_ARGUMENT,
                                 f"PagedKVCache holds {cache.sequences} "
                                 f"sequences; got a batch of {batch}")
-            if self.length + new > cache.tokens_per_sequence:
+            if self.pending is not None:
+                raise KilnError(
+                    Status.UNSUPPORTED,
+                    "PagedKVCache: the last step's keys were never attended "
+                    "to; attention over this cache must run through "
+                    "attn_implementation=\"kiln\"")
+            self.pending = (self.length, key_states, value_states)
+            self.length += key_states.shape[2]
+            return self.keys, self.values
+
+        def attend(self, query, scale, attention_mask,
+                   window: Optional[int] = None):
+            """Stores this step's keys and values, then runs causal
+            attention of `query` (this step's tokens) over the layer's
+            pages; with a sliding `window` (transformers' `sliding_window`)
+            each query sees only its `window` most recent keys."""
+            if self.pending is None:
                 raise KilnError(Status.INVALID_ARGUMENT,
-                                f"PagedKVCache holds {cache.tokens_per_sequence} tokens "
-                                f"a sequence; {self.length + new} needed")
-            slots = cache.slots(self.length, new)  # [B, new]
+                                "PagedLayer.attend() without update()")
+            start, key_states, value_states = self.pending
+            self.pending = None
+            cache = self.cache
+            new = key_states.shape[2]
+            if query.shape[2] != new:
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"{query.shape[2]} queries for {new} new keys")
+            real = cache.admit(start, new, attention_mask, window)
+            longest = self.length - min(cache.pad_counts)
+            if longest > cache.tokens_per_sequence:
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"PagedKVCache holds {cache.tokens_per_sequence} "
+                                f"tokens a sequence; {longest} needed")
+            self.store(start, key_states, value_states, real)
+            # Pad queries (the first ones of a left-padded prompt) sit before
+            # their sequence's first key: they see none and come out zero.
+            self.kv_lens = (self.length - cache.pads).to(torch.int32)
+            # transformers' window W keeps key k for query q when
+            # q - k < W (besides causal); Kiln's `window = W` hides
+            # `j <= i + (kv_lens[b] - Sq) - W`, "each query sees its W most
+            # recent keys, itself included": the same W. The pads, removed
+            # before the first real token, shift q and k alike.
+            dtype = _TYPES[str(query.dtype)]
+            site = site_for(dtype, int(query.shape[-1]), int(self.values.shape[-1]),
+                            _paged_kind(cache.page_size, window), scale)
+            out = kops.paged_attention(site, query.contiguous(), self.keys,
+                                       self.values, cache.table, self.kv_lens)
+            return out.transpose(1, 2).contiguous()
+
+        def store(self, start: int, key_states, value_states, real) -> None:
+            """Writes the keys and values of positions [start, start + new)
+            (pads included) at their sequences' compacted positions, leaving
+            out the pads (`real`: [B, new], None when there are none)."""
+            cache = self.cache
+            _, heads, new, _ = key_states.shape
+            steps = torch.arange(new, device=cache.table.device)
+            positions = start + steps[None] - cache.pads[:, None]  # a pad's < 0
+            slots = cache.slots(positions.clamp(min=0))
+            keys = key_states.transpose(1, 2)  # [B, new, Hkv, D]
+            values = value_states.transpose(1, 2)
+            if real is not None:
+                slots, keys, values = slots[real], keys[real], values[real]
             flat_k = self.keys.view(-1, heads, self.keys.shape[-1])
             flat_v = self.values.view(-1, heads, self.values.shape[-1])
             flat_k.index_copy_(0, slots.reshape(-1),
-                               key_states.transpose(1, 2).reshape(-1, heads, key_states.shape[-1]))
+                               keys.reshape(-1, heads, keys.shape[-1]))
             flat_v.index_copy_(0, slots.reshape(-1),
-                               value_states.transpose(1, 2).reshape(-1, heads, value_states.shape[-1]))
-            self.length += new
-            self.kv_lens = torch.full((batch,), self.length, dtype=torch.int32,
-                                      device=self.device)
-            return self.keys, self.values
+                               values.reshape(-1, heads, values.shape[-1]))
 
-        def attend(self, query, scale, attention_mask):
-            """Causal attention of `query` (the last q_len positions) over
-            this layer's pages."""
-            if attention_mask is not None and not bool(attention_mask.all()):
-                raise KilnError(
-                    Status.UNSUPPORTED,
-                    "PagedKVCache serves batches without padding (every "
-                    "sequence the same length); this batch has a padding mask")
-            dtype = _TYPES[str(query.dtype)]
-            site = site_for(dtype, int(query.shape[-1]), int(self.values.shape[-1]),
-                            f"paged{self.cache.page_size}", scale)
-            out = kops.paged_attention(site, query.contiguous(), self.keys,
-                                       self.values, self.cache.table,
-                                       self.kv_lens)
-            return out.transpose(1, 2).contiguous()
-
-        def get_mask_sizes(self, query_length: int):
+        def get_mask_sizes(self, query_length) -> Tuple[int, int]:
+            if not isinstance(query_length, int):  # older: cache positions
+                query_length = int(query_length.shape[0])
             return self.length + query_length, 0
 
         def get_seq_length(self) -> int:
@@ -286,6 +383,8 @@ def _paged_cache_class():
 
         def reset(self) -> None:
             self.length = 0
+            self.pending = None
+            self.cache.forget_pads()
 
         def reorder_cache(self, beam_idx) -> None:
             raise KilnError(Status.UNSUPPORTED,
@@ -296,9 +395,17 @@ def _paged_cache_class():
         `page_size` tokens (a power of two) handed out at random from one
         pool per layer, with a page table per sequence; attention over it
         runs Kiln's paged decode / chunked-prefill kernel (split-KV chosen
-        at launch). For `generate` with `attn_implementation="kiln"`, batches
-        whose sequences all have the same length (no padding), up to
-        `max_length` tokens each."""
+        at launch). For `generate` with `attn_implementation="kiln"`, up to
+        `max_length` real tokens a sequence.
+
+        Batches may be left-padded (as `generate` pads them): the pads are
+        read off the attention mask of the first step (`pads`, per
+        sequence) and never stored, each sequence's tokens lie from
+        position 0 of its pages, and the kernel sees each sequence's own
+        length (`sequence_lengths()`). Layers with a sliding window run
+        the kernel with that window. Every mask must be exactly left
+        padding + causal (+ the layer's window); any other raises a
+        KilnError. `get_seq_length()` counts pads, as transformers does."""
 
         def __init__(self, batch_size: int, max_length: int, num_layers: int,
                      page_size: int = 16, device: Any = "cuda", seed: int = 0):
@@ -315,15 +422,134 @@ def _paged_cache_class():
             self.table = pages.view(batch_size, self.max_pages).to(
                 torch.int32).to(device)
             self._rows = torch.arange(batch_size, device=device)[:, None]
+            #: Left pads of each sequence ([B], on the device), and the same
+            #: on the host.
+            self.pads = torch.zeros(batch_size, dtype=torch.int64, device=device)
+            self.pad_counts = [0] * batch_size
+            # The step being attended (start, new), whether its new tokens
+            # are real, and the masks already checked in it.
+            self._step: Optional[Tuple[int, int]] = None
+            self._real = None
+            self._checked: list = []
             super().__init__(layers=[PagedLayer(self) for _ in range(num_layers)])
 
-        def slots(self, start: int, count: int):
-            """Flat slots (page · page_size + offset) of positions
-            [start, start + count) of every sequence: [B, count]."""
-            positions = torch.arange(start, start + count,
-                                     device=self.table.device)[None]
+        def slots(self, positions):
+            """Flat slots (page · page_size + offset) of `positions` [B, n]
+            of each sequence (position 0: its first real token)."""
             pages = self.table[self._rows, positions // self.page_size].long()
             return pages * self.page_size + positions % self.page_size
+
+        def sequence_lengths(self, layer_idx: int = 0):
+            """The real tokens each sequence holds in layer `layer_idx`:
+            [B] int32, the kernel's kv_lens."""
+            return (self.layers[layer_idx].length - self.pads).to(torch.int32)
+
+        def forget_pads(self) -> None:
+            self.pads.zero_()
+            self.pad_counts = [0] * self.sequences
+            self._step, self._real, self._checked = None, None, []
+
+        def admit(self, start: int, new: int, mask, window: Optional[int]):
+            """Checks one layer's mask for the step that adds positions
+            [start, start + new) (pads included) and returns which of them
+            are real tokens ([B, new] bool, None when all are). The step's
+            first call reads the new pads off its mask; each distinct mask
+            of the step (and window) must then be exactly left padding +
+            causal (+ the window)."""
+            if self._step != (start, new):
+                self._step, self._checked = (start, new), []
+                self._real = self._read_pads(start, new, mask)
+            if not any(seen is mask and seen_window == window
+                       for seen, seen_window in self._checked):
+                self._check(start, new, mask, window)
+                self._checked.append((mask, window))
+            return self._real
+
+        def _mask_view(self, start: int, new: int, mask):
+            """`mask` as booleans after checking its shape."""
+            if not isinstance(mask, torch.Tensor) or mask.dim() != 4:
+                raise KilnError(
+                    Status.UNSUPPORTED,
+                    f"PagedKVCache takes SDPA-format masks [B, 1, Sq, Sk]; got "
+                    f"{getattr(mask, 'shape', type(mask).__name__)}")
+            batch, _, queries, keys = mask.shape
+            if (batch not in (1, self.sequences) or queries != new
+                    or keys != start + new):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"the attention mask has shape {tuple(mask.shape)}; this "
+                    f"step of PagedKVCache needs [{self.sequences}, 1, {new}, "
+                    f"{start + new}]")
+            return _boolean_mask(mask)
+
+        def _read_pads(self, start: int, new: int, mask):
+            """Finds the pads among this step's tokens: the tokens whose
+            query does not see its own key (nor, as transformers makes it
+            on torch < 2.5 for queries that see nothing, every key). They
+            must lead, and only in sequences with no real token yet."""
+            if mask is None:
+                return None
+            full = self._mask_view(start, new, mask)[:, 0].expand(
+                self.sequences, new, start + new)
+            device = full.device
+            rows = torch.arange(new, device=device)
+            positions = start + rows
+            keys = torch.arange(start + new, device=device)
+            sees_itself = full[:, rows, positions]
+            sees_ahead = (full & (keys[None, None] > positions[None, :, None])).any(-1)
+            real = sees_itself & ~sees_ahead
+            pad_rows = (~real).sum(-1)
+            leading = (real == (rows[None] >= pad_rows[:, None])).all(-1)
+            unstarted = (pad_rows == 0) | (start - self.pads.to(device) == 0)
+            counts, leading, unstarted = torch.stack(
+                [pad_rows, leading.long(), unstarted.long()]).tolist()
+            if not all(leading) or not all(unstarted):
+                raise KilnError(
+                    Status.UNSUPPORTED,
+                    "PagedKVCache serves left-padded batches: the attention "
+                    "mask may hide a sequence's tokens only before its first "
+                    "real one, and this mask hides others")
+            if not any(counts):
+                return None
+            self.pads += pad_rows.to(self.pads.device)
+            self.pad_counts = [old + more for old, more in zip(self.pad_counts, counts)]
+            return real.to(self.table.device)
+
+        def _check(self, start: int, new: int, mask, window: Optional[int]) -> None:
+            """Raises unless `mask` is what the kernel applies: for each real
+            query, the keys from its sequence's first real token up to
+            itself, and within `window` of it. Pad queries are left free
+            (transformers ignores their outputs)."""
+            what = "causal" + (f" with a sliding window of {window}" if window else "")
+            if mask is None:
+                if any(self.pad_counts):
+                    raise KilnError(
+                        Status.INVALID_ARGUMENT,
+                        "PagedKVCache holds left-padded sequences but this step "
+                        "has no attention mask: pass the batch's attention_mask "
+                        "at every step")
+                if window is not None and start + new - 1 >= window:
+                    raise KilnError(
+                        Status.UNSUPPORTED,
+                        f"this layer has a sliding window of {window}, which "
+                        f"hides keys at {start + new} tokens, but transformers "
+                        f"gave no mask (plain causal attention)")
+                return
+            mask = self._mask_view(start, new, mask)
+            device = mask.device
+            positions = start + torch.arange(new, device=device)[:, None]
+            keys = torch.arange(start + new, device=device)[None]
+            pads = self.pads.to(device)[:, None, None]
+            visible = (keys <= positions) & (keys >= pads)  # [B, new, Sk]
+            if window is not None:
+                visible &= positions - keys < window
+            real = positions[None] >= pads  # [B, new, 1]
+            if not bool(((mask == visible[:, None]) | ~real[:, None]).all()):
+                raise KilnError(
+                    Status.UNSUPPORTED,
+                    f"PagedKVCache: this attention mask is not left padding + "
+                    f"{what} attention, the only masking Kiln's paged kernel "
+                    f"applies here")
 
     return PagedKVCache
 

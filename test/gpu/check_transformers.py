@@ -19,9 +19,20 @@ match eager's within 2e-2 and differ from that of the same weights with the
 window out of reach by more than 0.1 (else the check could not tell a kernel
 that ignores the window). Gemma with head dim 256 (Gemma's own), 150 tokens.
 
+PagedKVCache (bf16, pages of 16), against eager over its dynamic cache, fed
+the same tokens with the positions `generate` gives: Llama, two unpadded
+prompts (prefill and 8 decode steps, then `generate`); Llama, three prompts
+of 37, 30 and 21 tokens left-padded to 37 (logits over the real positions and
+8 decode steps within 2e-2; 16 greedy tokens from `generate` equal to eager's,
+or parting only where eager's two best logits are within 4% of the logits'
+RMS); Mistral with a window of 32, prompts of 40 tokens (unpadded, and one
+left-padded by 6) and 40 decode steps (logits within 2e-2, while the window
+itself moves eager's logits by more than that).
+
 No call may fall back to SDPA (each new check asserts it for itself). On
 machines without kilnc, DIR must hold the sites compiled beforehand
-(`kiln.transformers.precompile`, head dims 64 and 256 here).
+(`kiln.transformers.precompile`, head dims 64 and 256 here, and
+`windows=(32,)` for the paged site of Mistral's window).
 """
 
 from __future__ import annotations
@@ -247,6 +258,139 @@ def check_paged_cache():
                                                               cache.get_seq_length())
 
 
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / a.float().norm())
+
+
+def step_logits(eager, others, ids, mask, steps):
+    """Feeds the left-padded batch `ids` (`mask`) and then `steps` tokens,
+    those eager picks greedily, to `eager` over its dynamic cache and to each
+    (model, cache) of `others` (cache None: the model's own dynamic cache),
+    with the positions `generate` gives (counted from each sequence's first
+    real token). Returns, per model of `others`, the worst relative error of
+    its logits against eager's: over the prompt's real positions, then at
+    each step."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=positions,
+                  use_cache=True)
+    ref = eager(**inputs)
+    outs = [model(**inputs, past_key_values=cache) for model, cache in others]
+    valid = mask.bool()
+    worst = [rel(ref.logits[valid], out.logits[valid]) for out in outs]
+    for _ in range(steps):
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], -1)
+        positions = positions[:, -1:] + 1
+        inputs = dict(input_ids=ref.logits[:, -1].argmax(-1, keepdim=True),
+                      attention_mask=mask, position_ids=positions,
+                      use_cache=True)
+        ref = eager(**inputs, past_key_values=ref.past_key_values)
+        outs = [model(**inputs, past_key_values=cache if cache is not None
+                      else out.past_key_values)
+                for (model, cache), out in zip(others, outs)]
+        worst = [max(w, rel(ref.logits[:, -1], out.logits[:, -1]))
+                 for w, out in zip(worst, outs)]
+    return worst
+
+
+def left_padded(real_lengths, generator_seed=0):
+    """A batch of random prompts left-padded to the longest: ids, mask."""
+    torch.manual_seed(generator_seed)
+    length = max(real_lengths)
+    ids = torch.randint(0, 1000, (len(real_lengths), length), device="cuda")
+    mask = torch.ones_like(ids)
+    for row, real in enumerate(real_lengths):
+        mask[row, :length - real] = 0
+    return ids, mask
+
+
+def check_paged_padded():
+    """Llama bf16 over PagedKVCache with a left-padded batch of three prompts
+    (37, 30 and 21 tokens) against eager over its dynamic cache: logits over
+    the prompt's real positions and 8 decode steps fed the same tokens, then
+    16 greedy tokens from `generate`."""
+    config = LlamaConfig(**COMMON)
+    before = dict(kt.fallbacks)
+    eager, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
+    ids, mask = left_padded((37, 30, 21))
+    layers = config.num_hidden_layers
+    cache = kt.PagedKVCache(batch_size=3, max_length=64, num_layers=layers)
+    with torch.no_grad():
+        (worst,) = step_logits(eager, [(kiln, cache)], ids, mask, steps=8)
+        options = dict(attention_mask=mask, max_new_tokens=16, min_new_tokens=16,
+                       do_sample=False)
+        generated = kiln.generate(
+            ids, past_key_values=kt.PagedKVCache(batch_size=3, max_length=64,
+                                                 num_layers=layers), **options)
+        reference = eager.generate(ids, output_logits=True,
+                                   return_dict_in_generate=True, **options)
+    fell_back = new_fallbacks(before)
+    lengths = cache.sequence_lengths().tolist()
+    # Greedy tokens may part where eager's two best logits are closer than
+    # bf16 noise; past the first difference the sequences differ anyway.
+    new, ref_new = generated[:, ids.shape[1]:], reference.sequences[:, ids.shape[1]:]
+    same = int((new == ref_new).sum())
+    ties = []
+    for row in range(new.shape[0]):
+        differ = (new[row] != ref_new[row]).nonzero()
+        if len(differ):
+            step = int(differ[0])
+            logits = reference.logits[step][row].float()
+            gap = float(logits[ref_new[row, step]] - logits[new[row, step]])
+            noise = 4e-2 * float(logits.pow(2).mean().sqrt())
+            ties.append((row, step, round(gap, 4), gap <= noise))
+    print(f"  paged cache, left padding: real lengths {lengths}; worst logits "
+          f"rel err {worst:.2e}; generate: {same} of {new.numel()} tokens "
+          f"equal to eager's; first differences (row, step, eager's gap, "
+          f"near tie): {ties or 'none'}; fallbacks {fell_back or 'none'}")
+    assert not fell_back, f"fell back to SDPA: {fell_back}"
+    assert lengths == [37 + 8, 30 + 8, 21 + 8], lengths
+    assert worst < 2e-2, worst
+    assert all(tie for *_, tie in ties), f"greedy tokens differ: {ties}"
+
+
+def check_paged_sliding_window():
+    """Mistral bf16 with a sliding window of WINDOW over PagedKVCache against
+    eager: a 40-token prompt and 40 decode steps (80 tokens, the window
+    passed in the prompt already), unpadded and with one sequence
+    left-padded by 6; every call on the windowed paged site. The same
+    weights with the window out of reach must differ from eager by more
+    than the tolerance, or the check could not tell the window."""
+    config = MistralConfig(**COMMON, sliding_window=WINDOW)
+    before = dict(kt.fallbacks)
+    eager, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
+    assert eager.config.sliding_window == WINDOW, eager.config.sliding_window
+    wide = AutoModelForCausalLM.from_config(
+        MistralConfig(**COMMON, sliding_window=WIDE),
+        attn_implementation="eager").to("cuda", torch.bfloat16).eval()
+    wide.load_state_dict(eager.state_dict())
+    results = []
+    for real_lengths in ((40, 40), (40, 34)):
+        ids, mask = left_padded(real_lengths)
+        cache = kt.PagedKVCache(batch_size=2, max_length=96,
+                                num_layers=config.num_hidden_layers)
+        with torch.no_grad():
+            worst, effect = step_logits(eager, [(kiln, cache), (wide, None)],
+                                        ids, mask, steps=40)
+        results.append((real_lengths, worst, effect,
+                        cache.sequence_lengths().tolist()))
+    fell_back = new_fallbacks(before)
+    site = ("bf16", 64, 64, f"paged16_window{WINDOW}", 64 ** -0.5)
+    for real_lengths, worst, effect, lengths in results:
+        print(f"  paged cache, window {WINDOW}, prompts {real_lengths} + 40 "
+              f"steps: worst logits rel err {worst:.2e}; window's own effect "
+              f"{effect:.2e}; real lengths {lengths}")
+    print(f"  windowed paged site used: {site in kt._sites}; fallbacks "
+          f"{fell_back or 'none'}")
+    assert not fell_back, f"fell back to SDPA: {fell_back}"
+    assert site in kt._sites, sorted(kt._sites)
+    for real_lengths, worst, effect, lengths in results:
+        assert lengths == [n + 40 for n in real_lengths], lengths
+        assert effect > 2e-2, (
+            f"the window moves eager's logits by only {effect:.2e}: this "
+            "check could not tell a kernel that ignores it")
+        assert worst < 2e-2, (real_lengths, worst)
+
+
 def run(name, fn, *args):
     try:
         fn(*args)
@@ -270,6 +414,10 @@ def main() -> int:
             check_sliding_window, name, build)
     run("llama f32 greedy generation vs eager", check_greedy)
     run("llama bf16 over PagedKVCache vs eager", check_paged_cache)
+    run("llama bf16 left-padded batch over PagedKVCache vs eager, no fallback",
+        check_paged_padded)
+    run(f"mistral sliding window {WINDOW} over PagedKVCache vs eager, no "
+        f"fallback", check_paged_sliding_window)
     run("no fallback to SDPA", lambda: None if not kt.fallbacks else
         (_ for _ in ()).throw(AssertionError(kt.fallbacks)))
     failed = [r for r in RESULTS if not r[1]]
