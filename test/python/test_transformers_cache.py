@@ -290,3 +290,17 @@ def test_masks_other_than_left_padding_raise(paged) -> None:
     assert cache.pad_counts == [0, 2]
     with pytest.raises(kiln.KilnError, match="no attention mask"):
         attempt(None, start=8, new=1)
+
+
+def test_paged_cache_is_exported_at_top_level(paged, monkeypatch):
+    import kiln
+
+    # Built on first use from transformers (or the stand-in); not kept, so
+    # that other tests build their own.
+    monkeypatch.delitem(kt.__dict__, "PagedKVCache", raising=False)
+    cls = kiln.PagedKVCache
+    assert cls is kt.PagedKVCache
+    assert cls.__name__ == "PagedKVCache"
+    monkeypatch.delitem(kt.__dict__, "PagedKVCache", raising=False)
+    with pytest.raises(AttributeError):
+        kiln.NoSuchThing  # noqa: B018
