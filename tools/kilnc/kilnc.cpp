@@ -89,7 +89,7 @@ static cl::opt<bool>
 static cl::opt<bool>
     wgmma("wgmma",
           cl::desc("For sm_90a, the Hopper (wgmma) variant of the tensor-core "
-                   "kernel where head dims are multiples of 64 (default on; "
+                   "kernel (default on; "
                    "=0 for mma.sync on every target)"),
           cl::init(true), cl::cat(kilncCategory));
 

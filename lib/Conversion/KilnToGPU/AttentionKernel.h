@@ -237,7 +237,8 @@ gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
 bool mmaKernelSupports(Type elementType, int64_t headDim,
                        int64_t valueHeadDim);
 /// Whether the tensor-core kernel has an sm_90a (wgmma) variant for these
-/// head dims: multiples of 64, whose tiles are whole 128-byte swizzle atoms.
+/// head dims: those of the mma.sync kernel, padded inside the kernel to
+/// multiples of 64 (whole 128-byte swizzle atoms).
 bool wgmmaKernelSupports(int64_t headDim, int64_t valueHeadDim);
 
 } // namespace mlir::kiln::detail
