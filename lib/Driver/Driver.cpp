@@ -404,6 +404,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   gpuOptions.kvBlockSize = options.kvBlockSize;
   gpuOptions.rowsPerWarp = options.rowsPerWarp;
   gpuOptions.tensorCores = options.tensorCores;
+  gpuOptions.schedule = options.schedule;
+  gpuOptions.blocksPerSM = options.blocksPerSM;
   // sm_90a's kernels are generated a second time, from the same sites, with
   // the wgmma variants; they keep the portable kernels' names, arguments,
   // grids and shared memory, so the manifest (described from the portable
@@ -420,6 +422,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   FailureOr<llvm::json::Object> description = describeKernelsAndSites(*module);
   if (failed(description))
     return failure();
+  llvm::StringMap<llvm::json::Value> portableSchedules =
+      describeSchedules(*module);
   if (failed(runPipeline(*module, [&](OpPassManager &pm) {
         buildPTXPipeline(pm, gpuOptions);
       })))
@@ -427,6 +431,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   FailureOr<std::vector<TargetPTX>> ptx = extractPTX(*module);
   if (failed(ptx))
     return failure();
+  if (!hopper)
+    addSchedules(*description, options.targets, portableSchedules, nullptr);
   if (hopper) {
     GPUPipelineOptions hopperOptions;
     hopperOptions.targets = {"sm_90a"};
@@ -434,8 +440,18 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     hopperOptions.rowsPerWarp = options.rowsPerWarp;
     hopperOptions.tensorCores = true;
     hopperOptions.hopper = true;
+    hopperOptions.schedule = options.schedule;
+    hopperOptions.blocksPerSM = options.blocksPerSM;
     if (failed(runPipeline(*hopperModule, [&](OpPassManager &pm) {
-          buildGPUPipeline(pm, hopperOptions);
+          buildKernelGenerationPipeline(pm, hopperOptions);
+        })))
+      return failure();
+    llvm::StringMap<llvm::json::Value> hopperSchedules =
+        describeSchedules(*hopperModule);
+    addSchedules(*description, options.targets, portableSchedules,
+                 &hopperSchedules);
+    if (failed(runPipeline(*hopperModule, [&](OpPassManager &pm) {
+          buildPTXPipeline(pm, hopperOptions);
         })))
       return failure();
     FailureOr<std::vector<TargetPTX>> hopperPTX = extractPTX(*hopperModule);

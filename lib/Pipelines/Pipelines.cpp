@@ -36,6 +36,8 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.rowsPerWarp = options.rowsPerWarp;
   convertOptions.tensorCores = options.tensorCores;
   convertOptions.hopper = options.hopper;
+  convertOptions.schedule = options.schedule;
+  convertOptions.blocksPerSM = options.blocksPerSM;
   pm.addPass(createConvertKilnToGPU(convertOptions));
 }
 

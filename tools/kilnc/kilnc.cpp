@@ -92,6 +92,16 @@ static cl::opt<bool>
                    "kernel (default on; "
                    "=0 for mma.sync on every target)"),
           cl::init(true), cl::cat(kilncCategory));
+static cl::opt<std::string>
+    schedule("schedule",
+             cl::desc("sm_90a tensor-core variant: table (default: the "
+                      "shipped table of measured schedules), wgmma or mma"),
+             cl::init("table"), cl::Hidden, cl::cat(kilncCategory));
+static cl::opt<int64_t> blocksPerSM(
+    "blocks-per-sm",
+    cl::desc("Blocks per SM the tensor-core kernels' registers leave room "
+             "for (default -1: from the schedule)"),
+    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
 
 static cl::opt<std::string> paddedRows(
     "padded-rows",
@@ -175,5 +185,7 @@ int main(int argc, char **argv) {
   options.rowsPerWarp = rowsPerWarp;
   options.tensorCores = tensorCores;
   options.wgmma = wgmma;
+  options.schedule = schedule;
+  options.blocksPerSM = blocksPerSM;
   return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;
 }

@@ -60,7 +60,14 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     Option<"hopper", "hopper", "bool", "false",
            "Build the sm_90a variant of the tensor-core kernel (wgmma on "
            "swizzled shared tiles) where a site's head dims are multiples of "
-           "64; the module then serves sm_90a only">
+           "64; the module then serves sm_90a only">,
+    Option<"schedule", "schedule", "std::string", "\"table\"",
+           "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
+           "table of measured schedules, else the rules), 'wgmma' or 'mma' "
+           "(forced, for tuning)">,
+    Option<"blocksPerSM", "blocks-per-sm", "int64_t", "-1",
+           "Blocks per SM the tensor-core kernel's registers leave room for "
+           "(-1: from the schedule; 0: as ptxas allocates), for tuning">
   ];
 }
 

@@ -48,6 +48,10 @@ struct CompileOptions {
   bool tensorCores = true;
   /// sm_90a gets the wgmma variant of the tensor-core kernel (`--wgmma`).
   bool wgmma = true;
+  /// Forces the sm_90a variant ("wgmma", "mma") and the blocks per SM
+  /// (>= 0) instead of the schedule table, for tuning.
+  std::string schedule = "table";
+  int64_t blocksPerSM = -1;
   /// Rows that see no key may differ from the graph (`--padded-rows=free`).
   bool paddedRowsFree = false;
   /// `--kv-cache=paged:N`: beside each causal self-attention site, a paged

@@ -38,6 +38,15 @@ struct GPUPipelineOptions
       llvm::cl::desc("Build the sm_90a (wgmma) variants of the tensor-core "
                      "kernel; the module then serves sm_90a only"),
       llvm::cl::init(false)};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),
+      llvm::cl::init("table")};
+  Option<int64_t> blocksPerSM{
+      *this, "blocks-per-sm",
+      llvm::cl::desc("Blocks per SM of the tensor-core kernel (-1: from "
+                     "the schedule)"),
+      llvm::cl::init(-1)};
 };
 
 /// Options of the fusion pipeline.

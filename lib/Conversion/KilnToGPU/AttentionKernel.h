@@ -66,6 +66,9 @@ struct KernelSpec {
   /// grid and shared-memory size of the portable kernel, so that one
   /// manifest describes both (not part of name()).
   bool wgmma = false;
+  /// Blocks per SM the tensor-core kernel's registers must leave room for
+  /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
+  int64_t blocksPerSM = 0;
 
   std::string name() const;
   /// The head dim of V and the output.
@@ -240,6 +243,20 @@ bool mmaKernelSupports(Type elementType, int64_t headDim,
 /// head dims: those of the mma.sync kernel, padded inside the kernel to
 /// multiples of 64 (whole 128-byte swizzle atoms).
 bool wgmmaKernelSupports(int64_t headDim, int64_t valueHeadDim);
+
+/// How a tensor-core kernel runs: which variant, and how many blocks per SM
+/// its registers leave room for (0: as ptxas allocates).
+struct Schedule {
+  bool wgmma = false;
+  int64_t blocksPerSM = 0;
+  /// "table" (the shipped table of measured schedules), "rule" (the
+  /// defaults, where the table has no row) or "option" (forced).
+  const char *from = "rule";
+};
+/// The schedule of `spec`'s tensor-core kernel on sm_90a (`hopper`) or on
+/// the other targets: the table's row for sm_90a, the head dim and
+/// causality where there is one, the rules otherwise.
+Schedule chooseSchedule(const KernelSpec &spec, bool hopper);
 
 } // namespace mlir::kiln::detail
 

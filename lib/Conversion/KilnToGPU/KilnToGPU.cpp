@@ -101,6 +101,11 @@ struct ConvertKilnToGPUPass
           gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModuleName);
     }
     SymbolTable kernels(gpuModule);
+    if (schedule != "table" && schedule != "wgmma" && schedule != "mma") {
+      module.emitError("schedule must be 'table', 'wgmma' or 'mma', got '")
+          << schedule << "'";
+      return signalPassFailure();
+    }
 
     int64_t siteIndex = 0;
     for (Operation *site : sites) {
@@ -111,6 +116,36 @@ struct ConvertKilnToGPUPass
           return signalPassFailure();
       } else if (failed(attentionSpec(cast<AttentionOp>(site), spec))) {
         return signalPassFailure();
+      }
+      Schedule chosen;
+      if (spec.tensorCores) {
+        chosen = chooseSchedule(spec, hopper);
+        if (schedule != "table") {
+          chosen.wgmma = hopper && schedule == "wgmma" &&
+                         wgmmaKernelSupports(spec.headDim, spec.valueDim());
+          chosen.from = "option";
+        }
+        if (blocksPerSM >= 0) {
+          chosen.blocksPerSM = blocksPerSM;
+          chosen.from = "option";
+        }
+        // A register cap below what wgmma's accumulators hold (the value
+        // head dim's, padded, over two, beside about 32 others) does not
+        // assemble.
+        if (chosen.wgmma && chosen.blocksPerSM > 0) {
+          int64_t cap = 65536 / (kThreadsPerBlock * chosen.blocksPerSM);
+          int64_t needed = llvm::alignTo(spec.valueDim(), 64) / 2 + 32;
+          if (cap < needed) {
+            op->emitOpError("blocks-per-sm ")
+                << chosen.blocksPerSM << " leaves " << cap
+                << " registers a thread; the wgmma kernel's accumulators "
+                   "need at least "
+                << needed;
+            return signalPassFailure();
+          }
+        }
+        spec.wgmma = chosen.wgmma;
+        spec.blocksPerSM = chosen.blocksPerSM;
       }
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
@@ -131,6 +166,23 @@ struct ConvertKilnToGPUPass
         gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
         DictionaryAttr info = makeKernelInfo(builder, *kernel);
+        if (spec.tensorCores) {
+          // The schedule, for the manifest.
+          NamedAttrList fields(info);
+          fields.set(
+              "schedule",
+              builder.getDictionaryAttr({
+                  builder.getNamedAttr(
+                      "variant", builder.getStringAttr(
+                                     chosen.wgmma ? "wgmma" : "mma.sync")),
+                  builder.getNamedAttr(
+                      "blocks_per_sm",
+                      builder.getI64IntegerAttr(chosen.blocksPerSM)),
+                  builder.getNamedAttr("from",
+                                       builder.getStringAttr(chosen.from)),
+              }));
+          info = fields.getDictionary(builder.getContext());
+        }
         if (spec.splitKV) {
           // The kernel that reduces its splits, shared by every kernel with
           // the same output type.
@@ -191,8 +243,6 @@ struct ConvertKilnToGPUPass
     // Keys split over blocks, except where a row that sees no key in the
     // band revisits the keys outside it (masked_score with a band).
     spec.splitKV = spec.tensorCores && !(spec.maskedScore && spec.rightBound());
-    spec.wgmma = hopper && spec.tensorCores &&
-                 wgmmaKernelSupports(spec.headDim, spec.valueDim());
 
     return success();
   }
@@ -231,7 +281,6 @@ struct ConvertKilnToGPUPass
     spec.tensorCores = true;
     spec.packQueryHeads = true;
     spec.splitKV = true;
-    spec.wgmma = hopper && wgmmaKernelSupports(spec.headDim, spec.valueDim());
     return success();
   }
 

@@ -135,10 +135,8 @@ public:
   }
 
 protected:
-  /// Up to head dim 64 three blocks fit at 168 registers a thread; ptxas
-  /// would otherwise take a few more (for the decode path) and fit only two.
-  /// Larger head dims use up to 255 registers: two blocks whatever is asked.
-  int64_t minBlocksPerSM() const override { return spec.headDim <= 64 ? 3 : 0; }
+  /// From the kernel's schedule (see chooseSchedule).
+  int64_t minBlocksPerSM() const override { return spec.blocksPerSM; }
   bool revisitsSkippedKeys() const override { return true; }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
@@ -1305,6 +1303,51 @@ bool mlir::kiln::detail::wgmmaKernelSupports(int64_t headDim,
                4 * llvm::alignTo(dim, 16);
   };
   return fits(headDim) && fits(valueHeadDim);
+}
+
+namespace {
+/// A row of the table of measured sm_90a schedules.
+struct ScheduleRow {
+  int64_t headDim;
+  bool causal;
+  bool wgmma;
+  int64_t blocksPerSM;
+};
+constexpr ScheduleRow kScheduleTable[] = {
+#define KILN_SCHEDULE(headDim, causal, wgmma, blocksPerSM, ...)                \
+  {headDim, causal, wgmma, blocksPerSM},
+#include "ScheduleTable.inc"
+#undef KILN_SCHEDULE
+    // (Head dim 0 matches nothing: the table may have no rows.)
+    {0, false, false, 0},
+};
+} // namespace
+
+Schedule mlir::kiln::detail::chooseSchedule(const KernelSpec &spec,
+                                            bool hopper) {
+  // The rules: up to head dim 64 three blocks fit at 168 registers a thread
+  // (ptxas would otherwise take a few more, for the decode path, and fit
+  // two); larger head dims use up to 255 registers, two blocks whatever is
+  // asked. wgmma where it pads the head dims by at most a third.
+  Schedule schedule;
+  schedule.blocksPerSM = spec.headDim <= 64 ? 3 : 0;
+  if (!hopper)
+    return schedule;
+  schedule.wgmma = wgmmaKernelSupports(spec.headDim, spec.valueDim());
+  // The table, measured on an H200 (bench/tune_schedules.py): rows for
+  // equal head dims, causal or not; masks, windows and paged sites take
+  // the row of their causality.
+  if (spec.valueDim() != spec.headDim)
+    return schedule;
+  for (const ScheduleRow &row : kScheduleTable) {
+    if (row.headDim != spec.headDim || row.causal != spec.causal)
+      continue;
+    schedule.wgmma =
+        row.wgmma && wgmmaKernelSupports(spec.headDim, spec.valueDim());
+    schedule.blocksPerSM = row.blocksPerSM;
+    schedule.from = "table";
+  }
+  return schedule;
 }
 
 bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,

@@ -373,6 +373,59 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
                             {"sites", std::move(sites)}};
 }
 
+llvm::StringMap<llvm::json::Value>
+mlir::kiln::describeSchedules(ModuleOp module) {
+  llvm::StringMap<llvm::json::Value> schedules;
+  auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
+  if (!gpuModule)
+    return schedules;
+  for (auto func : gpuModule.getOps<gpu::GPUFuncOp>()) {
+    auto info = func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName);
+    auto schedule =
+        info ? info.getAs<DictionaryAttr>("schedule") : DictionaryAttr();
+    if (!schedule)
+      continue;
+    schedules.try_emplace(
+        func.getName(),
+        llvm::json::Object{
+            {"variant", schedule.getAs<StringAttr>("variant").getValue()},
+            {"blocks_per_sm",
+             schedule.getAs<IntegerAttr>("blocks_per_sm").getInt()},
+            {"from", schedule.getAs<StringAttr>("from").getValue()}});
+  }
+  return schedules;
+}
+
+void mlir::kiln::addSchedules(
+    llvm::json::Object &description, ArrayRef<std::string> chips,
+    const llvm::StringMap<llvm::json::Value> &portable,
+    const llvm::StringMap<llvm::json::Value> *hopper) {
+  llvm::json::Array *kernels = description.getArray("kernels");
+  if (!kernels)
+    return;
+  for (llvm::json::Value &value : *kernels) {
+    llvm::json::Object *kernel = value.getAsObject();
+    std::optional<StringRef> name =
+        kernel ? kernel->getString("name") : std::nullopt;
+    if (!name)
+      continue;
+    auto found = portable.find(*name);
+    if (found == portable.end())
+      continue;
+    llvm::json::Object byChip;
+    for (const std::string &chip : chips) {
+      const llvm::json::Value *schedule = &found->second;
+      if (hopper && chip == "sm_90a") {
+        auto hopperFound = hopper->find(*name);
+        if (hopperFound != hopper->end())
+          schedule = &hopperFound->second;
+      }
+      byChip[chip] = *schedule;
+    }
+    (*kernel)["schedule"] = std::move(byChip);
+  }
+}
+
 FailureOr<std::vector<TargetPTX>> mlir::kiln::extractPTX(ModuleOp module) {
   auto binary = module.lookupSymbol<gpu::BinaryOp>(kKernelModuleName);
   if (!binary)

@@ -48,6 +48,19 @@ struct TargetPTX {
 /// live on the gpu.func ops). Emits a diagnostic and fails on missing facts.
 FailureOr<llvm::json::Object> describeKernelsAndSites(ModuleOp module);
 
+/// The schedule of each tensor-core kernel of `module` (after
+/// convert-kiln-to-gpu, before serialization), by kernel name: {variant,
+/// blocks_per_sm, from}.
+llvm::StringMap<llvm::json::Value> describeSchedules(ModuleOp module);
+
+/// Gives each kernel of `description` that has a schedule a "schedule"
+/// object with one entry per target chip: `sm_90a`'s from `hopper` when
+/// given (the module its PTX came from), every other chip's from `portable`.
+void addSchedules(llvm::json::Object &description,
+                  llvm::ArrayRef<std::string> chips,
+                  const llvm::StringMap<llvm::json::Value> &portable,
+                  const llvm::StringMap<llvm::json::Value> *hopper);
+
 /// Reads the PTX of every target from the serialized `gpu.binary` of the
 /// kernels in `module`.
 FailureOr<std::vector<TargetPTX>> extractPTX(ModuleOp module);

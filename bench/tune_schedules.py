@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Tunes the sm_90a schedule of Kiln's tensor-core kernel (which variant,
+wgmma or mma.sync, and how many blocks per SM its registers leave room for)
+per head dim and causality, and writes the table kilnc ships with
+(lib/Conversion/KilnToGPU/ScheduleTable.inc). Three steps, the first and the
+last where kilnc is, the second on the GPU:
+
+    python3 bench/tune_schedules.py compile bench/tune_sites.mlir DIR
+    python3 bench/tune_schedules.py measure DIR --out tuning.json
+    python3 bench/tune_schedules.py table tuning.json \\
+        > lib/Conversion/KilnToGPU/ScheduleTable.inc
+
+`compile` builds one sm_90a package per candidate schedule
+(kilnc --schedule=... --blocks-per-sm=...). `measure` runs every site of
+every candidate on the same inputs (bf16, b·s = 16k tokens, hidden 2048, 4096
+tokens a sequence), checks each output against SDPA (relative L2 error below
+2e-2, else the candidate is out) and times it (median of
+triton.testing.do_bench); FLOPs = 4·b·h·s²·d, halved for causal. `table`
+keeps, per (head dim, causal), the fastest candidate, unless the rules'
+schedule (what kilnc picks without a row) is within 2% of it: a row is
+written only where measuring beat the rules by more than noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: (variant, blocks per SM): 0 leaves registers to ptxas (two blocks of 128
+#: threads at up to 255 registers), 3 caps them at 168. (4, a cap of 128,
+#: leaves wgmma at d256 too few registers for its accumulators.)
+CANDIDATES: List[Tuple[str, int]] = [
+    (variant, blocks) for variant in ("wgmma", "mma") for blocks in (0, 3)
+]
+TOKENS, HIDDEN, SEQ = 16384, 2048, 4096
+#: A candidate must beat the rules by more than this to get a row.
+MARGIN = 1.02
+
+
+def candidate_dir(root: Path, variant: str, blocks: int) -> Path:
+    return root / f"{variant}-b{blocks}"
+
+
+def rules(head_dim: int) -> Tuple[str, int]:
+    """What kilnc picks for bf16 equal head dims without a table row (see
+    chooseSchedule in MmaKernel.cpp)."""
+    padded16 = -(-head_dim // 16) * 16
+    padded64 = -(-head_dim // 64) * 64
+    wgmma = 3 * padded64 <= 4 * padded16
+    return ("wgmma" if wgmma else "mma", 3 if head_dim <= 64 else 0)
+
+
+def compile_all(sites: Path, out: Path, kilnc: str) -> int:
+    for variant, blocks in CANDIDATES:
+        target = candidate_dir(out, variant, blocks)
+        command = [kilnc, str(sites), "-o", str(target), "--target=sm_90a",
+                   f"--schedule={variant}", f"--blocks-per-sm={blocks}"]
+        print(" ".join(command), flush=True)
+        if subprocess.run(command).returncode != 0:
+            print(f"tune_schedules: kilnc failed for {target}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def measure(root: Path) -> List[Dict[str, Any]]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(ROOT / "python"))
+    import kiln
+
+    packages = {c: kiln.Package(str(candidate_dir(root, *c))) for c in CANDIDATES}
+    rows = []
+    cases = [(s.function, s) for s in packages[CANDIDATES[0]].sites]
+    for function, first in cases:
+        head_dim = int(function.split("_")[0][1:])
+        causal = function.endswith("_causal")
+        heads = HIDDEN // head_dim
+        batch = TOKENS // SEQ
+        torch.manual_seed(0)
+        q = torch.randn(batch, heads, SEQ, head_dim, dtype=torch.bfloat16,
+                        device="cuda")
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            reference = F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal, scale=first.scale).double()
+        flops = 4 * batch * heads * SEQ * SEQ * head_dim / (2 if causal else 1)
+        for (variant, blocks), package in packages.items():
+            site = {s.function: s for s in package.sites}[function]
+            out = torch.full_like(q, float("nan"))
+            site.attention(q, k, v, out=out)
+            error = float((out.double() - reference).norm() / reference.norm())
+            row = dict(d=head_dim, causal=causal, variant=variant,
+                       blocks_per_sm=blocks, rel_err=error)
+            if not error < 2e-2:
+                row["rejected"] = "wrong result"
+            else:
+                ms = float(do_bench(lambda: site.attention(q, k, v, out=out),
+                                    warmup=25, rep=100, return_mode="median"))
+                row.update(ms=ms, TFLOPs=flops / ms / 1e9)
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def table(results: Dict[str, Any]) -> str:
+    rows = [r for r in results["rows"] if "TFLOPs" in r]
+    lines = [
+        "// Measured sm_90a schedules of the tensor-core kernel, written by",
+        "// bench/tune_schedules.py: KILN_SCHEDULE(head dim, causal, wgmma,",
+        "// blocks per SM, TFLOP/s of the choice, of the rules' schedule).",
+        f"// Measured on {results.get('device', '?')}, torch "
+        f"{results.get('torch', '?')}: bf16, b*s = {TOKENS} tokens, "
+        f"hidden {HIDDEN}, {SEQ} tokens a sequence.",
+        f"// Rows only where the choice beat the rules by more than "
+        f"{round((MARGIN - 1) * 100)}%.",
+    ]
+    cases = sorted({(r["d"], r["causal"]) for r in rows})
+    for head_dim, causal in cases:
+        mine = [r for r in rows if (r["d"], r["causal"]) == (head_dim, causal)]
+        best = max(mine, key=lambda r: r["TFLOPs"])
+        variant, blocks = rules(head_dim)
+        default = next((r for r in mine if (r["variant"], r["blocks_per_sm"])
+                        == (variant, blocks)), None)
+        if default and best["TFLOPs"] <= MARGIN * default["TFLOPs"]:
+            lines.append(f"// d{head_dim}{' causal' if causal else ''}: the "
+                         f"rules' {variant}, {blocks} blocks/SM "
+                         f"({default['TFLOPs']:.0f} TFLOP/s; best "
+                         f"{best['variant']}, {best['blocks_per_sm']}: "
+                         f"{best['TFLOPs']:.0f})")
+            continue
+        lines.append(
+            f"KILN_SCHEDULE({head_dim}, {str(causal).lower()}, "
+            f"{str(best['variant'] == 'wgmma').lower()}, "
+            f"{best['blocks_per_sm']}, {best['TFLOPs']:.0f}, "
+            f"{default['TFLOPs'] if default else 0:.0f})")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("compile")
+    build.add_argument("sites")
+    build.add_argument("dir")
+    build.add_argument("--kilnc", default=os.environ.get("KILNC", "kilnc"))
+    run = commands.add_parser("measure")
+    run.add_argument("dir")
+    run.add_argument("--out", default="tuning.json")
+    emit = commands.add_parser("table")
+    emit.add_argument("results")
+    options = parser.parse_args()
+    if options.command == "compile":
+        return compile_all(Path(options.sites), Path(options.dir), options.kilnc)
+    if options.command == "measure":
+        import torch
+
+        rows = measure(Path(options.dir))
+        Path(options.out).write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "rows": rows}, indent=1))
+        return 0
+    try:
+        results = json.loads(Path(options.results).read_text())
+        sys.stdout.write(table(results))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"tune_schedules: {options.results}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
