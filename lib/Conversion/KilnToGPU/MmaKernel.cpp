@@ -4,24 +4,26 @@
 // later). A block owns 64 rows, 16 per warp; a row is a (query, head) pair of
 // one KV head's query group, query-major, so every K and V tile a block loads
 // serves all the heads that read it. Q is staged once through shared memory
-// into A fragments that stay in registers. 64-key tiles of K and V are copied
-// with cp.async into padded shared buffers, two stages of each in dynamic
-// shared memory, so that tile i + 1 is in flight while tile i computes.
-// S = Q·Kᵀ reads K with ldmatrix, the online softmax runs on the S
-// accumulators in registers, and the probabilities, packed to the element
-// type, are the A fragments of O += P·V, whose B fragments come from
-// ldmatrix.trans on V. Accumulation is f32 throughout. For decode shapes
-// (q_len · group ≤ 16 rows in all) the four warps share those rows and split
-// each tile's keys instead, and merge their states at the end.
+// into A fragments that stay in registers (past head dim 128 Q keeps a shared
+// tile of its own and is read a chunk at a time; see TileLayout). 64-key
+// tiles of K and V are copied with cp.async into padded shared buffers, two
+// stages of each in dynamic shared memory (one past head dim 128), so that
+// tile i + 1 is in flight while tile i computes. S = Q·Kᵀ reads K with
+// ldmatrix, the online softmax runs on the S accumulators in registers, and
+// the probabilities, packed to the element type, are the A fragments of
+// O += P·V, whose B fragments come from ldmatrix.trans on V. Accumulation is
+// f32 throughout. For decode shapes (q_len · group ≤ 16 rows in all) the four
+// warps share those rows and split each tile's keys instead, and merge their
+// states at the end.
 //
-// The sm_90a variant (KernelSpec::wgmma; head dims padded to multiples of 64)
-// keeps the
-// same block, grid, copies and softmax, with its tiles in wgmma's 128-byte
-// swizzled layout (slabs of 64 columns) and Q resident in shared memory: the
-// four warps are one warpgroup, which computes each tile's 64 × 64 scores and
-// its P·V product with wgmma.mma_async (Q and K from descriptors; P from the
-// registers that hold it, V from an MN-major descriptor). Decode shapes keep
-// mma.sync, reading the swizzled tiles with ldmatrix.
+// The sm_90a variant (KernelSpec::wgmma; head dims padded to multiples of 64;
+// chosen by chooseSchedule) keeps the same block, grid, copies and softmax,
+// with its tiles in wgmma's 128-byte swizzled layout (slabs of 64 columns)
+// and Q resident in shared memory: the four warps are one warpgroup, which
+// computes each tile's 64 × 64 scores and its P·V product with
+// wgmma.mma_async (Q and K from descriptors; P from the registers that hold
+// it, V from an MN-major descriptor). Decode shapes keep mma.sync, reading
+// the swizzled tiles with ldmatrix.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): with
 // lane = 4·g + t, a thread holds accumulator rows g and g + 8, columns 2t and
