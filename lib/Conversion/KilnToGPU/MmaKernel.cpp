@@ -33,12 +33,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
+#include "Wgmma.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "llvm/Support/FormatVariadic.h"
 
 #include <limits>
 #include <tuple>
@@ -65,9 +65,7 @@ constexpr int64_t kLargestRegisterQ = 128;
 /// The module's dynamic shared memory.
 constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
-/// Head dims a 128-byte swizzle atom holds: a row of a tile's slab.
-constexpr int64_t kSwizzleElements = 64;
-/// Bytes of a 128-byte-swizzled slab: 64 rows of 128 bytes.
+/// Bytes of a 128-byte-swizzled slab of a tile: 64 rows of 128 bytes.
 constexpr int64_t kSlabBytes = kTileKeys * 128;
 
 /// How a kernel keeps its tiles in shared memory.
@@ -148,18 +146,17 @@ private:
   int64_t padded(int64_t dim) const { return TileLayout::padded(dim, wgmma); }
   int64_t elementBytes() const { return 2; }
   int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
-  /// A wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor
-  /// Format") of the 128-byte-swizzled matrix at byte `offset` of `tile`:
-  /// leading and stride byte offsets `leading` and `stride`.
+  /// See wgmmaDescriptor and wgmmaProduct (Wgmma.h).
   Value matrixDescriptor(Value tile, int64_t offset, int64_t leading,
-                         int64_t stride);
-  /// D (m64 n`n` f32, n / 2 a thread) += A·B for k = 16 on wgmma: A from
-  /// the descriptor `a` or, when `aFragment` is given, from registers (the
-  /// mma.m16n8k16 A fragment of each warp's 16 rows); B from descriptor `b`,
-  /// K-major or, with `transposeB`, MN-major.
+                         int64_t stride) {
+    return wgmmaDescriptor(*b, tile, offset, leading, stride);
+  }
   SmallVector<Value> wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
-                               ArrayRef<Value> aFragment, Value b,
-                               bool transposeB);
+                               ArrayRef<Value> aFragment, Value bDescriptor,
+                               bool transposeB) {
+    return wgmmaProduct(*b, spec.elementType, n, acc, a, aFragment, bDescriptor,
+                        transposeB);
+  }
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, i32(), value);
@@ -270,101 +267,11 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
     return LLVM::GEPOp::create(*b, sharedPtr, spec.elementType, tile,
                                ValueRange{offset});
   }
-  // wgmma's 128-byte swizzle: the tile is slabs of 64 columns, each 64 rows
-  // of 128 bytes; 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its
-  // row. (Every access is a whole 16-byte chunk: columns are multiples of
-  // 8.) ldmatrix's eight rows of one chunk then fall in eight bank groups,
-  // as do a row's eight chunks written by eight threads.
-  Value slab = arith::DivUIOp::create(*b, column, constIndex(kSwizzleElements));
-  Value chunk = arith::DivUIOp::create(
-      *b, arith::RemUIOp::create(*b, column, constIndex(kSwizzleElements)),
-      constIndex(kChunk));
-  Value swizzled = arith::XOrIOp::create(
-      *b, chunk, arith::RemUIOp::create(*b, row, constIndex(8)));
-  Value bytes =
-      add(add(mul(slab, constIndex(kSlabBytes)), mul(row, constIndex(128))),
-          mul(swizzled, constIndex(16)));
+  // wgmma's 128-byte swizzle (every access is a whole 16-byte chunk:
+  // columns are multiples of 8).
+  Value bytes = swizzledOffset(*b, kTileKeys, row, column);
   return LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), tile,
                              ValueRange{toI32(bytes)});
-}
-
-Value MmaKernel::matrixDescriptor(Value tile, int64_t offset, int64_t leading,
-                                  int64_t stride) {
-  Type i64 = b->getI64Type();
-  auto constI64 = [&](int64_t value) {
-    return arith::ConstantIntOp::create(*b, i64, value);
-  };
-  // Bits 0-13: start address / 16; 16-29: leading byte offset / 16; 32-45:
-  // stride byte offset / 16; 62-63: 1 for the 128-byte swizzle. The base
-  // offset (bits 49-51) is 0: tiles start on 1024-byte boundaries.
-  Value address = LLVM::PtrToIntOp::create(*b, i64, tile);
-  address = arith::AddIOp::create(*b, address, constI64(offset));
-  Value start = arith::AndIOp::create(
-      *b, arith::ShRUIOp::create(*b, address, constI64(4)), constI64(0x3FFF));
-  int64_t fixed =
-      ((leading >> 4) << 16) | ((stride >> 4) << 32) | (int64_t(1) << 62);
-  return arith::OrIOp::create(*b, start, constI64(fixed));
-}
-
-SmallVector<Value> MmaKernel::wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
-                                        ArrayRef<Value> aFragment,
-                                        Value bDescriptor, bool transposeB) {
-  MLIRContext *ctx = b->getContext();
-  int64_t count = n / 2;
-  assert(int64_t(acc.size()) == count && "one accumulator per (row, column)");
-  std::string type = spec.elementType.isBF16() ? "bf16" : "f16";
-  // Operands: the accumulators (tied to the results), A, B's descriptor and
-  // scale-d (always 1: the accumulators hold what to add to).
-  std::string text = "{\n.reg .pred p;\n";
-  int64_t next = 2 * count;
-  int64_t aFirst = next;
-  next += aFragment.empty() ? 1 : 4;
-  int64_t bIndex = next++;
-  int64_t scaleIndex = next++;
-  text += llvm::formatv("setp.ne.b32 p, ${0}, 0;\n", scaleIndex).str();
-  text += llvm::formatv(
-              "wgmma.mma_async.sync.aligned.m64n{0}k16.f32.{1}.{1} {{", n, type)
-              .str();
-  for (int64_t i = 0; i < count; ++i)
-    text += llvm::formatv("{0}${1}", i ? ", " : "", i).str();
-  text += "}, ";
-  if (aFragment.empty())
-    text += llvm::formatv("${0}", aFirst).str();
-  else
-    text += llvm::formatv("{{${0}, ${1}, ${2}, ${3}}", aFirst, aFirst + 1,
-                          aFirst + 2, aFirst + 3)
-                .str();
-  // imm-scale-a, imm-scale-b, then imm-trans-a (descriptor A only) and
-  // imm-trans-b.
-  text += llvm::formatv(", ${0}, p, 1, 1, {1}{2};\n}", bIndex,
-                        aFragment.empty() ? "0, " : "", transposeB ? 1 : 0)
-              .str();
-  std::string constraints;
-  for (int64_t i = 0; i < count; ++i)
-    constraints += "=f,";
-  for (int64_t i = 0; i < count; ++i)
-    constraints += llvm::formatv("{0},", i).str();
-  constraints += aFragment.empty() ? "l," : "r,r,r,r,";
-  constraints += "l,r";
-
-  SmallVector<Value> operands(acc.begin(), acc.end());
-  if (aFragment.empty())
-    operands.push_back(a);
-  else
-    operands.append(aFragment.begin(), aFragment.end());
-  operands.push_back(bDescriptor);
-  operands.push_back(constI32(1));
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      ctx, SmallVector<Type>(count, b->getF32Type()));
-  auto asmOp = LLVM::InlineAsmOp::create(
-      *b, structType, operands, text, constraints, /*has_side_effects=*/true,
-      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
-      LLVM::AsmDialectAttr::get(ctx, LLVM::AsmDialect::AD_ATT),
-      /*operand_attrs=*/ArrayAttr());
-  SmallVector<Value> result;
-  for (int64_t i = 0; i < count; ++i)
-    result.push_back(LLVM::ExtractValueOp::create(*b, asmOp.getRes(), i));
-  return result;
 }
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
