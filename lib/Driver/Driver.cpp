@@ -324,6 +324,11 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   for (const std::string &chip : options.targets)
     if (failed(checkTarget(UnknownLoc::get(&context), chip)))
       return failure();
+  if (options.schedule != "table" && options.schedule != "wgmma" &&
+      options.schedule != "mma")
+    return emitError(UnknownLoc::get(&context))
+           << "--schedule must be 'table', 'wgmma' or 'mma', got '"
+           << options.schedule << "'";
   FusionReport report;
   OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
