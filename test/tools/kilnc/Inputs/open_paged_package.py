@@ -47,6 +47,12 @@ for change in ({"page_size": 8}, {"page_table": 0}, {"kv_lens": 0x1002},
         print(change, "accepted")
     except kiln.KilnError as error:
         print(change, "->", error)
+# Caches stored head-major ([num_pages, Hkv, page_size, D]) are launched
+# through their strides.
+head_major = [8 * 16 * 128, 128, 16 * 128, 1]
+config = site.check_paged(args(key_cache_strides=head_major,
+                               value_cache_strides=head_major))
+print(f"head-major caches: grid {tuple(config.grid)}")
 try:
     site.check(site.new_args())
 except kiln.KilnError as error:
