@@ -404,13 +404,6 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   if (options.pagedKvPageSize > 0)
     addPagedDecodeSites(*module, options.pagedKvPageSize);
 
-  GPUPipelineOptions gpuOptions;
-  gpuOptions.targets = options.targets;
-  gpuOptions.kvBlockSize = options.kvBlockSize;
-  gpuOptions.rowsPerWarp = options.rowsPerWarp;
-  gpuOptions.tensorCores = options.tensorCores;
-  gpuOptions.schedule = options.schedule;
-  gpuOptions.blocksPerSM = options.blocksPerSM;
   // sm_90a's kernels are generated a second time, from the same sites, with
   // the wgmma variants; they keep the portable kernels' names, arguments,
   // grids and shared memory, so the manifest (described from the portable
@@ -420,52 +413,58 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   OwningOpRef<ModuleOp> hopperModule;
   if (hopper)
     hopperModule = module->clone();
-  if (failed(runPipeline(*module, [&](OpPassManager &pm) {
-        buildKernelGenerationPipeline(pm, gpuOptions);
-      })))
-    return failure();
-  FailureOr<llvm::json::Object> description = describeKernelsAndSites(*module);
-  if (failed(description))
-    return failure();
-  llvm::StringMap<llvm::json::Value> portableSchedules =
-      describeSchedules(*module);
-  if (failed(runPipeline(*module, [&](OpPassManager &pm) {
-        buildPTXPipeline(pm, gpuOptions);
-      })))
-    return failure();
-  FailureOr<std::vector<TargetPTX>> ptx = extractPTX(*module);
+
+  // Generates `target`'s kernels for `chips` (the portable ones, or the
+  // sm_90a variants), records their schedules (the kernel facts live on the
+  // gpu.funcs until serialisation) and serialises them to PTX.
+  auto generate = [&](ModuleOp target, ArrayRef<std::string> chips,
+                      bool hopperVariant,
+                      llvm::StringMap<llvm::json::Value> &schedules,
+                      function_ref<LogicalResult()> describe)
+      -> FailureOr<std::vector<TargetPTX>> {
+    GPUPipelineOptions gpuOptions;
+    gpuOptions.targets = chips;
+    gpuOptions.kvBlockSize = options.kvBlockSize;
+    gpuOptions.rowsPerWarp = options.rowsPerWarp;
+    gpuOptions.tensorCores = options.tensorCores;
+    gpuOptions.hopper = hopperVariant;
+    gpuOptions.schedule = options.schedule;
+    gpuOptions.blocksPerSM = options.blocksPerSM;
+    if (failed(runPipeline(target, [&](OpPassManager &pm) {
+          buildKernelGenerationPipeline(pm, gpuOptions);
+        })) ||
+        failed(describe()))
+      return failure();
+    schedules = describeSchedules(target);
+    if (failed(runPipeline(target, [&](OpPassManager &pm) {
+          buildPTXPipeline(pm, gpuOptions);
+        })))
+      return failure();
+    return extractPTX(target);
+  };
+
+  FailureOr<llvm::json::Object> description = failure();
+  llvm::StringMap<llvm::json::Value> portableSchedules, hopperSchedules;
+  FailureOr<std::vector<TargetPTX>> ptx =
+      generate(*module, options.targets, /*hopperVariant=*/false,
+               portableSchedules, [&] {
+                 description = describeKernelsAndSites(*module);
+                 return LogicalResult(description);
+               });
   if (failed(ptx))
     return failure();
-  if (!hopper)
-    addSchedules(*description, options.targets, portableSchedules, nullptr);
   if (hopper) {
-    GPUPipelineOptions hopperOptions;
-    hopperOptions.targets = {"sm_90a"};
-    hopperOptions.kvBlockSize = options.kvBlockSize;
-    hopperOptions.rowsPerWarp = options.rowsPerWarp;
-    hopperOptions.tensorCores = true;
-    hopperOptions.hopper = true;
-    hopperOptions.schedule = options.schedule;
-    hopperOptions.blocksPerSM = options.blocksPerSM;
-    if (failed(runPipeline(*hopperModule, [&](OpPassManager &pm) {
-          buildKernelGenerationPipeline(pm, hopperOptions);
-        })))
-      return failure();
-    llvm::StringMap<llvm::json::Value> hopperSchedules =
-        describeSchedules(*hopperModule);
-    addSchedules(*description, options.targets, portableSchedules,
-                 &hopperSchedules);
-    if (failed(runPipeline(*hopperModule, [&](OpPassManager &pm) {
-          buildPTXPipeline(pm, hopperOptions);
-        })))
-      return failure();
-    FailureOr<std::vector<TargetPTX>> hopperPTX = extractPTX(*hopperModule);
+    FailureOr<std::vector<TargetPTX>> hopperPTX =
+        generate(*hopperModule, {"sm_90a"}, /*hopperVariant=*/true,
+                 hopperSchedules, [] { return success(); });
     if (failed(hopperPTX))
       return failure();
     for (TargetPTX &target : *ptx)
       if (target.chip == "sm_90a")
         target.assembly = std::move(hopperPTX->front().assembly);
   }
+  addSchedules(*description, options.targets, portableSchedules,
+               hopper ? &hopperSchedules : nullptr);
 
   if (options.emit == EmitKind::PTX) {
     if (ptx->size() == 1)
