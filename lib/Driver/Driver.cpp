@@ -430,9 +430,10 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.hopper = hopperVariant;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;
-    if (failed(runPipeline(target, [&](OpPassManager &pm) {
-          buildKernelGenerationPipeline(pm, gpuOptions);
-        })) ||
+    if (failed(runPipeline(target,
+                           [&](OpPassManager &pm) {
+                             buildKernelGenerationPipeline(pm, gpuOptions);
+                           })) ||
         failed(describe()))
       return failure();
     schedules = describeSchedules(target);
