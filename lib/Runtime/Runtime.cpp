@@ -761,7 +761,7 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
 }
 
 /// Splits of a block's keys never go below this many key blocks each.
-constexpr int64_t kMinBlocksPerSplit = 4;
+constexpr int64_t kMinBlocksPerSplit = 1;
 /// A block's fixed cost (prologue, Q load, epilogue, combine share), in the
 /// time of one key block.
 constexpr int64_t kBlockOverhead = 2;

@@ -223,8 +223,12 @@ std::unique_ptr<AttentionKernelBuilder> createMmaKernel(const KernelSpec &spec);
 /// Most splits of one launch (the runtime's limit; the combine kernel keeps
 /// a lane's share of the splits' statistics in registers).
 inline constexpr int64_t kMaxSplitsPerLaunch = 128;
-/// Rows the split-KV combine kernel reduces per block (one a warp).
-inline constexpr int64_t kCombineRowsPerBlock = kWarpsPerBlock;
+/// Warps of a split-KV combine block, which reduces one row, each warp a
+/// share of the splits.
+inline constexpr int64_t kCombineWarps = 8;
+inline constexpr int64_t kCombineThreads = kCombineWarps * kWarpSize;
+/// Rows the split-KV combine kernel reduces per block.
+inline constexpr int64_t kCombineRowsPerBlock = 1;
 /// The name, argument names and argument kinds of the split-KV combine
 /// kernel for outputs of `elementType` with value head dim `valueDim`.
 std::string splitCombineKernelName(Type elementType, int64_t valueDim);

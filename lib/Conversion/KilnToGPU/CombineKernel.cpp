@@ -6,10 +6,13 @@
 // per row: with M = max_s m_s and w_s = l_s·2^(m_s - M),
 // out = Σ_s w_s·O_s / Σ_s w_s, the decomposition the CPU form uses. Keeping
 // the sum beside the max (rather than one log-sum-exp) keeps the weights
-// exact when every score is a large finite fill. One warp reduces one row:
-// lane l reads the statistics of splits l, l + 32, ... and each lane owns the
-// columns lane, lane + 32, ... of the value head dim, reading eight splits'
-// partial outputs per step.
+// exact when every score is a large finite fill. One block of
+// kCombineWarps warps reduces one row: every warp reads all the statistics
+// (lane l those of splits l, l + 32, ...), warp w sums the partial outputs
+// of splits w, w + kCombineWarps, ..., eight of them a step with their loads
+// in flight together, for each column it owns (lane, lane + 32, ...), and
+// the warps' sums meet in shared memory. With 128 splits a warp's chain is two steps of
+// loads rather than sixteen.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +22,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -57,13 +61,20 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   SmallVector<Type> argTypes;
   for (const std::string &kind : splitCombineArgumentKinds())
     argTypes.push_back(kind == "pointer" ? ptrType : kind == "i32" ? i32 : i64);
+  // Each warp's column sums, [warp][column], for the block's final sum.
+  int64_t columnsPerLane = llvm::divideCeil(valueDim, kWarpSize);
+  auto partials = MemRefType::get(
+      {kCombineWarps, columnsPerLane * kWarpSize}, moduleBuilder.getF32Type(),
+      nullptr,
+      gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup));
   auto func = gpu::GPUFuncOp::create(
       moduleBuilder, loc, splitCombineKernelName(elementType, valueDim),
-      moduleBuilder.getFunctionType(argTypes, {}), TypeRange{}, TypeRange{});
+      moduleBuilder.getFunctionType(argTypes, {}), TypeRange{partials},
+      TypeRange{});
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                 moduleBuilder.getUnitAttr());
   func.setKnownBlockSizeAttr(
-      moduleBuilder.getDenseI32ArrayAttr({int32_t(kThreadsPerBlock), 1, 1}));
+      moduleBuilder.getDenseI32ArrayAttr({int32_t(kCombineThreads), 1, 1}));
 
   ImplicitLocOpBuilder builder(loc, ctx);
   builder.setInsertionPointToStart(&func.getBody().front());
@@ -77,8 +88,7 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   Value warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
   Value lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
-  Value blockId = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
-  Value row = add(mul(blockId, constIndex(kWarpsPerBlock)), warp);
+  Value row = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
   Value rows = mul(mul(batch, heads), qLen);
   auto inRange = scf::IfOp::create(
       builder,
@@ -129,10 +139,10 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   }
   Value total = butterfly(laneTotal, /*isMax=*/false, kWarpSize / 2);
 
-  // Σ w_s·O_s for the lane's columns, kUnroll splits a step so that their
-  // loads are in flight together; split s's weight comes from lane s % 32.
+  // Σ w_s·O_s for the lane's columns over the warp's splits, kUnroll splits
+  // a step so that their loads are in flight together; split s's weight
+  // comes from lane s % 32.
   constexpr int64_t kUnroll = 8;
-  int64_t columnsPerLane = llvm::divideCeil(valueDim, kWarpSize);
   SmallVector<Value> columns, readColumns;
   for (int64_t c = 0; c < columnsPerLane; ++c) {
     Value column = add(lane, constIndex(c * kWarpSize));
@@ -144,7 +154,8 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value lastSplit = sub(numSplits, constIndex(1));
   Value width = arith::ConstantIntOp::create(builder, i32, kWarpSize);
   auto sumLoop = scf::ForOp::create(
-      builder, constIndex(0), numSplits, constIndex(kUnroll),
+      builder, warp, numSplits,
+      constIndex(kCombineWarps * kUnroll),
       SmallVector<Value>(columnsPerLane, zero),
       [&](OpBuilder &nested, Location nestedLoc, Value first,
           ValueRange state) {
@@ -152,7 +163,7 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
         b = &ib;
         SmallVector<Value> next(state.begin(), state.end());
         for (int64_t u = 0; u < kUnroll; ++u) {
-          Value split = add(first, constIndex(u));
+          Value split = add(first, constIndex(u * kCombineWarps));
           Value exists = arith::CmpIOp::create(ib, arith::CmpIPredicate::ule,
                                                split, lastSplit);
           Value clamped = arith::MinUIOp::create(ib, split, lastSplit);
@@ -188,7 +199,13 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
       builder, hasKeys, arith::DivFOp::create(builder, constF32(1.0f), total),
       zero);
 
-  // out[b, h, q, column] in the output's element type.
+  // The warps' sums meet in shared memory; thread t then owns columns t,
+  // t + kCombineThreads, ... of out[b, h, q, :] in the output's element type.
+  Value buffer = func.getWorkgroupAttributions()[0];
+  for (int64_t c = 0; c < columnsPerLane; ++c)
+    memref::StoreOp::create(builder, sumLoop.getResult(c), buffer,
+                            ValueRange{warp, columns[c]});
+  gpu::BarrierOp::create(builder);
   Value query = arith::RemUIOp::create(builder, row, qLen);
   Value sequenceHead = arith::DivUIOp::create(builder, row, qLen);
   Value head = arith::RemUIOp::create(builder, sequenceHead, heads);
@@ -196,30 +213,28 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value rowOffset = add(
       add(mul(toI64(sequence), outStrides[0]), mul(toI64(head), outStrides[1])),
       mul(toI64(query), outStrides[2]));
-  for (int64_t c = 0; c < columnsPerLane; ++c) {
-    Value value = fmul(sumLoop.getResult(c), inverse);
-    auto store = [&] {
-      Value narrow =
-          elementType.isF32()
-              ? value
-              : Value(arith::TruncFOp::create(builder, elementType, value));
-      Value address =
-          LLVM::GEPOp::create(builder, ptrType, elementType, out,
-                              ValueRange{add(rowOffset, toI64(columns[c]))});
-      LLVM::StoreOp::create(builder, narrow, address);
-    };
-    if ((c + 1) * kWarpSize <= valueDim) {
-      store();
-      continue;
-    }
+  for (int64_t first = 0; first < valueDim; first += kCombineThreads) {
+    Value column = add(threadId, constIndex(first));
     auto ifOp = scf::IfOp::create(
         builder,
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, columns[c],
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, column,
                               dim),
         /*withElse=*/false);
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    store();
+    Value sum = zero;
+    for (int64_t w = 0; w < kCombineWarps; ++w)
+      sum = fadd(sum, memref::LoadOp::create(
+                          builder, buffer, ValueRange{constIndex(w), column}));
+    Value value = fmul(sum, inverse);
+    Value narrow =
+        elementType.isF32()
+            ? value
+            : Value(arith::TruncFOp::create(builder, elementType, value));
+    Value address = LLVM::GEPOp::create(builder, ptrType, elementType, out,
+                                        ValueRange{add(rowOffset,
+                                                       toI64(column))});
+    LLVM::StoreOp::create(builder, narrow, address);
   }
   builder.setInsertionPointToEnd(&func.getBody().front());
   gpu::ReturnOp::create(builder);

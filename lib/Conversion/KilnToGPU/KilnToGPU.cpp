@@ -307,7 +307,7 @@ struct ConvertKilnToGPUPass
   /// The facts of the split-KV combine kernel of `spec`'s output.
   DictionaryAttr makeCombineInfo(OpBuilder &builder, const KernelSpec &spec) {
     SmallVector<NamedAttribute> fields = launchFacts(
-        builder, kCombineRowsPerBlock, kThreadsPerBlock, /*kvBlockSize=*/0,
+        builder, kCombineRowsPerBlock, kCombineThreads, /*kvBlockSize=*/0,
         /*staticShared=*/0, /*dynamicShared=*/0, splitCombineArgumentNames(),
         splitCombineArgumentKinds());
     fields.push_back(

@@ -108,7 +108,7 @@ void addSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
       combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
 }
 
-/// The split-KV combine kernel: one warp a row of the output.
+/// The split-KV combine kernel: one block a row of the output.
 llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
                                          DictionaryAttr info) {
   std::string dtype = info.getAs<StringAttr>("dtype").str();
