@@ -427,6 +427,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.kvBlockSize = options.kvBlockSize;
     gpuOptions.rowsPerWarp = options.rowsPerWarp;
     gpuOptions.tensorCores = options.tensorCores;
+    gpuOptions.allowTf32 = options.allowTf32;
     gpuOptions.hopper = hopperVariant;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;

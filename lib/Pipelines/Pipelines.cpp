@@ -35,6 +35,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.kvBlockSize = options.kvBlockSize;
   convertOptions.rowsPerWarp = options.rowsPerWarp;
   convertOptions.tensorCores = options.tensorCores;
+  convertOptions.allowTf32 = options.allowTf32;
   convertOptions.hopper = options.hopper;
   convertOptions.schedule = options.schedule;
   convertOptions.blocksPerSM = options.blocksPerSM;

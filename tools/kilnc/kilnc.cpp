@@ -92,6 +92,13 @@ static cl::opt<bool>
                    "kernel (default on; "
                    "=0 for mma.sync on every target)"),
           cl::init(true), cl::cat(kilncCategory));
+static cl::opt<bool> allowTf32(
+    "allow-tf32",
+    cl::desc("Run f32 sites on TF32 tensor cores: Q, K, V and the "
+             "probabilities rounded to TF32 (10 mantissa bits), f32 "
+             "accumulation and softmax; about 1e-3 relative error instead of "
+             "f32's 1e-6 (default off: f32 sites run the exact f32 kernel)"),
+    cl::init(false), cl::cat(kilncCategory));
 static cl::opt<std::string>
     schedule("schedule",
              cl::desc("sm_90a tensor-core variant: table (default: the "
@@ -185,6 +192,7 @@ int main(int argc, char **argv) {
   options.rowsPerWarp = rowsPerWarp;
   options.tensorCores = tensorCores;
   options.wgmma = wgmma;
+  options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;
   return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;

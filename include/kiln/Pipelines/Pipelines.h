@@ -33,6 +33,10 @@ struct GPUPipelineOptions
       *this, "tensor-cores",
       llvm::cl::desc("Use the mma.sync kernel for f16 and bf16 sites"),
       llvm::cl::init(true)};
+  Option<bool> allowTf32{
+      *this, "allow-tf32",
+      llvm::cl::desc("Run f32 sites on the TF32 tensor-core kernel"),
+      llvm::cl::init(false)};
   Option<bool> hopper{
       *this, "hopper",
       llvm::cl::desc("Build the sm_90a (wgmma) variants of the tensor-core "

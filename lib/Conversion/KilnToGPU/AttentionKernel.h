@@ -61,6 +61,9 @@ struct KernelSpec {
   /// softmax statistics to a workspace that the combine kernel reduces. A
   /// launch with num_splits = 1 writes the output directly.
   bool splitKV = false;
+  /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
+  /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
+  bool tf32 = false;
   /// The sm_90a variant of the tensor-core kernel: S = Q·Kᵀ and O += P·V on
   /// wgmma from 128-byte-swizzled shared tiles. It has the name, arguments,
   /// grid and shared-memory size of the portable kernel, so that one
@@ -215,6 +218,13 @@ protected:
 std::unique_ptr<AttentionKernelBuilder>
 createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
                    int64_t rowsPerWarp);
+
+/// The TF32 tensor-core kernel for f32 sites (KernelSpec::tf32).
+std::unique_ptr<AttentionKernelBuilder>
+createTf32Kernel(const KernelSpec &spec);
+/// Whether the TF32 kernel supports these head dims (multiples of 8 up to
+/// 128, V's the same).
+bool tf32KernelSupports(int64_t headDim, int64_t valueHeadDim);
 
 /// The tensor-core kernel for f16 and bf16: m16n8k16 mma.sync, 16 query rows
 /// a warp, 64-key tiles staged with 16-byte loads and read by ldmatrix.

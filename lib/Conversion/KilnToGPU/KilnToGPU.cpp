@@ -46,7 +46,8 @@ ArrayAttr stringArray(OpBuilder &builder, ArrayRef<std::string> values) {
 }
 
 /// Checks that `op` is something the kernel generator supports.
-LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
+LogicalResult checkSupported(AttentionOp op, bool tensorCores,
+                             bool allowTf32) {
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");
@@ -56,6 +57,9 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   if (tensorCores &&
       mmaKernelSupports(op.getElementType(), headDim, valueHeadDim))
     return success();
+  if (allowTf32 && op.getElementType().isF32() &&
+      tf32KernelSupports(headDim, valueHeadDim))
+    return success();
   if (valueHeadDim != headDim)
     return op.emitOpError("a value head dim (")
            << valueHeadDim << ") other than the query/key one (" << headDim
@@ -64,7 +68,8 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores) {
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
                           "multiples of 32 up to 128 (f16 and bf16 with "
-                          "tensor cores: multiples of 8 up to 256), got ")
+                          "tensor cores: multiples of 8 up to 256; f32 with "
+                          "allow-tf32: multiples of 8 up to 128), got ")
            << headDim;
   return success();
 }
@@ -150,9 +155,9 @@ struct ConvertKilnToGPUPass
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
-            spec.tensorCores
-                ? createMmaKernel(spec)
-                : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
+            spec.tensorCores ? createMmaKernel(spec)
+            : spec.tf32      ? createTf32Kernel(spec)
+                             : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
         if (kernel->sharedBytes() > kStaticSharedLimit ||
             kernel->sharedBytes() + kernel->dynamicSharedBytes() >
                 kDynamicSharedLimit) {
@@ -166,6 +171,12 @@ struct ConvertKilnToGPUPass
         gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
         DictionaryAttr info = makeKernelInfo(builder, *kernel);
+        if (spec.tf32) {
+          // The products' precision, for the manifest.
+          NamedAttrList fields(info);
+          fields.set("math", builder.getStringAttr("tf32"));
+          info = fields.getDictionary(builder.getContext());
+        }
         if (spec.tensorCores) {
           // The schedule, for the manifest.
           NamedAttrList fields(info);
@@ -215,7 +226,7 @@ struct ConvertKilnToGPUPass
 
   /// The kernel of a kiln.attention site.
   LogicalResult attentionSpec(AttentionOp op, KernelSpec &spec) {
-    if (failed(checkSupported(op, tensorCores)))
+    if (failed(checkSupported(op, tensorCores, allowTf32)))
       return failure();
     spec.elementType = op.getElementType();
     spec.headDim = op.getHeadDim();
@@ -237,6 +248,8 @@ struct ConvertKilnToGPUPass
     spec.tensorCores =
         tensorCores &&
         mmaKernelSupports(spec.elementType, spec.headDim, spec.valueDim());
+    spec.tf32 = allowTf32 && spec.elementType.isF32() &&
+                tf32KernelSupports(spec.headDim, spec.valueDim());
     // The tensor-core kernel serves a KV head's whole query group per
     // block.
     spec.packQueryHeads = spec.tensorCores;

@@ -181,6 +181,9 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"bias", bool(site.getBias())},
       {"bias_dtype", elementTypeValue(site.getBias())},
   };
+  // f32 sites on TF32 tensor cores say so (allow-tf32).
+  if (auto math = info.getAs<StringAttr>("math"))
+    kernel["math"] = math.str();
   addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;

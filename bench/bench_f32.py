@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""f32 attention: Kiln's TF32 kernel, Kiln's exact f32 kernel and SDPA in f32.
+
+    kilnc test/gpu/attention_sites.mlir -o TF32 --allow-tf32 --target=sm_90a
+    kilnc test/gpu/attention_sites.mlir -o EXACT --target=sm_90a
+    python3 bench/bench_f32.py TF32 EXACT [--out f32.json]
+
+Sites f32_d64_full, f32_d64_causal, f32_d128_full and f32_d128_causal (GQA
+8/2) at 1k and 4k tokens, batch · tokens = 16k. For each: the relative error
+of every implementation against a float64 reference (||out - ref|| /
+||ref||, Kiln's outputs poisoned with NaN first), then TFLOP/s (4·b·h·s²·d,
+halved when causal) from the median of triton.testing.do_bench. SDPA runs
+with TF32 matmuls off (torch's default), so it is exact f32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+import kiln  # noqa: E402
+
+SITES = (("f32_d64_full", 64, False), ("f32_d64_causal", 64, True),
+         ("f32_d128_full", 128, False), ("f32_d128_causal", 128, True))
+TOKENS = 16384
+Q_HEADS, KV_HEADS = 8, 2
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tf32", help="package built with --allow-tf32")
+    parser.add_argument("exact", help="the same sites built without it")
+    parser.add_argument("--out", default="f32.json")
+    options = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    packages = {"kiln-tf32": kiln.Package(options.tf32),
+                "kiln-f32": kiln.Package(options.exact)}
+    rows = []
+    for function, dim, causal in SITES:
+        for seq in (1024, 4096):
+            batch = TOKENS // seq
+            q = torch.randn(batch, Q_HEADS, seq, dim, device="cuda")
+            k = torch.randn(batch, KV_HEADS, seq, dim, device="cuda")
+            v = torch.randn_like(k)
+            flops = 4 * batch * Q_HEADS * seq * seq * dim * (0.5 if causal else 1.0)
+
+            def sdpa(dtype=None):
+                args = (q, k, v) if dtype is None else (q.to(dtype), k.to(dtype),
+                                                         v.to(dtype))
+                return F.scaled_dot_product_attention(
+                    *args, is_causal=causal, scale=dim ** -0.5, enable_gqa=True)
+
+            ref = sdpa(torch.float64)
+            implementations = {}
+            for name, package in packages.items():
+                site = {s.function: s for s in package.sites}[function]
+                out = torch.full_like(q, float("nan"))
+                implementations[name] = (
+                    lambda site=site, out=out: site.attention(q, k, v, out=out))
+            implementations["sdpa-f32"] = sdpa
+            for name, run in implementations.items():
+                got = run()
+                torch.cuda.synchronize()
+                error = float((got.double() - ref).norm() / ref.norm())
+                ms = do_bench(run, warmup=10, rep=50, return_mode="median")
+                row = {"site": function, "d": dim, "causal": causal, "s": seq,
+                       "b": batch, "impl": name, "rel_err": error, "ms": ms,
+                       "TFLOPs": flops / ms / 1e9}
+                rows.append(row)
+                print(f"{function:<16} s{seq:<5} {name:<9} {row['TFLOPs']:7.1f} "
+                      f"TFLOP/s  rel_err {error:.1e}", flush=True)
+    Path(options.out).write_text(json.dumps(
+        {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+         "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

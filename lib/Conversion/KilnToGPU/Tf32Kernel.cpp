@@ -1,0 +1,309 @@
+//===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites -*- C++ -*-===//
+//
+// f32 sites compiled with `allow-tf32`: S = Q·Kᵀ and O += P·V on
+// mma.sync.m16n8k8 with TF32 operands (10 explicit mantissa bits, rounded to
+// nearest from f32) and f32 accumulators; the scale, masks, bias, softcap and
+// the online softmax stay in f32. A block owns 64 query rows of one head, 16
+// a warp; 32-key tiles of K and V are staged in shared memory as TF32, rows
+// padded by four elements so that the fragment reads below hit 32 different
+// banks for every head dim that is a multiple of 8. Q's A fragments stay in
+// registers for the whole loop.
+//
+// Fragments of m16n8k8.tf32 (PTX ISA), with lane = 4·g + t: A holds rows g
+// and g + 8 at columns t and t + 4; B holds rows t and t + 4 of column g;
+// the accumulators hold rows g and g + 8 at columns 2t and 2t + 1. The
+// scores come back in that accumulator layout, and P·V uses them as A
+// fragments without moving them: P's column t is read as key 2t and column
+// t + 4 as key 2t + 1, so the B fragments of V are read at keys 2t and
+// 2t + 1 of each 8-key block instead of t and t + 4.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <array>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+
+namespace {
+
+/// Query rows per warp: the M of one mma.
+constexpr int64_t kRowsPerWarp = 16;
+/// Keys per tile: 32 keep both f32 tiles of head dim 128 within the 48 KiB
+/// of static shared memory.
+constexpr int64_t kTileKeys = 32;
+/// Elements of padding per shared tile row (see the file comment).
+constexpr int64_t kRowPadding = 4;
+/// Largest head dim: Q's fragments take D / 2 registers a thread beside the
+/// D / 2 O accumulators.
+constexpr int64_t kLargestHeadDim = 128;
+
+class Tf32Kernel : public AttentionKernelBuilder {
+public:
+  explicit Tf32Kernel(const KernelSpec &spec)
+      : AttentionKernelBuilder(spec), dim(spec.headDim),
+        rowElements(spec.headDim + kRowPadding) {}
+
+  int64_t rowsPerBlock() const override {
+    return kRowsPerWarp * kWarpsPerBlock;
+  }
+  int64_t kvBlockSize() const override { return kTileKeys; }
+  int64_t sharedBytes() const override {
+    return 2 * kTileKeys * rowElements * 4;
+  }
+
+protected:
+  SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const override {
+    auto workgroup =
+        gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+    auto tile = MemRefType::get({kTileKeys, rowElements},
+                                IntegerType::get(ctx, 32), nullptr, workgroup);
+    return {tile, tile};
+  }
+  void buildBody(gpu::GPUFuncOp func) override;
+
+private:
+  /// `value` rounded to TF32 (to nearest, ties away from zero), as the i32
+  /// register an mma operand takes.
+  Value toTf32(Value value) {
+    return NVVM::ConvertFloatToTF32Op::create(
+        *b, b->getI32Type(), value, NVVM::FPRoundingMode::RNA,
+        NVVM::SaturationMode::NONE, /*relu=*/false);
+  }
+  /// acc += a·b on one m16n8k8 TF32 mma.
+  void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+           MutableArrayRef<Value> acc);
+  /// Element `column` of row `row` of global `base` (f32), 0 past `rows`
+  /// rows (which are clamped to the last one so that nothing reads past the
+  /// tensor).
+  Value loadRow(Value pointer, Value base, Value rowStride, Value row,
+                Value rows, Value column);
+
+  int64_t dim, rowElements;
+};
+
+void Tf32Kernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                     MutableArrayRef<Value> acc) {
+  Type f32 = b->getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
+  Value result = NVVM::MmaOp::create(
+      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
+      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, 8}, std::nullopt,
+      std::nullopt,
+      std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::tf32,
+                                    NVVM::MMATypes::tf32},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
+}
+
+Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride,
+                          Value row, Value rows, Value column) {
+  Value inBounds =
+      arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, row, rows);
+  Value clamped = arith::MinSIOp::create(*b, row, sub(rows, constIndex(1)));
+  clamped = arith::MaxSIOp::create(*b, clamped, constIndex(0));
+  Value offset =
+      add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+  Value value = loadGlobalAsF32(pointer, spec.elementType, offset);
+  return arith::SelectOp::create(*b, inBounds, value, constF32(0.0f));
+}
+
+void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder &builder = *b;
+  Value kTile = func.getWorkgroupAttributions()[0];
+  Value vTile = func.getWorkgroupAttributions()[1];
+  Value laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
+  Value laneInGroup = arith::RemUIOp::create(builder, lane, constIndex(4));
+  int64_t dimBlocks = dim / 8;
+
+  // This thread's rows g and g + 8 of the warp's 16.
+  Value queryRows[2];
+  for (int64_t r = 0; r < 2; ++r)
+    queryRows[r] =
+        add(firstQuery, add(mul(warp, constIndex(kRowsPerWarp)),
+                            add(laneGroup, constIndex(8 * r))));
+
+  // Q's A fragments, one per 8 head dims: rows g, g + 8 at columns t, t + 4.
+  SmallVector<SmallVector<Value>> qFragments;
+  for (int64_t s = 0; s < dimBlocks; ++s) {
+    SmallVector<Value> fragment;
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t r = 0; r < 2; ++r) {
+        Value column = add(laneInGroup, constIndex(8 * s + 4 * half));
+        fragment.push_back(toTf32(
+            loadRow(q, qBase, qStrides[2], queryRows[r], qLen, column)));
+      }
+    // Registers a0..a3: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
+    qFragments.push_back(fragment);
+  }
+
+  // State: max and sum of rows g and g + 8 (the sum is this thread's share,
+  // reduced over the quad at the end), then four accumulators per 8-column
+  // block of the head dim.
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value zero = constF32(0.0f);
+  SmallVector<Value> initState = {negInf, negInf, zero, zero};
+  initState.append(dimBlocks * 4, zero);
+
+  auto loop = scf::ForOp::create(
+      builder, kvBegin, kvEnd, constIndex(kTileKeys), initState,
+      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
+          ValueRange state) {
+        ImplicitLocOpBuilder ib(nestedLoc, nested);
+        b = &ib;
+        // Every warp is done with the previous tiles; stage this one's K and
+        // V as TF32, keys past kv_len as zeros. All loads are issued before
+        // the first store.
+        gpu::BarrierOp::create(ib);
+        // (kTileKeys · D is a multiple of the block's threads: D is a
+        // multiple of 8.)
+        int64_t elements = kTileKeys * dim;
+        SmallVector<std::tuple<Value, Value, Value, Value>> staged;
+        for (int64_t first = 0; first < elements; first += kThreadsPerBlock) {
+          Value linear = add(threadId, constIndex(first));
+          Value key = arith::DivUIOp::create(ib, linear, constIndex(dim));
+          Value column = arith::RemUIOp::create(ib, linear, constIndex(dim));
+          Value globalKey = add(kvStart, key);
+          staged.push_back({key, column,
+                            loadRow(k, kBase, kStrides[2], globalKey, kvLen,
+                                    column),
+                            loadRow(v, vBase, vStrides[2], globalKey, kvLen,
+                                    column)});
+        }
+        for (auto [key, column, kValue, vValue] : staged) {
+          memref::StoreOp::create(ib, toTf32(kValue), kTile,
+                                  ValueRange{key, column});
+          memref::StoreOp::create(ib, toTf32(vValue), vTile,
+                                  ValueRange{key, column});
+        }
+        gpu::BarrierOp::create(ib);
+
+        // S = Q·Kᵀ, 8 keys a block: B holds K[8n + g][8s + t (+4)].
+        int64_t keyBlocks = kTileKeys / 8;
+        SmallVector<SmallVector<Value>> scores(keyBlocks,
+                                               SmallVector<Value>(4, zero));
+        for (int64_t n = 0; n < keyBlocks; ++n) {
+          Value key = add(laneGroup, constIndex(8 * n));
+          for (int64_t s = 0; s < dimBlocks; ++s) {
+            SmallVector<Value> bFragment;
+            for (int64_t half = 0; half < 2; ++half)
+              bFragment.push_back(memref::LoadOp::create(
+                  ib, kTile,
+                  ValueRange{key,
+                             add(laneInGroup, constIndex(8 * s + 4 * half))}));
+            mma(qFragments[s], bFragment, scores[n]);
+          }
+        }
+
+        // Scale, mask, bias, softcap: the scores in log2 units. Element e of
+        // key block n is row g + 8·(e / 2), key 8n + 2t + e % 2.
+        for (int64_t n = 0; n < keyBlocks; ++n)
+          for (int64_t e = 0; e < 4; ++e) {
+            Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
+                                         constIndex(8 * n + e % 2)));
+            scores[n][e] = finishScore(scores[n][e], queryRows[e / 2], key,
+                                       maskBase, biasBase);
+          }
+
+        // The online softmax of rows g and g + 8 over the quad that holds
+        // them.
+        SmallVector<Value> newState(4);
+        Value alpha[2];
+        for (int64_t r = 0; r < 2; ++r) {
+          Value tileMax = negInf;
+          for (int64_t n = 0; n < keyBlocks; ++n)
+            for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
+              tileMax = fmax(tileMax, scores[n][e]);
+          tileMax = butterfly(tileMax, /*isMax=*/true, 2);
+          Value newMax = fmax(state[r], tileMax);
+          // A row that has seen only hidden keys keeps max = -inf; 0 keeps
+          // exp2 from NaN.
+          Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
+                                                newMax, negInf);
+          Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
+          alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
+          Value sum = fmul(state[2 + r], alpha[r]);
+          for (int64_t n = 0; n < keyBlocks; ++n)
+            for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+              scores[n][e] =
+                  exp2(arith::SubFOp::create(ib, scores[n][e], safeMax));
+              sum = fadd(sum, scores[n][e]);
+            }
+          newState[r] = newMax;
+          newState[2 + r] = sum;
+        }
+        SmallVector<Value> acc(state.begin() + 4, state.end());
+        for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
+          acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+
+        // O += P·V: key block n's probabilities are the A fragment, (g, 2t),
+        // (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)]
+        // [8j + g].
+        for (int64_t n = 0; n < keyBlocks; ++n) {
+          SmallVector<Value> pFragment = {
+              toTf32(scores[n][0]), toTf32(scores[n][2]), toTf32(scores[n][1]),
+              toTf32(scores[n][3])};
+          Value key = add(mul(laneInGroup, constIndex(2)), constIndex(8 * n));
+          for (int64_t j = 0; j < dimBlocks; ++j) {
+            Value column = add(laneGroup, constIndex(8 * j));
+            SmallVector<Value> bFragment = {
+                memref::LoadOp::create(ib, vTile, ValueRange{key, column}),
+                memref::LoadOp::create(
+                    ib, vTile, ValueRange{add(key, constIndex(1)), column})};
+            mma(pFragment, bFragment,
+                MutableArrayRef<Value>(&acc[4 * j], 4));
+          }
+        }
+        newState.append(acc.begin(), acc.end());
+        scf::YieldOp::create(ib, newState);
+        b = &builder;
+      });
+
+  // out = O / sum; rows that saw no key are written as zeros.
+  ValueRange results = loop.getResults();
+  for (int64_t r = 0; r < 2; ++r) {
+    Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
+    Value hasKeys =
+        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
+    Value inverse = arith::SelectOp::create(
+        builder, hasKeys,
+        arith::DivFOp::create(builder, constF32(1.0f), sum), zero);
+    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                           queryRows[r], qLen);
+    auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
+    for (int64_t j = 0; j < dimBlocks; ++j)
+      for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+        Value column = add(mul(laneInGroup, constIndex(2)),
+                           constIndex(8 * j + e % 2));
+        storeOutput(fmul(results[4 + 4 * j + e], inverse),
+                    add(rowOffset, toI64(column)));
+      }
+  }
+}
+
+} // namespace
+
+bool mlir::kiln::detail::tf32KernelSupports(int64_t headDim,
+                                            int64_t valueHeadDim) {
+  return headDim == valueHeadDim && headDim % 8 == 0 &&
+         headDim <= kLargestHeadDim;
+}
+
+std::unique_ptr<AttentionKernelBuilder>
+mlir::kiln::detail::createTf32Kernel(const KernelSpec &spec) {
+  return std::make_unique<Tf32Kernel>(spec);
+}
