@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""f32 attention: Kiln's TF32 kernel, Kiln's exact f32 kernel and SDPA in f32.
+"""f32 attention: Kiln's f32 kernels (3xTF32, TF32, scalar) and SDPA in f32.
 
+    kilnc test/gpu/attention_sites.mlir -o SPLIT --target=sm_90a
     kilnc test/gpu/attention_sites.mlir -o TF32 --allow-tf32 --target=sm_90a
-    kilnc test/gpu/attention_sites.mlir -o EXACT --target=sm_90a
-    python3 bench/bench_f32.py TF32 EXACT [--out f32.json]
+    kilnc F32_SITES -o SCALAR --tensor-cores=0 --target=sm_90a   # its f32 functions
+    python3 bench/bench_f32.py kiln-3xtf32=SPLIT kiln-tf32=TF32 \
+        kiln-scalar=SCALAR [--out f32.json]
 
 Sites f32_d64_full, f32_d64_causal, f32_d128_full and f32_d128_causal (GQA
 8/2) at 1k and 4k tokens, batch · tokens = 16k. For each: the relative error
@@ -37,13 +39,15 @@ Q_HEADS, KV_HEADS = 8, 2
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("tf32", help="package built with --allow-tf32")
-    parser.add_argument("exact", help="the same sites built without it")
+    parser.add_argument("packages", nargs="+",
+                        help="NAME=DIR: packages of test/gpu/attention_sites.mlir")
     parser.add_argument("--out", default="f32.json")
     options = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    packages = {"kiln-tf32": kiln.Package(options.tf32),
-                "kiln-f32": kiln.Package(options.exact)}
+    packages = {}
+    for item in options.packages:
+        name, _, directory = item.partition("=")
+        packages[name] = kiln.Package(directory)
     rows = []
     for function, dim, causal in SITES:
         for seq in (1024, 4096):
@@ -76,7 +80,7 @@ def main() -> int:
                        "b": batch, "impl": name, "rel_err": error, "ms": ms,
                        "TFLOPs": flops / ms / 1e9}
                 rows.append(row)
-                print(f"{function:<16} s{seq:<5} {name:<9} {row['TFLOPs']:7.1f} "
+                print(f"{function:<16} s{seq:<5} {name:<12} {row['TFLOPs']:7.1f} "
                       f"TFLOP/s  rel_err {error:.1e}", flush=True)
     Path(options.out).write_text(json.dumps(
         {"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -25,7 +25,9 @@ using namespace mlir::kiln::detail;
 std::string KernelSpec::name() const {
   std::string result =
       llvm::formatv("kiln_attention_{0}{1}_d{2}",
-                    tensorCores ? "mma_" : tf32 ? "tf32_" : "",
+                    tensorCores ? "mma_"
+                    : tf32      ? (tf32Split ? "3xtf32_" : "tf32_")
+                                : "",
                     getElementTypeName(elementType), headDim);
   if (paged)
     result = "kiln_paged_attention" +

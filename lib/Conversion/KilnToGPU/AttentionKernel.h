@@ -64,6 +64,10 @@ struct KernelSpec {
   /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
   /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
   bool tf32 = false;
+  /// With tf32: every operand split into a TF32 high part and a TF32 low
+  /// part (what the rounding left), each product three mma (high·high,
+  /// high·low, low·high): about f32's accuracy on tensor cores.
+  bool tf32Split = false;
   /// The sm_90a variant of the tensor-core kernel: S = Q·Kᵀ and O += P·V on
   /// wgmma from 128-byte-swizzled shared tiles. It has the name, arguments,
   /// grid and shared-memory size of the portable kernel, so that one

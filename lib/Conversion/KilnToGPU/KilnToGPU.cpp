@@ -57,7 +57,7 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
   if (tensorCores &&
       mmaKernelSupports(op.getElementType(), headDim, valueHeadDim))
     return success();
-  if (allowTf32 && op.getElementType().isF32() &&
+  if ((tensorCores || allowTf32) && op.getElementType().isF32() &&
       tf32KernelSupports(headDim, valueHeadDim))
     return success();
   if (valueHeadDim != headDim)
@@ -68,8 +68,8 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
                           "multiples of 32 up to 128 (f16 and bf16 with "
-                          "tensor cores: multiples of 8 up to 256; f32 with "
-                          "allow-tf32: multiples of 8 up to 128), got ")
+                          "tensor cores: multiples of 8 up to 256, f32 with "
+                          "tensor cores: multiples of 8 up to 128), got ")
            << headDim;
   return success();
 }
@@ -174,7 +174,8 @@ struct ConvertKilnToGPUPass
         if (spec.tf32) {
           // The products' precision, for the manifest.
           NamedAttrList fields(info);
-          fields.set("math", builder.getStringAttr("tf32"));
+          fields.set("math",
+                     builder.getStringAttr(spec.tf32Split ? "3xtf32" : "tf32"));
           info = fields.getDictionary(builder.getContext());
         }
         if (spec.tensorCores) {
@@ -248,8 +249,12 @@ struct ConvertKilnToGPUPass
     spec.tensorCores =
         tensorCores &&
         mmaKernelSupports(spec.elementType, spec.headDim, spec.valueDim());
-    spec.tf32 = allowTf32 && spec.elementType.isF32() &&
+    // f32 sites on tensor cores: TF32 products with operands split into a
+    // high and a low part (f32's accuracy) by default, plain TF32 when
+    // allowed.
+    spec.tf32 = (tensorCores || allowTf32) && spec.elementType.isF32() &&
                 tf32KernelSupports(spec.headDim, spec.valueDim());
+    spec.tf32Split = spec.tf32 && !allowTf32;
     // The tensor-core kernel serves a KV head's whole query group per
     // block.
     spec.packQueryHeads = spec.tensorCores;

@@ -50,7 +50,7 @@ class Tf32Kernel : public AttentionKernelBuilder {
 public:
   explicit Tf32Kernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), dim(spec.headDim),
-        rowElements(spec.headDim + kRowPadding) {}
+        rowElements(spec.headDim + kRowPadding), split(spec.tf32Split) {}
 
   int64_t rowsPerBlock() const override {
     return kRowsPerWarp * kWarpsPerBlock;
@@ -78,9 +78,54 @@ private:
         *b, b->getI32Type(), value, NVVM::FPRoundingMode::RNA,
         NVVM::SaturationMode::NONE, /*relu=*/false);
   }
+  /// An operand as the products take it: its TF32 value and, when the
+  /// kernel splits operands, the TF32 value of what that rounding left
+  /// (null otherwise).
+  struct Operand {
+    Value high, low;
+  };
+  Operand operand(Value value) {
+    Value high = toTf32(value);
+    if (!split)
+      return {high, Value()};
+    Value rest = arith::SubFOp::create(
+        *b, value, LLVM::BitcastOp::create(*b, b->getF32Type(), high));
+    return {high, toTf32(rest)};
+  }
+  /// An operand read from a shared tile: TF32 bits, or with split operands
+  /// the f32 value, split here.
+  Operand tileOperand(Value tile, Value row, Value column) {
+    Value bits = memref::LoadOp::create(*b, tile, ValueRange{row, column});
+    if (!split)
+      return {bits, Value()};
+    return operand(LLVM::BitcastOp::create(*b, b->getF32Type(), bits));
+  }
+  /// What a tile holds of an element: its TF32 bits, or with split operands
+  /// its f32 bits.
+  Value tileElement(Value value) {
+    return split ? Value(LLVM::BitcastOp::create(*b, b->getI32Type(), value))
+                 : toTf32(value);
+  }
   /// acc += a·b on one m16n8k8 TF32 mma.
   void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
            MutableArrayRef<Value> acc);
+  /// acc += a·b: one mma, or with split operands three (a_low·b_high,
+  /// a_high·b_low, then a_high·b_high; a_low·b_low is below f32's
+  /// precision).
+  void product(ArrayRef<Operand> a, ArrayRef<Operand> bFragment,
+               MutableArrayRef<Value> acc) {
+    auto part = [](ArrayRef<Operand> operands, bool low) {
+      SmallVector<Value> values;
+      for (const Operand &o : operands)
+        values.push_back(low ? o.low : o.high);
+      return values;
+    };
+    if (split) {
+      mma(part(a, true), part(bFragment, false), acc);
+      mma(part(a, false), part(bFragment, true), acc);
+    }
+    mma(part(a, false), part(bFragment, false), acc);
+  }
   /// Element `column` of row `row` of global `base` (f32), 0 past `rows`
   /// rows (which are clamped to the last one so that nothing reads past the
   /// tensor).
@@ -88,6 +133,7 @@ private:
                 Value rows, Value column);
 
   int64_t dim, rowElements;
+  bool split;
 };
 
 void Tf32Kernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
@@ -135,13 +181,13 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
                             add(laneGroup, constIndex(8 * r))));
 
   // Q's A fragments, one per 8 head dims: rows g, g + 8 at columns t, t + 4.
-  SmallVector<SmallVector<Value>> qFragments;
+  SmallVector<SmallVector<Operand>> qFragments;
   for (int64_t s = 0; s < dimBlocks; ++s) {
-    SmallVector<Value> fragment;
+    SmallVector<Operand> fragment;
     for (int64_t half = 0; half < 2; ++half)
       for (int64_t r = 0; r < 2; ++r) {
         Value column = add(laneInGroup, constIndex(8 * s + 4 * half));
-        fragment.push_back(toTf32(
+        fragment.push_back(operand(
             loadRow(q, qBase, qStrides[2], queryRows[r], qLen, column)));
       }
     // Registers a0..a3: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
@@ -163,8 +209,8 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
         // Every warp is done with the previous tiles; stage this one's K and
-        // V as TF32, keys past kv_len as zeros. All loads are issued before
-        // the first store.
+        // V (as TF32, or as f32 to be split when read), keys past kv_len as
+        // zeros. All loads are issued before the first store.
         gpu::BarrierOp::create(ib);
         // (kTileKeys · D is a multiple of the block's threads: D is a
         // multiple of 8.)
@@ -182,9 +228,9 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
                                     column)});
         }
         for (auto [key, column, kValue, vValue] : staged) {
-          memref::StoreOp::create(ib, toTf32(kValue), kTile,
+          memref::StoreOp::create(ib, tileElement(kValue), kTile,
                                   ValueRange{key, column});
-          memref::StoreOp::create(ib, toTf32(vValue), vTile,
+          memref::StoreOp::create(ib, tileElement(vValue), vTile,
                                   ValueRange{key, column});
         }
         gpu::BarrierOp::create(ib);
@@ -196,13 +242,11 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t n = 0; n < keyBlocks; ++n) {
           Value key = add(laneGroup, constIndex(8 * n));
           for (int64_t s = 0; s < dimBlocks; ++s) {
-            SmallVector<Value> bFragment;
+            SmallVector<Operand> bFragment;
             for (int64_t half = 0; half < 2; ++half)
-              bFragment.push_back(memref::LoadOp::create(
-                  ib, kTile,
-                  ValueRange{key,
-                             add(laneInGroup, constIndex(8 * s + 4 * half))}));
-            mma(qFragments[s], bFragment, scores[n]);
+              bFragment.push_back(tileOperand(
+                  kTile, key, add(laneInGroup, constIndex(8 * s + 4 * half))));
+            product(qFragments[s], bFragment, scores[n]);
           }
         }
 
@@ -251,18 +295,28 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
         // (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)]
         // [8j + g].
         for (int64_t n = 0; n < keyBlocks; ++n) {
-          SmallVector<Value> pFragment = {
-              toTf32(scores[n][0]), toTf32(scores[n][2]), toTf32(scores[n][1]),
-              toTf32(scores[n][3])};
+          SmallVector<Operand> pFragment = {
+              operand(scores[n][0]), operand(scores[n][2]),
+              operand(scores[n][1]), operand(scores[n][3])};
           Value key = add(mul(laneInGroup, constIndex(2)), constIndex(8 * n));
           for (int64_t j = 0; j < dimBlocks; ++j) {
             Value column = add(laneGroup, constIndex(8 * j));
-            SmallVector<Value> bFragment = {
-                memref::LoadOp::create(ib, vTile, ValueRange{key, column}),
-                memref::LoadOp::create(
-                    ib, vTile, ValueRange{add(key, constIndex(1)), column})};
-            mma(pFragment, bFragment,
-                MutableArrayRef<Value>(&acc[4 * j], 4));
+            SmallVector<Operand> bFragment = {
+                tileOperand(vTile, key, column),
+                tileOperand(vTile, add(key, constIndex(1)), column)};
+            MutableArrayRef<Value> blockAcc(&acc[4 * j], 4);
+            if (!split) {
+              product(pFragment, bFragment, blockAcc);
+              continue;
+            }
+            // The tensor cores' f32 sums are not rounded as f32 adds are,
+            // and their error grows with the number of keys summed: each
+            // 8-key block's product starts from zero and is added to O with
+            // an f32 add.
+            SmallVector<Value> partial(4, zero);
+            product(pFragment, bFragment, partial);
+            for (int64_t e = 0; e < 4; ++e)
+              blockAcc[e] = fadd(blockAcc[e], partial[e]);
           }
         }
         newState.append(acc.begin(), acc.end());

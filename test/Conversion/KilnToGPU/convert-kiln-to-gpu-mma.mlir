@@ -76,18 +76,23 @@ func.func @causal(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tens
 
 // f16 operands are passed to mma.sync as vector<2xf16>. A site with a mask
 // reads its mask for every score. Head dim 48 is a multiple of 16: only
-// the tensor-core kernel takes it. f32 sites keep the scalar kernel.
+// the tensor-core kernel takes it. f32 sites get the TF32 kernel with split
+// operands: each operand rounded to TF32 and what is left rounded again, each
+// product three m16n8k8 mma, f32 accumulation.
 // CHECK-LABEL: func.func @mixed
 // CHECK: kiln.kernel = @kiln_kernels::@kiln_attention_mma_f16_d48_maskf32
-// CHECK: kiln.kernel = @kiln_kernels::@kiln_attention_f32_d64
+// CHECK: kiln.kernel = @kiln_kernels::@kiln_attention_3xtf32_f32_d64
 // CHECK: llvm.mlir.global external @kiln_dynamic_shared()
 // CHECK-NOT: llvm.mlir.global
 // CHECK: gpu.func @kiln_attention_mma_f16_d48_maskf32(
 // CHECK: nvvm.mma.sync {{.*}} : (vector<2xf16>, vector<2xf16>, f32)
 // CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> f32
 // CHECK: nvvm.ldmatrix {{.*}} layout = #nvvm.mma_layout<col>
-// CHECK: gpu.func @kiln_attention_f32_d64(
-// CHECK-NOT: nvvm.mma.sync
+// CHECK: gpu.func @kiln_attention_3xtf32_f32_d64(
+// CHECK: nvvm.convert.float.to.tf32 {{.*}} {rnd = #nvvm.fp_rnd_mode<rna>}
+// CHECK: arith.subf
+// CHECK: nvvm.convert.float.to.tf32
+// CHECK-COUNT-3: nvvm.mma.sync {{.*}} multiplicandAPtxType = #nvvm.mma_type<tf32>, multiplicandBPtxType = #nvvm.mma_type<tf32>, shape = #nvvm.shape<m = 16, n = 8, k = 8>
 // CHECK: gpu.return
 func.func @mixed(%q: tensor<1x4x?x48xf16>, %k: tensor<1x4x?x48xf16>, %v: tensor<1x4x?x48xf16>, %m: tensor<1x1x?x?xf32>, %q2: tensor<1x4x9x64xf32>) -> (tensor<1x4x?x48xf16>, tensor<1x4x9x64xf32>) {
   %0 = kiln.attention %q, %k, %v mask(%m : tensor<1x1x?x?xf32>) {scale = 0.125 : f32} : tensor<1x4x?x48xf16>, tensor<1x4x?x48xf16>, tensor<1x4x?x48xf16> -> tensor<1x4x?x48xf16>
