@@ -34,6 +34,7 @@ from typing import Any, Dict, Optional, Tuple
 from . import __version__
 from . import torch_ops as kops
 from .compiler import compile as kiln_compile
+from .compiler import find_kilnc
 from .runtime import KilnError, Package, Site, Status
 
 __all__ = ["PagedKVCache", "attention_forward", "cache_directory", "fallbacks",
@@ -98,12 +99,29 @@ def _paged_kind(page_size: int, window: Optional[int] = None) -> str:
     return f"paged{page_size}_window{window}"
 
 
+_STAMP_FILE = "kilnc.stamp"
+
+
+def _compiler_stamp() -> Optional[str]:
+    """Identity of the kilnc this process would compile with (its path,
+    size and modification time), or None when there is none: a cached
+    package built by another kilnc is rebuilt when one is at hand."""
+    try:
+        path = os.path.realpath(find_kilnc())
+        status = os.stat(path)
+    except (KilnError, OSError):
+        return None
+    return f"{path} {status.st_size} {status.st_mtime_ns}"
+
+
 def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
              scale: float) -> Site:
     """The site for a specialisation (kind: causal, mask, none; or pagedN
     for causal attention over a paged cache of pages of N tokens, and
     pagedN_windowW for the same with Kiln's `window = W`): from memory,
-    from the disk cache, or compiled now (needs kilnc) into the cache."""
+    from the disk cache, or compiled now (needs kilnc) into the cache. A
+    cached package that another kilnc built is compiled again when kilnc is
+    found (without one, the cache is used as it is)."""
     key = (dtype, head_dim, value_dim, kind, float(scale))
     with _lock:
         site = _sites.get(key)
@@ -122,13 +140,20 @@ def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
                             f"pagedN or pagedN_windowW)")
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         directory = cache_directory() / f"{dtype}_d{head_dim}_{kind}_{digest}"
-        if (directory / "manifest.json").exists():
+        stamp = _compiler_stamp()
+        stamp_file = directory / _STAMP_FILE
+        cached = (directory / "manifest.json").exists() and (
+            stamp is None
+            or (stamp_file.exists() and stamp_file.read_text() == stamp))
+        if cached:
             package = Package(directory)
         else:
             directory.parent.mkdir(parents=True, exist_ok=True)
             source = directory.parent / f"{directory.name}.mlir"
             source.write_text(text)
             package = kiln_compile(source, output=directory)
+            if stamp is not None:
+                stamp_file.write_text(stamp)
         _packages.append(package)
         site = package.sites[0]
         _sites[key] = site

@@ -46,6 +46,27 @@ def test_a_cached_package_loads_without_kilnc(cache: Path, monkeypatch) -> None:
     assert site.dtype == "f16" and site.head_dim == 128
 
 
+def test_a_package_from_another_kilnc_is_rebuilt(cache: Path) -> None:
+    kt.site_for("bf16", 64, 64, "none", 0.125)
+    [directory] = [p for p in cache.iterdir() if p.is_dir()]
+    stamp = directory / "kilnc.stamp"
+    assert stamp.read_text() == kt._compiler_stamp()
+    # Same kilnc: loaded from the cache, not compiled again.
+    manifest = directory / "manifest.json"
+    manifest.write_text(manifest.read_text())
+    before = manifest.stat().st_mtime_ns
+    kt._sites.clear()
+    kt.site_for("bf16", 64, 64, "none", 0.125)
+    assert manifest.stat().st_mtime_ns == before
+    # Built by another kilnc (or before stamps): compiled again.
+    stamp.write_text("/elsewhere/kilnc 1 1")
+    kt._sites.clear()
+    site = kt.site_for("bf16", 64, 64, "none", 0.125)
+    assert stamp.read_text() == kt._compiler_stamp()
+    assert manifest.stat().st_mtime_ns != before
+    assert site.dtype == "bf16" and site.head_dim == 64
+
+
 def test_paged_sites_carry_their_window(cache: Path) -> None:
     kt.precompile(dtypes=("bf16",), head_dims=(64,), page_sizes=(16,),
                   windows=(32,))
