@@ -185,6 +185,18 @@ void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
   LLVM::StoreOp::create(*b, value, address);
 }
 
+void mlir::kiln::detail::declareDynamicShared(OpBuilder &moduleBuilder,
+                                             Location loc) {
+  Operation *module = moduleBuilder.getInsertionBlock()->getParentOp();
+  if (SymbolTable::lookupSymbolIn(module, kDynamicSharedName))
+    return;
+  auto arrayType =
+      LLVM::LLVMArrayType::get(IntegerType::get(module->getContext(), 8), 0);
+  LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
+                         LLVM::Linkage::External, kDynamicSharedName,
+                         Attribute(), /*alignment=*/1024, /*addrSpace=*/3);
+}
+
 Value KernelBuilderBase::butterfly(Value value, bool isMax,
                                    int32_t firstOffset) {
   for (int32_t offset = firstOffset; offset > 0; offset /= 2) {

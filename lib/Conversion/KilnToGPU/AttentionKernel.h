@@ -88,6 +88,14 @@ struct KernelSpec {
   }
 };
 
+/// The module's dynamic shared memory: one extern array for the whole
+/// module, declared by declareDynamicShared; every launch gets its own
+/// dynamic shared memory behind it.
+inline constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
+/// Declares that array (1024-byte aligned) at the builder's insertion point
+/// in the gpu.module, unless it is there already.
+void declareDynamicShared(OpBuilder &moduleBuilder, Location loc);
+
 /// Arithmetic on the builder `b` that every generated kernel uses.
 class KernelBuilderBase {
 protected:

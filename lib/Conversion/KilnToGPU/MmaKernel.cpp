@@ -62,8 +62,6 @@ constexpr int64_t kChunk = 8;
 /// accumulators), and run with one stage of K and V so that Q and the tiles
 /// fit the sm_80 shared-memory limit.
 constexpr int64_t kLargestRegisterQ = 128;
-/// The module's dynamic shared memory.
-constexpr char kDynamicSharedName[] = "kiln_dynamic_shared";
 
 /// Bytes of a 128-byte-swizzled slab of a tile: 64 rows of 128 bytes.
 constexpr int64_t kSlabBytes = kTileKeys * 128;
@@ -248,16 +246,7 @@ private:
 };
 
 void MmaKernel::declareGlobals(OpBuilder &moduleBuilder, Location loc) {
-  // One extern shared array for the whole module: every launch gets its own
-  // dynamic shared memory behind it.
-  Operation *module = moduleBuilder.getInsertionBlock()->getParentOp();
-  if (SymbolTable::lookupSymbolIn(module, kDynamicSharedName))
-    return;
-  auto arrayType =
-      LLVM::LLVMArrayType::get(IntegerType::get(module->getContext(), 8), 0);
-  LLVM::GlobalOp::create(moduleBuilder, loc, arrayType, /*isConstant=*/false,
-                         LLVM::Linkage::External, kDynamicSharedName,
-                         Attribute(), /*alignment=*/1024, /*addrSpace=*/3);
+  declareDynamicShared(moduleBuilder, loc);
 }
 
 Value MmaKernel::tileAddress(Value tile, Value row, Value column) {

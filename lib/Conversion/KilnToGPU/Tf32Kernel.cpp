@@ -24,7 +24,6 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <array>
@@ -56,17 +55,13 @@ public:
     return kRowsPerWarp * kWarpsPerBlock;
   }
   int64_t kvBlockSize() const override { return kTileKeys; }
-  int64_t sharedBytes() const override {
-    return 2 * kTileKeys * rowElements * 4;
-  }
+  int64_t sharedBytes() const override { return 0; }
+  /// Two stages of a K and a V tile.
+  int64_t dynamicSharedBytes() const override { return 4 * tileBytes(); }
 
 protected:
-  SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const override {
-    auto workgroup =
-        gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
-    auto tile = MemRefType::get({kTileKeys, rowElements},
-                                IntegerType::get(ctx, 32), nullptr, workgroup);
-    return {tile, tile};
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
+    declareDynamicShared(moduleBuilder, loc);
   }
   void buildBody(gpu::GPUFuncOp func) override;
 
@@ -92,20 +87,26 @@ private:
         *b, value, LLVM::BitcastOp::create(*b, b->getF32Type(), high));
     return {high, toTf32(rest)};
   }
-  /// An operand read from a shared tile: TF32 bits, or with split operands
-  /// the f32 value, split here.
+  int64_t tileBytes() const { return kTileKeys * rowElements * 4; }
+  Value toI32(Value v) {
+    return arith::IndexCastOp::create(*b, b->getI32Type(), v);
+  }
+  /// Element (row, column) of a shared f32 tile.
+  Value tileAddress(Value tile, Value row, Value column) {
+    auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+    Value offset = toI32(add(mul(row, constIndex(rowElements)), column));
+    return LLVM::GEPOp::create(*b, sharedPtr, b->getF32Type(), tile,
+                               ValueRange{offset});
+  }
+  /// An operand read from a shared tile (f32), rounded or split here.
   Operand tileOperand(Value tile, Value row, Value column) {
-    Value bits = memref::LoadOp::create(*b, tile, ValueRange{row, column});
-    if (!split)
-      return {bits, Value()};
-    return operand(LLVM::BitcastOp::create(*b, b->getF32Type(), bits));
+    return operand(LLVM::LoadOp::create(*b, b->getF32Type(),
+                                        tileAddress(tile, row, column)));
   }
-  /// What a tile holds of an element: its TF32 bits, or with split operands
-  /// its f32 bits.
-  Value tileElement(Value value) {
-    return split ? Value(LLVM::BitcastOp::create(*b, b->getI32Type(), value))
-                 : toTf32(value);
-  }
+  /// Copies keys [kvStart, kvStart + kTileKeys) of K and V into the shared
+  /// tiles with 4-byte cp.async (any alignment an f32 view has); keys at or
+  /// past kv_len read the last key's address and are filled with zeros.
+  void issueTiles(Value kTile, Value vTile, Value kvStart);
   /// acc += a·b on one m16n8k8 TF32 mma.
   void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
            MutableArrayRef<Value> acc);
@@ -135,6 +136,37 @@ private:
   int64_t dim, rowElements;
   bool split;
 };
+
+void Tf32Kernel::issueTiles(Value kTile, Value vTile, Value kvStart) {
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Value lastKey =
+      arith::MaxSIOp::create(*b, sub(kvLen, constIndex(1)), constIndex(0));
+  // (kTileKeys · D is a multiple of the block's threads: D is a multiple
+  // of 8.)
+  int64_t elements = kTileKeys * dim;
+  for (int64_t first = 0; first < elements; first += kThreadsPerBlock) {
+    Value linear = add(threadId, constIndex(first));
+    Value key = arith::DivUIOp::create(*b, linear, constIndex(dim));
+    Value column = arith::RemUIOp::create(*b, linear, constIndex(dim));
+    Value globalKey = add(kvStart, key);
+    Value inBounds =
+        arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, globalKey, kvLen);
+    Value clamped = arith::MinSIOp::create(*b, globalKey, lastKey);
+    Value bytes = arith::SelectOp::create(
+        *b, inBounds, arith::ConstantIntOp::create(*b, b->getI32Type(), 4),
+        arith::ConstantIntOp::create(*b, b->getI32Type(), 0));
+    for (auto [tile, pointer, base, stride] :
+         {std::tuple(kTile, k, kBase, kStrides[2]),
+          std::tuple(vTile, v, vBase, vStrides[2])}) {
+      Value offset = add(base, add(mul(toI64(clamped), stride), toI64(column)));
+      Value source = LLVM::GEPOp::create(*b, globalPtr, b->getF32Type(),
+                                         pointer, ValueRange{offset});
+      NVVM::CpAsyncOp::create(*b, tileAddress(tile, key, column), source,
+                              /*size=*/4, NVVM::LoadCacheModifierKind::CA,
+                              bytes);
+    }
+  }
+}
 
 void Tf32Kernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
                      MutableArrayRef<Value> acc) {
@@ -167,8 +199,15 @@ Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride,
 
 void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
-  Value kTile = func.getWorkgroupAttributions()[0];
-  Value vTile = func.getWorkgroupAttributions()[1];
+  // Dynamic shared memory: stage 0's K and V tiles, then stage 1's.
+  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
+  Value shared =
+      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  Value tiles[4];
+  for (int64_t t = 0; t < 4; ++t)
+    tiles[t] = LLVM::GEPOp::create(
+        builder, sharedPtr, builder.getI8Type(), shared,
+        ArrayRef<LLVM::GEPArg>{int32_t(t * tileBytes())});
   Value laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
   Value laneInGroup = arith::RemUIOp::create(builder, lane, constIndex(4));
   int64_t dimBlocks = dim / 8;
@@ -202,37 +241,49 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
   initState.append(dimBlocks * 4, zero);
 
+  // The first tile's copies, before the loop.
+  {
+    auto hasTiles = scf::IfOp::create(
+        builder,
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin,
+                              kvEnd),
+        /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&hasTiles.getThenRegion().front());
+    issueTiles(tiles[0], tiles[1], kvBegin);
+  }
+  NVVM::CpAsyncCommitGroupOp::create(builder);
   auto loop = scf::ForOp::create(
       builder, kvBegin, kvEnd, constIndex(kTileKeys), initState,
       [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
           ValueRange state) {
         ImplicitLocOpBuilder ib(nestedLoc, nested);
         b = &ib;
-        // Every warp is done with the previous tiles; stage this one's K and
-        // V (as TF32, or as f32 to be split when read), keys past kv_len as
-        // zeros. All loads are issued before the first store.
-        gpu::BarrierOp::create(ib);
-        // (kTileKeys · D is a multiple of the block's threads: D is a
-        // multiple of 8.)
-        int64_t elements = kTileKeys * dim;
-        SmallVector<std::tuple<Value, Value, Value, Value>> staged;
-        for (int64_t first = 0; first < elements; first += kThreadsPerBlock) {
-          Value linear = add(threadId, constIndex(first));
-          Value key = arith::DivUIOp::create(ib, linear, constIndex(dim));
-          Value column = arith::RemUIOp::create(ib, linear, constIndex(dim));
-          Value globalKey = add(kvStart, key);
-          staged.push_back({key, column,
-                            loadRow(k, kBase, kStrides[2], globalKey, kvLen,
-                                    column),
-                            loadRow(v, vBase, vStrides[2], globalKey, kvLen,
-                                    column)});
+        // Tile i is in stage i % 2: the next tile's copies go to the other
+        // stage (free since the barrier that ended the last iteration) and
+        // stay in flight while this one computes.
+        Value odd = arith::TruncIOp::create(
+            ib, ib.getI1Type(),
+            toI32(arith::DivUIOp::create(ib, sub(kvStart, kvBegin),
+                                         constIndex(kTileKeys))));
+        Value kTile = arith::SelectOp::create(ib, odd, tiles[2], tiles[0]);
+        Value vTile = arith::SelectOp::create(ib, odd, tiles[3], tiles[1]);
+        Value nextStart = add(kvStart, constIndex(kTileKeys));
+        auto hasNext = scf::IfOp::create(
+            ib,
+            arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, nextStart,
+                                  kvEnd),
+            /*withElse=*/false);
+        {
+          OpBuilder::InsertionGuard guard(ib);
+          ib.setInsertionPointToStart(&hasNext.getThenRegion().front());
+          issueTiles(arith::SelectOp::create(ib, odd, tiles[0], tiles[2]),
+                     arith::SelectOp::create(ib, odd, tiles[1], tiles[3]),
+                     nextStart);
         }
-        for (auto [key, column, kValue, vValue] : staged) {
-          memref::StoreOp::create(ib, tileElement(kValue), kTile,
-                                  ValueRange{key, column});
-          memref::StoreOp::create(ib, tileElement(vValue), vTile,
-                                  ValueRange{key, column});
-        }
+        NVVM::CpAsyncCommitGroupOp::create(ib);
+        // This tile's copies have landed (the next tile's may not have).
+        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
         gpu::BarrierOp::create(ib);
 
         // S = Q·Kᵀ, 8 keys a block: B holds K[8n + g][8s + t (+4)].
@@ -319,11 +370,15 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
               blockAcc[e] = fadd(blockAcc[e], partial[e]);
           }
         }
+        // Every warp is done with this stage before the next iteration's
+        // copies refill it.
+        gpu::BarrierOp::create(ib);
         newState.append(acc.begin(), acc.end());
         scf::YieldOp::create(ib, newState);
         b = &builder;
       });
 
+  NVVM::CpAsyncWaitGroupOp::create(builder, 0);
   // out = O / sum; rows that saw no key are written as zeros.
   ValueRange results = loop.getResults();
   for (int64_t r = 0; r < 2; ++r) {
