@@ -1,13 +1,17 @@
 //===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites -*- C++ -*-===//
 //
-// f32 sites compiled with `allow-tf32`: S = Q·Kᵀ and O += P·V on
+// The kernel of f32 sites on tensor cores: S = Q·Kᵀ and O += P·V on
 // mma.sync.m16n8k8 with TF32 operands (10 explicit mantissa bits, rounded to
 // nearest from f32) and f32 accumulators; the scale, masks, bias, softcap and
-// the online softmax stay in f32. A block owns 64 query rows of one head, 16
-// a warp; 32-key tiles of K and V are staged in shared memory as TF32, rows
-// padded by four elements so that the fragment reads below hit 32 different
-// banks for every head dim that is a multiple of 8. Q's A fragments stay in
-// registers for the whole loop.
+// the online softmax stay in f32. By default (KernelSpec::tf32Split) every
+// operand is split into a high and a low TF32 part and each product is three
+// mma, with each 8-key block's P·V added to O in f32: f32's accuracy.
+// `allow-tf32` keeps one mma a product. A block owns 64 query rows of one
+// head, 16 a warp; 32-key tiles of K and V are copied as f32 with 4-byte
+// cp.async into two stages of dynamic shared memory, rows padded by four
+// elements so that the fragment reads below hit 32 different banks for every
+// head dim that is a multiple of 8, and rounded as fragments are read. Q's A
+// fragments stay in registers for the whole loop.
 //
 // Fragments of m16n8k8.tf32 (PTX ISA), with lane = 4·g + t: A holds rows g
 // and g + 8 at columns t and t + 4; B holds rows t and t + 4 of column g;
@@ -36,8 +40,7 @@ namespace {
 
 /// Query rows per warp: the M of one mma.
 constexpr int64_t kRowsPerWarp = 16;
-/// Keys per tile: 32 keep both f32 tiles of head dim 128 within the 48 KiB
-/// of static shared memory.
+/// Keys per tile (two stages of K and V at head dim 128: 66 KiB).
 constexpr int64_t kTileKeys = 32;
 /// Elements of padding per shared tile row (see the file comment).
 constexpr int64_t kRowPadding = 4;
