@@ -197,6 +197,60 @@ void mlir::kiln::detail::declareDynamicShared(OpBuilder &moduleBuilder,
                          Attribute(), /*alignment=*/1024, /*addrSpace=*/3);
 }
 
+SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
+    ArrayRef<Value> scores, ValueRange state, SmallVector<Value> &newState,
+    SmallVector<Value> &acc) {
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value zero = constF32(0.0f);
+  int64_t keyBlocks = scores.size() / 4;
+  newState.assign(4, Value());
+  Value alpha[2];
+  SmallVector<Value> probabilities(scores.size());
+  for (int64_t r = 0; r < 2; ++r) {
+    Value tileMax = negInf;
+    for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
+      for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
+        tileMax = fmax(tileMax, scores[4 * blockIndex + e]);
+    tileMax = butterfly(tileMax, /*isMax=*/true, 2);
+    Value newMax = fmax(state[r], tileMax);
+    // A row that has seen only hidden keys keeps max = -inf; 0 as the
+    // offset makes exp2 give 0 rather than NaN.
+    Value isEmpty =
+        arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ, newMax, negInf);
+    Value safeMax = arith::SelectOp::create(*b, isEmpty, zero, newMax);
+    alpha[r] = exp2(arith::SubFOp::create(*b, state[r], safeMax));
+    Value sum = fmul(state[2 + r], alpha[r]);
+    for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
+      for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+        int64_t i = 4 * blockIndex + e;
+        probabilities[i] = exp2(arith::SubFOp::create(*b, scores[i], safeMax));
+        sum = fadd(sum, probabilities[i]);
+      }
+    newState[r] = newMax;
+    newState[2 + r] = sum;
+  }
+  acc.assign(state.begin() + 4, state.end());
+  for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
+    acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+  return probabilities;
+}
+
+void KernelBuilderBase::mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                                MutableArrayRef<Value> acc, int64_t k,
+                                NVVM::MMATypes type) {
+  Type f32 = b->getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
+  Value result = NVVM::MmaOp::create(
+      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
+      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, k}, std::nullopt,
+      std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
+}
+
 Value KernelBuilderBase::butterfly(Value value, bool isMax,
                                    int32_t firstOffset) {
   for (int32_t offset = firstOffset; offset > 0; offset /= 2) {

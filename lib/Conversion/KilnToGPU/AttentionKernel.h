@@ -11,6 +11,7 @@
 #define KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -124,6 +125,22 @@ protected:
   Value butterfly(Value value, bool isMax, int32_t firstOffset);
   /// log2(x) with the hardware's lg2.approx.f32 (log2(0) = -inf).
   Value log2(Value x);
+  /// One tile's online-softmax step for the rows g and g + 8 a thread holds
+  /// in the m16n8 accumulator layout: `scores` (log2 units) four per 8-key
+  /// block (rows g, g, g + 8, g + 8); `state` = {max_g, max_g+8, sum_g,
+  /// sum_g+8, O accumulators (four per 8-column block, same rows)}. The
+  /// maxima are reduced over the quad; the sums stay per thread (the quad
+  /// adds them up at the end). Returns the probabilities in the scores'
+  /// layout; `newState` gets the new maxima and sums, `acc` the O
+  /// accumulators rescaled to the new maxima.
+  SmallVector<Value> onlineSoftmaxStep(ArrayRef<Value> scores,
+                                       ValueRange state,
+                                       SmallVector<Value> &newState,
+                                       SmallVector<Value> &acc);
+  /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
+  /// operands of `type` as the op takes them and four f32 accumulators.
+  void mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+               MutableArrayRef<Value> acc, int64_t k, NVVM::MMATypes type);
 
   ImplicitLocOpBuilder *b = nullptr;
 };

@@ -446,7 +446,6 @@ SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
 
 void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
                     MutableArrayRef<Value> acc) {
-  MLIRContext *ctx = b->getContext();
   bool isBF16 = spec.elementType.isBF16();
   // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
   auto operand = [&](Value reg) -> Value {
@@ -460,17 +459,8 @@ void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
     aOperands.push_back(operand(reg));
   for (Value reg : bFragment)
     bOperands.push_back(operand(reg));
-  Type f32 = b->getF32Type();
-  auto structType = LLVM::LLVMStructType::getLiteral(ctx, {f32, f32, f32, f32});
-  NVVM::MMATypes ptxType = isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
-  Value result = NVVM::MmaOp::create(
-      *b, structType, aOperands, bOperands, SmallVector<Value>(acc),
-      ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-      std::array<NVVM::MMATypes, 2>{ptxType, ptxType},
-      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                     NVVM::MMALayout::col});
-  for (int64_t i = 0; i < 4; ++i)
-    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
+  mmaSync(aOperands, bOperands, acc, 16,
+          isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16);
 }
 
 Value MmaKernel::pack(Value low, Value high) {
@@ -909,38 +899,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
             finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
           }
 
-          // Online softmax for rows g (r = 0) and g + 8 (r = 1). The sums stay
-          // per thread; the quad adds them up once, at the end.
-          SmallVector<Value> newState(4);
-          Value alpha[2];
-          SmallVector<Value> probabilities(finished.size());
-          for (int64_t r = 0; r < 2; ++r) {
-            Value tileMax = negInf;
-            for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
-              for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
-                tileMax = fmax(tileMax, finished[4 * blockIndex + e]);
-            tileMax = butterfly(tileMax, /*isMax=*/true, 2);
-            Value newMax = fmax(state[r], tileMax);
-            // A row that has seen only hidden keys keeps max = -inf; 0 as the
-            // offset makes exp2 give 0 rather than NaN.
-            Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
-                                                  newMax, negInf);
-            Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
-            alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
-            Value sum = fmul(state[2 + r], alpha[r]);
-            for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
-              for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
-                int64_t i = 4 * blockIndex + e;
-                probabilities[i] =
-                    exp2(arith::SubFOp::create(ib, finished[i], safeMax));
-                sum = fadd(sum, probabilities[i]);
-              }
-            newState[r] = newMax;
-            newState[2 + r] = sum;
-          }
-          SmallVector<Value> acc(state.begin() + 4, state.end());
-          for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
-            acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+          // Online softmax for rows g (r = 0) and g + 8 (r = 1).
+          SmallVector<Value> newState, acc;
+          SmallVector<Value> probabilities =
+              onlineSoftmaxStep(finished, state, newState, acc);
 
           // This tile's V has landed (the next tile and the K after it may
           // still be in flight).

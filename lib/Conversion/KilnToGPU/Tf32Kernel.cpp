@@ -112,7 +112,9 @@ private:
   void issueTiles(Value kTile, Value vTile, Value kvStart);
   /// acc += a·b on one m16n8k8 TF32 mma.
   void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-           MutableArrayRef<Value> acc);
+           MutableArrayRef<Value> acc) {
+    mmaSync(a, bFragment, acc, 8, NVVM::MMATypes::tf32);
+  }
   /// acc += a·b: one mma, or with split operands three (a_low·b_high,
   /// a_high·b_low, then a_high·b_high; a_low·b_low is below f32's
   /// precision).
@@ -169,23 +171,6 @@ void Tf32Kernel::issueTiles(Value kTile, Value vTile, Value kvStart) {
                               bytes);
     }
   }
-}
-
-void Tf32Kernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-                     MutableArrayRef<Value> acc) {
-  Type f32 = b->getF32Type();
-  auto structType =
-      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
-  Value result = NVVM::MmaOp::create(
-      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
-      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, 8}, std::nullopt,
-      std::nullopt,
-      std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::tf32,
-                                    NVVM::MMATypes::tf32},
-      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                     NVVM::MMALayout::col});
-  for (int64_t i = 0; i < 4; ++i)
-    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
 }
 
 Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride,
@@ -316,34 +301,15 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
 
         // The online softmax of rows g and g + 8 over the quad that holds
         // them.
-        SmallVector<Value> newState(4);
-        Value alpha[2];
-        for (int64_t r = 0; r < 2; ++r) {
-          Value tileMax = negInf;
-          for (int64_t n = 0; n < keyBlocks; ++n)
-            for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
-              tileMax = fmax(tileMax, scores[n][e]);
-          tileMax = butterfly(tileMax, /*isMax=*/true, 2);
-          Value newMax = fmax(state[r], tileMax);
-          // A row that has seen only hidden keys keeps max = -inf; 0 keeps
-          // exp2 from NaN.
-          Value isEmpty = arith::CmpFOp::create(ib, arith::CmpFPredicate::OEQ,
-                                                newMax, negInf);
-          Value safeMax = arith::SelectOp::create(ib, isEmpty, zero, newMax);
-          alpha[r] = exp2(arith::SubFOp::create(ib, state[r], safeMax));
-          Value sum = fmul(state[2 + r], alpha[r]);
-          for (int64_t n = 0; n < keyBlocks; ++n)
-            for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
-              scores[n][e] =
-                  exp2(arith::SubFOp::create(ib, scores[n][e], safeMax));
-              sum = fadd(sum, scores[n][e]);
-            }
-          newState[r] = newMax;
-          newState[2 + r] = sum;
-        }
-        SmallVector<Value> acc(state.begin() + 4, state.end());
-        for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
-          acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
+        SmallVector<Value> flat;
+        for (ArrayRef<Value> block : scores)
+          flat.append(block.begin(), block.end());
+        SmallVector<Value> newState, acc;
+        SmallVector<Value> probabilities =
+            onlineSoftmaxStep(flat, state, newState, acc);
+        for (int64_t n = 0; n < keyBlocks; ++n)
+          for (int64_t e = 0; e < 4; ++e)
+            scores[n][e] = probabilities[4 * n + e];
 
         // O += P·V: key block n's probabilities are the A fragment, (g, 2t),
         // (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)]
