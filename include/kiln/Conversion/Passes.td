@@ -55,13 +55,16 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "Query rows each warp of the scalar kernel owns">,
     Option<"tensorCores", "tensor-cores", "bool", "true",
            "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
-           "it supports (a multiple of 8 up to 256); the scalar kernel "
+           "it supports (a multiple of 8 up to 256), and the TF32 kernel "
+           "with split operands (3xTF32, f32's accuracy) for f32 sites "
+           "whose head dim is a multiple of 8 up to 128; the scalar kernel "
            "otherwise">,
     Option<"allowTf32", "allow-tf32", "bool", "false",
-           "Run f32 sites on the TF32 tensor-core kernel (mma.sync "
+           "Run f32 sites on one TF32 product per product (mma.sync "
            "m16n8k8: Q, K, P and V rounded to TF32, f32 accumulation and "
-           "softmax) where it supports the head dim (a multiple of 8 up to "
-           "128, the same for V); the scalar f32 kernel otherwise">,
+           "softmax) where the TF32 kernel supports the head dim (a "
+           "multiple of 8 up to 128, the same for V), rather than on the "
+           "split-operand default">,
     Option<"hopper", "hopper", "bool", "false",
            "Build the sm_90a variant of the tensor-core kernel (wgmma on "
            "swizzled shared tiles) where a site's head dims are multiples of "

@@ -48,7 +48,8 @@ struct CompileOptions {
   bool tensorCores = true;
   /// sm_90a gets the wgmma variant of the tensor-core kernel (`--wgmma`).
   bool wgmma = true;
-  /// f32 sites run on the TF32 tensor-core kernel (`--allow-tf32`).
+  /// f32 sites run one TF32 product per product rather than three with
+  /// split operands (`--allow-tf32`).
   bool allowTf32 = false;
   /// Forces the sm_90a variant ("wgmma", "mma") and the blocks per SM
   /// (>= 0) instead of the schedule table, for tuning.

@@ -31,11 +31,13 @@ struct GPUPipelineOptions
       llvm::cl::init(4)};
   Option<bool> tensorCores{
       *this, "tensor-cores",
-      llvm::cl::desc("Use the mma.sync kernel for f16 and bf16 sites"),
+      llvm::cl::desc("Use the tensor-core kernels (mma.sync/wgmma for f16 "
+                     "and bf16 sites, TF32 for f32 sites)"),
       llvm::cl::init(true)};
   Option<bool> allowTf32{
       *this, "allow-tf32",
-      llvm::cl::desc("Run f32 sites on the TF32 tensor-core kernel"),
+      llvm::cl::desc("Run f32 sites on one TF32 product per product "
+                     "(rather than three, with split operands)"),
       llvm::cl::init(false)};
   Option<bool> hopper{
       *this, "hopper",
