@@ -291,12 +291,7 @@ def graph_replay(run: Callable[[], Any]) -> Callable[[], Any]:
     with torch.cuda.graph(graph):
         run()
     torch.cuda.synchronize()
-
-    def replay() -> None:
-        graph.replay()
-
-    replay.graph = graph  # type: ignore[attr-defined]  # keeps it alive
-    return replay
+    return graph.replay
 
 
 def run_case(

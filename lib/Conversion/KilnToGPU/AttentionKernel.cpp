@@ -121,6 +121,9 @@ Value KernelBuilderBase::constF32(float value) {
 Value KernelBuilderBase::toIndex(Value v) {
   return arith::IndexCastOp::create(*b, b->getIndexType(), v);
 }
+Value KernelBuilderBase::toI32(Value v) {
+  return arith::IndexCastOp::create(*b, b->getI32Type(), v);
+}
 Value KernelBuilderBase::toI64(Value v) {
   return arith::IndexCastOp::create(*b, b->getI64Type(), v);
 }

@@ -105,6 +105,7 @@ protected:
   Value constIndex(int64_t value);
   Value constF32(float value);
   Value toIndex(Value v);
+  Value toI32(Value v);
   Value toI64(Value v);
   Value add(Value x, Value y);
   Value sub(Value x, Value y);

@@ -159,7 +159,6 @@ private:
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, i32(), value);
   }
-  Value toI32(Value v) { return arith::IndexCastOp::create(*b, i32(), v); }
   /// Address of element (row, column) of a shared tile.
   Value tileAddress(Value tile, Value row, Value column);
 

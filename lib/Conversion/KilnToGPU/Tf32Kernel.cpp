@@ -91,9 +91,6 @@ private:
     return {high, toTf32(rest)};
   }
   int64_t tileBytes() const { return kTileKeys * rowElements * 4; }
-  Value toI32(Value v) {
-    return arith::IndexCastOp::create(*b, b->getI32Type(), v);
-  }
   /// Element (row, column) of a shared f32 tile.
   Value tileAddress(Value tile, Value row, Value column) {
     auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
@@ -276,8 +273,8 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
 
         // S = Q·Kᵀ, 8 keys a block: B holds K[8n + g][8s + t (+4)].
         int64_t keyBlocks = kTileKeys / 8;
-        SmallVector<SmallVector<Value>> scores(keyBlocks,
-                                               SmallVector<Value>(4, zero));
+        // Four scores per 8-key block, in the accumulator layout.
+        SmallVector<Value> scores(4 * keyBlocks, zero);
         for (int64_t n = 0; n < keyBlocks; ++n) {
           Value key = add(laneGroup, constIndex(8 * n));
           for (int64_t s = 0; s < dimBlocks; ++s) {
@@ -285,7 +282,8 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
             for (int64_t half = 0; half < 2; ++half)
               bFragment.push_back(tileOperand(
                   kTile, key, add(laneInGroup, constIndex(8 * s + 4 * half))));
-            product(qFragments[s], bFragment, scores[n]);
+            product(qFragments[s], bFragment,
+                    MutableArrayRef<Value>(&scores[4 * n], 4));
           }
         }
 
@@ -295,29 +293,24 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
           for (int64_t e = 0; e < 4; ++e) {
             Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
                                          constIndex(8 * n + e % 2)));
-            scores[n][e] = finishScore(scores[n][e], queryRows[e / 2], key,
-                                       maskBase, biasBase);
+            scores[4 * n + e] = finishScore(scores[4 * n + e],
+                                            queryRows[e / 2], key, maskBase,
+                                            biasBase);
           }
 
         // The online softmax of rows g and g + 8 over the quad that holds
         // them.
-        SmallVector<Value> flat;
-        for (ArrayRef<Value> block : scores)
-          flat.append(block.begin(), block.end());
         SmallVector<Value> newState, acc;
         SmallVector<Value> probabilities =
-            onlineSoftmaxStep(flat, state, newState, acc);
-        for (int64_t n = 0; n < keyBlocks; ++n)
-          for (int64_t e = 0; e < 4; ++e)
-            scores[n][e] = probabilities[4 * n + e];
+            onlineSoftmaxStep(scores, state, newState, acc);
 
         // O += P·V: key block n's probabilities are the A fragment, (g, 2t),
         // (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)]
         // [8j + g].
         for (int64_t n = 0; n < keyBlocks; ++n) {
-          SmallVector<Operand> pFragment = {
-              operand(scores[n][0]), operand(scores[n][2]),
-              operand(scores[n][1]), operand(scores[n][3])};
+          ArrayRef<Value> p(&probabilities[4 * n], 4);
+          SmallVector<Operand> pFragment = {operand(p[0]), operand(p[2]),
+                                            operand(p[1]), operand(p[3])};
           Value key = add(mul(laneInGroup, constIndex(2)), constIndex(8 * n));
           for (int64_t j = 0; j < dimBlocks; ++j) {
             Value column = add(laneGroup, constIndex(8 * j));
