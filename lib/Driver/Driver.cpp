@@ -429,6 +429,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.tensorCores = options.tensorCores;
     gpuOptions.allowTf32 = options.allowTf32;
     gpuOptions.hopper = hopperVariant;
+    gpuOptions.warpSpecialize = options.warpSpecialize;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;
     if (failed(runPipeline(target,
@@ -456,11 +457,16 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   if (failed(ptx))
     return failure();
   if (hopper) {
+    FailureOr<llvm::json::Object> hopperDescription = failure();
     FailureOr<std::vector<TargetPTX>> hopperPTX =
         generate(*hopperModule, {"sm_90a"}, /*hopperVariant=*/true,
-                 hopperSchedules, [] { return success(); });
+                 hopperSchedules, [&] {
+                   hopperDescription = describeKernelsAndSites(*hopperModule);
+                   return LogicalResult(hopperDescription);
+                 });
     if (failed(hopperPTX))
       return failure();
+    addTargetOnlyKernels(*description, std::move(*hopperDescription));
     for (TargetPTX &target : *ptx)
       if (target.chip == "sm_90a")
         target.assembly = std::move(hopperPTX->front().assembly);

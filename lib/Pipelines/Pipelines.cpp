@@ -37,6 +37,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.tensorCores = options.tensorCores;
   convertOptions.allowTf32 = options.allowTf32;
   convertOptions.hopper = options.hopper;
+  convertOptions.warpSpecialize = options.warpSpecialize;
   convertOptions.schedule = options.schedule;
   convertOptions.blocksPerSM = options.blocksPerSM;
   pm.addPass(createConvertKilnToGPU(convertOptions));
@@ -57,6 +58,7 @@ void mlir::kiln::buildPTXPipeline(OpPassManager &pm,
   ConvertGpuOpsToNVVMOpsOptions nvvmOptions;
   nvvmOptions.indexBitwidth = 64;
   gpuPm.addPass(createConvertGpuOpsToNVVMOps(nvvmOptions));
+  gpuPm.addPass(kiln::createMarkTensorMapArguments());
   gpuPm.addPass(createCanonicalizerPass());
   gpuPm.addPass(createCSEPass());
   pm.addPass(createReconcileUnrealizedCastsPass());

@@ -63,6 +63,8 @@ void loadDriver(DriverState &state) {
     return;
   Error optional;
   resolve(library, "cuCtxGetId", d.cuCtxGetId, optional);
+  resolve(library, "cuTensorMapEncodeTiled", d.cuTensorMapEncodeTiled,
+          optional);
   CUresult result = d.cuInit(0);
   if (result != CUDA_SUCCESS)
     e = {KILN_CUDA_ERROR, describeCudaError(d, "cuInit", result)};

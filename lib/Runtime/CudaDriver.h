@@ -39,6 +39,14 @@ struct CudaDriver {
                              void **);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction,
                                                           int, size_t);
+  /// Optional (CUDA 12+): encodes a TMA tensor map (the warp-specialised
+  /// kernels' parameters); without it those kernels are not launched.
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType,
+                                     cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *,
+                                     const cuuint32_t *, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                     CUtensorMapFloatOOBfill);
   /// Optional (CUDA 12+): a context id that is never reused.
   CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
 };

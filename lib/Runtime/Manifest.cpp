@@ -289,6 +289,14 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.source = ArgSource::Workspace;
     return true;
   }
+  for (auto [mapName, tensor] :
+       {std::pair{"q_map", Tensor::Q}, std::pair{"k_map", Tensor::K},
+        std::pair{"v_map", Tensor::V}})
+    if (name == mapName) {
+      arg.source = ArgSource::TensorMap;
+      arg.tensor = tensor;
+      return true;
+    }
   // A paged cache's strides: {page, slot, head} of K and V.
   static const char *cacheAxes[] = {"page", "slot", "head"};
   for (auto [cacheName, tensor] :
@@ -329,11 +337,13 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                   "\" (this runtime knows q, k, v, out, mask, bias, the "
                   "dimensions, scale, softcap, window and <tensor>_stride_*)");
   Node kindNode = node.key("kind");
-  std::string kind = kindNode.oneOf({"pointer", "i32", "i64", "f32"});
-  arg.kind = kind == "pointer" ? ArgKind::Pointer
-             : kind == "i32"   ? ArgKind::I32
-             : kind == "i64"   ? ArgKind::I64
-                               : ArgKind::F32;
+  std::string kind =
+      kindNode.oneOf({"pointer", "i32", "i64", "f32", "tensor_map"});
+  arg.kind = kind == "pointer"      ? ArgKind::Pointer
+             : kind == "i32"        ? ArgKind::I32
+             : kind == "i64"        ? ArgKind::I64
+             : kind == "tensor_map" ? ArgKind::TensorMap
+                                    : ArgKind::F32;
   auto expectKinds = [&](bool ok, const char *expected) {
     if (!ok)
       kindNode.fail("argument \"" + arg.name + "\" must be " + expected +
@@ -378,6 +388,26 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                     : arg.kind == ArgKind::I32,
                 arg.source == ArgSource::Workspace ? "\"pointer\"" : "\"i32\"");
     break;
+  case ArgSource::TensorMap: {
+    expectKinds(arg.kind == ArgKind::TensorMap, "\"tensor_map\"");
+    if (kernel.targets.empty())
+      nameNode.fail("tensor maps belong to kernels with \"targets\"");
+    arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
+                                   /*allowBool=*/false);
+    Node boxNode = node.key("box");
+    std::vector<Node> box = boxNode.array();
+    if (box.size() != 2)
+      boxNode.fail("expected 2 entries (columns, rows), got " +
+                   std::to_string(box.size()));
+    arg.boxColumns = box[0].integer(1, 256);
+    arg.boxRows = box[1].integer(1, 256);
+    if (arg.boxColumns != 64)
+      box[0].fail("a 128-byte swizzled box is 64 two-byte columns wide");
+    Node swizzle = node.key("swizzle");
+    if (swizzle.integer(0, 1024) != 128)
+      swizzle.fail("only the 128-byte swizzle is supported");
+    break;
+  }
   case ArgSource::Dim:
   case ArgSource::Stride:
   case ArgSource::Window:
@@ -499,6 +529,15 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.dynamicSharedBytes =
       dynamicShared.isNull() ? 0 : dynamicShared.integer(0, 1 << 30);
 
+  Node targetsNode = node.optionalKey("targets");
+  if (!targetsNode.isNull()) {
+    std::vector<Node> targets = targetsNode.array();
+    if (targets.empty())
+      targetsNode.fail("must name at least one chip");
+    for (const Node &chip : targets)
+      kernel.targets.push_back(chip.string());
+  }
+
   Node argsNode = node.key("args");
   std::vector<Node> args = argsNode.array();
   if (args.size() > kMaxKernelArgs)
@@ -579,6 +618,26 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   if (kernel.combine)
     kernelNode.fail("kernel \"" + site.kernelName +
                     "\" is a split-KV combine kernel, not an attention kernel");
+  if (!kernel.targets.empty())
+    kernelNode.fail("kernel \"" + site.kernelName +
+                    "\" is not in every target's PTX; a site's kernel must be");
+  Node wsNode = node.optionalKey("warp_specialized_kernel");
+  if (!wsNode.isNull()) {
+    std::string wsName = wsNode.string();
+    for (size_t i = 0; i < kernels.size(); ++i)
+      if (kernels[i].name == wsName)
+        site.warpSpecializedIndex = i;
+    if (!site.warpSpecializedIndex)
+      wsNode.fail("no kernel named \"" + wsName + "\"");
+    const Kernel &ws = kernels[*site.warpSpecializedIndex];
+    if (ws.kind != "attention" || ws.combineIndex || ws.targets.empty() ||
+        ws.headDim != kernel.headDim ||
+        ws.valueHeadDim != kernel.valueHeadDim || ws.dtype != kernel.dtype ||
+        ws.causal != kernel.causal)
+      wsNode.fail("kernel \"" + wsName +
+                  "\" is not a target-specific attention kernel of the "
+                  "site's kind");
+  }
 
   Node function = node.optionalKey("function");
   site.function = function.isNull() ? "" : function.string();

@@ -11,6 +11,7 @@
 
 #include "kiln-c/Runtime.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -54,9 +55,12 @@ enum class ArgSource : uint8_t {
   NumSplits,
   /// Split-KV kernels: the caller's workspace (f32 partial results).
   Workspace,
+  /// A TMA tensor map of `tensor` (Q, K or V), encoded at launch and passed
+  /// by value (128 bytes).
+  TensorMap,
 };
 
-enum class ArgKind : uint8_t { Pointer, I32, I64, F32 };
+enum class ArgKind : uint8_t { Pointer, I32, I64, F32, TensorMap };
 
 struct KernelArg {
   std::string name;
@@ -68,6 +72,8 @@ struct KernelArg {
   /// Which paged pointer or dimension (see ArgSource).
   int paged = 0;
   kiln_dtype dtype = KILN_DTYPE_NONE; ///< of a pointer, when the manifest says
+  /// Tensor maps: the box (columns, rows) each copy moves; 128-byte swizzle.
+  int64_t boxColumns = 0, boxRows = 0;
 };
 
 /// One grid axis: product of `dims` (empty = 1), divided rounding up.
@@ -111,6 +117,13 @@ struct Kernel {
   int64_t staticSharedBytes = 0;
   int64_t dynamicSharedBytes = 0;
   std::vector<KernelArg> args;
+  /// The chips whose PTX has this kernel; empty for every target's.
+  std::vector<std::string> targets;
+  /// Whether the kernel is in `chip`'s PTX.
+  bool inTarget(const std::string &chip) const {
+    return targets.empty() ||
+           std::find(targets.begin(), targets.end(), chip) != targets.end();
+  }
 };
 
 struct Site {
@@ -121,6 +134,9 @@ struct Site {
   /// Paged sites: static page size, or nullopt.
   std::optional<int64_t> pageSize;
   size_t kernelIndex = 0;
+  /// The warp-specialised kernel launched instead where its targets, the
+  /// shape and the views allow.
+  std::optional<size_t> warpSpecializedIndex;
   std::string function;
   std::string location;
   kiln_layout layout = KILN_LAYOUT_BHSD;

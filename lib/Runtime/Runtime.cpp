@@ -28,6 +28,8 @@ struct LoadedModule {
   unsigned long long contextId = 0;
   CUcontext context = nullptr;
   CUmodule module = nullptr;
+  /// The target whose PTX the module holds ("sm_90a").
+  std::string chip;
   std::vector<CUfunction> functions; // per kernel index; null until needed
   /// The device's SM count, and per kernel the blocks an SM holds at once
   /// (0 until asked).
@@ -134,6 +136,9 @@ struct LaunchPlan {
     float f32;
   };
   Value values[kMaxKernelArgs];
+  /// Tensor-map parameters (passed by value, 64-byte aligned).
+  CUtensorMap maps[3];
+  size_t numMaps = 0;
   void *params[kMaxKernelArgs] = {};
   size_t numParams = 0;
 };
@@ -284,8 +289,13 @@ int64_t splitWorkspaceBytes(const kiln_attention_args &args,
 
 /// The grid and the kernel parameters of a checked launch with `splits`
 /// splits of its keys.
+Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
+                      const KernelArg &arg, const kiln_attention_args &args,
+                      const std::string &where, CUtensorMap &map);
+
 Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
-               const CheckedLaunch &launch, int64_t splits, LaunchPlan &plan) {
+               const CheckedLaunch &launch, int64_t splits, LaunchPlan &plan,
+               const CudaDriver *driver = nullptr) {
   const kiln_attention_args &args = launch.args;
   const PagedValues *paged = launch.paged ? &*launch.paged : nullptr;
   // Launch configuration.
@@ -394,6 +404,16 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       value.pointer = static_cast<uint64_t>(
           reinterpret_cast<uintptr_t>(splits > 1 ? args.workspace : nullptr));
       continue;
+    case ArgSource::TensorMap: {
+      if (plan.numMaps == std::size(plan.maps))
+        return invalid(where + "kernel \"" + kernel.name +
+                       "\" takes more than 3 tensor maps");
+      CUtensorMap &map = plan.maps[plan.numMaps++];
+      if (Error error = encodeTensorMap(driver, kernel, arg, args, where, map))
+        return error;
+      plan.params[i] = &map;
+      continue;
+    }
     }
     if (arg.kind == ArgKind::I32) {
       if (integer > std::numeric_limits<int32_t>::max() ||
@@ -406,6 +426,54 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       value.i64 = integer;
     }
   }
+  return Error::ok();
+}
+
+/// Encodes the TMA tensor map of `arg` for this launch: the tensor as
+/// {head dim, sequence, heads, batch} with its strides in bytes, boxes of
+/// the argument's (columns, rows), 128-byte swizzle, zeros outside. Fails
+/// with KILN_UNSUPPORTED where the driver cannot encode it (the caller then
+/// takes the portable kernel).
+Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
+                      const KernelArg &arg, const kiln_attention_args &args,
+                      const std::string &where, CUtensorMap &map) {
+  if (!driver || !driver->cuTensorMapEncodeTiled)
+    return {KILN_UNSUPPORTED, where + "kernel \"" + kernel.name +
+                                  "\" needs cuTensorMapEncodeTiled (CUDA 12+)"};
+  Tensor tensor = arg.tensor;
+  kiln_dtype dtype = tensorDtype(args, tensor);
+  if (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16)
+    return invalid(where + tensorName(tensor) + " has dtype " +
+                   dtypeName(dtype) + " but kernel \"" + kernel.name +
+                   "\" takes f16 or bf16");
+  const int64_t *strides = tensorStrides(args, tensor);
+  bool isQuery = tensor == Tensor::Q;
+  int64_t columns =
+      tensor == Tensor::V && args.v_head_dim ? args.v_head_dim : args.head_dim;
+  cuuint64_t dims[4] = {cuuint64_t(columns),
+                        cuuint64_t(isQuery ? args.q_len : args.kv_len),
+                        cuuint64_t(isQuery ? args.q_heads : args.kv_heads),
+                        cuuint64_t(args.batch)};
+  // Strides of dims 1..3 in bytes: sequence, head, batch.
+  cuuint64_t byteStrides[3] = {cuuint64_t(strides[2]) * 2,
+                               cuuint64_t(strides[1]) * 2,
+                               cuuint64_t(strides[0]) * 2};
+  cuuint32_t box[4] = {cuuint32_t(arg.boxColumns), cuuint32_t(arg.boxRows), 1,
+                       1};
+  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  CUresult result = driver->cuTensorMapEncodeTiled(
+      &map,
+      dtype == KILN_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void *>(tensorPointer(args, tensor)), dims, byteStrides,
+      box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    return {KILN_UNSUPPORTED,
+            where +
+                describeCudaError(*driver, "cuTensorMapEncodeTiled", result) +
+                " for " + tensorName(tensor)};
   return Error::ok();
 }
 
@@ -640,6 +708,8 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
       &sharedOptIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
       device);
   for (const Kernel &kernel : manifest.kernels) {
+    if (!kernel.inTarget(target.chip))
+      continue;
     int64_t shared = kernel.staticSharedBytes + kernel.dynamicSharedBytes;
     if (sharedOptIn > 0 && shared > sharedOptIn) {
       driver.cuModuleUnload(module);
@@ -654,6 +724,7 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   loaded->contextId = contextId;
   loaded->context = context;
   loaded->module = module;
+  loaded->chip = target.chip;
   loaded->functions.assign(manifest.kernels.size(), nullptr);
   return Error::ok();
 }
@@ -666,7 +737,8 @@ bool isSpecialStream(CUstream stream) {
 }
 
 /// The function of `kernelIndex` in the current context (or, when none is
-/// current, `stream`'s), loading the module the first time.
+/// current, `stream`'s), loading the module the first time; null when the
+/// loaded target's PTX does not have the kernel.
 Error getFunction(kiln_package &package, const CudaDriver &driver,
                   size_t kernelIndex, CUstream stream, CUfunction &function,
                   int64_t *slots = nullptr) {
@@ -702,6 +774,10 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
       return error;
   if (kernelIndex >= loaded->functions.size())
     return Error::ok();
+  if (!package.manifest.kernels[kernelIndex].inTarget(loaded->chip)) {
+    function = nullptr;
+    return Error::ok();
+  }
   CUfunction &cached = loaded->functions[kernelIndex];
   if (!cached) {
     const Kernel &kernel = package.manifest.kernels[kernelIndex];
@@ -846,6 +922,10 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
   CUfunction function = nullptr;
   if (Error error = getFunction(package, driver, kernelIndex, stream, function))
     return error;
+  if (!function)
+    return {KILN_UNSUPPORTED, "kernel \"" +
+                                  package.manifest.kernels[kernelIndex].name +
+                                  "\" is not in the loaded target's PTX"};
   const kiln_launch_config &c = plan.config;
   CUresult result = driver.cuLaunchKernel(
       function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
@@ -875,6 +955,65 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
   return Error::ok();
 }
 
+/// Queries a warp-specialised launch needs at least: below this the
+/// portable kernel, which packs a KV head's query heads into its rows, wastes
+/// fewer of its rows.
+constexpr int64_t kWarpSpecializedMinQueries = 128;
+
+/// Whether a launch of site `s` with one split can take the site's
+/// warp-specialised kernel: the loaded target has it, the driver encodes
+/// tensor maps, and the views are what TMA and its stores take (16-byte
+/// aligned Q, K and V with 16-byte strides, an output with 4-byte pairs).
+bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
+                         const CudaDriver &driver) {
+  if (!driver.cuTensorMapEncodeTiled ||
+      args.q_len < kWarpSpecializedMinQueries || args.kv_len < 1 ||
+      args.head_dim != kernel.headDim ||
+      (args.v_head_dim ? args.v_head_dim : args.head_dim) !=
+          kernel.valueHeadDim)
+    return false;
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    bool output = tensor == Tensor::Out;
+    auto address = reinterpret_cast<uintptr_t>(tensorPointer(args, tensor));
+    if (address % (output ? 4 : 16) != 0)
+      return false;
+    const int64_t *strides = tensorStrides(args, tensor);
+    for (int axis = 0; axis < 3; ++axis)
+      if (strides[axis] <= 0 || strides[axis] % (output ? 2 : 8) != 0)
+        return false;
+  }
+  return true;
+}
+
+/// Launches site `s`'s warp-specialised kernel for a checked launch with one
+/// split when it fits; `launched` says whether it did.
+Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
+                            const Site &s, const CheckedLaunch &launch,
+                            CUstream stream, bool &launched) {
+  launched = false;
+  size_t index = *s.warpSpecializedIndex;
+  const Kernel &kernel = package.manifest.kernels[index];
+  if (!warpSpecializedFits(kernel, launch.args, driver))
+    return Error::ok();
+  CUfunction function = nullptr;
+  if (Error error = getFunction(package, driver, index, stream, function))
+    return error;
+  if (!function)
+    return Error::ok();
+  LaunchPlan plan;
+  Error error = fillPlan(kernel, s, "site \"" + s.name + "\": ", launch, 1,
+                         plan, &driver);
+  if (error.status == KILN_UNSUPPORTED)
+    return Error::ok();
+  if (error)
+    return error;
+  if (Error launchError =
+          launchPlanned(package, driver, s, index, plan, stream))
+    return launchError;
+  launched = true;
+  return Error::ok();
+}
+
 /// Launches a checked launch of site `s` on `stream`: the kernel with the
 /// split count decided here and, when it splits, the combine kernel after it
 /// on the same stream.
@@ -891,6 +1030,14 @@ Error launchChecked(kiln_package &package, const Site &s,
   int64_t splits = 1;
   if (Error error = decideSplits(package, *driver, s, launch, stream, splits))
     return error;
+  if (splits == 1 && s.warpSpecializedIndex) {
+    bool launched = false;
+    if (Error error = launchWarpSpecialized(package, *driver, s, launch, stream,
+                                            launched))
+      return error;
+    if (launched)
+      return Error::ok();
+  }
   LaunchPlan plan;
   if (Error error = fillPlan(*launch.kernel, s, where, launch, splits, plan))
     return error;
@@ -1125,6 +1272,7 @@ kiln_status kiln_package_prepare(kiln_package *package) {
     const CudaDriver *driver = nullptr;
     if (Error error = getCudaDriver(driver))
       return fail(error);
+    // (Kernels that the loaded target's PTX lacks are skipped.)
     for (size_t i = 0; i < package->manifest.kernels.size(); ++i) {
       CUfunction function = nullptr;
       if (Error error = getFunction(*package, *driver, i, nullptr, function))

@@ -93,6 +93,14 @@ static cl::opt<bool>
                    "kernel (default on; "
                    "=0 for mma.sync on every target)"),
           cl::init(true), cl::cat(kilncCategory));
+static cl::opt<bool> warpSpecialize(
+    "warp-specialize",
+    cl::desc("For sm_90a, also the warp-specialised prefill kernel (TMA "
+             "copies from a producer warp, two wgmma consumer warpgroups) "
+             "for sites without mask or bias tensors whose head dims are "
+             "equal multiples of 64 up to 256; the runtime launches it where "
+             "TMA can describe the views (default on)"),
+    cl::init(true), cl::cat(kilncCategory));
 static cl::opt<bool> allowTf32(
     "allow-tf32",
     cl::desc("Run f32 sites on one TF32 product per product: Q, K, V and "
@@ -194,6 +202,7 @@ int main(int argc, char **argv) {
   options.rowsPerWarp = rowsPerWarp;
   options.tensorCores = tensorCores;
   options.wgmma = wgmma;
+  options.warpSpecialize = warpSpecialize;
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;

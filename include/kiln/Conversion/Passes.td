@@ -69,6 +69,12 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "Build the sm_90a variant of the tensor-core kernel (wgmma on "
            "swizzled shared tiles) where a site's head dims are multiples of "
            "64; the module then serves sm_90a only">,
+    Option<"warpSpecialize", "warp-specialize", "bool", "true",
+           "With hopper: also build the warp-specialised kernel (TMA "
+           "producer warp, two wgmma consumer warpgroups) for kiln.attention "
+           "sites without mask or bias tensors whose head dims are equal "
+           "multiples of 64 up to 256; the runtime launches it for prefill "
+           "shapes whose views TMA can describe">,
     Option<"schedule", "schedule", "std::string", "\"table\"",
            "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
            "table of measured schedules, else the rules), 'wgmma' or 'mma' "
@@ -76,6 +82,24 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     Option<"blocksPerSM", "blocks-per-sm", "int64_t", "-1",
            "Blocks per SM the tensor-core kernel's registers leave room for "
            "(-1: from the schedule; 0: as ptxas allocates), for tuning">
+  ];
+}
+
+def MarkTensorMapArguments
+    : Pass<"kiln-mark-tensor-map-args", "::mlir::gpu::GPUModuleOp"> {
+  let summary = "Make the tensor-map arguments of lowered kernels grid "
+                "constants";
+  let description = [{
+    After the lowering to NVVM: every `llvm.func` kernel with a
+    `kiln.tensor_map_args` attribute gets, on each argument listed there,
+    `llvm.byval = !llvm.array<128 x i8>`, `llvm.align = 64` and
+    `nvvm.grid_constant`, so that the PTX parameter is the 128-byte
+    CUtensorMap itself (`.param .align 64 .b8 name[128]`) and its generic
+    address (`cvta.param`) is what TMA instructions read. gpu.func cannot
+    carry these attributes through the lowering.
+  }];
+  let dependentDialects = [
+    "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect"
   ];
 }
 

@@ -48,6 +48,9 @@ struct CompileOptions {
   bool tensorCores = true;
   /// sm_90a gets the wgmma variant of the tensor-core kernel (`--wgmma`).
   bool wgmma = true;
+  /// With wgmma: sm_90a also gets the warp-specialised kernels
+  /// (`--warp-specialize`).
+  bool warpSpecialize = true;
   /// f32 sites run one TF32 product per product rather than three with
   /// split operands (`--allow-tf32`).
   bool allowTf32 = false;

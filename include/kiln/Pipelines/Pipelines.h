@@ -44,6 +44,11 @@ struct GPUPipelineOptions
       llvm::cl::desc("Build the sm_90a (wgmma) variants of the tensor-core "
                      "kernel; the module then serves sm_90a only"),
       llvm::cl::init(false)};
+  Option<bool> warpSpecialize{
+      *this, "warp-specialize",
+      llvm::cl::desc("With hopper: also build the warp-specialised (TMA, "
+                     "producer warp, two wgmma consumer warpgroups) kernels"),
+      llvm::cl::init(true)};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),

@@ -23,12 +23,12 @@ using namespace mlir::kiln;
 using namespace mlir::kiln::detail;
 
 std::string KernelSpec::name() const {
-  std::string result =
-      llvm::formatv("kiln_attention_{0}{1}_d{2}",
-                    tensorCores ? "mma_"
-                    : tf32      ? (tf32Split ? "3xtf32_" : "tf32_")
-                                : "",
-                    getElementTypeName(elementType), headDim);
+  std::string result = llvm::formatv("kiln_attention_{0}{1}_d{2}",
+                                     warpSpecialized ? "ws_"
+                                     : tensorCores   ? "mma_"
+                                     : tf32 ? (tf32Split ? "3xtf32_" : "tf32_")
+                                            : "",
+                                     getElementTypeName(elementType), headDim);
   if (paged)
     result = "kiln_paged_attention" +
              result.substr(std::string("kiln_attention").size());
@@ -89,6 +89,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
   if (spec.splitKV)
     names.append({"num_splits", "workspace"});
+  if (spec.warpSpecialized)
+    names.append({"q_map", "k_map", "v_map"});
   return names;
 }
 
@@ -109,6 +111,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
   kinds.append(12 + 4 * (bool(spec.maskType) + bool(spec.biasType)), "i64");
   if (spec.splitKV)
     kinds.append({"i32", "pointer"});
+  if (spec.warpSpecialized)
+    kinds.append(3, "tensor_map");
   return kinds;
 }
 
@@ -236,6 +240,31 @@ SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
   for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
     acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);
   return probabilities;
+}
+
+Value KernelBuilderBase::packPair(Value low, Value high, Type elementType) {
+  Type i32 = b->getI32Type();
+  auto pairF32 = VectorType::get({2}, b->getF32Type());
+  Value pair = LLVM::PoisonOp::create(*b, pairF32);
+  pair = LLVM::InsertElementOp::create(
+      *b, pair, low, arith::ConstantIntOp::create(*b, i32, 0));
+  pair = LLVM::InsertElementOp::create(
+      *b, pair, high, arith::ConstantIntOp::create(*b, i32, 1));
+  Value narrow =
+      LLVM::FPTruncOp::create(*b, VectorType::get({2}, elementType), pair);
+  return LLVM::BitcastOp::create(*b, i32, narrow);
+}
+
+Value KernelBuilderBase::inlinePtx(Type resultType, ValueRange operands,
+                                   StringRef text, StringRef constraints) {
+  MLIRContext *ctx = b->getContext();
+  auto asmOp = LLVM::InlineAsmOp::create(
+      *b, resultType ? resultType : LLVM::LLVMVoidType::get(ctx), operands,
+      text, constraints, /*has_side_effects=*/true, /*is_align_stack=*/false,
+      LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(ctx, LLVM::AsmDialect::AD_ATT),
+      /*operand_attrs=*/ArrayAttr());
+  return resultType ? asmOp.getRes() : Value();
 }
 
 void KernelBuilderBase::mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
@@ -370,11 +399,16 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   Type i32 = moduleBuilder.getI32Type(), i64 = moduleBuilder.getI64Type(),
        f32 = moduleBuilder.getF32Type();
   SmallVector<Type> argTypes;
-  for (const std::string &kind : argumentKinds())
-    argTypes.push_back(kind == "pointer" ? ptrType
-                       : kind == "i32"   ? i32
-                       : kind == "i64"   ? i64
-                                         : f32);
+  SmallVector<int64_t> tensorMaps;
+  for (const std::string &kind : argumentKinds()) {
+    if (kind == "tensor_map")
+      tensorMaps.push_back(argTypes.size());
+    argTypes.push_back(kind == "pointer"      ? ptrType
+                       : kind == "tensor_map" ? LLVM::LLVMPointerType::get(ctx)
+                       : kind == "i32"        ? i32
+                       : kind == "i64"        ? i64
+                                              : f32);
+  }
   auto func =
       gpu::GPUFuncOp::create(moduleBuilder, loc, spec.name(),
                              moduleBuilder.getFunctionType(argTypes, {}),
@@ -382,7 +416,10 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                 moduleBuilder.getUnitAttr());
   func.setKnownBlockSizeAttr(
-      moduleBuilder.getDenseI32ArrayAttr({int32_t(kThreadsPerBlock), 1, 1}));
+      moduleBuilder.getDenseI32ArrayAttr({int32_t(threadsPerBlock()), 1, 1}));
+  if (!tensorMaps.empty())
+    func->setAttr(kTensorMapArgsAttrName,
+                  moduleBuilder.getDenseI64ArrayAttr(tensorMaps));
   if (int64_t blocks = minBlocksPerSM())
     func->setAttr("nvvm.minctasm", moduleBuilder.getI32IntegerAttr(blocks));
 
@@ -444,6 +481,11 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   if (spec.splitKV) {
     numSplits = toIndex(args[next++]);
     workspace = args[next++];
+  }
+  if (spec.warpSpecialized) {
+    qMap = args[next++];
+    kMap = args[next++];
+    vMap = args[next++];
   }
 
   const float log2e = 1.4426950408889634f;

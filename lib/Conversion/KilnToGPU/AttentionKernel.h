@@ -74,6 +74,12 @@ struct KernelSpec {
   /// grid and shared-memory size of the portable kernel, so that one
   /// manifest describes both (not part of name()).
   bool wgmma = false;
+  /// The sm_90a-only warp-specialised kernel (WarpSpecialized.cpp): a
+  /// producer warp brings Q, K and V tiles in with TMA through tensor maps
+  /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
+  /// Its own kernel beside the site's portable one, for launches whose
+  /// views TMA can describe.
+  bool warpSpecialized = false;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   int64_t blocksPerSM = 0;
@@ -88,6 +94,11 @@ struct KernelSpec {
     return windowRight;
   }
 };
+
+/// The gpu.func attribute listing the arguments that are tensor maps: after
+/// the lowering to NVVM they become 64-byte-aligned, 128-byte byval
+/// parameters marked nvvm.grid_constant (markTensorMapArguments).
+inline constexpr char kTensorMapArgsAttrName[] = "kiln.tensor_map_args";
 
 /// The module's dynamic shared memory: one extern array for the whole
 /// module, declared by declareDynamicShared; every launch gets its own
@@ -140,6 +151,13 @@ protected:
                                        SmallVector<Value> &acc);
   /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
   /// operands of `type` as the op takes them and four f32 accumulators.
+  /// The f32 pair (low, high) as two values of `elementType` (f16 or bf16)
+  /// in one i32, low in the low half: an mma operand register.
+  Value packPair(Value low, Value high, Type elementType);
+  /// Inline PTX `text` with `constraints` on `operands`, with side effects;
+  /// its one result of `resultType`, or none when that is null.
+  Value inlinePtx(Type resultType, ValueRange operands, StringRef text,
+                  StringRef constraints);
   void mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
                MutableArrayRef<Value> acc, int64_t k, NVVM::MMATypes type);
 
@@ -162,14 +180,16 @@ public:
   virtual int64_t sharedBytes() const = 0;
   /// Dynamic shared memory each launch needs, in bytes.
   virtual int64_t dynamicSharedBytes() const { return 0; }
-  int64_t threadsPerBlock() const { return kThreadsPerBlock; }
+  virtual int64_t threadsPerBlock() const { return kThreadsPerBlock; }
   /// Whether grid y runs over KV heads with a group's query heads packed
   /// into each block's rows (see KernelSpec::packQueryHeads).
   bool packsQueryHeads() const { return spec.packQueryHeads; }
 
   /// Names of the kernel arguments, in order.
   SmallVector<std::string> argumentNames() const;
-  /// Kinds ("pointer", "i32", "i64", "f32") of the kernel arguments.
+  /// Kinds ("pointer", "i32", "i64", "f32", "tensor_map") of the kernel
+  /// arguments. A tensor map is a 128-byte CUtensorMap passed by value as a
+  /// grid constant (see kTensorMapArgsAttrName).
   SmallVector<std::string> argumentKinds() const;
 
   /// Creates the kernel at the builder's insertion point (inside the
@@ -227,6 +247,9 @@ protected:
   /// Split-KV kernels: the launch's batch size and split count, this
   /// block's split, and the f32 workspace of partial results.
   Value batchSize, numSplits, splitIndex, workspace;
+  /// Warp-specialised kernels: the tensor maps of Q, K and V (generic
+  /// addresses of grid-constant parameters).
+  Value qMap, kMap, vMap;
   /// The block's query head; null when heads are packed (each row has its
   /// own, and qBase, outBase, maskBase and biasBase are null too).
   Value head;
@@ -279,6 +302,15 @@ SmallVector<std::string> splitCombineArgumentKinds();
 /// a block.
 gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
                                        Type elementType, int64_t valueDim);
+
+/// The warp-specialised sm_90a kernel (KernelSpec::warpSpecialized).
+std::unique_ptr<AttentionKernelBuilder>
+createWarpSpecializedKernel(const KernelSpec &spec);
+/// Whether a site of `spec` (a kiln.attention site on the tensor-core
+/// kernel) has a warp-specialised kernel as well.
+bool warpSpecializedKernelSupports(const KernelSpec &spec);
+/// Dynamic shared memory the warp-specialised kernel may use (sm_90's).
+int64_t warpSpecializedSharedLimit();
 
 /// Whether the tensor-core kernel supports the element type and head dim.
 bool mmaKernelSupports(Type elementType, int64_t headDim,

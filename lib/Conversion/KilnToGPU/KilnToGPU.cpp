@@ -29,6 +29,7 @@
 
 namespace mlir::kiln {
 #define GEN_PASS_DEF_CONVERTKILNTOGPU
+#define GEN_PASS_DEF_MARKTENSORMAPARGUMENTS
 #include "kiln/Conversion/Passes.h.inc"
 } // namespace mlir::kiln
 
@@ -213,6 +214,17 @@ struct ConvertKilnToGPUPass
         }
         func->setAttr(kKernelInfoAttrName, info);
       }
+      if (hopper && warpSpecialize && spec.tensorCores && !spec.paged &&
+          warpSpecializedKernelSupports(spec)) {
+        FailureOr<std::string> wsName =
+            buildWarpSpecialized(spec, op, builder, gpuModule, kernels);
+        if (failed(wsName))
+          return signalPassFailure();
+        op->setAttr(kWarpSpecializedKernelAttrName,
+                    SymbolRefAttr::get(builder.getStringAttr(kKernelModuleName),
+                                       {FlatSymbolRefAttr::get(
+                                           builder.getStringAttr(*wsName))}));
+      }
       op->setAttr(kKernelAttrName,
                   SymbolRefAttr::get(
                       builder.getStringAttr(kKernelModuleName),
@@ -223,6 +235,36 @@ struct ConvertKilnToGPUPass
                         llvm::formatv("attention_{0}", siteIndex).str()));
       ++siteIndex;
     }
+  }
+
+  /// Builds (once) the warp-specialised kernel of a site whose portable
+  /// kernel is `siteSpec`; returns its name.
+  FailureOr<std::string> buildWarpSpecialized(const KernelSpec &siteSpec,
+                                              Operation *op, OpBuilder &builder,
+                                              gpu::GPUModuleOp gpuModule,
+                                              SymbolTable &kernels) {
+    KernelSpec spec = siteSpec;
+    spec.packQueryHeads = false;
+    spec.splitKV = false;
+    spec.wgmma = false;
+    spec.blocksPerSM = 0;
+    spec.warpSpecialized = true;
+    std::string name = spec.name();
+    if (kernels.lookup(name))
+      return name;
+    std::unique_ptr<AttentionKernelBuilder> kernel =
+        createWarpSpecializedKernel(spec);
+    if (kernel->dynamicSharedBytes() > warpSpecializedSharedLimit())
+      return op->emitOpError("warp-specialised kernel needs ")
+             << kernel->dynamicSharedBytes() << " bytes of shared memory";
+    OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
+    gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
+    kernels.insert(func);
+    NamedAttrList fields(makeKernelInfo(builder, *kernel));
+    fields.set("targets", builder.getStrArrayAttr({"sm_90a"}));
+    func->setAttr(kKernelInfoAttrName,
+                  fields.getDictionary(builder.getContext()));
+    return name;
   }
 
   /// The kernel of a kiln.attention site.
@@ -346,6 +388,36 @@ struct ConvertKilnToGPUPass
     fields.push_back(builder.getNamedAttr(
         "packs_query_heads", builder.getBoolAttr(kernel.packsQueryHeads())));
     return builder.getDictionaryAttr(fields);
+  }
+};
+
+} // namespace
+
+namespace {
+
+struct MarkTensorMapArgumentsPass
+    : public kiln::impl::MarkTensorMapArgumentsBase<
+          MarkTensorMapArgumentsPass> {
+  void runOnOperation() override {
+    getOperation().walk([](LLVM::LLVMFuncOp func) {
+      auto indices =
+          func->getAttrOfType<DenseI64ArrayAttr>(kTensorMapArgsAttrName);
+      if (!indices)
+        return;
+      MLIRContext *ctx = func.getContext();
+      Builder builder(ctx);
+      auto tensorMapType =
+          LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), 128);
+      for (int64_t index : indices.asArrayRef()) {
+        func.setArgAttr(index, LLVM::LLVMDialect::getByValAttrName(),
+                        TypeAttr::get(tensorMapType));
+        func.setArgAttr(index, LLVM::LLVMDialect::getAlignAttrName(),
+                        builder.getI64IntegerAttr(64));
+        func.setArgAttr(index, NVVM::NVVMDialect::getGridConstantAttrName(),
+                        builder.getUnitAttr());
+      }
+      func->removeAttr(kTensorMapArgsAttrName);
+    });
   }
 };
 

@@ -220,7 +220,9 @@ private:
                                      NVVM::SharedSpace::shared_cta));
   }
   /// Two f32 → one packed register of the element type (low half first).
-  Value pack(Value low, Value high);
+  Value pack(Value low, Value high) {
+    return packPair(low, high, spec.elementType);
+  }
   /// Decode mode: merges the four warps' online-softmax states (max and sum
   /// of rows g and g + 8, then the O accumulators) for the same rows through
   /// shared memory (two regions of two warps' states each, free once the
@@ -460,16 +462,6 @@ void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
     bOperands.push_back(operand(reg));
   mmaSync(aOperands, bOperands, acc, 16,
           isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16);
-}
-
-Value MmaKernel::pack(Value low, Value high) {
-  auto pairF32 = VectorType::get({2}, b->getF32Type());
-  Value pair = LLVM::PoisonOp::create(*b, pairF32);
-  pair = LLVM::InsertElementOp::create(*b, pair, low, constI32(0));
-  pair = LLVM::InsertElementOp::create(*b, pair, high, constI32(1));
-  Value narrow =
-      LLVM::FPTruncOp::create(*b, VectorType::get({2}, spec.elementType), pair);
-  return LLVM::BitcastOp::create(*b, i32(), narrow);
 }
 
 SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,

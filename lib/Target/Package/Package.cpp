@@ -184,6 +184,29 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   // f32 sites on TF32 tensor cores say so (allow-tf32).
   if (auto math = info.getAs<StringAttr>("math"))
     kernel["math"] = math.str();
+  // A kernel in some targets' PTX only (the warp-specialised sm_90a
+  // kernel), whose tensor-map arguments say what the runtime encodes: the
+  // tensor, the box (64 columns, a 128-byte swizzle row, by the block's
+  // query rows or the key tile) and the swizzle.
+  if (auto targets = info.getAs<ArrayAttr>("targets")) {
+    llvm::json::Array chips;
+    for (Attribute chip : targets)
+      chips.push_back(cast<StringAttr>(chip).str());
+    kernel["targets"] = std::move(chips);
+  }
+  for (llvm::json::Value &value : args) {
+    llvm::json::Object &arg = *value.getAsObject();
+    if (arg.getString("kind") != "tensor_map")
+      continue;
+    StringRef tensor = arg.getString("name")->split('_').first;
+    int64_t rows = tensor == "q"
+                       ? info.getAs<IntegerAttr>("rows_per_block").getInt()
+                       : info.getAs<IntegerAttr>("kv_block_size").getInt();
+    arg["tensor"] = tensor.str();
+    arg["dtype"] = getElementTypeName(site.getElementType());
+    arg["box"] = llvm::json::Array{64, rows};
+    arg["swizzle"] = 128;
+  }
   addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
@@ -356,10 +379,29 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
           paged ? describePagedKernel(func, info, paged)
                 : describeKernel(func, info, cast<AttentionOp>(op)));
     }
-    sites.push_back(
+    llvm::json::Object site =
         paged ? describePagedSite(paged, siteName.getValue(), kernelName)
               : describeSite(cast<AttentionOp>(op), siteName.getValue(),
-                             kernelName));
+                             kernelName);
+    if (auto wsRef =
+            op->getAttrOfType<SymbolRefAttr>(kWarpSpecializedKernelAttrName)) {
+      StringRef wsName = wsRef.getLeafReference().getValue();
+      auto wsFunc = gpuModule.lookupSymbol<gpu::GPUFuncOp>(wsName);
+      DictionaryAttr wsInfo =
+          wsFunc ? wsFunc->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
+                 : DictionaryAttr();
+      if (!wsInfo) {
+        op->emitOpError("kernel '") << wsName << "' has no kernel facts";
+        return WalkResult::interrupt();
+      }
+      if (!described.lookup(wsName)) {
+        described[wsName] = true;
+        kernels.push_back(
+            describeKernel(wsFunc, wsInfo, cast<AttentionOp>(op)));
+      }
+      site["warp_specialized_kernel"] = wsName.str();
+    }
+    sites.push_back(std::move(site));
     return WalkResult::advance();
   });
   if (walk.wasInterrupted())
@@ -397,6 +439,34 @@ mlir::kiln::describeSchedules(ModuleOp module) {
             {"from", schedule.getAs<StringAttr>("from").getValue()}});
   }
   return schedules;
+}
+
+void mlir::kiln::addTargetOnlyKernels(llvm::json::Object &description,
+                                      llvm::json::Object targetDescription) {
+  llvm::json::Array *kernels = description.getArray("kernels");
+  llvm::json::Array *sites = description.getArray("sites");
+  llvm::json::Array *extraKernels = targetDescription.getArray("kernels");
+  llvm::json::Array *extraSites = targetDescription.getArray("sites");
+  if (!kernels || !sites || !extraKernels || !extraSites)
+    return;
+  for (llvm::json::Value &kernel : *extraKernels)
+    if (kernel.getAsObject() && kernel.getAsObject()->get("targets"))
+      kernels->push_back(std::move(kernel));
+  llvm::StringMap<std::string> byName;
+  for (llvm::json::Value &value : *extraSites) {
+    llvm::json::Object *site = value.getAsObject();
+    std::optional<StringRef> name = site->getString("name");
+    std::optional<StringRef> ws = site->getString("warp_specialized_kernel");
+    if (name && ws)
+      byName[*name] = ws->str();
+  }
+  for (llvm::json::Value &value : *sites) {
+    llvm::json::Object *site = value.getAsObject();
+    std::optional<StringRef> name = site->getString("name");
+    auto found = name ? byName.find(*name) : byName.end();
+    if (found != byName.end())
+      (*site)["warp_specialized_kernel"] = found->second;
+  }
 }
 
 void mlir::kiln::addSchedules(

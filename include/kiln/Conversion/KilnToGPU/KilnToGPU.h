@@ -18,6 +18,11 @@ inline constexpr char kSiteAttrName[] = "kiln.site";
 /// On a paged twin of a causal site (kilnc --kv-cache=paged:N): the name of
 /// the site whose attention it runs over a paged KV cache.
 inline constexpr char kDecodeOfAttrName[] = "kiln.decode_of";
+/// On kiln.attention in the sm_90a module: the warp-specialised kernel
+/// (`@kiln_kernels::@name`) the runtime launches instead of kKernelAttrName's
+/// where the views allow (TMA-describable, not decode).
+inline constexpr char kWarpSpecializedKernelAttrName[] =
+    "kiln.warp_specialized_kernel";
 /// On a generated gpu.func: launch facts for the manifest (block shape,
 /// rows per block, shared memory, argument names and kinds).
 inline constexpr char kKernelInfoAttrName[] = "kiln.kernel_info";

@@ -56,6 +56,12 @@ llvm::StringMap<llvm::json::Value> describeSchedules(ModuleOp module);
 /// Gives each kernel of `description` that has a schedule a "schedule"
 /// object with one entry per target chip: `sm_90a`'s from `hopper` when
 /// given (the module its PTX came from), every other chip's from `portable`.
+/// Adds to `description` (the portable module's) the kernels of
+/// `targetDescription` (the sm_90a module's) that only some targets have,
+/// and each site's "warp_specialized_kernel" from it.
+void addTargetOnlyKernels(llvm::json::Object &description,
+                          llvm::json::Object targetDescription);
+
 void addSchedules(llvm::json::Object &description,
                   llvm::ArrayRef<std::string> chips,
                   const llvm::StringMap<llvm::json::Value> &portable,

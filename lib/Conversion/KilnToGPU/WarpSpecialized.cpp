@@ -1,0 +1,495 @@
+//===- WarpSpecialized.cpp - The warp-specialised sm_90a kernel -*- C++ -*-===//
+//
+// The f16/bf16 prefill kernel for sm_90a, in the schedule FlashAttention-3
+// published: a block of three warpgroups owns 128 query rows of one head.
+//
+// - Warpgroup 0 is the producer. It gives its registers back (setmaxnreg)
+//   and one thread issues every copy: Q once, then each K and V tile, as TMA
+//   copies (cp.async.bulk.tensor) through the tensor maps the runtime encodes
+//   at launch and passes as grid-constant parameters. Tiles land in a ring of
+//   two stages in wgmma's 128-byte swizzled layout (slabs of 64 columns, the
+//   layout TMA's 128-byte swizzle writes); each copy completes a transaction
+//   count on the stage's "full" mbarrier.
+// - Warpgroups 1 and 2 are consumers of 64 rows each, with 240 registers a
+//   thread. For each tile: wait for K, S = Q·Kᵀ on wgmma (Q and K from
+//   descriptors), release K's stage, mask and scale, the shared online-
+//   softmax step, wait for V, O += P·V on wgmma with P from registers,
+//   release V's stage. The stage's "empty" mbarrier counts the consumer
+//   warps' releases, and the producer waits on it before it reuses a stage.
+//
+// Keys past kv_len, and query rows past q_len, are outside the tensor maps'
+// bounds: TMA fills them with zeros, and the masking hides those keys. The
+// block's key range is the prologue's (causal and window tile skipping,
+// bottom-right alignment); both consumer warpgroups walk all of it.
+//
+// Sites with a mask or bias tensor, masked_score, MLA head dims, or views TMA
+// cannot describe keep the portable kernel (the runtime chooses at launch).
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+#include "Wgmma.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <limits>
+#include <tuple>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+
+namespace {
+
+/// Query rows of a consumer warpgroup (wgmma's M) and of a block.
+constexpr int64_t kConsumerRows = 64;
+constexpr int64_t kConsumers = 2;
+constexpr int64_t kBlockRows = kConsumers * kConsumerRows;
+constexpr int64_t kWarpgroupThreads = 4 * kWarpSize;
+/// Stages of the K and V ring.
+constexpr int64_t kStages = 2;
+/// Registers a thread of the producer and of the consumers keep after
+/// setmaxnreg: 128 · 24 + 256 · 240 = 64512 of the SM's 65536.
+constexpr int64_t kProducerRegisters = 24;
+constexpr int64_t kConsumerRegisters = 240;
+/// Dynamic shared memory a block may use on sm_90 (227 KiB).
+constexpr int64_t kHopperSharedLimit = 227 * 1024;
+
+/// The mbarriers, 8 bytes each, after the tiles: Q's, then per stage K full,
+/// V full, K empty, V empty.
+enum Barrier : int64_t {
+  kQFull = 0,
+  kKFull = 1,
+  kVFull = 1 + kStages,
+  kKEmpty = 1 + 2 * kStages,
+  kVEmpty = 1 + 3 * kStages,
+  kNumBarriers = 1 + 4 * kStages,
+};
+
+class WarpSpecializedKernel : public AttentionKernelBuilder {
+public:
+  explicit WarpSpecializedKernel(const KernelSpec &spec)
+      : AttentionKernelBuilder(spec), headDim(spec.headDim),
+        tileKeys(spec.headDim <= 128 ? 128 : 64) {
+    assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
+  }
+
+  int64_t rowsPerBlock() const override { return kBlockRows; }
+  int64_t kvBlockSize() const override { return tileKeys; }
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override {
+    return barrierOffset() + kNumBarriers * 8;
+  }
+  int64_t threadsPerBlock() const override {
+    return (1 + kConsumers) * kWarpgroupThreads;
+  }
+
+protected:
+  int64_t minBlocksPerSM() const override { return 1; }
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
+    declareDynamicShared(moduleBuilder, loc);
+  }
+  void buildBody(gpu::GPUFuncOp func) override;
+
+private:
+  int64_t slabs() const { return headDim / kSwizzleElements; }
+  int64_t qBytes() const { return kBlockRows * headDim * 2; }
+  int64_t tileBytes() const { return tileKeys * headDim * 2; }
+  int64_t barrierOffset() const { return qBytes() + 2 * kStages * tileBytes(); }
+
+  Value constI32(int64_t value) {
+    return arith::ConstantIntOp::create(*b, b->getI32Type(), value);
+  }
+  /// The 32-bit shared-window address of a shared pointer.
+  Value sharedAddress(Value pointer) {
+    return LLVM::PtrToIntOp::create(*b, b->getI32Type(), pointer);
+  }
+  Value offsetPointer(Value pointer, Value bytes) {
+    auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+    return LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), pointer,
+                               ValueRange{bytes});
+  }
+
+  void initBarrier(Value barrier, int64_t count) {
+    inlinePtx({}, {barrier, constI32(count)},
+              "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r");
+  }
+  void expectBytes(Value barrier, int64_t bytes) {
+    inlinePtx({}, {barrier, constI32(bytes)},
+              "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r");
+  }
+  void arrive(Value barrier) {
+    inlinePtx({}, {barrier}, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r");
+  }
+  /// Spins until the barrier's phase of parity `parity` (i32) completes.
+  void wait(Value barrier, Value parity) {
+    inlinePtx({}, {barrier, parity},
+              "{\n.reg .pred done;\nkiln_wait_${:uid}:\n"
+              "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+              "@!done bra kiln_wait_${:uid};\n}",
+              "r,r");
+  }
+  /// TMA copy of the box at (column, row, head, batch) of `map` into the
+  /// shared `destination`, completing bytes on `barrier`.
+  void copyTile(Value map, Value destination, ArrayRef<Value> coordinates,
+                Value barrier) {
+    SmallVector<Value> operands = {destination, map};
+    operands.append(coordinates.begin(), coordinates.end());
+    operands.push_back(barrier);
+    inlinePtx({}, operands,
+              "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
+              "complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+              "r,l,r,r,r,r,r");
+  }
+  /// The tile's slabs of 64 columns, rows [row, row + rows) of (head,
+  /// batch), into `destination` (a slab after another).
+  void copySlabs(Value map, Value destination, int64_t rows, Value row,
+                 Value headIndex, Value barrier) {
+    for (int64_t slab = 0; slab < slabs(); ++slab)
+      copyTile(map, add32(destination, slab * rows * 128),
+               {constI32(slab * kSwizzleElements), toI32(row), toI32(headIndex),
+                toI32(batch)},
+               barrier);
+  }
+  Value add32(Value x, int64_t y) {
+    return arith::AddIOp::create(*b, x, constI32(y));
+  }
+
+  void buildProducer(Value sharedBase, Value numTiles);
+  SmallVector<Value> buildConsumerLoop(Value shared, Value sharedBase,
+                                       Value numTiles, Value consumer);
+
+  int64_t headDim;
+  /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
+  int64_t tileKeys;
+};
+
+void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
+  ImplicitLocOpBuilder &builder = *b;
+  Value barriers = add32(sharedBase, barrierOffset());
+  auto barrierAt = [&](int64_t index, Value stage) -> Value {
+    Value address = add32(barriers, 8 * index);
+    if (!stage)
+      return address;
+    return arith::AddIOp::create(*b, address,
+                                 arith::MulIOp::create(*b, stage, constI32(8)));
+  };
+  // Q, once.
+  Value qFull = barrierAt(kQFull, Value());
+  expectBytes(qFull, qBytes());
+  copySlabs(qMap, sharedBase, kBlockRows, firstQuery, head, qFull);
+
+  Value tilesBase = add32(sharedBase, qBytes());
+  scf::ForOp::create(
+      builder, constIndex(0), numTiles, constIndex(1), ValueRange{},
+      [&](OpBuilder &nested, Location loc, Value tile, ValueRange) {
+        ImplicitLocOpBuilder ib(loc, nested);
+        b = &ib;
+        Value tile32 = toI32(tile);
+        Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
+        Value round = arith::ShRUIOp::create(ib, tile32, constI32(1));
+        // The consumers released this stage's previous tile (round - 1):
+        // that phase's parity.
+        Value parity = arith::AndIOp::create(
+            ib, arith::AddIOp::create(ib, round, constI32(1)), constI32(1));
+        Value reused = arith::CmpIOp::create(ib, arith::CmpIPredicate::uge,
+                                             tile32, constI32(kStages));
+        Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
+        Value stageBytes =
+            arith::MulIOp::create(ib, stage, constI32(tileBytes()));
+        for (auto [tensorMap, fullIndex, emptyIndex, firstTile] :
+             {std::tuple{kMap, kKFull, kKEmpty, int64_t(0)},
+              std::tuple{vMap, kVFull, kVEmpty, int64_t(kStages)}}) {
+          auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
+          {
+            OpBuilder::InsertionGuard guard(ib);
+            ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+            wait(barrierAt(emptyIndex, stage), parity);
+          }
+          Value full = barrierAt(fullIndex, stage);
+          expectBytes(full, tileBytes());
+          Value destination = arith::AddIOp::create(
+              ib, add32(tilesBase, firstTile * tileBytes()), stageBytes);
+          copySlabs(tensorMap, destination, tileKeys, kvStart, kvHead, full);
+        }
+        scf::YieldOp::create(ib);
+        b = &builder;
+      });
+}
+
+SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
+                                                            Value sharedBase,
+                                                            Value numTiles,
+                                                            Value consumer) {
+  ImplicitLocOpBuilder &builder = *b;
+  Value zero = constF32(0.0f);
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  Value barriers = add32(sharedBase, barrierOffset());
+  auto barrierAt = [&](int64_t index, Value stage) -> Value {
+    return arith::AddIOp::create(*b, add32(barriers, 8 * index),
+                                 arith::MulIOp::create(*b, stage, constI32(8)));
+  };
+  Value warpInGroup = arith::RemUIOp::create(builder, warp, constIndex(4));
+  Value laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
+  Value quadLane = arith::RemUIOp::create(builder, lane, constIndex(4));
+  Value groupRow = mul(consumer, constIndex(kConsumerRows));
+  // This thread's rows g and g + 8 of its warp's 16.
+  Value queryRows[2];
+  for (int64_t r = 0; r < 2; ++r)
+    queryRows[r] =
+        add(add(firstQuery, groupRow), add(mul(warpInGroup, constIndex(16)),
+                                           add(laneGroup, constIndex(8 * r))));
+  Value isLeader = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                         lane, constIndex(0));
+  // The warpgroup's Q rows: 64 rows into each 128-row slab.
+  Value qTile = offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
+  Value tilesStart = offsetPointer(shared, constI32(qBytes()));
+
+  // The warpgroup's first and last diagonals (bottom-right aligned).
+  Value firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
+  Value lastDiagonal = add(firstDiagonal, constIndex(kConsumerRows - 1));
+
+  int64_t keyBlocks = tileKeys / 8;
+  int64_t outBlocks = headDim / 8;
+  SmallVector<Value> initState = {negInf, negInf, zero, zero};
+  initState.append(outBlocks * 4, zero);
+
+  wait(add32(barriers, 8 * kQFull), constI32(0));
+  auto loop = scf::ForOp::create(
+      builder, constIndex(0), numTiles, constIndex(1), initState,
+      [&](OpBuilder &nested, Location loc, Value tile, ValueRange state) {
+        ImplicitLocOpBuilder ib(loc, nested);
+        b = &ib;
+        Value tile32 = toI32(tile);
+        Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
+        Value parity = arith::AndIOp::create(
+            ib, arith::ShRUIOp::create(ib, tile32, constI32(1)), constI32(1));
+        Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
+        Value stageBytes =
+            arith::MulIOp::create(ib, stage, constI32(tileBytes()));
+        Value kTile = offsetPointer(tilesStart, stageBytes);
+        Value vTile =
+            offsetPointer(tilesStart, add32(stageBytes, kStages * tileBytes()));
+
+        // S = Q·Kᵀ: K-major operands, 16 head dims an instruction (32
+        // bytes along a swizzled row, a slab every 64).
+        wait(barrierAt(kKFull, stage), parity);
+        SmallVector<Value> scores(keyBlocks * 4, zero);
+        NVVM::WgmmaFenceAlignedOp::create(ib);
+        for (int64_t c = 0; c < headDim / 16; ++c) {
+          int64_t slab = 16 * c / kSwizzleElements;
+          int64_t inRow = (16 * c % kSwizzleElements) * 2;
+          scores = wgmmaProduct(
+              ib, spec.elementType, tileKeys, scores,
+              wgmmaDescriptor(ib, qTile, slab * kBlockRows * 128 + inRow, 16,
+                              1024),
+              {},
+              wgmmaDescriptor(ib, kTile, slab * tileKeys * 128 + inRow, 16,
+                              1024),
+              /*transposeB=*/false);
+        }
+        NVVM::WgmmaGroupSyncAlignedOp::create(ib);
+        NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
+        // This warp is done with the K stage.
+        {
+          auto ifOp = scf::IfOp::create(ib, isLeader, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(ib);
+          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          arrive(barrierAt(kKEmpty, stage));
+        }
+
+        // Scale into log2 units; tiles that cross kv_len, the diagonal or
+        // the window's edge for any of the warpgroup's rows also mask.
+        auto finishAll = [&](bool masked) {
+          SmallVector<Value> result;
+          for (int64_t block = 0; block < keyBlocks; ++block)
+            for (int64_t e = 0; e < 4; ++e) {
+              Value score = scores[4 * block + e];
+              if (!masked) {
+                result.push_back(fmul(score, scaleLog2));
+                continue;
+              }
+              Value key = add(kvStart, add(constIndex(8 * block + e % 2),
+                                           mul(quadLane, constIndex(2))));
+              result.push_back(
+                  finishScore(score, queryRows[e / 2], key, Value(), Value()));
+            }
+          return result;
+        };
+        SmallVector<Value> finished;
+        if (spec.softcap) {
+          finished = finishAll(true);
+        } else {
+          Value tileEnd = add(kvStart, constIndex(tileKeys));
+          Value needsMask = arith::CmpIOp::create(ib, arith::CmpIPredicate::sgt,
+                                                  tileEnd, kvLen);
+          if (std::optional<int64_t> right = spec.rightBound()) {
+            Value crosses = arith::CmpIOp::create(
+                ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
+                add(firstDiagonal, constIndex(*right)));
+            needsMask = arith::OrIOp::create(ib, needsMask, crosses);
+            if (spec.window) {
+              Value oldest = sub(lastDiagonal, constIndex(*spec.window));
+              Value before = arith::CmpIOp::create(
+                  ib, arith::CmpIPredicate::sle, kvStart, oldest);
+              needsMask = arith::OrIOp::create(ib, needsMask, before);
+            }
+          }
+          SmallVector<Type> types(scores.size(), ib.getF32Type());
+          auto ifOp = scf::IfOp::create(ib, types, needsMask, true);
+          OpBuilder::InsertionGuard guard(ib);
+          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          scf::YieldOp::create(ib, finishAll(true));
+          ib.setInsertionPointToStart(&ifOp.getElseRegion().front());
+          scf::YieldOp::create(ib, finishAll(false));
+          ib.setInsertionPointAfter(ifOp);
+          finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+        }
+
+        SmallVector<Value> newState, acc;
+        SmallVector<Value> probabilities =
+            onlineSoftmaxStep(finished, state, newState, acc);
+        // The S accumulators of key blocks 2j and 2j + 1 are the A fragment
+        // of key chunk j (all packed before the fence).
+        SmallVector<SmallVector<Value>> pFragments;
+        for (int64_t j = 0; j < keyBlocks / 2; ++j) {
+          ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
+          ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
+          Type type = spec.elementType;
+          pFragments.push_back({packPair(low[0], low[1], type),
+                                packPair(low[2], low[3], type),
+                                packPair(high[0], high[1], type),
+                                packPair(high[2], high[3], type)});
+        }
+
+        // O += P·V: V is B, MN-major (head dims contiguous): slabs of 64
+        // dims a tile's rows apart, 8-key groups 1024 bytes apart, a 16-key
+        // step two groups.
+        wait(barrierAt(kVFull, stage), parity);
+        NVVM::WgmmaFenceAlignedOp::create(ib);
+        for (int64_t j = 0; j < keyBlocks / 2; ++j)
+          acc = wgmmaProduct(
+              ib, spec.elementType, headDim, acc, Value(), pFragments[j],
+              wgmmaDescriptor(ib, vTile, 16 * j * 128, tileKeys * 128, 1024),
+              /*transposeB=*/true);
+        NVVM::WgmmaGroupSyncAlignedOp::create(ib);
+        NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
+        {
+          auto ifOp = scf::IfOp::create(ib, isLeader, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(ib);
+          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          arrive(barrierAt(kVEmpty, stage));
+        }
+        newState.append(acc.begin(), acc.end());
+        scf::YieldOp::create(ib, newState);
+        b = &builder;
+      });
+  SmallVector<Value> results(loop.getResults().begin(),
+                             loop.getResults().end());
+
+  // out = O / sum, two columns a 32-bit store; rows that saw no key are
+  // zeros, rows past q_len are not stored.
+  for (int64_t r = 0; r < 2; ++r) {
+    Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
+    Value hasKeys =
+        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
+    Value inverse = arith::DivFOp::create(builder, constF32(1.0f), sum);
+    inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
+    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                           queryRows[r], qLen);
+    auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
+    auto globalPtr = LLVM::LLVMPointerType::get(builder.getContext(), 1);
+    for (int64_t block = 0; block < outBlocks; ++block) {
+      Value column = add(constIndex(8 * block), mul(quadLane, constIndex(2)));
+      Value pair = packPair(fmul(results[4 + 4 * block + 2 * r], inverse),
+                            fmul(results[4 + 4 * block + 2 * r + 1], inverse),
+                            spec.elementType);
+      Value address =
+          LLVM::GEPOp::create(builder, globalPtr, spec.elementType, out,
+                              ValueRange{add(rowOffset, toI64(column))});
+      LLVM::StoreOp::create(builder, pair, address, /*alignment=*/4);
+    }
+  }
+  return results;
+}
+
+void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder &builder = *b;
+  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
+  Value shared =
+      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  Value sharedBase = sharedAddress(shared);
+  Value barriers = add32(sharedBase, barrierOffset());
+
+  // One thread initialises the barriers: a full barrier waits for the
+  // producer's arrival and its copies' bytes, an empty one for the four
+  // warps of each consumer warpgroup.
+  Value isFirst = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                        threadId, constIndex(0));
+  {
+    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    for (int64_t index = 0; index < kNumBarriers; ++index)
+      initBarrier(add32(barriers, 8 * index),
+                  index >= kKEmpty ? 4 * kConsumers : 1);
+    inlinePtx({}, {}, "fence.mbarrier_init.release.cluster;", "");
+  }
+  gpu::BarrierOp::create(builder);
+
+  Value span =
+      arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
+  Value numTiles =
+      arith::CeilDivUIOp::create(builder, span, constIndex(tileKeys));
+  Value warpgroup =
+      arith::DivUIOp::create(builder, threadId, constIndex(kWarpgroupThreads));
+  Value isProducer = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                           warpgroup, constIndex(0));
+  auto roles = scf::IfOp::create(builder, isProducer, /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(&roles.getThenRegion().front());
+  inlinePtx(
+      {}, {},
+      llvm::formatv("setmaxnreg.dec.sync.aligned.u32 {0};", kProducerRegisters)
+          .str(),
+      "");
+  {
+    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
+    OpBuilder::InsertionGuard innerGuard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    buildProducer(sharedBase, numTiles);
+  }
+  builder.setInsertionPointToStart(&roles.getElseRegion().front());
+  inlinePtx(
+      {}, {},
+      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};", kConsumerRegisters)
+          .str(),
+      "");
+  buildConsumerLoop(shared, sharedBase, numTiles,
+                    sub(warpgroup, constIndex(1)));
+}
+
+} // namespace
+
+bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
+  return (spec.elementType.isF16() || spec.elementType.isBF16()) &&
+         !spec.paged && !spec.valueHeadDim && !spec.maskType &&
+         !spec.biasType && !spec.maskedScore &&
+         spec.headDim % kSwizzleElements == 0 && spec.headDim <= 256;
+}
+
+std::unique_ptr<AttentionKernelBuilder>
+mlir::kiln::detail::createWarpSpecializedKernel(const KernelSpec &spec) {
+  return std::make_unique<WarpSpecializedKernel>(spec);
+}
+
+int64_t mlir::kiln::detail::warpSpecializedSharedLimit() {
+  return kHopperSharedLimit;
+}
