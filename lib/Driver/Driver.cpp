@@ -430,6 +430,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.allowTf32 = options.allowTf32;
     gpuOptions.hopper = hopperVariant;
     gpuOptions.warpSpecialize = options.warpSpecialize;
+    gpuOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;
     if (failed(runPipeline(target,

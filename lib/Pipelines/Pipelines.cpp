@@ -38,6 +38,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.allowTf32 = options.allowTf32;
   convertOptions.hopper = options.hopper;
   convertOptions.warpSpecialize = options.warpSpecialize;
+  convertOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
   convertOptions.schedule = options.schedule;
   convertOptions.blocksPerSM = options.blocksPerSM;
   pm.addPass(createConvertKilnToGPU(convertOptions));

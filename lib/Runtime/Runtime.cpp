@@ -960,7 +960,7 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
 /// fewer of its rows.
 constexpr int64_t kWarpSpecializedMinQueries = 128;
 
-/// Whether a launch of site `s` with one split can take the site's
+/// Whether a launch of site `s` without forced splits can take the site's
 /// warp-specialised kernel: the loaded target has it, the driver encodes
 /// tensor maps, and the views are what TMA and its stores take (16-byte
 /// aligned Q, K and V with 16-byte strides, an output with 4-byte pairs).
@@ -985,8 +985,8 @@ bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
   return true;
 }
 
-/// Launches site `s`'s warp-specialised kernel for a checked launch with one
-/// split when it fits; `launched` says whether it did.
+/// Launches site `s`'s warp-specialised kernel for a checked launch when it
+/// fits; `launched` says whether it did.
 Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
                             const Site &s, const CheckedLaunch &launch,
                             CUstream stream, bool &launched) {
@@ -1027,10 +1027,10 @@ Error launchChecked(kiln_package &package, const Site &s,
   const CudaDriver *driver = nullptr;
   if (Error error = getCudaDriver(driver))
     return error;
-  int64_t splits = 1;
-  if (Error error = decideSplits(package, *driver, s, launch, stream, splits))
-    return error;
-  if (splits == 1 && s.warpSpecializedIndex) {
+  // Prefill shapes take the warp-specialised kernel where it fits, unless
+  // the caller forces a split count (the split model's waves are the
+  // portable kernel's).
+  if (s.warpSpecializedIndex && launch.args.num_splits <= 1) {
     bool launched = false;
     if (Error error = launchWarpSpecialized(package, *driver, s, launch, stream,
                                             launched))
@@ -1038,6 +1038,9 @@ Error launchChecked(kiln_package &package, const Site &s,
     if (launched)
       return Error::ok();
   }
+  int64_t splits = 1;
+  if (Error error = decideSplits(package, *driver, s, launch, stream, splits))
+    return error;
   LaunchPlan plan;
   if (Error error = fillPlan(*launch.kernel, s, where, launch, splits, plan))
     return error;
@@ -1060,6 +1063,19 @@ Error splitsOfLaunch(kiln_package &package, const Site &s,
   const CudaDriver *driver = nullptr;
   if (Error error = getCudaDriver(driver))
     return error;
+  // A launch the warp-specialised kernel takes does not split.
+  if (s.warpSpecializedIndex && launch.args.num_splits <= 1 &&
+      warpSpecializedFits(package.manifest.kernels[*s.warpSpecializedIndex],
+                          launch.args, *driver)) {
+    CUfunction function = nullptr;
+    if (Error error = getFunction(package, *driver, *s.warpSpecializedIndex,
+                                  nullptr, function))
+      return error;
+    if (function) {
+      splits = 1;
+      return Error::ok();
+    }
+  }
   return decideSplits(package, *driver, s, launch, nullptr, splits);
 }
 

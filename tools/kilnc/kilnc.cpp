@@ -101,6 +101,12 @@ static cl::opt<bool> warpSpecialize(
              "equal multiples of 64 up to 256; the runtime launches it where "
              "TMA can describe the views (default on)"),
     cl::init(true), cl::cat(kilncCategory));
+static cl::opt<bool> warpSpecializeOverlap(
+    "warp-specialize-overlap",
+    cl::desc("In the warp-specialised kernels past head dim 64, run each "
+             "tile's softmax while the previous tile's P·V runs (default "
+             "on; =0 for one tile after another, for measuring)"),
+    cl::init(true), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> allowTf32(
     "allow-tf32",
     cl::desc("Run f32 sites on one TF32 product per product: Q, K, V and "
@@ -203,6 +209,7 @@ int main(int argc, char **argv) {
   options.tensorCores = tensorCores;
   options.wgmma = wgmma;
   options.warpSpecialize = warpSpecialize;
+  options.warpSpecializeOverlap = warpSpecializeOverlap;
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;

@@ -75,6 +75,11 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "sites without mask or bias tensors whose head dims are equal "
            "multiples of 64 up to 256; the runtime launches it for prefill "
            "shapes whose views TMA can describe">,
+    Option<"warpSpecializeOverlap", "warp-specialize-overlap", "bool",
+           "true",
+           "In the warp-specialised kernels past head dim 64, run each "
+           "tile's softmax while the previous tile's P·V product runs (else "
+           "one tile after another), for measuring">,
     Option<"schedule", "schedule", "std::string", "\"table\"",
            "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
            "table of measured schedules, else the rules), 'wgmma' or 'mma' "

@@ -51,6 +51,9 @@ struct CompileOptions {
   /// With wgmma: sm_90a also gets the warp-specialised kernels
   /// (`--warp-specialize`).
   bool warpSpecialize = true;
+  /// The warp-specialised kernels overlap each tile's softmax with the
+  /// previous tile's P·V (`--warp-specialize-overlap`, for measuring).
+  bool warpSpecializeOverlap = true;
   /// f32 sites run one TF32 product per product rather than three with
   /// split operands (`--allow-tf32`).
   bool allowTf32 = false;

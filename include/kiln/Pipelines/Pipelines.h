@@ -49,6 +49,11 @@ struct GPUPipelineOptions
       llvm::cl::desc("With hopper: also build the warp-specialised (TMA, "
                      "producer warp, two wgmma consumer warpgroups) kernels"),
       llvm::cl::init(true)};
+  Option<bool> warpSpecializeOverlap{
+      *this, "warp-specialize-overlap",
+      llvm::cl::desc("Overlap each tile's softmax with the previous tile's "
+                     "P·V in the warp-specialised kernel"),
+      llvm::cl::init(true)};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),

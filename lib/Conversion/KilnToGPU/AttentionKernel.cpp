@@ -206,7 +206,7 @@ void mlir::kiln::detail::declareDynamicShared(OpBuilder &moduleBuilder,
 
 SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
     ArrayRef<Value> scores, ValueRange state, SmallVector<Value> &newState,
-    SmallVector<Value> &acc) {
+    SmallVector<Value> &acc, SmallVector<Value> *alphas) {
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
   int64_t keyBlocks = scores.size() / 4;
@@ -236,6 +236,8 @@ SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
     newState[r] = newMax;
     newState[2 + r] = sum;
   }
+  if (alphas)
+    alphas->assign({alpha[0], alpha[1]});
   acc.assign(state.begin() + 4, state.end());
   for (int64_t i = 0; i < (int64_t)acc.size(); ++i)
     acc[i] = fmul(acc[i], alpha[(i % 4) / 2]);

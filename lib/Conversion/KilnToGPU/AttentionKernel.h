@@ -80,6 +80,10 @@ struct KernelSpec {
   /// Its own kernel beside the site's portable one, for launches whose
   /// views TMA can describe.
   bool warpSpecialized = false;
+  /// With warpSpecialized: each consumer warpgroup issues S of tile i and
+  /// P·V of tile i - 1 together and runs the softmax of tile i while P·V
+  /// runs (not part of name()).
+  bool overlapSoftmax = false;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   int64_t blocksPerSM = 0;
@@ -145,10 +149,13 @@ protected:
   /// adds them up at the end). Returns the probabilities in the scores'
   /// layout; `newState` gets the new maxima and sums, `acc` the O
   /// accumulators rescaled to the new maxima.
+  /// `alphas`, when given, gets the two rows' rescaling factors (what the
+  /// O accumulators were multiplied by).
   SmallVector<Value> onlineSoftmaxStep(ArrayRef<Value> scores,
                                        ValueRange state,
                                        SmallVector<Value> &newState,
-                                       SmallVector<Value> &acc);
+                                       SmallVector<Value> &acc,
+                                       SmallVector<Value> *alphas = nullptr);
   /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
   /// operands of `type` as the op takes them and four f32 accumulators.
   /// The f32 pair (low, high) as two values of `elementType` (f16 or bf16)

@@ -249,6 +249,7 @@ struct ConvertKilnToGPUPass
     spec.wgmma = false;
     spec.blocksPerSM = 0;
     spec.warpSpecialized = true;
+    spec.overlapSoftmax = warpSpecializeOverlap;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;

@@ -47,15 +47,12 @@ namespace {
 
 /// Query rows of a consumer warpgroup (wgmma's M) and of a block.
 constexpr int64_t kConsumerRows = 64;
-constexpr int64_t kConsumers = 2;
-constexpr int64_t kBlockRows = kConsumers * kConsumerRows;
 constexpr int64_t kWarpgroupThreads = 4 * kWarpSize;
 /// Stages of the K and V ring.
 constexpr int64_t kStages = 2;
-/// Registers a thread of the producer and of the consumers keep after
-/// setmaxnreg: 128 · 24 + 256 · 240 = 64512 of the SM's 65536.
+/// Registers a thread of the producer keeps after setmaxnreg; the consumers
+/// take what is left of the SM's 65536 (see consumerRegisters).
 constexpr int64_t kProducerRegisters = 24;
-constexpr int64_t kConsumerRegisters = 240;
 /// Dynamic shared memory a block may use on sm_90 (227 KiB).
 constexpr int64_t kHopperSharedLimit = 227 * 1024;
 
@@ -74,18 +71,20 @@ class WarpSpecializedKernel : public AttentionKernelBuilder {
 public:
   explicit WarpSpecializedKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), headDim(spec.headDim),
-        tileKeys(spec.headDim <= 128 ? 128 : 64) {
+        tileKeys(spec.headDim <= 128 ? 128 : 64),
+        consumers(spec.headDim <= 64 ? 3 : 2),
+        overlap(spec.overlapSoftmax && spec.headDim > 64) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
   }
 
-  int64_t rowsPerBlock() const override { return kBlockRows; }
+  int64_t rowsPerBlock() const override { return blockRows(); }
   int64_t kvBlockSize() const override { return tileKeys; }
   int64_t sharedBytes() const override { return 0; }
   int64_t dynamicSharedBytes() const override {
     return barrierOffset() + kNumBarriers * 8;
   }
   int64_t threadsPerBlock() const override {
-    return (1 + kConsumers) * kWarpgroupThreads;
+    return (1 + consumers) * kWarpgroupThreads;
   }
 
 protected:
@@ -97,7 +96,15 @@ protected:
 
 private:
   int64_t slabs() const { return headDim / kSwizzleElements; }
-  int64_t qBytes() const { return kBlockRows * headDim * 2; }
+  int64_t blockRows() const { return consumers * kConsumerRows; }
+  /// 128 · 24 + 256 · 240 = 64512 with two consumers, 128 · 24 + 384 · 160
+  /// with three (multiples of 8, as setmaxnreg takes).
+  int64_t consumerRegisters() const {
+    int64_t left = (65536 - kWarpgroupThreads * kProducerRegisters) /
+                   (consumers * kWarpgroupThreads);
+    return std::min<int64_t>(240, left / 8 * 8);
+  }
+  int64_t qBytes() const { return blockRows() * headDim * 2; }
   int64_t tileBytes() const { return tileKeys * headDim * 2; }
   int64_t barrierOffset() const { return qBytes() + 2 * kStages * tileBytes(); }
 
@@ -166,6 +173,14 @@ private:
   int64_t headDim;
   /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
   int64_t tileKeys;
+  /// Consumer warpgroups of 64 rows: three at head dim 64 (more warps to
+  /// hide the softmax, which weighs most there; 160 registers are enough),
+  /// two otherwise (240 registers for the larger accumulators).
+  int64_t consumers;
+  /// The softmax of tile i overlaps P·V of tile i - 1 in each warpgroup:
+  /// past head dim 64 (measured: +6-8% at 128; at 64, with three
+  /// consumers, 5% slower, its P·V too short to hide a softmax behind).
+  bool overlap;
 };
 
 void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
@@ -181,7 +196,7 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
   // Q, once.
   Value qFull = barrierAt(kQFull, Value());
   expectBytes(qFull, qBytes());
-  copySlabs(qMap, sharedBase, kBlockRows, firstQuery, head, qFull);
+  copySlabs(qMap, sharedBase, blockRows(), firstQuery, head, qFull);
 
   Value tilesBase = add32(sharedBase, qBytes());
   scf::ForOp::create(
@@ -240,13 +255,14 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   // This thread's rows g and g + 8 of its warp's 16.
   Value queryRows[2];
   for (int64_t r = 0; r < 2; ++r)
-    queryRows[r] =
-        add(add(firstQuery, groupRow), add(mul(warpInGroup, constIndex(16)),
-                                           add(laneGroup, constIndex(8 * r))));
+    queryRows[r] = add(add(firstQuery, groupRow),
+                       add(mul(warpInGroup, constIndex(16)),
+                           add(laneGroup, constIndex(8 * r))));
   Value isLeader = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
                                          lane, constIndex(0));
   // The warpgroup's Q rows: 64 rows into each 128-row slab.
-  Value qTile = offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
+  Value qTile =
+      offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
   Value tilesStart = offsetPointer(shared, constI32(qBytes()));
 
   // The warpgroup's first and last diagonals (bottom-right aligned).
@@ -258,138 +274,241 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
   initState.append(outBlocks * 4, zero);
 
-  wait(add32(barriers, 8 * kQFull), constI32(0));
-  auto loop = scf::ForOp::create(
-      builder, constIndex(0), numTiles, constIndex(1), initState,
-      [&](OpBuilder &nested, Location loc, Value tile, ValueRange state) {
-        ImplicitLocOpBuilder ib(loc, nested);
-        b = &ib;
-        Value tile32 = toI32(tile);
-        Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
-        Value parity = arith::AndIOp::create(
-            ib, arith::ShRUIOp::create(ib, tile32, constI32(1)), constI32(1));
-        Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
-        Value stageBytes =
-            arith::MulIOp::create(ib, stage, constI32(tileBytes()));
-        Value kTile = offsetPointer(tilesStart, stageBytes);
-        Value vTile =
-            offsetPointer(tilesStart, add32(stageBytes, kStages * tileBytes()));
-
-        // S = Q·Kᵀ: K-major operands, 16 head dims an instruction (32
-        // bytes along a swizzled row, a slab every 64).
-        wait(barrierAt(kKFull, stage), parity);
-        SmallVector<Value> scores(keyBlocks * 4, zero);
-        NVVM::WgmmaFenceAlignedOp::create(ib);
-        for (int64_t c = 0; c < headDim / 16; ++c) {
-          int64_t slab = 16 * c / kSwizzleElements;
-          int64_t inRow = (16 * c % kSwizzleElements) * 2;
-          scores = wgmmaProduct(
-              ib, spec.elementType, tileKeys, scores,
-              wgmmaDescriptor(ib, qTile, slab * kBlockRows * 128 + inRow, 16,
-                              1024),
-              {},
-              wgmmaDescriptor(ib, kTile, slab * tileKeys * 128 + inRow, 16,
-                              1024),
-              /*transposeB=*/false);
-        }
-        NVVM::WgmmaGroupSyncAlignedOp::create(ib);
-        NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
-        // This warp is done with the K stage.
-        {
-          auto ifOp = scf::IfOp::create(ib, isLeader, /*withElse=*/false);
-          OpBuilder::InsertionGuard guard(ib);
-          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
-          arrive(barrierAt(kKEmpty, stage));
-        }
-
-        // Scale into log2 units; tiles that cross kv_len, the diagonal or
-        // the window's edge for any of the warpgroup's rows also mask.
-        auto finishAll = [&](bool masked) {
-          SmallVector<Value> result;
-          for (int64_t block = 0; block < keyBlocks; ++block)
-            for (int64_t e = 0; e < 4; ++e) {
-              Value score = scores[4 * block + e];
-              if (!masked) {
-                result.push_back(fmul(score, scaleLog2));
-                continue;
-              }
-              Value key = add(kvStart, add(constIndex(8 * block + e % 2),
-                                           mul(quadLane, constIndex(2))));
-              result.push_back(
-                  finishScore(score, queryRows[e / 2], key, Value(), Value()));
-            }
-          return result;
-        };
-        SmallVector<Value> finished;
-        if (spec.softcap) {
-          finished = finishAll(true);
-        } else {
-          Value tileEnd = add(kvStart, constIndex(tileKeys));
-          Value needsMask = arith::CmpIOp::create(ib, arith::CmpIPredicate::sgt,
-                                                  tileEnd, kvLen);
-          if (std::optional<int64_t> right = spec.rightBound()) {
-            Value crosses = arith::CmpIOp::create(
-                ib, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
-                add(firstDiagonal, constIndex(*right)));
-            needsMask = arith::OrIOp::create(ib, needsMask, crosses);
-            if (spec.window) {
-              Value oldest = sub(lastDiagonal, constIndex(*spec.window));
-              Value before = arith::CmpIOp::create(
-                  ib, arith::CmpIPredicate::sle, kvStart, oldest);
-              needsMask = arith::OrIOp::create(ib, needsMask, before);
-            }
+  // Tile `tile`'s stage, the parity of its round, and its first key.
+  struct TileRef {
+    Value stage, parity, kvStart;
+  };
+  auto tileRef = [&](Value tile) {
+    Value tile32 = toI32(tile);
+    return TileRef{
+        arith::AndIOp::create(*b, tile32, constI32(1)),
+        arith::AndIOp::create(
+            *b, arith::ShRUIOp::create(*b, tile32, constI32(1)), constI32(1)),
+        add(kvBegin, mul(tile, constIndex(tileKeys)))};
+  };
+  auto stageTile = [&](Value stage, int64_t first) {
+    return offsetPointer(
+        tilesStart,
+        add32(arith::MulIOp::create(*b, stage, constI32(tileBytes())),
+              first * tileBytes()));
+  };
+  // This warp is done with a stage's K or V: its leader arrives.
+  auto release = [&](int64_t barrier, Value stage) {
+    auto ifOp = scf::IfOp::create(*b, isLeader, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    arrive(barrierAt(barrier, stage));
+  };
+  // Issues S = Q·Kᵀ for the K tile of `stage` (not waited for): K-major
+  // operands, 16 head dims an instruction (32 bytes along a swizzled row, a
+  // slab every 64).
+  auto issueScores = [&](Value stage) {
+    Value kTile = stageTile(stage, 0);
+    SmallVector<Value> scores(keyBlocks * 4, zero);
+    NVVM::WgmmaFenceAlignedOp::create(*b);
+    for (int64_t c = 0; c < headDim / 16; ++c) {
+      int64_t slab = 16 * c / kSwizzleElements;
+      int64_t inRow = (16 * c % kSwizzleElements) * 2;
+      scores = wgmmaProduct(
+          *b, spec.elementType, tileKeys, scores,
+          wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16, 1024),
+          {},
+          wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024),
+          /*transposeB=*/false);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+    return scores;
+  };
+  // Issues O += P·V for the V tile of `stage`: V is B, MN-major (head dims
+  // contiguous): slabs of 64 dims a tile's rows apart, 8-key groups 1024
+  // bytes apart, a 16-key step two groups.
+  auto issueValues = [&](SmallVector<Value> acc, ArrayRef<Value> pFragments,
+                         Value stage) {
+    Value vTile = stageTile(stage, kStages);
+    NVVM::WgmmaFenceAlignedOp::create(*b);
+    for (int64_t j = 0; j < keyBlocks / 2; ++j)
+      acc = wgmmaProduct(
+          *b, spec.elementType, headDim, acc, Value(),
+          pFragments.slice(4 * j, 4),
+          wgmmaDescriptor(*b, vTile, 16 * j * 128, tileKeys * 128, 1024),
+          /*transposeB=*/true);
+    NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+    return acc;
+  };
+  // Waits until at most `pending` wgmma groups are in flight, and ties the
+  // accumulators `values` to that point (later reads stay after the wait).
+  auto waitProducts = [&](int64_t pending, SmallVector<Value> &values) {
+    NVVM::WgmmaWaitGroupSyncOp::create(*b, pending);
+    for (Value &value : values)
+      value = inlinePtx(b->getF32Type(), {value}, "", "=f,0");
+  };
+  // Scale into log2 units; tiles that cross kv_len, the diagonal or the
+  // window's edge for any of the warpgroup's rows also mask.
+  auto finishScores = [&](ArrayRef<Value> scores, Value kvStart) {
+    auto finishAll = [&](bool masked) {
+      SmallVector<Value> result;
+      for (int64_t block = 0; block < keyBlocks; ++block)
+        for (int64_t e = 0; e < 4; ++e) {
+          Value score = scores[4 * block + e];
+          if (!masked) {
+            result.push_back(fmul(score, scaleLog2));
+            continue;
           }
-          SmallVector<Type> types(scores.size(), ib.getF32Type());
-          auto ifOp = scf::IfOp::create(ib, types, needsMask, true);
-          OpBuilder::InsertionGuard guard(ib);
-          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
-          scf::YieldOp::create(ib, finishAll(true));
-          ib.setInsertionPointToStart(&ifOp.getElseRegion().front());
-          scf::YieldOp::create(ib, finishAll(false));
-          ib.setInsertionPointAfter(ifOp);
-          finished.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+          Value key = add(kvStart, add(constIndex(8 * block + e % 2),
+                                       mul(quadLane, constIndex(2))));
+          result.push_back(
+              finishScore(score, queryRows[e / 2], key, Value(), Value()));
         }
+      return result;
+    };
+    if (spec.softcap)
+      return finishAll(true);
+    Value tileEnd = add(kvStart, constIndex(tileKeys));
+    Value needsMask =
+        arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, tileEnd, kvLen);
+    if (std::optional<int64_t> right = spec.rightBound()) {
+      Value crosses = arith::CmpIOp::create(
+          *b, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
+          add(firstDiagonal, constIndex(*right)));
+      needsMask = arith::OrIOp::create(*b, needsMask, crosses);
+      if (spec.window) {
+        Value oldest = sub(lastDiagonal, constIndex(*spec.window));
+        Value before = arith::CmpIOp::create(*b, arith::CmpIPredicate::sle,
+                                             kvStart, oldest);
+        needsMask = arith::OrIOp::create(*b, needsMask, before);
+      }
+    }
+    SmallVector<Type> types(scores.size(), b->getF32Type());
+    auto ifOp = scf::IfOp::create(*b, types, needsMask, true);
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    scf::YieldOp::create(*b, finishAll(true));
+    b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+    scf::YieldOp::create(*b, finishAll(false));
+    return SmallVector<Value>(ifOp.getResults().begin(),
+                              ifOp.getResults().end());
+  };
+  // The S accumulators of key blocks 2j and 2j + 1 are the A fragment of
+  // key chunk j, four registers each (all packed before the next fence).
+  auto packProbabilities = [&](ArrayRef<Value> probabilities) {
+    SmallVector<Value> fragments;
+    Type type = spec.elementType;
+    for (int64_t j = 0; j < keyBlocks / 2; ++j) {
+      ArrayRef<Value> low = probabilities.slice(4 * (2 * j), 4);
+      ArrayRef<Value> high = probabilities.slice(4 * (2 * j + 1), 4);
+      fragments.append(
+          {packPair(low[0], low[1], type), packPair(low[2], low[3], type),
+           packPair(high[0], high[1], type), packPair(high[2], high[3], type)});
+    }
+    return fragments;
+  };
 
-        SmallVector<Value> newState, acc;
-        SmallVector<Value> probabilities =
-            onlineSoftmaxStep(finished, state, newState, acc);
-        // The S accumulators of key blocks 2j and 2j + 1 are the A fragment
-        // of key chunk j (all packed before the fence).
-        SmallVector<SmallVector<Value>> pFragments;
-        for (int64_t j = 0; j < keyBlocks / 2; ++j) {
-          ArrayRef<Value> low(&probabilities[4 * (2 * j)], 4);
-          ArrayRef<Value> high(&probabilities[4 * (2 * j + 1)], 4);
-          Type type = spec.elementType;
-          pFragments.push_back({packPair(low[0], low[1], type),
-                                packPair(low[2], low[3], type),
-                                packPair(high[0], high[1], type),
-                                packPair(high[2], high[3], type)});
-        }
-
-        // O += P·V: V is B, MN-major (head dims contiguous): slabs of 64
-        // dims a tile's rows apart, 8-key groups 1024 bytes apart, a 16-key
-        // step two groups.
-        wait(barrierAt(kVFull, stage), parity);
-        NVVM::WgmmaFenceAlignedOp::create(ib);
-        for (int64_t j = 0; j < keyBlocks / 2; ++j)
-          acc = wgmmaProduct(
-              ib, spec.elementType, headDim, acc, Value(), pFragments[j],
-              wgmmaDescriptor(ib, vTile, 16 * j * 128, tileKeys * 128, 1024),
-              /*transposeB=*/true);
-        NVVM::WgmmaGroupSyncAlignedOp::create(ib);
-        NVVM::WgmmaWaitGroupSyncOp::create(ib, 0);
-        {
-          auto ifOp = scf::IfOp::create(ib, isLeader, /*withElse=*/false);
-          OpBuilder::InsertionGuard guard(ib);
-          ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
-          arrive(barrierAt(kVEmpty, stage));
-        }
-        newState.append(acc.begin(), acc.end());
-        scf::YieldOp::create(ib, newState);
-        b = &builder;
-      });
-  SmallVector<Value> results(loop.getResults().begin(),
-                             loop.getResults().end());
+  wait(add32(barriers, 8 * kQFull), constI32(0));
+  SmallVector<Value> results;
+  if (!overlap) {
+    // Each tile in turn: S, its softmax, then P·V.
+    auto loop = scf::ForOp::create(
+        builder, constIndex(0), numTiles, constIndex(1), initState,
+        [&](OpBuilder &nested, Location loc, Value tile, ValueRange state) {
+          ImplicitLocOpBuilder ib(loc, nested);
+          b = &ib;
+          TileRef ref = tileRef(tile);
+          wait(barrierAt(kKFull, ref.stage), ref.parity);
+          SmallVector<Value> scores = issueScores(ref.stage);
+          waitProducts(0, scores);
+          release(kKEmpty, ref.stage);
+          SmallVector<Value> newState, acc;
+          SmallVector<Value> probabilities = onlineSoftmaxStep(
+              finishScores(scores, ref.kvStart), state, newState, acc);
+          SmallVector<Value> pFragments = packProbabilities(probabilities);
+          wait(barrierAt(kVFull, ref.stage), ref.parity);
+          acc = issueValues(acc, pFragments, ref.stage);
+          waitProducts(0, acc);
+          release(kVEmpty, ref.stage);
+          newState.append(acc.begin(), acc.end());
+          scf::YieldOp::create(ib, newState);
+          b = &builder;
+        });
+    results.assign(loop.getResults().begin(), loop.getResults().end());
+  } else {
+    // The softmax of tile i overlaps the product P·V of tile i - 1: each
+    // iteration issues S_i and then O += P_{i-1}·V_{i-1}, waits for S_i
+    // only, runs the softmax of S_i, and then waits for P·V before it
+    // rescales O. The first tile's S and softmax come before the loop, the
+    // last tile's P·V after it.
+    SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
+    int64_t fragmentCount = keyBlocks * 2;
+    Value hasTiles = arith::CmpIOp::create(builder, arith::CmpIPredicate::sgt,
+                                           numTiles, constIndex(0));
+    auto ifTiles = scf::IfOp::create(builder, stateTypes, hasTiles,
+                                     /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(&ifTiles.getThenRegion().front());
+      TileRef first = tileRef(constIndex(0));
+      wait(barrierAt(kKFull, first.stage), first.parity);
+      SmallVector<Value> scores = issueScores(first.stage);
+      waitProducts(0, scores);
+      release(kKEmpty, first.stage);
+      SmallVector<Value> newState, acc;
+      SmallVector<Value> probabilities = onlineSoftmaxStep(
+          finishScores(scores, first.kvStart), initState, newState, acc);
+      SmallVector<Value> loopInit = newState;
+      loopInit.append(acc.begin(), acc.end());
+      loopInit.append(packProbabilities(probabilities));
+      auto loop = scf::ForOp::create(
+          builder, constIndex(1), numTiles, constIndex(1), loopInit,
+          [&](OpBuilder &nested, Location loc, Value tile, ValueRange carried) {
+            ImplicitLocOpBuilder ib(loc, nested);
+            b = &ib;
+            TileRef ref = tileRef(tile);
+            TileRef previous = tileRef(sub(tile, constIndex(1)));
+            int64_t stateSize = initState.size();
+            SmallVector<Value> acc(carried.begin() + 4,
+                                   carried.begin() + stateSize);
+            SmallVector<Value> pFragments(carried.begin() + stateSize,
+                                          carried.end());
+            wait(barrierAt(kKFull, ref.stage), ref.parity);
+            SmallVector<Value> scores = issueScores(ref.stage);
+            wait(barrierAt(kVFull, previous.stage), previous.parity);
+            acc = issueValues(acc, pFragments, previous.stage);
+            waitProducts(1, scores);
+            release(kKEmpty, ref.stage);
+            SmallVector<Value> newState, unused, alphas;
+            SmallVector<Value> probabilities = onlineSoftmaxStep(
+                finishScores(scores, ref.kvStart), carried.take_front(4),
+                newState, unused, &alphas);
+            SmallVector<Value> nextFragments = packProbabilities(probabilities);
+            waitProducts(0, acc);
+            release(kVEmpty, previous.stage);
+            for (int64_t i = 0; i < int64_t(acc.size()); ++i)
+              acc[i] = fmul(acc[i], alphas[(i % 4) / 2]);
+            SmallVector<Value> next = newState;
+            next.append(acc.begin(), acc.end());
+            next.append(nextFragments.begin(), nextFragments.end());
+            scf::YieldOp::create(ib, next);
+            b = &builder;
+          });
+      ValueRange carried = loop.getResults();
+      int64_t stateSize = initState.size();
+      SmallVector<Value> output(carried.begin() + 4,
+                                carried.begin() + stateSize);
+      SmallVector<Value> pFragments(carried.begin() + stateSize,
+                                    carried.begin() + stateSize +
+                                        fragmentCount);
+      TileRef last = tileRef(sub(numTiles, constIndex(1)));
+      wait(barrierAt(kVFull, last.stage), last.parity);
+      output = issueValues(output, pFragments, last.stage);
+      waitProducts(0, output);
+      release(kVEmpty, last.stage);
+      SmallVector<Value> finalState(carried.begin(), carried.begin() + 4);
+      finalState.append(output.begin(), output.end());
+      scf::YieldOp::create(builder, finalState);
+      builder.setInsertionPointToStart(&ifTiles.getElseRegion().front());
+      scf::YieldOp::create(builder, initState);
+    }
+    results.assign(ifTiles.getResults().begin(), ifTiles.getResults().end());
+  }
 
   // out = O / sum, two columns a 32-bit store; rows that saw no key are
   // zeros, rows past q_len are not stored.
@@ -439,7 +558,7 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
     for (int64_t index = 0; index < kNumBarriers; ++index)
       initBarrier(add32(barriers, 8 * index),
-                  index >= kKEmpty ? 4 * kConsumers : 1);
+                  index >= kKEmpty ? 4 * consumers : 1);
     inlinePtx({}, {}, "fence.mbarrier_init.release.cluster;", "");
   }
   gpu::BarrierOp::create(builder);
@@ -469,7 +588,8 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   builder.setInsertionPointToStart(&roles.getElseRegion().front());
   inlinePtx(
       {}, {},
-      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};", kConsumerRegisters)
+      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};",
+                    consumerRegisters())
           .str(),
       "");
   buildConsumerLoop(shared, sharedBase, numTiles,
