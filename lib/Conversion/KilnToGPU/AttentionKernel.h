@@ -151,8 +151,7 @@ protected:
   /// accumulators rescaled to the new maxima.
   /// `alphas`, when given, gets the two rows' rescaling factors (what the
   /// O accumulators were multiplied by).
-  SmallVector<Value> onlineSoftmaxStep(ArrayRef<Value> scores,
-                                       ValueRange state,
+  SmallVector<Value> onlineSoftmaxStep(ArrayRef<Value> scores, ValueRange state,
                                        SmallVector<Value> &newState,
                                        SmallVector<Value> &acc,
                                        SmallVector<Value> *alphas = nullptr);

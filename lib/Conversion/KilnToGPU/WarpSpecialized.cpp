@@ -255,14 +255,13 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   // This thread's rows g and g + 8 of its warp's 16.
   Value queryRows[2];
   for (int64_t r = 0; r < 2; ++r)
-    queryRows[r] = add(add(firstQuery, groupRow),
-                       add(mul(warpInGroup, constIndex(16)),
-                           add(laneGroup, constIndex(8 * r))));
+    queryRows[r] =
+        add(add(firstQuery, groupRow), add(mul(warpInGroup, constIndex(16)),
+                                           add(laneGroup, constIndex(8 * r))));
   Value isLeader = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
                                          lane, constIndex(0));
   // The warpgroup's Q rows: 64 rows into each 128-row slab.
-  Value qTile =
-      offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
+  Value qTile = offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
   Value tilesStart = offsetPointer(shared, constI32(qBytes()));
 
   // The warpgroup's first and last diagonals (bottom-right aligned).
@@ -311,7 +310,8 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
       int64_t inRow = (16 * c % kSwizzleElements) * 2;
       scores = wgmmaProduct(
           *b, spec.elementType, tileKeys, scores,
-          wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16, 1024),
+          wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16,
+                          1024),
           {},
           wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024),
           /*transposeB=*/false);
@@ -588,8 +588,7 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   builder.setInsertionPointToStart(&roles.getElseRegion().front());
   inlinePtx(
       {}, {},
-      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};",
-                    consumerRegisters())
+      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};", consumerRegisters())
           .str(),
       "");
   buildConsumerLoop(shared, sharedBase, numTiles,
