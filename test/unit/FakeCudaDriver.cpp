@@ -130,6 +130,30 @@ cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction, int,
   *blocks = state.blocksPerSM;
   return CUDA_SUCCESS;
 }
+__attribute__((visibility("default"))) CUresult cuTensorMapEncodeTiled(
+    CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  if (state.tensorMapResult != CUDA_SUCCESS)
+    return state.tensorMapResult;
+  FakeCudaState::TensorMapCall &call =
+      state.tensorMapCalls[state.tensorMaps++ % 3];
+  call = {};
+  call.type = type;
+  call.rank = rank;
+  call.address = reinterpret_cast<uintptr_t>(address);
+  for (cuuint32_t i = 0; i < rank && i < 5; ++i) {
+    call.dims[i] = dims[i];
+    call.box[i] = box[i];
+    if (i + 1 < rank)
+      call.strides[i] = strides[i];
+  }
+  call.swizzle = swizzle;
+  std::memset(map, 0, sizeof(*map));
+  std::memcpy(map, &call.address, 8);
+  return CUDA_SUCCESS;
+}
 __attribute__((visibility("default"))) CUresult
 cuLaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz,
                unsigned bx, unsigned by, unsigned bz, unsigned shared,

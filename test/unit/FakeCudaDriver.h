@@ -42,6 +42,19 @@ struct FakeCudaState {
   FakeLaunch lastLaunch;
   /// The launch before the last (a split-KV launch's attention kernel).
   FakeLaunch previousLaunch;
+  /// cuTensorMapEncodeTiled: what it answers, and its last three calls
+  /// (each map's first 8 bytes become the global address it describes).
+  CUresult tensorMapResult = CUDA_SUCCESS;
+  int tensorMaps = 0;
+  struct TensorMapCall {
+    CUtensorMapDataType type;
+    unsigned rank;
+    uintptr_t address;
+    cuuint64_t dims[5];
+    cuuint64_t strides[4];
+    cuuint32_t box[5];
+    CUtensorMapSwizzle swizzle;
+  } tensorMapCalls[3] = {};
 };
 
 extern "C" FakeCudaState *fakeCudaState();

@@ -432,3 +432,104 @@ TEST_F(SplitLaunchTest, ManifestChecksTheCombineKernel) {
   EXPECT_EQ(open(), KILN_FORMAT_ERROR);
   EXPECT_THAT(kiln_last_error(), HasSubstr("needs a kernel that splits keys"));
 }
+
+/// The warp-specialised kernel: taken for prefill shapes on sm_90a with
+/// tensor maps encoded at launch, the portable kernel otherwise.
+class WarpSpecializedLaunchTest : public LaunchTest {
+protected:
+  const kiln_site *openWarpSpecialized() {
+    json manifest = warpSpecializedManifest();
+    writePackage(manifest);
+    // Only the sm_90a PTX has the kernel.
+    for (const json &target : manifest["targets"]) {
+      std::string chip = target["chip"].get<std::string>();
+      std::string text = "// " + chip + "\n";
+      for (const json &kernel : manifest["kernels"])
+        if (!kernel.contains("targets") || chip == "sm_90a")
+          text += ".entry " + kernel["name"].get<std::string>() + "\n";
+      writeFile(target["ptx"].get<std::string>(), text);
+    }
+    EXPECT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *site = nullptr;
+    EXPECT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+    fake().expectedParams = 25;
+    return site;
+  }
+  /// Whether the last launch was the warp-specialised kernel's.
+  static bool launchedWarpSpecialized() {
+    return fake().lastLaunch.block[0] == 512;
+  }
+};
+
+TEST_F(WarpSpecializedLaunchTest, PrefillTakesItWithTensorMaps) {
+  const kiln_site *site = openWarpSpecialized();
+  kiln_attention_args a = args(site, 2, 8, 2, 4096, 4096);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  const FakeLaunch &launch = fake().lastLaunch;
+  EXPECT_EQ(fake().launches, 1);
+  ASSERT_TRUE(launchedWarpSpecialized());
+  EXPECT_EQ(launch.grid[0], 22u); // ceil(4096 / 192)
+  EXPECT_EQ(launch.grid[1], 8u);
+  EXPECT_EQ(launch.grid[2], 2u);
+  EXPECT_EQ(launch.sharedBytes, 90184u);
+  EXPECT_EQ(fake().maxDynamicShared, 90184);
+  // The maps follow the 22 portable arguments; each describes its tensor.
+  EXPECT_EQ(launch.params[22], 0x10000u);
+  EXPECT_EQ(launch.params[23], 0x20000u);
+  EXPECT_EQ(launch.params[24], 0x30000u);
+  ASSERT_EQ(fake().tensorMaps, 3);
+  const auto &q = fake().tensorMapCalls[0];
+  EXPECT_EQ(q.type, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  EXPECT_EQ(q.rank, 4u);
+  EXPECT_EQ(q.dims[0], 64u);
+  EXPECT_EQ(q.dims[1], 4096u);
+  EXPECT_EQ(q.dims[2], 8u);
+  EXPECT_EQ(q.dims[3], 2u);
+  EXPECT_EQ(q.strides[0], 64u * 2);        // seq, in bytes
+  EXPECT_EQ(q.strides[1], 4096u * 64 * 2); // head
+  EXPECT_EQ(q.strides[2], 8u * 4096 * 64 * 2);
+  EXPECT_EQ(q.box[0], 64u);
+  EXPECT_EQ(q.box[1], 192u);
+  EXPECT_EQ(q.box[2], 1u);
+  EXPECT_EQ(q.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto &k = fake().tensorMapCalls[1];
+  EXPECT_EQ(k.dims[2], 2u); // KV heads
+  EXPECT_EQ(k.box[1], 128u);
+  int64_t splits = 0;
+  ASSERT_EQ(kiln_site_attention_splits(site, &a, &splits), KILN_OK);
+  EXPECT_EQ(splits, 1);
+}
+
+TEST_F(WarpSpecializedLaunchTest, OtherLaunchesTakeThePortableKernel) {
+  const kiln_site *site = openWarpSpecialized();
+  // Decode-sized queries.
+  kiln_attention_args a = args(site, 2, 8, 2, 17, 4096);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+  EXPECT_FALSE(launchedWarpSpecialized());
+  // A Q view TMA cannot read (not 16-byte aligned).
+  a = args(site, 2, 8, 2, 4096, 4096);
+  a.q = reinterpret_cast<void *>(0x10002);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+  EXPECT_FALSE(launchedWarpSpecialized());
+  // A tensor map the driver refuses.
+  a = args(site, 2, 8, 2, 4096, 4096);
+  fake().tensorMapResult = CUDA_ERROR_INVALID_VALUE;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_FALSE(launchedWarpSpecialized());
+  EXPECT_EQ(fake().launches, 3);
+  EXPECT_EQ(fake().tensorMaps, 0);
+}
+
+TEST_F(WarpSpecializedLaunchTest, Sm80NeverLoadsIt) {
+  fake().major = 8;
+  const kiln_site *site = openWarpSpecialized();
+  kiln_attention_args a = args(site, 2, 8, 2, 4096, 4096);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_FALSE(launchedWarpSpecialized());
+  EXPECT_EQ(fake().tensorMaps, 0);
+  EXPECT_NE(fake().loadedPtx.find("sm_80"), std::string::npos);
+  EXPECT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
+}

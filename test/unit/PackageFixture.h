@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace kiln {
@@ -138,6 +139,39 @@ inline json validManifest() {
                       128, false, nullptr, nullptr, "additive", "f32"),
         attentionSite("attention_2", "kiln_attention_bf16_d64_causal", "bf16",
                       64, true, 8, 2, "none", "", "bshd")}}};
+}
+
+/// The sm_90a-only warp-specialised kernel of bf16 d64 causal sites: 512
+/// threads, 192 rows a block, the tensor maps last.
+inline json warpSpecializedKernel() {
+  json kernel =
+      attentionKernel("kiln_attention_ws_bf16_d64_causal", "bf16", 64, true);
+  kernel["targets"] = {"sm_90a"};
+  kernel["block"] = {512, 1, 1};
+  kernel["rows_per_block"] = 192;
+  kernel["kv_block_size"] = 128;
+  kernel["grid"][0]["ceil_div"] = 192;
+  kernel["static_shared_bytes"] = 0;
+  kernel["dynamic_shared_bytes"] = 90184;
+  for (const auto &[name, tensor, rows] :
+       {std::tuple{"q_map", "q", 192}, std::tuple{"k_map", "k", 128},
+        std::tuple{"v_map", "v", 128}})
+    kernel["args"].push_back({{"name", name},
+                              {"kind", "tensor_map"},
+                              {"tensor", tensor},
+                              {"dtype", "bf16"},
+                              {"box", {64, rows}},
+                              {"swizzle", 128}});
+  return kernel;
+}
+
+/// validManifest() with the warp-specialised kernel named on attention_0.
+inline json warpSpecializedManifest() {
+  json manifest = validManifest();
+  manifest["kernels"].push_back(warpSpecializedKernel());
+  manifest["sites"][0]["warp_specialized_kernel"] =
+      "kiln_attention_ws_bf16_d64_causal";
+  return manifest;
 }
 
 /// A fresh temporary directory per test, removed afterwards.
