@@ -244,6 +244,14 @@ SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
   return probabilities;
 }
 
+Value KernelBuilderBase::reciprocalOrZero(Value sum) {
+  Value zero = constF32(0.0f);
+  Value hasKeys =
+      arith::CmpFOp::create(*b, arith::CmpFPredicate::OGT, sum, zero);
+  Value inverse = arith::DivFOp::create(*b, constF32(1.0f), sum);
+  return arith::SelectOp::create(*b, hasKeys, inverse, zero);
+}
+
 Value KernelBuilderBase::packPair(Value low, Value high, Type elementType) {
   Type i32 = b->getI32Type();
   auto pairF32 = VectorType::get({2}, b->getF32Type());

@@ -157,6 +157,9 @@ protected:
                                        SmallVector<Value> *alphas = nullptr);
   /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
   /// operands of `type` as the op takes them and four f32 accumulators.
+  /// 1 / sum where sum > 0, else 0: the output scale of a row whose softmax
+  /// denominator is `sum` (rows that saw no key are zeros).
+  Value reciprocalOrZero(Value sum);
   /// The f32 pair (low, high) as two values of `elementType` (f16 or bf16)
   /// in one i32, low in the low half: an mma operand register.
   Value packPair(Value low, Value high, Type elementType);

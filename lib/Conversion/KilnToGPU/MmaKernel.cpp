@@ -1058,10 +1058,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                             constIndex(0)));
   for (int64_t r = 0; r < 2; ++r) {
     Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
-    Value hasKeys =
-        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
-    Value inverse = arith::DivFOp::create(builder, constF32(1.0f), sum);
-    inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
+    Value inverse = reciprocalOrZero(sum);
     Value inBounds = arith::AndIOp::create(
         builder, writer,
         arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, queryRows[r],

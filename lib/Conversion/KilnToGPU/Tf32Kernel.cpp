@@ -344,12 +344,8 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
   // out = O / sum; rows that saw no key are written as zeros.
   ValueRange results = loop.getResults();
   for (int64_t r = 0; r < 2; ++r) {
-    Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
-    Value hasKeys =
-        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
-    Value inverse = arith::SelectOp::create(
-        builder, hasKeys,
-        arith::DivFOp::create(builder, constF32(1.0f), sum), zero);
+    Value inverse =
+        reciprocalOrZero(butterfly(results[2 + r], /*isMax=*/false, 2));
     Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
                                            queryRows[r], qLen);
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);

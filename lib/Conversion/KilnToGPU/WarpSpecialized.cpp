@@ -403,6 +403,19 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     return fragments;
   };
 
+  // A tile's scores and softmax step from `state`: waits for its K, issues
+  // and waits for S, releases K; returns the probabilities.
+  auto softmaxOfTile = [&](const TileRef &ref, ValueRange state,
+                           SmallVector<Value> &newState,
+                           SmallVector<Value> &acc) {
+    wait(barrierAt(kKFull, ref.stage), ref.parity);
+    SmallVector<Value> scores = issueScores(ref.stage);
+    waitProducts(0, scores);
+    release(kKEmpty, ref.stage);
+    return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state,
+                             newState, acc);
+  };
+
   wait(add32(barriers, 8 * kQFull), constI32(0));
   SmallVector<Value> results;
   if (!overlap) {
@@ -413,13 +426,9 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
           ImplicitLocOpBuilder ib(loc, nested);
           b = &ib;
           TileRef ref = tileRef(tile);
-          wait(barrierAt(kKFull, ref.stage), ref.parity);
-          SmallVector<Value> scores = issueScores(ref.stage);
-          waitProducts(0, scores);
-          release(kKEmpty, ref.stage);
           SmallVector<Value> newState, acc;
-          SmallVector<Value> probabilities = onlineSoftmaxStep(
-              finishScores(scores, ref.kvStart), state, newState, acc);
+          SmallVector<Value> probabilities =
+              softmaxOfTile(ref, state, newState, acc);
           SmallVector<Value> pFragments = packProbabilities(probabilities);
           wait(barrierAt(kVFull, ref.stage), ref.parity);
           acc = issueValues(acc, pFragments, ref.stage);
@@ -445,14 +454,9 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     {
       OpBuilder::InsertionGuard guard(builder);
       builder.setInsertionPointToStart(&ifTiles.getThenRegion().front());
-      TileRef first = tileRef(constIndex(0));
-      wait(barrierAt(kKFull, first.stage), first.parity);
-      SmallVector<Value> scores = issueScores(first.stage);
-      waitProducts(0, scores);
-      release(kKEmpty, first.stage);
       SmallVector<Value> newState, acc;
-      SmallVector<Value> probabilities = onlineSoftmaxStep(
-          finishScores(scores, first.kvStart), initState, newState, acc);
+      SmallVector<Value> probabilities =
+          softmaxOfTile(tileRef(constIndex(0)), initState, newState, acc);
       SmallVector<Value> loopInit = newState;
       loopInit.append(acc.begin(), acc.end());
       loopInit.append(packProbabilities(probabilities));
@@ -513,11 +517,8 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   // out = O / sum, two columns a 32-bit store; rows that saw no key are
   // zeros, rows past q_len are not stored.
   for (int64_t r = 0; r < 2; ++r) {
-    Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
-    Value hasKeys =
-        arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, sum, zero);
-    Value inverse = arith::DivFOp::create(builder, constF32(1.0f), sum);
-    inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
+    Value inverse =
+        reciprocalOrZero(butterfly(results[2 + r], /*isMax=*/false, 2));
     Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
                                            queryRows[r], qLen);
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
