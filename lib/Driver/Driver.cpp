@@ -431,6 +431,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.hopper = hopperVariant;
     gpuOptions.warpSpecialize = options.warpSpecialize;
     gpuOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
+    gpuOptions.warpSpecializePingPong = options.warpSpecializePingPong;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;
     if (failed(runPipeline(target,

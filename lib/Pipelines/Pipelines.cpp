@@ -39,6 +39,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.hopper = options.hopper;
   convertOptions.warpSpecialize = options.warpSpecialize;
   convertOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
+  convertOptions.warpSpecializePingPong = options.warpSpecializePingPong;
   convertOptions.schedule = options.schedule;
   convertOptions.blocksPerSM = options.blocksPerSM;
   pm.addPass(createConvertKilnToGPU(convertOptions));

@@ -107,6 +107,12 @@ static cl::opt<bool> warpSpecializeOverlap(
              "tile's softmax while the previous tile's P·V runs (default "
              "on; =0 for one tile after another, for measuring)"),
     cl::init(true), cl::Hidden, cl::cat(kilncCategory));
+static cl::opt<bool> warpSpecializePingPong(
+    "warp-specialize-ping-pong",
+    cl::desc("In the warp-specialised kernels with two consumer warpgroups, "
+             "make them take turns to issue their products (default off; "
+             "for measuring)"),
+    cl::init(false), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> allowTf32(
     "allow-tf32",
     cl::desc("Run f32 sites on one TF32 product per product: Q, K, V and "
@@ -210,6 +216,7 @@ int main(int argc, char **argv) {
   options.wgmma = wgmma;
   options.warpSpecialize = warpSpecialize;
   options.warpSpecializeOverlap = warpSpecializeOverlap;
+  options.warpSpecializePingPong = warpSpecializePingPong;
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;

@@ -80,6 +80,11 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "In the warp-specialised kernels past head dim 64, run each "
            "tile's softmax while the previous tile's P·V product runs (else "
            "one tile after another), for measuring">,
+    Option<"warpSpecializePingPong", "warp-specialize-ping-pong", "bool",
+           "false",
+           "In the warp-specialised kernels with the overlap and two "
+           "consumers, make the consumers take turns to issue their "
+           "products (named barriers), for measuring">,
     Option<"schedule", "schedule", "std::string", "\"table\"",
            "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
            "table of measured schedules, else the rules), 'wgmma' or 'mma' "

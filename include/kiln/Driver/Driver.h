@@ -54,6 +54,9 @@ struct CompileOptions {
   /// The warp-specialised kernels overlap each tile's softmax with the
   /// previous tile's P·V (`--warp-specialize-overlap`, for measuring).
   bool warpSpecializeOverlap = true;
+  /// ... and their two consumers take turns to issue products
+  /// (`--warp-specialize-ping-pong`, for measuring).
+  bool warpSpecializePingPong = false;
   /// f32 sites run one TF32 product per product rather than three with
   /// split operands (`--allow-tf32`).
   bool allowTf32 = false;

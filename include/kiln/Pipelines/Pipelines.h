@@ -54,6 +54,11 @@ struct GPUPipelineOptions
       llvm::cl::desc("Overlap each tile's softmax with the previous tile's "
                      "P·V in the warp-specialised kernel"),
       llvm::cl::init(true)};
+  Option<bool> warpSpecializePingPong{
+      *this, "warp-specialize-ping-pong",
+      llvm::cl::desc("Consumers of the warp-specialised kernel take turns "
+                     "to issue their products"),
+      llvm::cl::init(false)};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),

@@ -84,6 +84,9 @@ struct KernelSpec {
   /// P·V of tile i - 1 together and runs the softmax of tile i while P·V
   /// runs (not part of name()).
   bool overlapSoftmax = false;
+  /// With overlapSoftmax and two consumers: they take turns to issue their
+  /// products (not part of name()).
+  bool pingPong = false;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   int64_t blocksPerSM = 0;

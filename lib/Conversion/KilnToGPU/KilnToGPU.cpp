@@ -250,6 +250,7 @@ struct ConvertKilnToGPUPass
     spec.blocksPerSM = 0;
     spec.warpSpecialized = true;
     spec.overlapSoftmax = warpSpecializeOverlap;
+    spec.pingPong = warpSpecializePingPong;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;

@@ -73,7 +73,8 @@ public:
       : AttentionKernelBuilder(spec), headDim(spec.headDim),
         tileKeys(spec.headDim <= 128 ? 128 : 64),
         consumers(spec.headDim <= 64 ? 3 : 2),
-        overlap(spec.overlapSoftmax && spec.headDim > 64) {
+        overlap(spec.overlapSoftmax && spec.headDim > 64),
+        pingPong(overlap && spec.pingPong && consumers == 2) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
   }
 
@@ -181,6 +182,10 @@ private:
   /// past head dim 64 (measured: +6-8% at 128; at 64, with three
   /// consumers, 5% slower, its P·V too short to hide a softmax behind).
   bool overlap;
+  /// With the overlap and two consumers: the consumers take turns to issue
+  /// their products (named barriers 1 and 2), so that one's softmax runs
+  /// while the other's products do.
+  bool pingPong;
 };
 
 void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
@@ -405,11 +410,25 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
 
   // A tile's scores and softmax step from `state`: waits for its K, issues
   // and waits for S, releases K; returns the probabilities.
+  // Ping-pong: a consumer waits for its turn (its barrier, 1 + consumer)
+  // before it issues products and passes the turn on after.
+  auto awaitTurn = [&] {
+    if (pingPong)
+      inlinePtx({}, {toI32(add(consumer, constIndex(1))), constI32(256)},
+                "bar.sync $0, $1;", "r,r");
+  };
+  auto passTurn = [&] {
+    if (pingPong)
+      inlinePtx({}, {toI32(sub(constIndex(2), consumer)), constI32(256)},
+                "bar.arrive $0, $1;", "r,r");
+  };
   auto softmaxOfTile = [&](const TileRef &ref, ValueRange state,
                            SmallVector<Value> &newState,
                            SmallVector<Value> &acc) {
     wait(barrierAt(kKFull, ref.stage), ref.parity);
+    awaitTurn();
     SmallVector<Value> scores = issueScores(ref.stage);
+    passTurn();
     waitProducts(0, scores);
     release(kKEmpty, ref.stage);
     return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state,
@@ -454,6 +473,16 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     {
       OpBuilder::InsertionGuard guard(builder);
       builder.setInsertionPointToStart(&ifTiles.getThenRegion().front());
+      if (pingPong) {
+        // Consumer 0 issues first.
+        Value second = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                             consumer, constIndex(1));
+        auto ifOp = scf::IfOp::create(builder, second, /*withElse=*/false);
+        OpBuilder::InsertionGuard turnGuard(builder);
+        builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+        inlinePtx({}, {constI32(1), constI32(256)}, "bar.arrive $0, $1;",
+                  "r,r");
+      }
       SmallVector<Value> newState, acc;
       SmallVector<Value> probabilities =
           softmaxOfTile(tileRef(constIndex(0)), initState, newState, acc);
@@ -472,10 +501,17 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
                                    carried.begin() + stateSize);
             SmallVector<Value> pFragments(carried.begin() + stateSize,
                                           carried.end());
+            // (With turns, both tiles have landed before this consumer
+            // takes its turn.)
             wait(barrierAt(kKFull, ref.stage), ref.parity);
+            if (pingPong)
+              wait(barrierAt(kVFull, previous.stage), previous.parity);
+            awaitTurn();
             SmallVector<Value> scores = issueScores(ref.stage);
-            wait(barrierAt(kVFull, previous.stage), previous.parity);
+            if (!pingPong)
+              wait(barrierAt(kVFull, previous.stage), previous.parity);
             acc = issueValues(acc, pFragments, previous.stage);
+            passTurn();
             waitProducts(1, scores);
             release(kKEmpty, ref.stage);
             SmallVector<Value> newState, unused, alphas;
@@ -502,7 +538,17 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
                                         fragmentCount);
       TileRef last = tileRef(sub(numTiles, constIndex(1)));
       wait(barrierAt(kVFull, last.stage), last.parity);
+      awaitTurn();
       output = issueValues(output, pFragments, last.stage);
+      if (pingPong) {
+        // Consumer 1's last turn is the last: nobody waits for another.
+        Value first = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                            consumer, constIndex(0));
+        auto ifOp = scf::IfOp::create(builder, first, /*withElse=*/false);
+        OpBuilder::InsertionGuard turnGuard(builder);
+        builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+        passTurn();
+      }
       waitProducts(0, output);
       release(kVEmpty, last.stage);
       SmallVector<Value> finalState(carried.begin(), carried.begin() + 4);
