@@ -417,10 +417,21 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
       inlinePtx({}, {toI32(add(consumer, constIndex(1))), constI32(256)},
                 "bar.sync $0, $1;", "r,r");
   };
+  auto arriveAtTurn = [&](Value barrier) {
+    inlinePtx({}, {barrier, constI32(256)}, "bar.arrive $0, $1;", "r,r");
+  };
   auto passTurn = [&] {
     if (pingPong)
-      inlinePtx({}, {toI32(sub(constIndex(2), consumer)), constI32(256)},
-                "bar.arrive $0, $1;", "r,r");
+      arriveAtTurn(toI32(sub(constIndex(2), consumer)));
+  };
+  // Consumer `which` alone passes the turn to barrier `barrier`.
+  auto passTurnFrom = [&](int64_t which, int64_t barrier) {
+    Value isWhich = arith::CmpIOp::create(*b, arith::CmpIPredicate::eq,
+                                          consumer, constIndex(which));
+    auto ifOp = scf::IfOp::create(*b, isWhich, /*withElse=*/false);
+    OpBuilder::InsertionGuard turnGuard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    arriveAtTurn(constI32(barrier));
   };
   auto softmaxOfTile = [&](const TileRef &ref, ValueRange state,
                            SmallVector<Value> &newState,
@@ -473,16 +484,9 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     {
       OpBuilder::InsertionGuard guard(builder);
       builder.setInsertionPointToStart(&ifTiles.getThenRegion().front());
-      if (pingPong) {
-        // Consumer 0 issues first.
-        Value second = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
-                                             consumer, constIndex(1));
-        auto ifOp = scf::IfOp::create(builder, second, /*withElse=*/false);
-        OpBuilder::InsertionGuard turnGuard(builder);
-        builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-        inlinePtx({}, {constI32(1), constI32(256)}, "bar.arrive $0, $1;",
-                  "r,r");
-      }
+      // Consumer 0 issues first.
+      if (pingPong)
+        passTurnFrom(1, 1);
       SmallVector<Value> newState, acc;
       SmallVector<Value> probabilities =
           softmaxOfTile(tileRef(constIndex(0)), initState, newState, acc);
@@ -540,15 +544,9 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
       wait(barrierAt(kVFull, last.stage), last.parity);
       awaitTurn();
       output = issueValues(output, pFragments, last.stage);
-      if (pingPong) {
-        // Consumer 1's last turn is the last: nobody waits for another.
-        Value first = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
-                                            consumer, constIndex(0));
-        auto ifOp = scf::IfOp::create(builder, first, /*withElse=*/false);
-        OpBuilder::InsertionGuard turnGuard(builder);
-        builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-        passTurn();
-      }
+      // Consumer 1's last turn is the last: nobody waits for another.
+      if (pingPong)
+        passTurnFrom(0, 2);
       waitProducts(0, output);
       release(kVEmpty, last.stage);
       SmallVector<Value> finalState(carried.begin(), carried.begin() + 4);
