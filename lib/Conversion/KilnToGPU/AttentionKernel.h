@@ -321,6 +321,17 @@ createWarpSpecializedKernel(const KernelSpec &spec);
 /// Whether a site of `spec` (a kiln.attention site on the tensor-core
 /// kernel) has a warp-specialised kernel as well.
 bool warpSpecializedKernelSupports(const KernelSpec &spec);
+/// How the warp-specialised kernel of `spec` runs (the rules, from the
+/// measurements in docs/performance.md): keys a tile, consumer warpgroups,
+/// and whether each consumer overlaps a tile's softmax with the previous
+/// tile's P·V and takes turns with the other to issue products.
+struct WarpSpecializedSchedule {
+  int64_t tileKeys = 128;
+  int64_t consumers = 2;
+  bool overlap = false;
+  bool pingPong = false;
+};
+WarpSpecializedSchedule warpSpecializedSchedule(const KernelSpec &spec);
 /// Dynamic shared memory the warp-specialised kernel may use (sm_90's).
 int64_t warpSpecializedSharedLimit();
 

@@ -264,6 +264,24 @@ struct ConvertKilnToGPUPass
     kernels.insert(func);
     NamedAttrList fields(makeKernelInfo(builder, *kernel));
     fields.set("targets", builder.getStrArrayAttr({"sm_90a"}));
+    // Its schedule, for the manifest (rules; an option when the overlap or
+    // the turns were set by hand).
+    WarpSpecializedSchedule schedule = warpSpecializedSchedule(spec);
+    bool forced = !warpSpecializeOverlap || warpSpecializePingPong;
+    fields.set(
+        "warp_schedule",
+        builder.getDictionaryAttr({
+            builder.getNamedAttr("consumers",
+                                 builder.getI64IntegerAttr(schedule.consumers)),
+            builder.getNamedAttr("kv_block_size",
+                                 builder.getI64IntegerAttr(schedule.tileKeys)),
+            builder.getNamedAttr("overlap",
+                                 builder.getBoolAttr(schedule.overlap)),
+            builder.getNamedAttr("ping_pong",
+                                 builder.getBoolAttr(schedule.pingPong)),
+            builder.getNamedAttr(
+                "from", builder.getStringAttr(forced ? "option" : "rule")),
+        }));
     func->setAttr(kKernelInfoAttrName,
                   fields.getDictionary(builder.getContext()));
     return name;

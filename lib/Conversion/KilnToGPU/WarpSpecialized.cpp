@@ -71,10 +71,10 @@ class WarpSpecializedKernel : public AttentionKernelBuilder {
 public:
   explicit WarpSpecializedKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), headDim(spec.headDim),
-        tileKeys(spec.headDim <= 128 ? 128 : 64),
-        consumers(spec.headDim <= 64 ? 3 : 2),
-        overlap(spec.overlapSoftmax && spec.headDim > 64),
-        pingPong(overlap && spec.pingPong && consumers == 2) {
+        tileKeys(warpSpecializedSchedule(spec).tileKeys),
+        consumers(warpSpecializedSchedule(spec).consumers),
+        overlap(warpSpecializedSchedule(spec).overlap),
+        pingPong(warpSpecializedSchedule(spec).pingPong) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
   }
 
@@ -641,6 +641,17 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
 }
 
 } // namespace
+
+WarpSpecializedSchedule
+mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
+  WarpSpecializedSchedule schedule;
+  schedule.tileKeys = spec.headDim <= 128 ? 128 : 64;
+  schedule.consumers = spec.headDim <= 64 ? 3 : 2;
+  schedule.overlap = spec.overlapSoftmax && spec.headDim > 64;
+  schedule.pingPong =
+      schedule.overlap && spec.pingPong && schedule.consumers == 2;
+  return schedule;
+}
 
 bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
   return (spec.elementType.isF16() || spec.elementType.isBF16()) &&

@@ -190,9 +190,25 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   // query rows or the key tile) and the swizzle.
   if (auto targets = info.getAs<ArrayAttr>("targets")) {
     llvm::json::Array chips;
-    for (Attribute chip : targets)
+    llvm::json::Object schedules;
+    auto warp = info.getAs<DictionaryAttr>("warp_schedule");
+    for (Attribute chip : targets) {
       chips.push_back(cast<StringAttr>(chip).str());
+      if (!warp)
+        continue;
+      // The warp-specialised kernel's schedule on that chip.
+      schedules[cast<StringAttr>(chip).str()] = llvm::json::Object{
+          {"variant", "warp-specialized"},
+          {"blocks_per_sm", 1},
+          {"consumer_warpgroups",
+           warp.getAs<IntegerAttr>("consumers").getInt()},
+          {"overlap", warp.getAs<BoolAttr>("overlap").getValue()},
+          {"ping_pong", warp.getAs<BoolAttr>("ping_pong").getValue()},
+          {"from", warp.getAs<StringAttr>("from").getValue()}};
+    }
     kernel["targets"] = std::move(chips);
+    if (warp)
+      kernel["schedule"] = std::move(schedules);
   }
   for (llvm::json::Value &value : args) {
     llvm::json::Object &arg = *value.getAsObject();
