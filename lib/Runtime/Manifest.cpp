@@ -654,6 +654,12 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   if (!std::isfinite(scale))
     scaleNode.fail("must be finite");
   site.scale = static_cast<float>(scale);
+  // The warp-specialised kernels fold the scale into their exponents' FMAs,
+  // which takes a positive one (kilnc never pairs them otherwise).
+  if (site.warpSpecializedIndex && !(site.scale > 0.0f))
+    wsNode.fail("a warp-specialised kernel needs a positive scale; the "
+                "site's is " +
+                std::to_string(site.scale));
   Node causalNode = node.optionalKey("causal");
   site.causal = causalNode.isNull() ? false : causalNode.boolean();
   site.window = node.optionalKey("window").optionalInteger(1);

@@ -459,6 +459,13 @@ const Corruption corruptions[] = {
      },
      KILN_FORMAT_ERROR,
      {"not a target-specific attention kernel"}},
+    {"WarpSpecializedKernelWithNegativeScale",
+     [](json &m) {
+       m = warpSpecializedManifest();
+       m["sites"][0]["scale"] = -0.125;
+     },
+     KILN_FORMAT_ERROR,
+     {"warp_specialized_kernel", "needs a positive scale"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(

@@ -152,8 +152,8 @@ Value KernelBuilderBase::fmax(Value x, Value y) {
 
 Value KernelBuilderBase::exp2(Value x) {
   return LLVM::CallIntrinsicOp::create(
-             *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.ex2.approx.f32"),
-             ValueRange{x})
+             *b, b->getF32Type(),
+             b->getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"), ValueRange{x})
       .getResult(0);
 }
 
@@ -206,7 +206,7 @@ void mlir::kiln::detail::declareDynamicShared(OpBuilder &moduleBuilder,
 
 SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
     ArrayRef<Value> scores, ValueRange state, SmallVector<Value> &newState,
-    SmallVector<Value> &acc, SmallVector<Value> *alphas) {
+    SmallVector<Value> &acc, SmallVector<Value> *alphas, Value scoreScale) {
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
   int64_t keyBlocks = scores.size() / 4;
@@ -219,6 +219,8 @@ SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
       for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
         tileMax = fmax(tileMax, scores[4 * blockIndex + e]);
     tileMax = butterfly(tileMax, /*isMax=*/true, 2);
+    if (scoreScale)
+      tileMax = fmul(tileMax, scoreScale);
     Value newMax = fmax(state[r], tileMax);
     // A row that has seen only hidden keys keeps max = -inf; 0 as the
     // offset makes exp2 give 0 rather than NaN.
@@ -227,10 +229,15 @@ SmallVector<Value> KernelBuilderBase::onlineSoftmaxStep(
     Value safeMax = arith::SelectOp::create(*b, isEmpty, zero, newMax);
     alpha[r] = exp2(arith::SubFOp::create(*b, state[r], safeMax));
     Value sum = fmul(state[2 + r], alpha[r]);
+    Value negMax = scoreScale ? arith::NegFOp::create(*b, safeMax) : Value();
     for (int64_t blockIndex = 0; blockIndex < keyBlocks; ++blockIndex)
       for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
         int64_t i = 4 * blockIndex + e;
-        probabilities[i] = exp2(arith::SubFOp::create(*b, scores[i], safeMax));
+        probabilities[i] = exp2(
+            scoreScale
+                ? LLVM::FMAOp::create(*b, scores[i], scoreScale, negMax)
+                      .getResult()
+                : arith::SubFOp::create(*b, scores[i], safeMax).getResult());
         sum = fadd(sum, probabilities[i]);
       }
     newState[r] = newMax;
@@ -312,11 +319,16 @@ Value AttentionKernelBuilder::tensorBase(ArrayRef<Value> tensorStrides,
 
 Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
-                                          Value rowBiasBase) {
+                                          Value rowBiasBase, bool raw) {
   const float log2e = 1.4426950408889634f;
   bool additive =
       spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
-  if (spec.softcap) {
+  assert((!raw || (!spec.softcap && !spec.maskType && !spec.biasType &&
+                   !spec.maskedScore)) &&
+         "raw scores take no score function");
+  if (raw) {
+    // Scaled in the softmax step.
+  } else if (spec.softcap) {
     // softcap·tanh(scale·dot / softcap), in natural units when additive
     // terms follow, else straight into log2 units.
     Value scaled = fmul(score, scaleNatural);
@@ -503,15 +515,74 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   scaleLog2 = fmul(scale, constF32(log2e));
 
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
-  if (spec.causal) {
+  Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
+  batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
+  if (spec.causal && spec.warpSpecialized) {
+    // Heaviest first over sections of heads: the hardware starts blocks
+    // roughly in linear order, so the blocks are renumbered query block
+    // (last first), then (head, batch), within sections of as many heads as
+    // have K and V in kSectionBytes (they stay in L2 while the section
+    // runs). Each section ends on its lightest blocks, and so does the grid.
+    // 32-bit arithmetic: a grid's blocks fit, and 64-bit divisions cost a
+    // few hundred instructions.
+    auto i32 = [&](Value x) { return toI32(x); };
+    auto mul32 = [&](Value x, Value y) {
+      return arith::MulIOp::create(builder, x, y).getResult();
+    };
+    auto div32 = [&](Value x, Value y) {
+      return arith::DivUIOp::create(builder, x, y).getResult();
+    };
+    auto rem32 = [&](Value x, Value y) {
+      return arith::RemUIOp::create(builder, x, y).getResult();
+    };
+    auto const32 = [&](int64_t value) {
+      return arith::ConstantIntOp::create(builder, builder.getI32Type(), value)
+          .getResult();
+    };
+    Value blocks = i32(gpu::GridDimOp::create(builder, gpu::Dimension::x));
+    Value heads = i32(gpu::GridDimOp::create(builder, gpu::Dimension::y));
+    Value batches = i32(gpu::GridDimOp::create(builder, gpu::Dimension::z));
+    Value pairs = mul32(heads, batches);
+    Value linear = arith::AddIOp::create(
+        builder, i32(queryBlock),
+        mul32(blocks, arith::AddIOp::create(builder, i32(headIndex),
+                                            mul32(heads, i32(batch)))));
+    constexpr int64_t kSectionBytes = 16 << 20;
+    // K and V bytes of a head in KiB. Any section size from 1 to every
+    // head numbers each block once, so an overflow (past 2^25 keys) would
+    // only change the order.
+    Value headKiB = arith::MaxUIOp::create(
+        builder,
+        div32(mul32(arith::MaxSIOp::create(builder, i32(kvLen), const32(1)),
+                    const32(4 * spec.headDim / 16)),
+              const32(64)),
+        const32(1));
+    Value sectionHeads = arith::MinUIOp::create(
+        builder, pairs,
+        arith::MaxUIOp::create(builder,
+                               div32(const32(kSectionBytes / 1024), headKiB),
+                               const32(1)));
+    Value sectionBlocks = mul32(sectionHeads, blocks);
+    Value section = div32(linear, sectionBlocks);
+    Value inSection =
+        arith::SubIOp::create(builder, linear, mul32(section, sectionBlocks));
+    Value firstPair = mul32(section, sectionHeads);
+    Value headsHere = arith::MinUIOp::create(
+        builder, sectionHeads,
+        arith::SubIOp::create(builder, pairs, firstPair));
+    Value order = div32(inSection, headsHere);
+    Value pair =
+        arith::AddIOp::create(builder, firstPair, rem32(inSection, headsHere));
+    queryBlock = sub(sub(toIndex(blocks), constIndex(1)), toIndex(order));
+    headIndex = toIndex(rem32(pair, heads));
+    batch = toIndex(div32(pair, heads));
+  } else if (spec.causal) {
     // Under a causal mask the last query blocks see the most keys; the
     // hardware starts blocks roughly in x order, so run those first and let
     // the short ones fill the tail of the grid.
     Value blocks = gpu::GridDimOp::create(builder, gpu::Dimension::x);
     queryBlock = sub(sub(blocks, constIndex(1)), queryBlock);
   }
-  Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
-  batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
   if (spec.splitKV) {
     // Grid z is split-major: block z works on split z / batch of sequence
     // z % batch.

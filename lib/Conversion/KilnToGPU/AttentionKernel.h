@@ -131,7 +131,11 @@ protected:
   Value fadd(Value x, Value y);
   Value fmul(Value x, Value y);
   Value fmax(Value x, Value y);
-  /// 2^x with the hardware's ex2.approx.f32 (about 2 ulp; 2^-inf = +0).
+  /// 2^x with the hardware's ex2.approx.ftz.f32 (about 2 ulp; 2^-inf = +0;
+  /// results below 2^-126 flush to +0). One MUFU.EX2: without .ftz, ptxas
+  /// wraps each ex2 in a range test and two multiplies for subnormal
+  /// results, which no softmax weight or rescaling factor needs (a weight
+  /// under 2^-126 of the row's largest is lost in its sum anyway).
   /// Called as an NVVM intrinsic: the generic exp2 lowers to a libdevice
   /// call, which would make the PTX depend on the CUDA toolkit's bitcode.
   Value exp2(Value x);
@@ -154,10 +158,15 @@ protected:
   /// accumulators rescaled to the new maxima.
   /// `alphas`, when given, gets the two rows' rescaling factors (what the
   /// O accumulators were multiplied by).
+  /// With `scoreScale` (> 0, log2 units), `scores` are raw dot products
+  /// (-inf where hidden): the row maxima are taken over them and scaled
+  /// once, and each weight is 2^fma(score, scoreScale, -max), one FMA where
+  /// a scaled score would take a multiply and a subtraction.
   SmallVector<Value> onlineSoftmaxStep(ArrayRef<Value> scores, ValueRange state,
                                        SmallVector<Value> &newState,
                                        SmallVector<Value> &acc,
-                                       SmallVector<Value> *alphas = nullptr);
+                                       SmallVector<Value> *alphas = nullptr,
+                                       Value scoreScale = Value());
   /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
   /// operands of `type` as the op takes them and four f32 accumulators.
   /// 1 / sum where sum > 0, else 0: the output scale of a row whose softmax
@@ -240,8 +249,11 @@ protected:
   /// log2 units: -inf past the keys, -inf or the masked score when the key
   /// is hidden. The mask and bias are read from the row's (batch, head)
   /// bases.
+  /// With `raw`, the dot product itself where the key is visible (kernels
+  /// that scale in onlineSoftmaxStep; no softcap, mask, bias or
+  /// masked_score).
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
-                    Value rowBiasBase);
+                    Value rowBiasBase, bool raw = false);
 
   const KernelSpec &spec;
 

@@ -214,7 +214,12 @@ struct ConvertKilnToGPUPass
         }
         func->setAttr(kKernelInfoAttrName, info);
       }
-      if (hopper && warpSpecialize && spec.tensorCores && !spec.paged &&
+      // The warp-specialised kernel folds the scale into its exponents'
+      // FMAs, which takes a positive scale (a row's largest score then
+      // comes from its largest dot product).
+      auto attention = dyn_cast<AttentionOp>(site);
+      if (hopper && warpSpecialize && spec.tensorCores && attention &&
+          attention.getScale().convertToFloat() > 0.0f &&
           warpSpecializedKernelSupports(spec)) {
         FailureOr<std::string> wsName =
             buildWarpSpecialized(spec, op, builder, gpuModule, kernels);

@@ -273,6 +273,12 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   Value firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
   Value lastDiagonal = add(firstDiagonal, constIndex(kConsumerRows - 1));
 
+  // Without a softcap the scores stay raw dot products until the softmax
+  // step folds the scale into its exponents' FMAs (the site's scale is
+  // positive: see ConvertKilnToGPU).
+  bool foldScale = !spec.softcap;
+  Value softmaxScale = foldScale ? scaleLog2 : Value();
+
   int64_t keyBlocks = tileKeys / 8;
   int64_t outBlocks = headDim / 8;
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
@@ -356,13 +362,13 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
         for (int64_t e = 0; e < 4; ++e) {
           Value score = scores[4 * block + e];
           if (!masked) {
-            result.push_back(fmul(score, scaleLog2));
+            result.push_back(foldScale ? score : fmul(score, scaleLog2));
             continue;
           }
           Value key = add(kvStart, add(constIndex(8 * block + e % 2),
                                        mul(quadLane, constIndex(2))));
-          result.push_back(
-              finishScore(score, queryRows[e / 2], key, Value(), Value()));
+          result.push_back(finishScore(score, queryRows[e / 2], key, Value(),
+                                       Value(), /*raw=*/foldScale));
         }
       return result;
     };
@@ -442,8 +448,8 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     passTurn();
     waitProducts(0, scores);
     release(kKEmpty, ref.stage);
-    return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state,
-                             newState, acc);
+    return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state, newState,
+                             acc, nullptr, softmaxScale);
   };
 
   wait(add32(barriers, 8 * kQFull), constI32(0));
@@ -521,7 +527,7 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
             SmallVector<Value> newState, unused, alphas;
             SmallVector<Value> probabilities = onlineSoftmaxStep(
                 finishScores(scores, ref.kvStart), carried.take_front(4),
-                newState, unused, &alphas);
+                newState, unused, &alphas, softmaxScale);
             SmallVector<Value> nextFragments = packProbabilities(probabilities);
             waitProducts(0, acc);
             release(kVEmpty, previous.stage);

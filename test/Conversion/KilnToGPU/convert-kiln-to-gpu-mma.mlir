@@ -48,7 +48,7 @@
 // CHECK: arith.cmpi sle
 // CHECK: } else {
 // CHECK: gpu.shuffle  xor
-// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.f32"
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: nvvm.cp.async.wait.group 3
 // CHECK-NEXT: gpu.barrier
 // CHECK: llvm.fptrunc {{.*}} : vector<2xf32> to vector<2xbf16>

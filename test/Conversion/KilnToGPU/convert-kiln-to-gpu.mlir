@@ -26,7 +26,7 @@
 // CHECK: gpu.barrier
 // CHECK: memref.load %[[QS]]
 // CHECK: gpu.shuffle  xor
-// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.f32"
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: gpu.shuffle  idx
 // CHECK: scf.if
 // CHECK: arith.truncf {{.*}} : f32 to bf16
@@ -64,7 +64,7 @@ func.func @shared(%q: tensor<1x4x100x128xf32>, %k: tensor<1x4x100x128xf32>, %v: 
 // CHECK: gpu.func @kiln_attention_f16_d64_causal_w128_cap0x41f00000(
 // CHECK: arith.maxsi
 // CHECK: scf.for
-// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.f32"
+// CHECK: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 func.func @window_softcap(%q: tensor<1x4x?x64xf16>, %k: tensor<1x4x?x64xf16>, %v: tensor<1x4x?x64xf16>) -> tensor<1x4x?x64xf16> {
   %o = kiln.attention %q, %k, %v {causal, window = 128 : i64, softcap = 30.0 : f32, scale = 0.125 : f32} : tensor<1x4x?x64xf16>, tensor<1x4x?x64xf16>, tensor<1x4x?x64xf16> -> tensor<1x4x?x64xf16>
   return %o : tensor<1x4x?x64xf16>
