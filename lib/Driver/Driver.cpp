@@ -430,6 +430,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.allowTf32 = options.allowTf32;
     gpuOptions.hopper = hopperVariant;
     gpuOptions.warpSpecialize = options.warpSpecialize;
+    gpuOptions.warpSpecializeConsumers = options.warpSpecializeConsumers;
+    gpuOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
     gpuOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
     gpuOptions.warpSpecializePingPong = options.warpSpecializePingPong;
     gpuOptions.schedule = options.schedule;

@@ -38,6 +38,8 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.allowTf32 = options.allowTf32;
   convertOptions.hopper = options.hopper;
   convertOptions.warpSpecialize = options.warpSpecialize;
+  convertOptions.warpSpecializeConsumers = options.warpSpecializeConsumers;
+  convertOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
   convertOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
   convertOptions.warpSpecializePingPong = options.warpSpecializePingPong;
   convertOptions.schedule = options.schedule;

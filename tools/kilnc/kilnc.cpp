@@ -97,21 +97,33 @@ static cl::opt<bool> warpSpecialize(
     "warp-specialize",
     cl::desc("For sm_90a, also the warp-specialised prefill kernel (TMA "
              "copies from a producer warp, two wgmma consumer warpgroups) "
-             "for sites without mask or bias tensors whose head dims are "
-             "equal multiples of 64 up to 256; the runtime launches it where "
-             "TMA can describe the views (default on)"),
+             "for f16 and bf16 sites whose head dims are equal multiples of "
+             "64 up to 256, with their masks, bias and softcap; the runtime "
+             "launches it where TMA can describe the views (default on)"),
     cl::init(true), cl::cat(kilncCategory));
+static cl::opt<int64_t> warpSpecializeConsumers(
+    "warp-specialize-consumers",
+    cl::desc("Consumer warpgroups of the warp-specialised kernels, 2 or 3 "
+             "(default: from the schedule table or the rules; for tuning)"),
+    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
+static cl::opt<int64_t> warpSpecializeTileKeys(
+    "warp-specialize-tile-keys",
+    cl::desc("Keys a K/V tile of the warp-specialised kernels, 64 or 128 "
+             "(default: from the schedule table or the rules; for tuning)"),
+    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> warpSpecializeOverlap(
     "warp-specialize-overlap",
-    cl::desc("In the warp-specialised kernels past head dim 64, run each "
-             "tile's softmax while the previous tile's P·V runs (default "
-             "on; =0 for one tile after another, for measuring)"),
+    cl::desc("In the warp-specialised kernels, run each tile's softmax "
+             "while the previous tile's P·V runs (=0: one tile after "
+             "another; default: from the schedule table or the rules; for "
+             "tuning)"),
     cl::init(true), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> warpSpecializePingPong(
     "warp-specialize-ping-pong",
-    cl::desc("In the warp-specialised kernels with two consumer warpgroups, "
-             "make them take turns to issue their products (default off; "
-             "for measuring)"),
+    cl::desc("In the warp-specialised kernels with the overlap and two "
+             "consumer warpgroups, make them take turns to issue their "
+             "products (default: from the schedule table or the rules; for "
+             "tuning)"),
     cl::init(false), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> allowTf32(
     "allow-tf32",
@@ -215,8 +227,14 @@ int main(int argc, char **argv) {
   options.tensorCores = tensorCores;
   options.wgmma = wgmma;
   options.warpSpecialize = warpSpecialize;
-  options.warpSpecializeOverlap = warpSpecializeOverlap;
-  options.warpSpecializePingPong = warpSpecializePingPong;
+  // Unset schedule options leave the choice to the table or the rules.
+  auto given = [](const cl::opt<bool> &option) -> int64_t {
+    return option.getNumOccurrences() ? int64_t(option) : -1;
+  };
+  options.warpSpecializeConsumers = warpSpecializeConsumers;
+  options.warpSpecializeTileKeys = warpSpecializeTileKeys;
+  options.warpSpecializeOverlap = given(warpSpecializeOverlap);
+  options.warpSpecializePingPong = given(warpSpecializePingPong);
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;

@@ -72,19 +72,29 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     Option<"warpSpecialize", "warp-specialize", "bool", "true",
            "With hopper: also build the warp-specialised kernel (TMA "
            "producer warp, two wgmma consumer warpgroups) for kiln.attention "
-           "sites without mask or bias tensors whose head dims are equal "
-           "multiples of 64 up to 256; the runtime launches it for prefill "
+           "f16/bf16 sites (masks, bias and softcap included) whose head "
+           "dims are equal multiples of 64 up to 256; the runtime launches "
+           "it for prefill "
            "shapes whose views TMA can describe">,
-    Option<"warpSpecializeOverlap", "warp-specialize-overlap", "bool",
-           "true",
-           "In the warp-specialised kernels past head dim 64, run each "
-           "tile's softmax while the previous tile's P·V product runs (else "
-           "one tile after another), for measuring">,
-    Option<"warpSpecializePingPong", "warp-specialize-ping-pong", "bool",
-           "false",
-           "In the warp-specialised kernels with the overlap and two "
+    Option<"warpSpecializeConsumers", "warp-specialize-consumers",
+           "int64_t", "-1",
+           "Consumer warpgroups of the warp-specialised kernels, 2 or 3 "
+           "(-1: from the schedule table or the rules), for tuning">,
+    Option<"warpSpecializeTileKeys", "warp-specialize-tile-keys", "int64_t",
+           "-1",
+           "Keys a K/V tile of the warp-specialised kernels, 64 or 128 (-1: "
+           "from the schedule table or the rules), for tuning">,
+    Option<"warpSpecializeOverlap", "warp-specialize-overlap", "int64_t",
+           "-1",
+           "1: in the warp-specialised kernels, run each tile's softmax "
+           "while the previous tile's P·V product runs; 0: one tile after "
+           "another (-1: from the schedule table or the rules), for tuning">,
+    Option<"warpSpecializePingPong", "warp-specialize-ping-pong", "int64_t",
+           "-1",
+           "1: in the warp-specialised kernels with the overlap and two "
            "consumers, make the consumers take turns to issue their "
-           "products (named barriers), for measuring">,
+           "products (named barriers); 0: not (-1: from the schedule table "
+           "or the rules), for tuning">,
     Option<"schedule", "schedule", "std::string", "\"table\"",
            "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
            "table of measured schedules, else the rules), 'wgmma' or 'mma' "

@@ -51,12 +51,16 @@ struct CompileOptions {
   /// With wgmma: sm_90a also gets the warp-specialised kernels
   /// (`--warp-specialize`).
   bool warpSpecialize = true;
-  /// The warp-specialised kernels overlap each tile's softmax with the
-  /// previous tile's P·V (`--warp-specialize-overlap`, for measuring).
-  bool warpSpecializeOverlap = true;
-  /// ... and their two consumers take turns to issue products
-  /// (`--warp-specialize-ping-pong`, for measuring).
-  bool warpSpecializePingPong = false;
+  /// The warp-specialised kernels' schedule, forced for tuning: consumer
+  /// warpgroups (`--warp-specialize-consumers`), keys a tile
+  /// (`--warp-specialize-tile-keys`), each tile's softmax overlapping the
+  /// previous tile's P·V (`--warp-specialize-overlap`, 0 or 1), the two
+  /// consumers' turns (`--warp-specialize-ping-pong`, 0 or 1); -1 takes
+  /// the schedule table's or the rules'.
+  int64_t warpSpecializeConsumers = -1;
+  int64_t warpSpecializeTileKeys = -1;
+  int64_t warpSpecializeOverlap = -1;
+  int64_t warpSpecializePingPong = -1;
   /// f32 sites run one TF32 product per product rather than three with
   /// split operands (`--allow-tf32`).
   bool allowTf32 = false;

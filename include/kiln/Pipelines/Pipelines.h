@@ -49,16 +49,28 @@ struct GPUPipelineOptions
       llvm::cl::desc("With hopper: also build the warp-specialised (TMA, "
                      "producer warp, two wgmma consumer warpgroups) kernels"),
       llvm::cl::init(true)};
-  Option<bool> warpSpecializeOverlap{
+  Option<int64_t> warpSpecializeConsumers{
+      *this, "warp-specialize-consumers",
+      llvm::cl::desc("Consumer warpgroups of the warp-specialised kernels "
+                     "(-1: from the schedule table or the rules)"),
+      llvm::cl::init(-1)};
+  Option<int64_t> warpSpecializeTileKeys{
+      *this, "warp-specialize-tile-keys",
+      llvm::cl::desc("Keys a K/V tile of the warp-specialised kernels (-1: "
+                     "from the schedule table or the rules)"),
+      llvm::cl::init(-1)};
+  Option<int64_t> warpSpecializeOverlap{
       *this, "warp-specialize-overlap",
-      llvm::cl::desc("Overlap each tile's softmax with the previous tile's "
-                     "P·V in the warp-specialised kernel"),
-      llvm::cl::init(true)};
-  Option<bool> warpSpecializePingPong{
+      llvm::cl::desc("1/0: overlap each tile's softmax with the previous "
+                     "tile's P·V in the warp-specialised kernels or not "
+                     "(-1: from the schedule table or the rules)"),
+      llvm::cl::init(-1)};
+  Option<int64_t> warpSpecializePingPong{
       *this, "warp-specialize-ping-pong",
-      llvm::cl::desc("Consumers of the warp-specialised kernel take turns "
-                     "to issue their products"),
-      llvm::cl::init(false)};
+      llvm::cl::desc("1/0: the warp-specialised kernels' consumers take "
+                     "turns to issue their products or not (-1: from the "
+                     "schedule table or the rules)"),
+      llvm::cl::init(-1)};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),

@@ -323,9 +323,8 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   const float log2e = 1.4426950408889634f;
   bool additive =
       spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
-  assert((!raw || (!spec.softcap && !spec.maskType && !spec.biasType &&
-                   !spec.maskedScore)) &&
-         "raw scores take no score function");
+  assert((!raw || (!spec.softcap && !additive && !spec.maskedScore)) &&
+         "raw scores take no score function or additive terms");
   if (raw) {
     // Scaled in the softmax step.
   } else if (spec.softcap) {

@@ -87,6 +87,10 @@ struct KernelSpec {
   /// With overlapSoftmax and two consumers: they take turns to issue their
   /// products (not part of name()).
   bool pingPong = false;
+  /// With warpSpecialized: consumer warpgroups of 64 rows and keys a K/V
+  /// tile, from its schedule (not part of name()).
+  int64_t warpConsumers = 2;
+  int64_t warpTileKeys = 128;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   int64_t blocksPerSM = 0;
@@ -250,7 +254,7 @@ protected:
   /// is hidden. The mask and bias are read from the row's (batch, head)
   /// bases.
   /// With `raw`, the dot product itself where the key is visible (kernels
-  /// that scale in onlineSoftmaxStep; no softcap, mask, bias or
+  /// that scale in onlineSoftmaxStep; no softcap, additive mask, bias or
   /// masked_score).
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase, bool raw = false);
@@ -333,8 +337,7 @@ createWarpSpecializedKernel(const KernelSpec &spec);
 /// Whether a site of `spec` (a kiln.attention site on the tensor-core
 /// kernel) has a warp-specialised kernel as well.
 bool warpSpecializedKernelSupports(const KernelSpec &spec);
-/// How the warp-specialised kernel of `spec` runs (the rules, from the
-/// measurements in docs/performance.md): keys a tile, consumer warpgroups,
+/// How a warp-specialised kernel runs: keys a tile, consumer warpgroups,
 /// and whether each consumer overlaps a tile's softmax with the previous
 /// tile's P·V and takes turns with the other to issue products.
 struct WarpSpecializedSchedule {
@@ -342,8 +345,25 @@ struct WarpSpecializedSchedule {
   int64_t consumers = 2;
   bool overlap = false;
   bool pingPong = false;
+  /// "table" (the shipped table of measured schedules), "rule" or
+  /// "option" (forced).
+  const char *from = "rule";
 };
+/// The schedule of `spec`'s warp-specialised kernel: the shipped table's row
+/// for its head dim and causality (measured on an H200 by
+/// bench/tune_warp_schedules.py) where there is one, else the rules (from
+/// the measurements in docs/performance.md).
+WarpSpecializedSchedule chooseWarpSpecializedSchedule(const KernelSpec &spec);
+/// The schedule a warp-specialised `spec` was built with (its warp* fields,
+/// overlapSoftmax and pingPong; the turns need the overlap and two
+/// consumers).
 WarpSpecializedSchedule warpSpecializedSchedule(const KernelSpec &spec);
+/// Whether `schedule` is one the kernel can be built with for `spec`'s
+/// head dim: two or three consumers, tiles of 64 or 128 keys, within the
+/// shared memory of sm_90. Otherwise `why` says what does not fit.
+bool warpSpecializedScheduleFits(const KernelSpec &spec,
+                                 const WarpSpecializedSchedule &schedule,
+                                 std::string &why);
 /// Dynamic shared memory the warp-specialised kernel may use (sm_90's).
 int64_t warpSpecializedSharedLimit();
 

@@ -254,8 +254,25 @@ struct ConvertKilnToGPUPass
     spec.wgmma = false;
     spec.blocksPerSM = 0;
     spec.warpSpecialized = true;
-    spec.overlapSoftmax = warpSpecializeOverlap;
-    spec.pingPong = warpSpecializePingPong;
+    // The table's schedule or the rules', then what the options force.
+    WarpSpecializedSchedule schedule = chooseWarpSpecializedSchedule(spec);
+    auto force = [&](int64_t option, auto &field) {
+      if (option < 0)
+        return;
+      field = option;
+      schedule.from = "option";
+    };
+    force(warpSpecializeConsumers, schedule.consumers);
+    force(warpSpecializeTileKeys, schedule.tileKeys);
+    force(warpSpecializeOverlap, schedule.overlap);
+    force(warpSpecializePingPong, schedule.pingPong);
+    std::string why;
+    if (!warpSpecializedScheduleFits(spec, schedule, why))
+      return op->emitOpError("warp-specialised kernel: ") << why;
+    spec.warpConsumers = schedule.consumers;
+    spec.warpTileKeys = schedule.tileKeys;
+    spec.overlapSoftmax = schedule.overlap;
+    spec.pingPong = schedule.pingPong;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;
@@ -269,10 +286,9 @@ struct ConvertKilnToGPUPass
     kernels.insert(func);
     NamedAttrList fields(makeKernelInfo(builder, *kernel));
     fields.set("targets", builder.getStrArrayAttr({"sm_90a"}));
-    // Its schedule, for the manifest (rules; an option when the overlap or
-    // the turns were set by hand).
-    WarpSpecializedSchedule schedule = warpSpecializedSchedule(spec);
-    bool forced = !warpSpecializeOverlap || warpSpecializePingPong;
+    // Its schedule, for the manifest: the table's, the rules' or forced.
+    const char *from = schedule.from;
+    schedule = warpSpecializedSchedule(spec);
     fields.set(
         "warp_schedule",
         builder.getDictionaryAttr({
@@ -284,8 +300,7 @@ struct ConvertKilnToGPUPass
                                  builder.getBoolAttr(schedule.overlap)),
             builder.getNamedAttr("ping_pong",
                                  builder.getBoolAttr(schedule.pingPong)),
-            builder.getNamedAttr(
-                "from", builder.getStringAttr(forced ? "option" : "rule")),
+            builder.getNamedAttr("from", builder.getStringAttr(from)),
         }));
     func->setAttr(kKernelInfoAttrName,
                   fields.getDictionary(builder.getContext()));

@@ -22,8 +22,10 @@
 // block's key range is the prologue's (causal and window tile skipping,
 // bottom-right alignment); both consumer warpgroups walk all of it.
 //
-// Sites with a mask or bias tensor, masked_score, MLA head dims, or views TMA
-// cannot describe keep the portable kernel (the runtime chooses at launch).
+// Mask and bias tensors are read per score, as in the portable kernel (every
+// tile takes the masked path). With masked_score no tile is skipped: hidden
+// keys score the fill. MLA head dims, paged sites and views TMA cannot
+// describe keep the portable kernel (the runtime chooses at launch).
 //
 //===----------------------------------------------------------------------===//
 
@@ -174,13 +176,10 @@ private:
   int64_t headDim;
   /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
   int64_t tileKeys;
-  /// Consumer warpgroups of 64 rows: three at head dim 64 (more warps to
-  /// hide the softmax, which weighs most there; 160 registers are enough),
-  /// two otherwise (240 registers for the larger accumulators).
+  /// Consumer warpgroups of 64 rows (see chooseWarpSpecializedSchedule):
+  /// with three, 160 registers a thread, with two, 240.
   int64_t consumers;
-  /// The softmax of tile i overlaps P·V of tile i - 1 in each warpgroup:
-  /// past head dim 64 (measured: +6-8% at 128; at 64, with three
-  /// consumers, 5% slower, its P·V too short to hide a softmax behind).
+  /// The softmax of tile i overlaps P·V of tile i - 1 in each warpgroup.
   bool overlap;
   /// With the overlap and two consumers: the consumers take turns to issue
   /// their products (named barriers 1 and 2), so that one's softmax runs
@@ -273,10 +272,12 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   Value firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
   Value lastDiagonal = add(firstDiagonal, constIndex(kConsumerRows - 1));
 
-  // Without a softcap the scores stay raw dot products until the softmax
-  // step folds the scale into its exponents' FMAs (the site's scale is
-  // positive: see ConvertKilnToGPU).
-  bool foldScale = !spec.softcap;
+  // Without a softcap, additive terms or masked_score the scores stay raw
+  // dot products until the softmax step folds the scale into its
+  // exponents' FMAs (the site's scale is positive: see ConvertKilnToGPU).
+  bool additive =
+      spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
+  bool foldScale = !spec.softcap && !additive && !spec.maskedScore;
   Value softmaxScale = foldScale ? scaleLog2 : Value();
 
   int64_t keyBlocks = tileKeys / 8;
@@ -367,12 +368,14 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
           }
           Value key = add(kvStart, add(constIndex(8 * block + e % 2),
                                        mul(quadLane, constIndex(2))));
-          result.push_back(finishScore(score, queryRows[e / 2], key, Value(),
-                                       Value(), /*raw=*/foldScale));
+          result.push_back(finishScore(score, queryRows[e / 2], key,
+                                       maskBase, biasBase,
+                                       /*raw=*/foldScale));
         }
       return result;
     };
-    if (spec.softcap)
+    // A score function or a mask tensor touches every score.
+    if (spec.softcap || spec.maskType || spec.biasType)
       return finishAll(true);
     Value tileEnd = add(kvStart, constIndex(tileKeys));
     Value needsMask =
@@ -648,21 +651,107 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
 
 } // namespace
 
+namespace {
+/// A measured schedule: KILN_WARP_SCHEDULE(head dim, causal, consumers, tile
+/// keys, overlap, ping-pong, TFLOP/s of the choice, of the rules' schedule).
+struct WarpScheduleRow {
+  int64_t headDim;
+  bool causal;
+  int64_t consumers;
+  int64_t tileKeys;
+  bool overlap;
+  bool pingPong;
+};
+constexpr WarpScheduleRow kWarpScheduleTable[] = {
+#define KILN_WARP_SCHEDULE(headDim, causal, consumers, tileKeys, overlap,      \
+                           pingPong, ...)                                      \
+  {headDim, causal, consumers, tileKeys, overlap, pingPong},
+#include "WarpScheduleTable.inc"
+#undef KILN_WARP_SCHEDULE
+    // (Head dim 0 matches nothing: the table may have no rows.)
+    {0, false, 2, 128, false, false},
+};
+} // namespace
+
 WarpSpecializedSchedule
-mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
+mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
+  // The rules: 128-key tiles while two stages of K and V fit beside Q (64
+  // past head dim 128); three consumers of 160 registers at head dim 64
+  // (+11%), two of 240 past it for their accumulators; the overlap past
+  // head dim 64 (+6-8% at 128, -3 to -5% at 64); no turns (neutral).
   WarpSpecializedSchedule schedule;
   schedule.tileKeys = spec.headDim <= 128 ? 128 : 64;
   schedule.consumers = spec.headDim <= 64 ? 3 : 2;
-  schedule.overlap = spec.overlapSoftmax && spec.headDim > 64;
+  schedule.overlap = spec.headDim > 64;
+  schedule.pingPong = false;
+  // Rows for the head dim and causality; windows, masks and the rest take
+  // the row of their causality.
+  for (const WarpScheduleRow &row : kWarpScheduleTable) {
+    if (row.headDim != spec.headDim || row.causal != spec.causal)
+      continue;
+    WarpSpecializedSchedule measured;
+    measured.consumers = row.consumers;
+    measured.tileKeys = row.tileKeys;
+    measured.overlap = row.overlap;
+    measured.pingPong = row.pingPong;
+    measured.from = "table";
+    std::string why;
+    if (warpSpecializedScheduleFits(spec, measured, why))
+      schedule = measured;
+  }
+  return schedule;
+}
+
+WarpSpecializedSchedule
+mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
+  WarpSpecializedSchedule schedule;
+  schedule.tileKeys = spec.warpTileKeys;
+  schedule.consumers = spec.warpConsumers;
+  schedule.overlap = spec.overlapSoftmax;
   schedule.pingPong =
       schedule.overlap && spec.pingPong && schedule.consumers == 2;
   return schedule;
 }
 
+bool mlir::kiln::detail::warpSpecializedScheduleFits(
+    const KernelSpec &spec, const WarpSpecializedSchedule &schedule,
+    std::string &why) {
+  if (schedule.consumers != 2 && schedule.consumers != 3) {
+    why = "two or three consumer warpgroups, not " +
+          std::to_string(schedule.consumers);
+    return false;
+  }
+  if (schedule.tileKeys != 64 && schedule.tileKeys != 128) {
+    why = "tiles of 64 or 128 keys, not " + std::to_string(schedule.tileKeys);
+    return false;
+  }
+  // With three consumers a thread has 128 registers at launch (160 after
+  // setmaxnreg), and ptxas allocates wgmma's accumulators within the launch
+  // cap: head dim 256's O (128 a thread) and S do not fit.
+  if (schedule.consumers == 3 && spec.headDim > 192) {
+    why = "three consumers have too few registers for head dim " +
+          std::to_string(spec.headDim) + "'s accumulators (at most 192)";
+    return false;
+  }
+  // Q's rows, two stages of K and V tiles, the mbarriers.
+  int64_t bytes = (schedule.consumers * kConsumerRows * spec.headDim +
+                   2 * kStages * schedule.tileKeys * spec.headDim) *
+                      2 +
+                  kNumBarriers * 8;
+  if (bytes > kHopperSharedLimit) {
+    why = std::to_string(schedule.consumers) + " consumers and " +
+          std::to_string(schedule.tileKeys) + "-key tiles at head dim " +
+          std::to_string(spec.headDim) + " need " + std::to_string(bytes) +
+          " bytes of shared memory, more than sm_90's " +
+          std::to_string(kHopperSharedLimit);
+    return false;
+  }
+  return true;
+}
+
 bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
   return (spec.elementType.isF16() || spec.elementType.isBF16()) &&
-         !spec.paged && !spec.valueHeadDim && !spec.maskType &&
-         !spec.biasType && !spec.maskedScore &&
+         !spec.paged && !spec.valueHeadDim &&
          spec.headDim % kSwizzleElements == 0 && spec.headDim <= 256;
 }
 

@@ -202,6 +202,7 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
           {"blocks_per_sm", 1},
           {"consumer_warpgroups",
            warp.getAs<IntegerAttr>("consumers").getInt()},
+          {"kv_block_size", warp.getAs<IntegerAttr>("kv_block_size").getInt()},
           {"overlap", warp.getAs<BoolAttr>("overlap").getValue()},
           {"ping_pong", warp.getAs<BoolAttr>("ping_pong").getValue()},
           {"from", warp.getAs<StringAttr>("from").getValue()}};

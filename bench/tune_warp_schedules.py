@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Tunes the schedule of Kiln's warp-specialised sm_90a kernel (consumer
+warpgroups, keys a K/V tile, the softmax/P·V overlap, the consumers' turns)
+per head dim and causality, and writes the table kilnc ships with
+(lib/Conversion/KilnToGPU/WarpScheduleTable.inc). Three steps, the first and
+the last where kilnc is, the second on the GPU:
+
+    python3 bench/tune_warp_schedules.py compile DIR
+    python3 bench/tune_warp_schedules.py measure DIR --out tuning.json
+    python3 bench/tune_warp_schedules.py table tuning.json \\
+        > lib/Conversion/KilnToGPU/WarpScheduleTable.inc
+
+`compile` writes, per head dim (64, 128, 192, 256), a bf16 site file with a
+causal and a non-causal site, and builds one sm_90a package per candidate
+schedule (kilnc --warp-specialize-consumers/-tile-keys/-overlap/-ping-pong);
+a candidate whose tiles do not fit in shared memory is recorded as such.
+`measure` runs every site of every candidate on the same inputs (bf16,
+b·s = 16k tokens, hidden 2048, 4096 tokens a sequence), checks that the
+warp-specialised kernel is what ran (a profile of its first launch) and its
+output against SDPA (relative L2 error below 2e-2, else the candidate is
+out), and times it (median of triton.testing.do_bench); FLOPs = 4·b·h·s²·d,
+halved for causal. `table` keeps, per (head dim, causal), the fastest
+candidate, unless the rules' schedule (what kilnc picks without a row) is
+within 2% of it: a row is written only where measuring beat the rules by
+more than noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tune_schedules import HIDDEN, MARGIN, SEQ, TOKENS  # noqa: E402
+
+HEAD_DIMS = (64, 128, 192, 256)
+
+
+class Candidate(NamedTuple):
+    consumers: int
+    tile_keys: int
+    overlap: bool
+    ping_pong: bool
+
+    @property
+    def name(self) -> str:
+        return (f"c{self.consumers}-t{self.tile_keys}-o{int(self.overlap)}"
+                f"-p{int(self.ping_pong)}")
+
+    def flags(self) -> List[str]:
+        return [f"--warp-specialize-consumers={self.consumers}",
+                f"--warp-specialize-tile-keys={self.tile_keys}",
+                f"--warp-specialize-overlap={int(self.overlap)}",
+                f"--warp-specialize-ping-pong={int(self.ping_pong)}"]
+
+
+#: Every schedule the kernel can be built with; the turns need the overlap
+#: and two consumers.
+CANDIDATES: List[Candidate] = [
+    Candidate(consumers, tile_keys, overlap, ping_pong)
+    for consumers in (2, 3)
+    for tile_keys in (64, 128)
+    for overlap in (False, True)
+    for ping_pong in (False, True)
+    if not ping_pong or (overlap and consumers == 2)
+]
+
+
+def rules(head_dim: int) -> Candidate:
+    """What kilnc picks without a table row (chooseWarpSpecializedSchedule
+    in WarpSpecialized.cpp)."""
+    return Candidate(3 if head_dim <= 64 else 2,
+                     128 if head_dim <= 128 else 64, head_dim > 64, False)
+
+
+def sites_text(head_dim: int) -> str:
+    scale = head_dim ** -0.5
+    tensor = f"tensor<?x?x?x{head_dim}xbf16>"
+    lines = []
+    for suffix, causal in (("", ""), ("_causal", "causal, ")):
+        lines += [
+            f"func.func @d{head_dim}{suffix}(%q: {tensor}, %k: {tensor}, "
+            f"%v: {tensor}) -> {tensor} {{",
+            f"  %o = kiln.attention %q, %k, %v {{{causal}scale = {scale:.9g} "
+            f": f32}} : {tensor}, {tensor}, {tensor} -> {tensor}",
+            f"  return %o : {tensor}",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def compile_all(out: Path, kilnc: str) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    ptxas = shutil.which("ptxas") or (
+        "/usr/local/cuda/bin/ptxas"
+        if os.access("/usr/local/cuda/bin/ptxas", os.X_OK) else None)
+    unfit: Dict[str, str] = {}
+    for head_dim in HEAD_DIMS:
+        sites = out / f"d{head_dim}.mlir"
+        sites.write_text(sites_text(head_dim))
+        for candidate in CANDIDATES:
+            target = out / f"d{head_dim}" / candidate.name
+            command = [kilnc, str(sites), "-o", str(target), "--target=sm_90a",
+                       *candidate.flags()]
+            print(" ".join(command), flush=True)
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                # Only a schedule that does not fit may fail.
+                if "warp-specialised kernel:" not in result.stderr:
+                    print(result.stderr, file=sys.stderr)
+                    return 1
+                unfit[f"d{head_dim}/{candidate.name}"] = (
+                    result.stderr.strip().splitlines()[0])
+                continue
+            # What the driver's JIT would refuse, found here.
+            if ptxas:
+                check = subprocess.run(
+                    [ptxas, "-arch=sm_90a", str(target / "kernels.sm_90a.ptx"),
+                     "-o", os.devnull], capture_output=True, text=True)
+                if check.returncode != 0:
+                    unfit[f"d{head_dim}/{candidate.name}"] = (
+                        "ptxas: " + check.stderr.strip().splitlines()[0])
+                    shutil.rmtree(target)
+    (out / "unfit.json").write_text(json.dumps(unfit, indent=1))
+    print(f"{len(unfit)} candidates do not fit; see {out / 'unfit.json'}")
+    return 0
+
+
+def ran_kernels(site, q, k, v, out) -> List[str]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        site.attention(q, k, v, out=out)
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if "kiln" in e.name})
+
+
+def measure(root: Path) -> List[Dict[str, Any]]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(ROOT / "python"))
+    import kiln
+
+    rows = []
+    for head_dim in HEAD_DIMS:
+        packages = {c: kiln.Package(str(root / f"d{head_dim}" / c.name))
+                    for c in CANDIDATES
+                    if (root / f"d{head_dim}" / c.name).is_dir()}
+        for causal in (False, True):
+            function = f"d{head_dim}{'_causal' if causal else ''}"
+            heads = HIDDEN // head_dim
+            batch = TOKENS // SEQ
+            torch.manual_seed(0)
+            q = torch.randn(batch, heads, SEQ, head_dim, dtype=torch.bfloat16,
+                            device="cuda")
+            k, v = torch.randn_like(q), torch.randn_like(q)
+            scale = head_dim ** -0.5
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                reference = F.scaled_dot_product_attention(
+                    q, k, v, is_causal=causal, scale=scale).double()
+            flops = 4 * batch * heads * SEQ * SEQ * head_dim / (2 if causal else 1)
+            for candidate, package in packages.items():
+                site = {s.function: s for s in package.sites}[function]
+                out = torch.full_like(q, float("nan"))
+                row = dict(d=head_dim, causal=causal, **candidate._asdict())
+                try:
+                    kernels = ran_kernels(site, q, k, v, out)
+                except kiln.KilnError as error:
+                    row["rejected"] = f"launch failed: {error}"
+                    rows.append(row)
+                    print(row, flush=True)
+                    continue
+                error = float((out.double() - reference).norm() / reference.norm())
+                row.update(kernels=kernels, rel_err=error)
+                if not any("_ws_" in name for name in kernels):
+                    row["rejected"] = "the warp-specialised kernel did not run"
+                elif not error < 2e-2:
+                    row["rejected"] = "wrong result"
+                else:
+                    ms = float(do_bench(
+                        lambda: site.attention(q, k, v, out=out), warmup=25,
+                        rep=100, return_mode="median"))
+                    row.update(ms=ms, TFLOPs=flops / ms / 1e9)
+                rows.append(row)
+                print(row, flush=True)
+    return rows
+
+
+def table(results: Dict[str, Any]) -> str:
+    rows = [r for r in results["rows"] if "TFLOPs" in r]
+    lines = [
+        "// Measured sm_90a schedules of the warp-specialised kernel, written",
+        "// by bench/tune_warp_schedules.py: KILN_WARP_SCHEDULE(head dim,",
+        "// causal, consumers, tile keys, overlap, ping-pong, TFLOP/s of the",
+        "// choice, of the rules' schedule).",
+        f"// Measured on {results.get('device', '?')}, torch "
+        f"{results.get('torch', '?')}: bf16, b*s = {TOKENS} tokens, "
+        f"hidden {HIDDEN}, {SEQ} tokens a sequence.",
+        f"// Rows only where the choice beat the rules by more than "
+        f"{round((MARGIN - 1) * 100)}%.",
+    ]
+
+    def describe(row: Dict[str, Any]) -> str:
+        return (f"{row['consumers']} consumers, {row['tile_keys']} keys, "
+                f"overlap {'on' if row['overlap'] else 'off'}, turns "
+                f"{'on' if row['ping_pong'] else 'off'}")
+
+    for head_dim, causal in sorted({(r["d"], r["causal"]) for r in rows}):
+        mine = [r for r in rows if (r["d"], r["causal"]) == (head_dim, causal)]
+        best = max(mine, key=lambda r: r["TFLOPs"])
+        rule = rules(head_dim)
+        default = next((r for r in mine if Candidate(
+            r["consumers"], r["tile_keys"], r["overlap"], r["ping_pong"]) == rule),
+            None)
+        case = f"d{head_dim}{' causal' if causal else ''}"
+        if default and best["TFLOPs"] <= MARGIN * default["TFLOPs"]:
+            lines.append(f"// {case}: the rules' {describe(default)} "
+                         f"({default['TFLOPs']:.0f} TFLOP/s; best "
+                         f"{describe(best)}: {best['TFLOPs']:.0f})")
+            continue
+        lines.append(
+            f"KILN_WARP_SCHEDULE({head_dim}, {str(causal).lower()}, "
+            f"{best['consumers']}, {best['tile_keys']}, "
+            f"{str(best['overlap']).lower()}, "
+            f"{str(best['ping_pong']).lower()}, {best['TFLOPs']:.0f}, "
+            f"{default['TFLOPs'] if default else 0:.0f})")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("compile")
+    build.add_argument("dir")
+    build.add_argument("--kilnc", default=os.environ.get("KILNC", "kilnc"))
+    run = commands.add_parser("measure")
+    run.add_argument("dir")
+    run.add_argument("--out", default="warp-tuning.json")
+    emit = commands.add_parser("table")
+    emit.add_argument("results")
+    options = parser.parse_args()
+    if options.command == "compile":
+        return compile_all(Path(options.dir), options.kilnc)
+    if options.command == "measure":
+        import torch
+
+        rows = measure(Path(options.dir))
+        Path(options.out).write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "rows": rows}, indent=1))
+        return 0
+    try:
+        results = json.loads(Path(options.results).read_text())
+        sys.stdout.write(table(results))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"tune_warp_schedules: {options.results}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
