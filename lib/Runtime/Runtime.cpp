@@ -736,12 +736,18 @@ bool isSpecialStream(CUstream stream) {
          stream == CU_STREAM_PER_THREAD;
 }
 
+/// Where a kernel's blocks live on the current device.
+struct Residency {
+  int64_t smCount = 0;
+  int64_t blocksPerSM = 0;
+};
+
 /// The function of `kernelIndex` in the current context (or, when none is
 /// current, `stream`'s), loading the module the first time; null when the
 /// loaded target's PTX does not have the kernel.
 Error getFunction(kiln_package &package, const CudaDriver &driver,
                   size_t kernelIndex, CUstream stream, CUfunction &function,
-                  int64_t *slots = nullptr) {
+                  Residency *residency = nullptr) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
   if (result != CUDA_SUCCESS)
@@ -802,8 +808,8 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
     cached = found;
   }
   function = cached;
-  if (slots) {
-    // Resident blocks of this kernel on the whole device.
+  if (residency) {
+    // The SM count, and resident blocks of this kernel per SM.
     if (!loaded->smCount) {
       CUdevice device;
       int count = 0;
@@ -831,7 +837,8 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
                     " for kernel \"" + kernel.name + "\""};
       blocks = std::max(blocks, 1);
     }
-    *slots = int64_t(loaded->smCount) * blocks;
+    residency->smCount = loaded->smCount;
+    residency->blocksPerSM = blocks;
   }
   return Error::ok();
 }
@@ -842,22 +849,35 @@ constexpr int64_t kMinBlocksPerSplit = 1;
 /// time of one key block.
 constexpr int64_t kBlockOverhead = 2;
 
+/// Resident blocks of a kernel per SM that reach an SM's share of the
+/// memory bandwidth, measured on the H200 with forced split counts: one
+/// block of the contiguous kernels (a second one on the same SM only
+/// shares the bandwidth: 8/1 x 128 x 2k ran 2.81 TB/s at one split, 2.54 at
+/// two), two of the paged kernels, whose page lookups slow one block down
+/// (32/8 x 16 x 16k: 2.82 TB/s at one split, 3.78 at two).
+int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
+
 /// The split count that minimises a model of a launch's time: `blocks`
-/// blocks of `kvBlocks` key blocks each, run in waves of `slots` resident
-/// blocks, each split block costing its share of key blocks plus a fixed
-/// overhead. The smallest count wins a tie; grid z (batch x splits) stays
+/// blocks of `kvBlocks` key blocks each, spread evenly over `smCount` SMs
+/// that hold `blocksPerSM` at a time. An SM's time is its blocks' key blocks
+/// (plus a fixed overhead each) at the SM's bandwidth, which takes
+/// `saturating` blocks at once to reach: with fewer, each block runs at its
+/// own rate. The smallest count wins a tie; grid z (batch x splits) stays
 /// within CUDA's limit.
-int64_t chooseSplits(int64_t blocks, int64_t slots, int64_t kvBlocks,
-                     int64_t batch) {
-  if (blocks <= 0 || slots <= 0 || kvBlocks <= 0)
+int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
+                     int64_t kvBlocks, int64_t batch, int64_t saturating) {
+  if (blocks <= 0 || smCount <= 0 || blocksPerSM <= 0 || kvBlocks <= 0)
     return 1;
+  saturating = std::clamp<int64_t>(saturating, 1, blocksPerSM);
   int64_t most = std::min<int64_t>(
       {kMaxSplits, std::max<int64_t>(1, kvBlocks / kMinBlocksPerSplit),
        std::max<int64_t>(1, 65535 / batch)});
   int64_t best = 1, bestCost = std::numeric_limits<int64_t>::max();
   for (int64_t splits = 1; splits <= most; ++splits) {
-    int64_t waves = (blocks * splits + slots - 1) / slots;
-    int64_t cost = waves * ((kvBlocks + splits - 1) / splits + kBlockOverhead);
+    int64_t perSM = (blocks * splits + smCount - 1) / smCount;
+    int64_t waves = (perSM + blocksPerSM - 1) / blocksPerSM;
+    int64_t share = std::max(perSM, saturating * waves);
+    int64_t cost = share * ((kvBlocks + splits - 1) / splits + kBlockOverhead);
     if (cost < bestCost) {
       best = splits;
       bestCost = cost;
@@ -896,13 +916,15 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
   if (!kernel.combineIndex || !args.workspace)
     return Error::ok();
   CUfunction function = nullptr;
-  int64_t slots = 0;
-  if (Error error =
-          getFunction(package, driver, s.kernelIndex, stream, function, &slots))
+  Residency residency;
+  if (Error error = getFunction(package, driver, s.kernelIndex, stream,
+                                function, &residency))
     return error;
   int64_t kvBlocks =
       (launch.maxKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
-  splits = chooseSplits(gridBlocks(kernel, args), slots, kvBlocks, args.batch);
+  splits = chooseSplits(gridBlocks(kernel, args), residency.smCount,
+                        residency.blocksPerSM, kvBlocks, args.batch,
+                        saturatingBlocks(kernel));
   while (splits > 1 && splitWorkspaceBytes(args, launch.valueHeadDim, splits) >
                            args.workspace_bytes)
     --splits;
@@ -1552,9 +1574,9 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
     if (Error error = getCudaDriver(driver))
       return fail(error);
     CUfunction function = nullptr;
-    int64_t slots = 0;
+    Residency residency;
     if (Error error = getFunction(package, *driver, s.kernelIndex, nullptr,
-                                  function, &slots))
+                                  function, &residency))
       return fail(error);
     int64_t valueHeadDim = kernel.valueHeadDim ? *kernel.valueHeadDim
                            : s.valueHeadDim    ? *s.valueHeadDim
@@ -1580,8 +1602,9 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
         continue;
       for (int64_t sequences = 1; sequences <= batch; ++sequences) {
         args.batch = sequences;
-        int64_t splits =
-            chooseSplits(gridBlocks(kernel, args), slots, kvBlocks, sequences);
+        int64_t splits = chooseSplits(
+            gridBlocks(kernel, args), residency.smCount, residency.blocksPerSM,
+            kvBlocks, sequences, saturatingBlocks(kernel));
         largest =
             std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
       }

@@ -326,31 +326,33 @@ TEST_F(SplitLaunchTest, ChoosesSplitsFromTheDeviceAndCombines) {
   kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
   a.workspace = workspace;
   a.workspace_bytes = sizeof(workspace);
-  // 8 blocks, 264 resident on 132 SMs x 2, 64 key blocks: 32 splits of 2
-  // key blocks fill one wave (33 would not shorten a split).
+  // 8 blocks of 64 key blocks on 132 SMs (2 resident each): 16 splits of 4
+  // key blocks put one block on each of 128 SMs, which one block of a
+  // contiguous kernel saturates; 32 splits would put two blocks on an SM
+  // to share its bandwidth for half the keys each, and pay more overheads.
   int64_t splits = 0;
   ASSERT_EQ(kiln_site_attention_splits(site, &a, &splits), KILN_OK)
       << kiln_last_error();
-  EXPECT_EQ(splits, 32);
+  EXPECT_EQ(splits, 16);
   ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
       << kiln_last_error();
   EXPECT_EQ(fake().launches, 2);
   const FakeLaunch &attention = fake().previousLaunch;
-  EXPECT_EQ(attention.grid[2], 32u); // batch x splits
-  EXPECT_EQ(asI32(attention.params[22]), 32);
+  EXPECT_EQ(attention.grid[2], 16u); // batch x splits
+  EXPECT_EQ(asI32(attention.params[22]), 16);
   EXPECT_EQ(attention.params[23], reinterpret_cast<uintptr_t>(workspace));
   const FakeLaunch &combine = fake().lastLaunch;
   EXPECT_NE(combine.function, attention.function);
   EXPECT_EQ(combine.grid[0], 2u); // ceil(1 * 8 * 1 / 4) rows
   EXPECT_EQ(combine.params[0], reinterpret_cast<uintptr_t>(workspace));
   EXPECT_EQ(combine.params[1], 0x40000u);
-  EXPECT_EQ(asI32(combine.params[2]), 32);
+  EXPECT_EQ(asI32(combine.params[2]), 16);
 
   // The size query covers this launch's choice.
   int64_t bytes = 0;
   ASSERT_EQ(kiln_site_workspace_size(site, 1, 8, 2, 1, 4096, &bytes), KILN_OK)
       << kiln_last_error();
-  EXPECT_EQ(bytes, bytesFor(32));
+  EXPECT_EQ(bytes, bytesFor(16));
 }
 
 TEST_F(SplitLaunchTest, TheWorkspaceBoundsTheSplits) {
