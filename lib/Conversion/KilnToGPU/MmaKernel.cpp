@@ -176,8 +176,21 @@ private:
   /// page `page_table[b, key / page_size]`, slot `key % page_size`
   /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
   /// cache, keys past `numRows` read the last one and are zero-filled.
+  /// The table entries can come from `prefetchedPages` (one per chunk, in
+  /// the plan's order), and be returned in `pages`.
   ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
-                            Value base, Value firstRow, Value numRows);
+                            Value base, Value firstRow, Value numRows,
+                            SmallVector<Value> *pages = nullptr);
+  /// This thread's pages of a paged tile's chunks (planPagedChunks's
+  /// entries, clamped to the cache), loaded from the page table.
+  SmallVector<Value> loadPages(int64_t dim, Value firstRow, Value numRows);
+  /// Chunks a thread copies of a 64-row tile of head dim `dim`.
+  static int64_t chunksPerThread(int64_t dim) {
+    return llvm::divideCeil(kTileKeys * (dim / kChunk), kThreadsPerBlock);
+  }
+  /// Pages planPagedChunks takes instead of reading the page table (the
+  /// main loop reads the next tile's a tile ahead); empty: it reads them.
+  SmallVector<Value> prefetchedPages;
   /// Runs `body` only for chunk `index` of `plan` that exists.
   void ifChunkExists(const ChunkPlan &plan, size_t index,
                      llvm::function_ref<void()> body);
@@ -280,10 +293,22 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
   });
 }
 
+SmallVector<Value> MmaKernel::loadPages(int64_t dim, Value firstRow,
+                                        Value numRows) {
+  SmallVector<Value> pages;
+  SmallVector<Value> saved = std::move(prefetchedPages);
+  prefetchedPages.clear();
+  planPagedChunks(dim, kStrides, toI64(constIndex(0)), firstRow, numRows,
+                  &pages);
+  prefetchedPages = std::move(saved);
+  return pages;
+}
+
 MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
                                                 ArrayRef<Value> cacheStrides,
                                                 Value base, Value firstRow,
-                                                Value numRows) {
+                                                Value numRows,
+                                                SmallVector<Value> *pages) {
   Value lastRow =
       arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
   Value lastEntry =
@@ -291,21 +316,45 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
   Value lastPage =
       arith::MaxSIOp::create(*b, sub(numPages, constIndex(1)), constIndex(0));
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  size_t chunk = 0;
+  assert((prefetchedPages.empty() ||
+          prefetchedPages.size() == size_t(chunksPerThread(dim))) &&
+         "a prefetched page per chunk");
   return planChunks(dim, [&](Value row) {
     Value key = add(firstRow, row);
     Value clamped = arith::MinSIOp::create(*b, key, lastRow);
-    Value entry = arith::MinSIOp::create(
-        *b, arith::ShRUIOp::create(*b, clamped, pageShift), lastEntry);
-    Value entryAddress = LLVM::GEPOp::create(
-        *b, globalPtr, b->getI32Type(), pageTable,
-        ValueRange{add(mul(toI64(batch), pageTableStride), toI64(entry))});
-    Value page =
-        toIndex(LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress));
-    page = arith::MinSIOp::create(
-        *b, arith::MaxSIOp::create(*b, page, constIndex(0)), lastPage);
+    Value entryAddress;
+    if (prefetchedPages.empty()) {
+      Value entry = arith::MinSIOp::create(
+          *b, arith::ShRUIOp::create(*b, clamped, pageShift), lastEntry);
+      entryAddress = LLVM::GEPOp::create(
+          *b, globalPtr, b->getI32Type(), pageTable,
+          ValueRange{add(mul(toI64(batch), pageTableStride), toI64(entry))});
+    }
+    // The page's offset in elements (a page's index clamped to the cache).
+    Value pageOffset;
+    if (!prefetchedPages.empty()) {
+      pageOffset = mul(
+          arith::ExtSIOp::create(*b, b->getI64Type(), prefetchedPages[chunk++]),
+          cacheStrides[0]);
+    } else if (pages) {
+      // In 32 bits: a prefetched tile's pages stay in registers.
+      Value page = LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress);
+      page = arith::MinSIOp::create(
+          *b, arith::MaxSIOp::create(*b, page, constI32(0)), toI32(lastPage));
+      pages->push_back(page);
+      pageOffset = mul(arith::ExtSIOp::create(*b, b->getI64Type(), page),
+                       cacheStrides[0]);
+    } else {
+      Value page =
+          toIndex(LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress));
+      page = arith::MinSIOp::create(
+          *b, arith::MaxSIOp::create(*b, page, constIndex(0)), lastPage);
+      pageOffset = mul(toI64(page), cacheStrides[0]);
+    }
     Value slot = arith::AndIOp::create(*b, clamped, pageMask);
-    Value offset = add(base, add(mul(toI64(page), cacheStrides[0]),
-                                 mul(toI64(slot), cacheStrides[1])));
+    Value offset =
+        add(base, add(pageOffset, mul(toI64(slot), cacheStrides[1])));
     return std::pair{offset, Value(arith::CmpIOp::create(
                                  *b, arith::CmpIPredicate::slt, key, numRows))};
   });
@@ -765,6 +814,26 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                                 nextStart, loopEnd);
+          // Paged caches: the pages of that tile's keys are read now, so
+          // that their latency passes during this tile's products rather
+          // than in front of its copies; V's rows are K's. Only where the
+          // registers they hold across the tile cost no spills (ptxas: the
+          // wgmma variant past head dim 64 up to 128; at 64 and 256, and on
+          // mma.sync, they spill).
+          SmallVector<Value> nextPages;
+          if (spec.paged && wgmma && spec.headDim > 64 && spec.headDim <= 128) {
+            int64_t count = chunksPerThread(spec.headDim);
+            auto prefetch = scf::IfOp::create(
+                ib, SmallVector<Type>(count, ib.getI32Type()), hasNext,
+                /*withElse=*/true);
+            OpBuilder::InsertionGuard guard(ib);
+            ib.setInsertionPointToStart(&prefetch.getThenRegion().front());
+            scf::YieldOp::create(ib, loadPages(spec.headDim, nextStart, kvLen));
+            ib.setInsertionPointToStart(&prefetch.getElseRegion().front());
+            scf::YieldOp::create(ib, SmallVector<Value>(count, constI32(0)));
+            nextPages.assign(prefetch.getResults().begin(),
+                             prefetch.getResults().end());
+          }
           Value kTile = kTiles[0], vTile = vTiles[0];
           if (stages == 2) {
             Value tileIndex = arith::DivUIOp::create(
@@ -830,7 +899,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // Every warp is done with this K stage: the K tile after next loads
           // into it during the softmax and P·V of this one.
           gpu::BarrierOp::create(ib);
+          prefetchedPages = nextPages;
           issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
+          prefetchedPages.clear();
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           // Scale into log2 units and hide what the mask hides. Tiles that
@@ -949,7 +1020,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // Every warp is done with this V stage: the V tile after next loads
           // into it.
           gpu::BarrierOp::create(ib);
+          if (spec.valueDim() == spec.headDim)
+            prefetchedPages = nextPages;
           issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
+          prefetchedPages.clear();
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           newState.append(acc.begin(), acc.end());
