@@ -320,16 +320,25 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
   assert((prefetchedPages.empty() ||
           prefetchedPages.size() == size_t(chunksPerThread(dim))) &&
          "a prefetched page per chunk");
+  // Keys, table entries and slots in 32 bits (a sequence has at most
+  // kv_lens[b] keys, an i32): in 64 bits every compare, minimum and shift
+  // was two instructions, and they were most of the kernel's address work
+  // (read in the SASS).
+  Value firstRow32 = toI32(firstRow), numRows32 = toI32(numRows);
+  Value lastRow32 = toI32(lastRow), lastEntry32 = toI32(lastEntry);
+  Value shift32 = toI32(pageShift), mask32 = toI32(pageMask);
+  Value tableRow = mul(toI64(batch), pageTableStride);
   return planChunks(dim, [&](Value row) {
-    Value key = add(firstRow, row);
-    Value clamped = arith::MinSIOp::create(*b, key, lastRow);
+    Value key = arith::AddIOp::create(*b, firstRow32, toI32(row));
+    Value clamped = arith::MinSIOp::create(*b, key, lastRow32);
     Value entryAddress;
     if (prefetchedPages.empty()) {
       Value entry = arith::MinSIOp::create(
-          *b, arith::ShRUIOp::create(*b, clamped, pageShift), lastEntry);
+          *b, arith::ShRUIOp::create(*b, clamped, shift32), lastEntry32);
       entryAddress = LLVM::GEPOp::create(
           *b, globalPtr, b->getI32Type(), pageTable,
-          ValueRange{add(mul(toI64(batch), pageTableStride), toI64(entry))});
+          ValueRange{add(tableRow,
+                         arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
     }
     // The page's offset in elements (a page's index clamped to the cache).
     Value pageOffset;
@@ -337,26 +346,24 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
       pageOffset = mul(
           arith::ExtSIOp::create(*b, b->getI64Type(), prefetchedPages[chunk++]),
           cacheStrides[0]);
-    } else if (pages) {
-      // In 32 bits: a prefetched tile's pages stay in registers.
+    } else {
       Value page = LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress);
       page = arith::MinSIOp::create(
           *b, arith::MaxSIOp::create(*b, page, constI32(0)), toI32(lastPage));
-      pages->push_back(page);
+      // In 32 bits: a prefetched tile's pages stay in registers.
+      if (pages)
+        pages->push_back(page);
       pageOffset = mul(arith::ExtSIOp::create(*b, b->getI64Type(), page),
                        cacheStrides[0]);
-    } else {
-      Value page =
-          toIndex(LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress));
-      page = arith::MinSIOp::create(
-          *b, arith::MaxSIOp::create(*b, page, constIndex(0)), lastPage);
-      pageOffset = mul(toI64(page), cacheStrides[0]);
     }
-    Value slot = arith::AndIOp::create(*b, clamped, pageMask);
+    Value slot = arith::AndIOp::create(*b, clamped, mask32);
     Value offset =
-        add(base, add(pageOffset, mul(toI64(slot), cacheStrides[1])));
-    return std::pair{offset, Value(arith::CmpIOp::create(
-                                 *b, arith::CmpIPredicate::slt, key, numRows))};
+        add(base, add(pageOffset,
+                      mul(arith::ExtUIOp::create(*b, b->getI64Type(), slot),
+                          cacheStrides[1])));
+    return std::pair{offset,
+                     Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                                 key, numRows32))};
   });
 }
 
