@@ -29,7 +29,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,26 +114,42 @@ def measure(root: Path) -> List[Dict[str, Any]]:
     return rows
 
 
-def table(results: Dict[str, Any]) -> str:
+def measured_cases(results: Dict[str, Any], is_default: Callable[
+        [Dict[str, Any], int], bool]) -> Iterator[
+        Tuple[int, bool, Dict[str, Any], Optional[Dict[str, Any]], bool]]:
+    """Per (head dim, causal) of the measured rows: the fastest row, the
+    rules' row (`is_default(row, head_dim)`; None if not measured), and
+    whether the fastest beat the rules' by more than the margin."""
     rows = [r for r in results["rows"] if "TFLOPs" in r]
-    lines = [
-        "// Measured sm_90a schedules of the tensor-core kernel, written by",
-        "// bench/tune_schedules.py: KILN_SCHEDULE(head dim, causal, wgmma,",
-        "// blocks per SM, TFLOP/s of the choice, of the rules' schedule).",
+    for head_dim, causal in sorted({(r["d"], r["causal"]) for r in rows}):
+        mine = [r for r in rows if (r["d"], r["causal"]) == (head_dim, causal)]
+        best = max(mine, key=lambda r: r["TFLOPs"])
+        default = next((r for r in mine if is_default(r, head_dim)), None)
+        beats = not (default and best["TFLOPs"] <= MARGIN * default["TFLOPs"])
+        yield head_dim, causal, best, default, beats
+
+
+def measured_on(results: Dict[str, Any]) -> List[str]:
+    """The table's comment lines on where and how it was measured."""
+    return [
         f"// Measured on {results.get('device', '?')}, torch "
         f"{results.get('torch', '?')}: bf16, b*s = {TOKENS} tokens, "
         f"hidden {HIDDEN}, {SEQ} tokens a sequence.",
         f"// Rows only where the choice beat the rules by more than "
         f"{round((MARGIN - 1) * 100)}%.",
     ]
-    cases = sorted({(r["d"], r["causal"]) for r in rows})
-    for head_dim, causal in cases:
-        mine = [r for r in rows if (r["d"], r["causal"]) == (head_dim, causal)]
-        best = max(mine, key=lambda r: r["TFLOPs"])
-        variant, blocks = rules(head_dim)
-        default = next((r for r in mine if (r["variant"], r["blocks_per_sm"])
-                        == (variant, blocks)), None)
-        if default and best["TFLOPs"] <= MARGIN * default["TFLOPs"]:
+
+
+def table(results: Dict[str, Any]) -> str:
+    lines = [
+        "// Measured sm_90a schedules of the tensor-core kernel, written by",
+        "// bench/tune_schedules.py: KILN_SCHEDULE(head dim, causal, wgmma,",
+        "// blocks per SM, TFLOP/s of the choice, of the rules' schedule).",
+    ] + measured_on(results)
+    for head_dim, causal, best, default, beats in measured_cases(
+            results, lambda r, d: (r["variant"], r["blocks_per_sm"]) == rules(d)):
+        if not beats:
+            variant, blocks = rules(head_dim)
             lines.append(f"// d{head_dim}{' causal' if causal else ''}: the "
                          f"rules' {variant}, {blocks} blocks/SM "
                          f"({default['TFLOPs']:.0f} TFLOP/s; best "
@@ -146,6 +162,27 @@ def table(results: Dict[str, Any]) -> str:
             f"{best['blocks_per_sm']}, {best['TFLOPs']:.0f}, "
             f"{default['TFLOPs'] if default else 0:.0f})")
     return "\n".join(lines) + "\n"
+
+
+def finish(options: Any, measure: Callable[[Path], List[Dict[str, Any]]],
+           table: Callable[[Dict[str, Any]], str], name: str) -> int:
+    """The measure and table commands: rows written with the device and
+    torch version, or the table printed from such a file."""
+    if options.command == "measure":
+        import torch
+
+        rows = measure(Path(options.dir))
+        Path(options.out).write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "rows": rows}, indent=1))
+        return 0
+    try:
+        results = json.loads(Path(options.results).read_text())
+        sys.stdout.write(table(results))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"{name}: {options.results}: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main() -> int:
@@ -163,22 +200,7 @@ def main() -> int:
     options = parser.parse_args()
     if options.command == "compile":
         return compile_all(Path(options.sites), Path(options.dir), options.kilnc)
-    if options.command == "measure":
-        import torch
-
-        rows = measure(Path(options.dir))
-        Path(options.out).write_text(json.dumps(
-            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-             "rows": rows}, indent=1))
-        return 0
-    try:
-        results = json.loads(Path(options.results).read_text())
-        sys.stdout.write(table(results))
-    except (OSError, ValueError, KeyError) as error:
-        print(f"tune_schedules: {options.results}: {error}", file=sys.stderr)
-        return 1
-    return 0
-
+    return finish(options, measure, table, "tune_schedules")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -39,7 +39,8 @@ from typing import Any, Dict, List, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tune_schedules import HIDDEN, MARGIN, SEQ, TOKENS  # noqa: E402
+from tune_schedules import (HIDDEN, SEQ, TOKENS, finish,  # noqa: E402
+                            measured_cases, measured_on)
 
 HEAD_DIMS = (64, 128, 192, 256)
 
@@ -199,33 +200,26 @@ def measure(root: Path) -> List[Dict[str, Any]]:
 
 
 def table(results: Dict[str, Any]) -> str:
-    rows = [r for r in results["rows"] if "TFLOPs" in r]
     lines = [
         "// Measured sm_90a schedules of the warp-specialised kernel, written",
         "// by bench/tune_warp_schedules.py: KILN_WARP_SCHEDULE(head dim,",
         "// causal, consumers, tile keys, overlap, ping-pong, TFLOP/s of the",
         "// choice, of the rules' schedule).",
-        f"// Measured on {results.get('device', '?')}, torch "
-        f"{results.get('torch', '?')}: bf16, b*s = {TOKENS} tokens, "
-        f"hidden {HIDDEN}, {SEQ} tokens a sequence.",
-        f"// Rows only where the choice beat the rules by more than "
-        f"{round((MARGIN - 1) * 100)}%.",
-    ]
+    ] + measured_on(results)
 
     def describe(row: Dict[str, Any]) -> str:
         return (f"{row['consumers']} consumers, {row['tile_keys']} keys, "
                 f"overlap {'on' if row['overlap'] else 'off'}, turns "
                 f"{'on' if row['ping_pong'] else 'off'}")
 
-    for head_dim, causal in sorted({(r["d"], r["causal"]) for r in rows}):
-        mine = [r for r in rows if (r["d"], r["causal"]) == (head_dim, causal)]
-        best = max(mine, key=lambda r: r["TFLOPs"])
-        rule = rules(head_dim)
-        default = next((r for r in mine if Candidate(
-            r["consumers"], r["tile_keys"], r["overlap"], r["ping_pong"]) == rule),
-            None)
+    def is_default(row: Dict[str, Any], head_dim: int) -> bool:
+        return Candidate(row["consumers"], row["tile_keys"], row["overlap"],
+                         row["ping_pong"]) == rules(head_dim)
+
+    for head_dim, causal, best, default, beats in measured_cases(
+            results, is_default):
         case = f"d{head_dim}{' causal' if causal else ''}"
-        if default and best["TFLOPs"] <= MARGIN * default["TFLOPs"]:
+        if not beats:
             lines.append(f"// {case}: the rules' {describe(default)} "
                          f"({default['TFLOPs']:.0f} TFLOP/s; best "
                          f"{describe(best)}: {best['TFLOPs']:.0f})")
@@ -253,22 +247,7 @@ def main() -> int:
     options = parser.parse_args()
     if options.command == "compile":
         return compile_all(Path(options.dir), options.kilnc)
-    if options.command == "measure":
-        import torch
-
-        rows = measure(Path(options.dir))
-        Path(options.out).write_text(json.dumps(
-            {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-             "rows": rows}, indent=1))
-        return 0
-    try:
-        results = json.loads(Path(options.results).read_text())
-        sys.stdout.write(table(results))
-    except (OSError, ValueError, KeyError) as error:
-        print(f"tune_warp_schedules: {options.results}: {error}", file=sys.stderr)
-        return 1
-    return 0
-
+    return finish(options, measure, table, "tune_warp_schedules")
 
 if __name__ == "__main__":
     sys.exit(main())

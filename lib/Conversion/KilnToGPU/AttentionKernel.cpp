@@ -321,8 +321,7 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
                                           Value rowBiasBase, bool raw) {
   const float log2e = 1.4426950408889634f;
-  bool additive =
-      spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
+  bool additive = spec.addsToScores();
   assert((!raw || (!spec.softcap && !additive && !spec.maskedScore)) &&
          "raw scores take no score function or additive terms");
   if (raw) {

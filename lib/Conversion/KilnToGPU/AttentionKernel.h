@@ -98,6 +98,10 @@ struct KernelSpec {
   std::string name() const;
   /// The head dim of V and the output.
   int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
+  /// A bias or a float (additive) mask adds to the scores.
+  bool addsToScores() const {
+    return biasType || (maskType && !maskType.isInteger(1));
+  }
   /// The right bound of the band of visible keys: 0 for causal.
   std::optional<int64_t> rightBound() const {
     if (causal)

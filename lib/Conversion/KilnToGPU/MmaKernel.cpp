@@ -176,10 +176,11 @@ private:
   /// page `page_table[b, key / page_size]`, slot `key % page_size`
   /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
   /// cache, keys past `numRows` read the last one and are zero-filled.
-  /// The table entries can come from `prefetchedPages` (one per chunk, in
-  /// the plan's order), and be returned in `pages`.
+  /// The table entries (i32, clamped) can be given in `prefetched` (one
+  /// per chunk, in the plan's order) and be returned in `pages`.
   ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
                             Value base, Value firstRow, Value numRows,
+                            ArrayRef<Value> prefetched = {},
                             SmallVector<Value> *pages = nullptr);
   /// This thread's pages of a paged tile's chunks (planPagedChunks's
   /// entries, clamped to the cache), loaded from the page table.
@@ -188,9 +189,6 @@ private:
   static int64_t chunksPerThread(int64_t dim) {
     return llvm::divideCeil(kTileKeys * (dim / kChunk), kThreadsPerBlock);
   }
-  /// Pages planPagedChunks takes instead of reading the page table (the
-  /// main loop reads the next tile's a tile ahead); empty: it reads them.
-  SmallVector<Value> prefetchedPages;
   /// Runs `body` only for chunk `index` of `plan` that exists.
   void ifChunkExists(const ChunkPlan &plan, size_t index,
                      llvm::function_ref<void()> body);
@@ -212,9 +210,10 @@ private:
   /// Starts the copy of a tile into shared memory: cp.async (16 bytes,
   /// zero-filled for missing rows) when `aligned`, element loads and stores
   /// otherwise. Completion is awaited with cp.async.wait_group and a barrier.
+  /// A paged tile's pages may come `prefetched` (see planPagedChunks).
   void issueTile(int64_t dim, Value tile, Value global, Value base,
-                 Value rowStride,
-                 Value firstRow, Value numRows, Value aligned);
+                 Value rowStride, Value firstRow, Value numRows, Value aligned,
+                 ArrayRef<Value> prefetched = {});
 
   /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
   /// l % 8 of matrix l / 8.
@@ -296,19 +295,14 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
 SmallVector<Value> MmaKernel::loadPages(int64_t dim, Value firstRow,
                                         Value numRows) {
   SmallVector<Value> pages;
-  SmallVector<Value> saved = std::move(prefetchedPages);
-  prefetchedPages.clear();
   planPagedChunks(dim, kStrides, toI64(constIndex(0)), firstRow, numRows,
-                  &pages);
-  prefetchedPages = std::move(saved);
+                  /*prefetched=*/{}, &pages);
   return pages;
 }
 
-MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
-                                                ArrayRef<Value> cacheStrides,
-                                                Value base, Value firstRow,
-                                                Value numRows,
-                                                SmallVector<Value> *pages) {
+MmaKernel::ChunkPlan MmaKernel::planPagedChunks(
+    int64_t dim, ArrayRef<Value> cacheStrides, Value base, Value firstRow,
+    Value numRows, ArrayRef<Value> prefetched, SmallVector<Value> *pages) {
   Value lastRow =
       arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
   Value lastEntry =
@@ -317,8 +311,8 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
       arith::MaxSIOp::create(*b, sub(numPages, constIndex(1)), constIndex(0));
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   size_t chunk = 0;
-  assert((prefetchedPages.empty() ||
-          prefetchedPages.size() == size_t(chunksPerThread(dim))) &&
+  assert((prefetched.empty() ||
+          prefetched.size() == size_t(chunksPerThread(dim))) &&
          "a prefetched page per chunk");
   // Keys, table entries and slots in 32 bits (a sequence has at most
   // kv_lens[b] keys, an i32): in 64 bits every compare, minimum and shift
@@ -332,7 +326,7 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
     Value key = arith::AddIOp::create(*b, firstRow32, toI32(row));
     Value clamped = arith::MinSIOp::create(*b, key, lastRow32);
     Value entryAddress;
-    if (prefetchedPages.empty()) {
+    if (prefetched.empty()) {
       Value entry = arith::MinSIOp::create(
           *b, arith::ShRUIOp::create(*b, clamped, shift32), lastEntry32);
       entryAddress = LLVM::GEPOp::create(
@@ -342,10 +336,10 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
     }
     // The page's offset in elements (a page's index clamped to the cache).
     Value pageOffset;
-    if (!prefetchedPages.empty()) {
-      pageOffset = mul(
-          arith::ExtSIOp::create(*b, b->getI64Type(), prefetchedPages[chunk++]),
-          cacheStrides[0]);
+    if (!prefetched.empty()) {
+      pageOffset =
+          mul(arith::ExtSIOp::create(*b, b->getI64Type(), prefetched[chunk++]),
+              cacheStrides[0]);
     } else {
       Value page = LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress);
       page = arith::MinSIOp::create(
@@ -461,10 +455,10 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
 
 void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                           Value rowStride, Value firstRow, Value numRows,
-                          Value aligned) {
+                          Value aligned, ArrayRef<Value> prefetched) {
   ChunkPlan plan = spec.paged
                        ? planPagedChunks(dim, global == v ? vStrides : kStrides,
-                                         base, firstRow, numRows)
+                                         base, firstRow, numRows, prefetched)
                        : planChunks(dim, base, rowStride, firstRow, numRows);
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
@@ -700,13 +694,15 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   Value hasSecond = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
                                           secondStart, kvEnd);
   auto issueIf = [&](Value condition, Value tile, Value global, Value base,
-                     Value rowStride, Value firstRow) {
+                     Value rowStride, Value firstRow,
+                     ArrayRef<Value> prefetched = {}) {
     auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(*b);
     b->setInsertionPointToStart(&ifOp.getThenRegion().front());
     // V rows have the value head dim (MLA), K rows the query/key one.
     int64_t dim = global == v ? spec.valueDim() : spec.headDim;
-    issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned);
+    issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
+              prefetched);
   };
   issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
@@ -906,9 +902,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // Every warp is done with this K stage: the K tile after next loads
           // into it during the softmax and P·V of this one.
           gpu::BarrierOp::create(ib);
-          prefetchedPages = nextPages;
-          issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart);
-          prefetchedPages.clear();
+          issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart, nextPages);
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           // Scale into log2 units and hide what the mask hides. Tiles that
@@ -1027,10 +1021,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // Every warp is done with this V stage: the V tile after next loads
           // into it.
           gpu::BarrierOp::create(ib);
-          if (spec.valueDim() == spec.headDim)
-            prefetchedPages = nextPages;
-          issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart);
-          prefetchedPages.clear();
+          issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,
+                  spec.valueDim() == spec.headDim ? ArrayRef<Value>(nextPages)
+                                                  : ArrayRef<Value>());
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           newState.append(acc.begin(), acc.end());

@@ -275,9 +275,7 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
   // Without a softcap, additive terms or masked_score the scores stay raw
   // dot products until the softmax step folds the scale into its
   // exponents' FMAs (the site's scale is positive: see ConvertKilnToGPU).
-  bool additive =
-      spec.biasType || (spec.maskType && !spec.maskType.isInteger(1));
-  bool foldScale = !spec.softcap && !additive && !spec.maskedScore;
+  bool foldScale = !spec.softcap && !spec.addsToScores() && !spec.maskedScore;
   Value softmaxScale = foldScale ? scaleLog2 : Value();
 
   int64_t keyBlocks = tileKeys / 8;
@@ -733,11 +731,11 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
           std::to_string(spec.headDim) + "'s accumulators (at most 192)";
     return false;
   }
-  // Q's rows, two stages of K and V tiles, the mbarriers.
-  int64_t bytes = (schedule.consumers * kConsumerRows * spec.headDim +
-                   2 * kStages * schedule.tileKeys * spec.headDim) *
-                      2 +
-                  kNumBarriers * 8;
+  // The kernel's own layout: Q's rows, the stages of K and V, the mbarriers.
+  KernelSpec scheduled = spec;
+  scheduled.warpConsumers = schedule.consumers;
+  scheduled.warpTileKeys = schedule.tileKeys;
+  int64_t bytes = WarpSpecializedKernel(scheduled).dynamicSharedBytes();
   if (bytes > kHopperSharedLimit) {
     why = std::to_string(schedule.consumers) + " consumers and " +
           std::to_string(schedule.tileKeys) + "-key tiles at head dim " +
