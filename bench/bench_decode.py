@@ -45,7 +45,10 @@ microseconds of GPU work, about what one Python call costs on the host, and
 eager calls timed back to back measure whichever is slower (--launch eager
 times the calls themselves, as before). Medians of
 triton.testing.do_bench(warmup=25, rep=100) (without triton: CUDA events,
-the median of 30 calls after 5 warm-ups). No cache flush
+the median of 30 calls after 5 warm-ups); --l2-clear read: CUDA events,
+the median of 100 calls, each after a read of a 512 MB buffer, so that no
+dirty line of the clearing is written back inside the timed call (see
+docs/performance.md, 2026-12-01, for what that moves). No cache flush
 is added here; the working sets are larger than the H200's L2 (about 50 MB)
 except in the smallest cases (8/1 at batch 1 and 8, 32/8 at batch 8 with 1024
 keys). do_bench itself clears L2 before each repetition by writing a large
@@ -136,6 +139,35 @@ def event_us(fn: Callable[[], Any], reps: int = 30, warmup: int = 3) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1000.0)
     return statistics.median(times)
+
+
+READ_CLEAR_BYTES = 512 << 20
+
+
+def read_clear_timer(reps: int = 100, warmup: int = 10) -> Timer:
+    """Median milliseconds of a callable between CUDA events, the L2 cleared
+    before each call by reading a 512 MB buffer (a sum): the call then
+    starts on a cold L2 of clean lines. do_bench clears it by writing a
+    buffer, which leaves up to the L2's size of dirty lines that the timed
+    call's reads write back to memory as they evict them."""
+    buffer = torch.ones(READ_CLEAR_BYTES // 8, dtype=torch.int64, device="cuda")
+
+    def timer(fn: Callable[[], Any]) -> float:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            buffer.sum()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+    timer.__name__ = "CUDA events after an L2 clear by reading"
+    return timer
 
 
 def copy_bandwidth(timer: Timer) -> Optional[float]:
@@ -650,6 +682,10 @@ def main() -> int:
     parser.add_argument("--launch", choices=("graph", "eager"), default="graph",
                         help="time each call's CUDA-graph replay (default) or "
                         "the eager call")
+    parser.add_argument("--l2-clear", choices=("write", "read"), default="write",
+                        help="how the L2 is cleared before each timed call: "
+                        "by do_bench's write of a buffer (default, the standing "
+                        "record's), or by reading one (CUDA events)")
     options = parser.parse_args()
     try:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
@@ -668,7 +704,7 @@ def main() -> int:
                                     "rows": [], "graph_step": None})
         return 1
     sites = {site.function: site for site in package.sites}
-    timer = make_timer()
+    timer = make_timer() if options.l2_clear == "write" else read_clear_timer()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"timer {timer.__name__} ({options.launch} launches), "
           f"sites {sorted(sites)}")
@@ -683,7 +719,7 @@ def main() -> int:
     results: Dict[str, Any] = {
         "copy_TBs": copy_tbs, "rows": rows, "graph_step": None,
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "launch": options.launch,
+        "launch": options.launch, "l2_clear": options.l2_clear,
     }
     cases: List[List[Row]] = []
     try:

@@ -472,8 +472,12 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
       return failure();
     addTargetOnlyKernels(*description, std::move(*hopperDescription));
     for (TargetPTX &target : *ptx)
-      if (target.chip == "sm_90a")
+      if (target.chip == "sm_90a") {
         target.assembly = std::move(hopperPTX->front().assembly);
+        // Its split kernels let their combine kernels launch early, and
+        // those wait (KernelSpec::launchDependents).
+        target.gridDependency = true;
+      }
   }
   addSchedules(*description, options.targets, portableSchedules,
                hopper ? &hopperSchedules : nullptr);

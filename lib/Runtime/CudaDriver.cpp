@@ -63,6 +63,7 @@ void loadDriver(DriverState &state) {
     return;
   Error optional;
   resolve(library, "cuCtxGetId", d.cuCtxGetId, optional);
+  resolve(library, "cuLaunchKernelEx", d.cuLaunchKernelEx, optional);
   resolve(library, "cuTensorMapEncodeTiled", d.cuTensorMapEncodeTiled,
           optional);
   CUresult result = d.cuInit(0);

@@ -49,6 +49,10 @@ struct CudaDriver {
                                      CUtensorMapFloatOOBfill);
   /// Optional (CUDA 12+): a context id that is never reused.
   CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
+  /// Optional (CUDA 12+): a launch with attributes (the combine kernels'
+  /// programmatic stream serialization); without it they launch plainly.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **,
+                               void **);
 };
 
 /// Loads and initialises the driver once per process. On failure every call

@@ -851,6 +851,9 @@ Error parseManifest(const std::string &text, const std::string &directory,
       for (const Target &other : manifest.targets)
         if (other.chip == target.chip)
           chipNode.fail("duplicate target \"" + target.chip + "\"");
+      Node gridDependency = targetNode.optionalKey("grid_dependency");
+      target.gridDependency =
+          !gridDependency.isNull() && gridDependency.boolean();
       Node ptxNode = targetNode.key("ptx");
       target.ptxFile = ptxNode.string();
       if (target.ptxFile.empty() || target.ptxFile.find('/') == 0)

@@ -161,6 +161,10 @@ struct Target {
   std::string ptx; ///< contents, NUL-terminated by std::string
   int smVersion = 0; ///< 90 for sm_90 and sm_90a
   bool archSpecific = false; ///< the "a" suffix
+  /// "grid_dependency": the combine kernels of this PTX wait for the split
+  /// kernel before them (griddepcontrol.wait), so they may be launched with
+  /// programmatic stream serialization.
+  bool gridDependency = false;
 };
 
 struct Manifest {

@@ -30,6 +30,9 @@ struct LoadedModule {
   CUmodule module = nullptr;
   /// The target whose PTX the module holds ("sm_90a").
   std::string chip;
+  /// That target's combine kernels wait for their split kernel (see
+  /// Target::gridDependency).
+  bool gridDependency = false;
   std::vector<CUfunction> functions; // per kernel index; null until needed
   /// The device's SM count, and per kernel the blocks an SM holds at once
   /// (0 until asked).
@@ -725,6 +728,7 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   loaded->context = context;
   loaded->module = module;
   loaded->chip = target.chip;
+  loaded->gridDependency = target.gridDependency;
   loaded->functions.assign(manifest.kernels.size(), nullptr);
   return Error::ok();
 }
@@ -747,7 +751,8 @@ struct Residency {
 /// loaded target's PTX does not have the kernel.
 Error getFunction(kiln_package &package, const CudaDriver &driver,
                   size_t kernelIndex, CUstream stream, CUfunction &function,
-                  Residency *residency = nullptr) {
+                  Residency *residency = nullptr,
+                  bool *gridDependency = nullptr) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
   if (result != CUDA_SUCCESS)
@@ -808,6 +813,8 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
     cached = found;
   }
   function = cached;
+  if (gridDependency)
+    *gridDependency = loaded->gridDependency;
   if (residency) {
     // The SM count, and resident blocks of this kernel per SM.
     if (!loaded->smCount) {
@@ -937,29 +944,55 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
 // C API
 //===----------------------------------------------------------------------===//
 
-/// Launches a planned kernel of site `s` on `stream`.
+/// Launches a planned kernel of site `s` on `stream`. A combine kernel
+/// (`afterSplits`) goes with programmatic stream serialization where the
+/// loaded PTX's combine kernels wait for their split kernel: its blocks may
+/// then be placed while the split kernel's last blocks run, and it starts
+/// the moment that kernel's writes are visible, not a launch later.
 Error launchPlanned(kiln_package &package, const CudaDriver &driver,
                     const Site &s, size_t kernelIndex, LaunchPlan &plan,
-                    CUstream stream) {
+                    CUstream stream, bool afterSplits = false) {
   CUfunction function = nullptr;
-  if (Error error = getFunction(package, driver, kernelIndex, stream, function))
+  bool gridDependency = false;
+  if (Error error = getFunction(package, driver, kernelIndex, stream, function,
+                                nullptr, &gridDependency))
     return error;
   if (!function)
     return {KILN_UNSUPPORTED, "kernel \"" +
                                   package.manifest.kernels[kernelIndex].name +
                                   "\" is not in the loaded target's PTX"};
   const kiln_launch_config &c = plan.config;
-  CUresult result = driver.cuLaunchKernel(
-      function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-      c.block[2], c.dynamic_shared_bytes, stream, plan.params, nullptr);
+  CUresult result;
+  const char *call = "cuLaunchKernel";
+  if (afterSplits && gridDependency && driver.cuLaunchKernelEx) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = c.grid[0];
+    config.gridDimY = c.grid[1];
+    config.gridDimZ = c.grid[2];
+    config.blockDimX = c.block[0];
+    config.blockDimY = c.block[1];
+    config.blockDimZ = c.block[2];
+    config.sharedMemBytes = c.dynamic_shared_bytes;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    call = "cuLaunchKernelEx";
+    result = driver.cuLaunchKernelEx(&config, function, plan.params, nullptr);
+  } else {
+    result = driver.cuLaunchKernel(
+        function, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+        c.block[2], c.dynamic_shared_bytes, stream, plan.params, nullptr);
+  }
   if (result != CUDA_SUCCESS)
     return {KILN_CUDA_ERROR,
-            describeCudaError(driver, "cuLaunchKernel", result) +
-                " for site \"" + s.name + "\" (kernel \"" +
-                package.manifest.kernels[kernelIndex].name + "\", grid " +
-                str(c.grid[0]) + "x" + str(c.grid[1]) + "x" + str(c.grid[2]) +
-                ", block " + str(c.block[0]) + "x" + str(c.block[1]) + "x" +
-                str(c.block[2]) + ")"};
+            describeCudaError(driver, call, result) + " for site \"" + s.name +
+                "\" (kernel \"" + package.manifest.kernels[kernelIndex].name +
+                "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) + "x" +
+                str(c.grid[2]) + ", block " + str(c.block[0]) + "x" +
+                str(c.block[1]) + "x" + str(c.block[2]) + ")"};
   return Error::ok();
 }
 
@@ -1076,7 +1109,8 @@ Error launchChecked(kiln_package &package, const Site &s,
   if (Error error = fillPlan(package.manifest.kernels[combineIndex], s, where,
                              launch, splits, combine))
     return error;
-  return launchPlanned(package, *driver, s, combineIndex, combine, stream);
+  return launchPlanned(package, *driver, s, combineIndex, combine, stream,
+                       /*afterSplits=*/true);
 }
 
 /// The split count a checked launch uses on the current device.

@@ -180,5 +180,19 @@ cuLaunchKernel(CUfunction function, unsigned gx, unsigned gy, unsigned gz,
   ++state.launches;
   return CUDA_SUCCESS;
 }
+__attribute__((visibility("default"))) CUresult
+cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction function,
+                 void **params, void **extra) {
+  CUresult result = cuLaunchKernel(
+      function, config->gridDimX, config->gridDimY, config->gridDimZ,
+      config->blockDimX, config->blockDimY, config->blockDimZ,
+      config->sharedMemBytes, config->hStream, params, extra);
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id ==
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+      state.lastLaunch.programmatic =
+          config->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+  return result;
+}
 
 } // extern "C"

@@ -18,6 +18,9 @@ struct FakeLaunch {
   CUstream stream = nullptr;
   CUfunction function = nullptr;
   bool hasExtra = false;
+  /// Launched through cuLaunchKernelEx with programmatic stream
+  /// serialization allowed.
+  bool programmatic = false;
   /// The first 8 bytes behind each kernelParams entry.
   uint64_t params[kFakeMaxParams] = {};
 };

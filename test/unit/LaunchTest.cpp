@@ -355,6 +355,32 @@ TEST_F(SplitLaunchTest, ChoosesSplitsFromTheDeviceAndCombines) {
   EXPECT_EQ(bytes, bytesFor(16));
 }
 
+TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
+  for (bool waits : {false, true}) {
+    json manifest = splitManifest();
+    if (waits)
+      for (json &target : manifest["targets"])
+        target["grid_dependency"] = true;
+    writeNamedPtx(manifest);
+    ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *site = nullptr;
+    ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+    fake().expectedParams = 24;
+    kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
+    a.workspace = workspace;
+    a.workspace_bytes = sizeof(workspace);
+    ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+        << kiln_last_error();
+    // Only the combine kernel, and only where its PTX waits for the split
+    // kernel, goes with programmatic stream serialization.
+    EXPECT_FALSE(fake().previousLaunch.programmatic);
+    EXPECT_EQ(fake().lastLaunch.programmatic, waits);
+    EXPECT_EQ(fake().lastLaunch.grid[0], 2u);
+    kiln_package_close(package);
+    package = nullptr;
+  }
+}
+
 TEST_F(SplitLaunchTest, TheWorkspaceBoundsTheSplits) {
   const kiln_site *site = openSplit();
   kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);

@@ -120,6 +120,14 @@ TEST_F(PackageTest, PrefersPlainPtxOfTheSameDeviceToOlderPtx) {
   EXPECT_STREQ(chip, "sm_90");
 }
 
+TEST_F(PackageTest, AcceptsGridDependencyFlag) {
+  json manifest = validManifest();
+  manifest["targets"][0]["grid_dependency"] = true;
+  manifest["targets"][1]["grid_dependency"] = false;
+  writePackage(manifest);
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+}
+
 TEST_F(PackageTest, MissingDirectory) {
   dir += "/does-not-exist";
   EXPECT_EQ(open(), KILN_NOT_FOUND);
@@ -274,6 +282,10 @@ const Corruption corruptions[] = {
      [](json &m) { m["targets"][1]["ptx"] = 7; },
      KILN_FORMAT_ERROR,
      {"targets[1].ptx: expected a string, got integer"}},
+    {"GridDependencyNotABoolean",
+     [](json &m) { m["targets"][0]["grid_dependency"] = "yes"; },
+     KILN_FORMAT_ERROR,
+     {"targets[0].grid_dependency", "got string"}},
     {"HeadDimAsString",
      [](json &m) { m["kernels"][0]["head_dim"] = "64"; },
      KILN_FORMAT_ERROR,

@@ -688,6 +688,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
 
   buildBody(func);
+  if (spec.launchDependents)
+    NVVM::GriddepcontrolOp::create(builder,
+                                   NVVM::GridDepActionKind::launch_dependents);
   gpu::ReturnOp::create(builder);
   b = nullptr;
   return func;

@@ -62,6 +62,14 @@ struct KernelSpec {
   /// softmax statistics to a workspace that the combine kernel reduces. A
   /// launch with num_splits = 1 writes the output directly.
   bool splitKV = false;
+  /// sm_90: a split kernel signals the combine kernel launched after it
+  /// (griddepcontrol.launch_dependents as each block's last instruction);
+  /// the combine kernel waits for its results with griddepcontrol.wait.
+  /// Launched with programmatic stream serialization, the combine's launch
+  /// then overlaps the split kernel's last blocks. (Signalled at the start
+  /// instead, the combine's blocks were placed beside running split blocks
+  /// and decode got up to 9% slower: docs/performance.md.)
+  bool launchDependents = false;
   /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
   /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
   bool tf32 = false;
@@ -332,8 +340,11 @@ SmallVector<std::string> splitCombineArgumentKinds();
 /// Creates that kernel at the builder's insertion point (inside the
 /// gpu.module): grid x covers batch·q_heads·q_len rows, kCombineRowsPerBlock
 /// a block.
+/// With `waitForGrid` (sm_90) it first waits for the kernel before it
+/// (griddepcontrol.wait; see KernelSpec::launchDependents).
 gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
-                                       Type elementType, int64_t valueDim);
+                                       Type elementType, int64_t valueDim,
+                                       bool waitForGrid);
 
 /// The warp-specialised sm_90a kernel (KernelSpec::warpSpecialized).
 std::unique_ptr<AttentionKernelBuilder>

@@ -37,8 +37,9 @@ namespace {
 
 class CombineKernel : public KernelBuilderBase {
 public:
-  CombineKernel(Type elementType, int64_t valueDim)
-      : elementType(elementType), valueDim(valueDim) {}
+  CombineKernel(Type elementType, int64_t valueDim, bool waitForGrid)
+      : elementType(elementType), valueDim(valueDim), waitForGrid(waitForGrid) {
+  }
 
   gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
 
@@ -52,6 +53,7 @@ private:
 
   Type elementType;
   int64_t valueDim;
+  bool waitForGrid;
 };
 
 gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
@@ -85,6 +87,11 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
         heads = toIndex(args[4]), qLen = toIndex(args[5]);
   Value outStrides[3] = {args[6], args[7], args[8]};
 
+  // Launched early (programmatic stream serialization), the block may run
+  // before the split kernel is done: nothing of the workspace is read
+  // before that kernel has finished and its writes are visible.
+  if (waitForGrid)
+    NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
   Value threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   Value warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
   Value lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
@@ -262,9 +269,9 @@ SmallVector<std::string> mlir::kiln::detail::splitCombineArgumentKinds() {
           "i32",     "i64",     "i64", "i64"};
 }
 
-gpu::GPUFuncOp
-mlir::kiln::detail::buildSplitCombineKernel(OpBuilder &moduleBuilder,
-                                            Location loc, Type elementType,
-                                            int64_t valueDim) {
-  return CombineKernel(elementType, valueDim).build(moduleBuilder, loc);
+gpu::GPUFuncOp mlir::kiln::detail::buildSplitCombineKernel(
+    OpBuilder &moduleBuilder, Location loc, Type elementType, int64_t valueDim,
+    bool waitForGrid) {
+  return CombineKernel(elementType, valueDim, waitForGrid)
+      .build(moduleBuilder, loc);
 }

@@ -153,6 +153,7 @@ struct ConvertKilnToGPUPass
         spec.wgmma = chosen.wgmma;
         spec.blocksPerSM = chosen.blocksPerSM;
       }
+      spec.launchDependents = hopper && spec.splitKV;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
@@ -203,7 +204,8 @@ struct ConvertKilnToGPUPass
               splitCombineKernelName(spec.elementType, spec.valueDim());
           if (!kernels.lookup(combineName)) {
             gpu::GPUFuncOp combine = buildSplitCombineKernel(
-                kernelBuilder, op->getLoc(), spec.elementType, spec.valueDim());
+                kernelBuilder, op->getLoc(), spec.elementType, spec.valueDim(),
+                /*waitForGrid=*/hopper);
             kernels.insert(combine);
             combine->setAttr(kKernelInfoAttrName,
                              makeCombineInfo(builder, spec));
@@ -251,6 +253,7 @@ struct ConvertKilnToGPUPass
     KernelSpec spec = siteSpec;
     spec.packQueryHeads = false;
     spec.splitKV = false;
+    spec.launchDependents = false;
     spec.wgmma = false;
     spec.blocksPerSM = 0;
     spec.warpSpecialized = true;

@@ -550,8 +550,10 @@ LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
       return emitError(loc)
              << "cannot write '" << path << "': " << error.message();
     os << target.assembly;
-    targets.push_back(
-        llvm::json::Object{{"chip", target.chip}, {"ptx", fileName}});
+    llvm::json::Object entry{{"chip", target.chip}, {"ptx", fileName}};
+    if (target.gridDependency)
+      entry["grid_dependency"] = true;
+    targets.push_back(std::move(entry));
   }
   llvm::json::Object manifest{
       {"format", "kiln-package"},

@@ -41,6 +41,9 @@ inline constexpr int64_t kManifestFormatVersion = 1;
 struct TargetPTX {
   std::string chip;
   std::string assembly;
+  /// Its combine kernels wait for their split kernel (griddepcontrol), so
+  /// the runtime may launch them early: the manifest's "grid_dependency".
+  bool gridDependency = false;
 };
 
 /// Describes the kernels and sites of `module`, which must have been through
