@@ -71,10 +71,29 @@ def compile_all(sites: Path, out: Path, kilnc: str) -> int:
     return 0
 
 
-def measure(root: Path) -> List[Dict[str, Any]]:
+def design_case(head_dim: int, causal: bool, scale: float) -> Tuple[Any, ...]:
+    """The tuners' case of one head dim: (q, k, v, SDPA-flash's output in
+    f64, FLOPs): TOKENS tokens in sequences of SEQ, HIDDEN / head_dim
+    heads, bf16, seed 0."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    heads = HIDDEN // head_dim
+    batch = TOKENS // SEQ
+    torch.manual_seed(0)
+    q = torch.randn(batch, heads, SEQ, head_dim, dtype=torch.bfloat16,
+                    device="cuda")
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        reference = F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale).double()
+    flops = 4 * batch * heads * SEQ * SEQ * head_dim / (2 if causal else 1)
+    return q, k, v, reference, flops
+
+
+def measure(root: Path) -> List[Dict[str, Any]]:
+    import torch
     from triton.testing import do_bench
 
     sys.path.insert(0, str(ROOT / "python"))
@@ -86,16 +105,7 @@ def measure(root: Path) -> List[Dict[str, Any]]:
     for function, first in cases:
         head_dim = int(function.split("_")[0][1:])
         causal = function.endswith("_causal")
-        heads = HIDDEN // head_dim
-        batch = TOKENS // SEQ
-        torch.manual_seed(0)
-        q = torch.randn(batch, heads, SEQ, head_dim, dtype=torch.bfloat16,
-                        device="cuda")
-        k, v = torch.randn_like(q), torch.randn_like(q)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            reference = F.scaled_dot_product_attention(
-                q, k, v, is_causal=causal, scale=first.scale).double()
-        flops = 4 * batch * heads * SEQ * SEQ * head_dim / (2 if causal else 1)
+        q, k, v, reference, flops = design_case(head_dim, causal, first.scale)
         for (variant, blocks), package in packages.items():
             site = {s.function: s for s in package.sites}[function]
             out = torch.full_like(q, float("nan"))
@@ -185,19 +195,27 @@ def finish(options: Any, measure: Callable[[Path], List[Dict[str, Any]]],
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_command(description: str, compile_args: List[str],
+                  default_out: str) -> Any:
+    """The tuners' command line: compile COMPILE_ARGS [--kilnc], measure DIR
+    [--out], table RESULTS."""
+    parser = argparse.ArgumentParser(description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("compile")
-    build.add_argument("sites")
-    build.add_argument("dir")
+    for name in compile_args:
+        build.add_argument(name)
     build.add_argument("--kilnc", default=os.environ.get("KILNC", "kilnc"))
     run = commands.add_parser("measure")
     run.add_argument("dir")
-    run.add_argument("--out", default="tuning.json")
+    run.add_argument("--out", default=default_out)
     emit = commands.add_parser("table")
     emit.add_argument("results")
-    options = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    options = parse_command(__doc__.split("\n")[0], ["sites", "dir"],
+                            "tuning.json")
     if options.command == "compile":
         return compile_all(Path(options.sites), Path(options.dir), options.kilnc)
     return finish(options, measure, table, "tune_schedules")

@@ -27,7 +27,6 @@ more than noise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -39,8 +38,8 @@ from typing import Any, Dict, List, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tune_schedules import (HIDDEN, SEQ, TOKENS, finish,  # noqa: E402
-                            measured_cases, measured_on)
+from tune_schedules import (design_case, finish,  # noqa: E402
+                            measured_cases, measured_on, parse_command)
 
 HEAD_DIMS = (64, 128, 192, 256)
 
@@ -147,8 +146,6 @@ def ran_kernels(site, q, k, v, out) -> List[str]:
 
 def measure(root: Path) -> List[Dict[str, Any]]:
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
     sys.path.insert(0, str(ROOT / "python"))
@@ -161,17 +158,8 @@ def measure(root: Path) -> List[Dict[str, Any]]:
                     if (root / f"d{head_dim}" / c.name).is_dir()}
         for causal in (False, True):
             function = f"d{head_dim}{'_causal' if causal else ''}"
-            heads = HIDDEN // head_dim
-            batch = TOKENS // SEQ
-            torch.manual_seed(0)
-            q = torch.randn(batch, heads, SEQ, head_dim, dtype=torch.bfloat16,
-                            device="cuda")
-            k, v = torch.randn_like(q), torch.randn_like(q)
-            scale = head_dim ** -0.5
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                reference = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=causal, scale=scale).double()
-            flops = 4 * batch * heads * SEQ * SEQ * head_dim / (2 if causal else 1)
+            q, k, v, reference, flops = design_case(head_dim, causal,
+                                                    head_dim ** -0.5)
             for candidate, package in packages.items():
                 site = {s.function: s for s in package.sites}[function]
                 out = torch.full_like(q, float("nan"))
@@ -234,17 +222,8 @@ def table(results: Dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    build = commands.add_parser("compile")
-    build.add_argument("dir")
-    build.add_argument("--kilnc", default=os.environ.get("KILNC", "kilnc"))
-    run = commands.add_parser("measure")
-    run.add_argument("dir")
-    run.add_argument("--out", default="warp-tuning.json")
-    emit = commands.add_parser("table")
-    emit.add_argument("results")
-    options = parser.parse_args()
+    options = parse_command(__doc__.split("\n")[0], ["dir"],
+                            "warp-tuning.json")
     if options.command == "compile":
         return compile_all(Path(options.dir), options.kilnc)
     return finish(options, measure, table, "tune_warp_schedules")
