@@ -57,6 +57,10 @@ constexpr int64_t kTileKeys = 64;
 constexpr int64_t kRowPadding = 8;
 /// Elements per 16-byte global load.
 constexpr int64_t kChunk = 8;
+/// 16-byte chunks of a 128-byte line.
+constexpr int64_t kLineChunks = 8;
+/// Rows a thread copies of a tile laid out by lines (see planLineChunks).
+constexpr int64_t kLineRows = kTileKeys * kLineChunks / kThreadsPerBlock;
 /// Head dims past this keep Q in shared memory rather than in registers
 /// (a warp's Q fragments take D / 4 registers a thread beside D / 2 of O
 /// accumulators), and run with one stage of K and V so that Q and the tiles
@@ -176,19 +180,20 @@ private:
   /// page `page_table[b, key / page_size]`, slot `key % page_size`
   /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
   /// cache, keys past `numRows` read the last one and are zero-filled.
-  /// The table entries (i32, clamped) can be given in `prefetched` (one
-  /// per chunk, in the plan's order) and be returned in `pages`.
+  /// Head dims of whole lines are laid out by planLineChunks, and a thread
+  /// reads the table entries of its kLineRows rows (one when they share a
+  /// page): those (i32, as loaded: clamped where used) can be given in
+  /// `prefetched` and be returned in `pages`. Other head dims are laid out
+  /// by planChunks, an entry a chunk.
   ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
                             Value base, Value firstRow, Value numRows,
                             ArrayRef<Value> prefetched = {},
                             SmallVector<Value> *pages = nullptr);
-  /// This thread's pages of a paged tile's chunks (planPagedChunks's
-  /// entries, clamped to the cache), loaded from the page table.
+  /// Whether rows of head dim `dim` are whole 128-byte lines.
+  static bool byLines(int64_t dim) { return dim % (kLineChunks * kChunk) == 0; }
+  /// This thread's table entries of a paged tile of head dim `dim`
+  /// (byLines), not yet clamped to the cache.
   SmallVector<Value> loadPages(int64_t dim, Value firstRow, Value numRows);
-  /// Chunks a thread copies of a 64-row tile of head dim `dim`.
-  static int64_t chunksPerThread(int64_t dim) {
-    return llvm::divideCeil(kTileKeys * (dim / kChunk), kThreadsPerBlock);
-  }
   /// Runs `body` only for chunk `index` of `plan` that exists.
   void ifChunkExists(const ChunkPlan &plan, size_t index,
                      llvm::function_ref<void()> body);
@@ -199,6 +204,17 @@ private:
   ChunkPlan
   planChunks(int64_t dim,
              llvm::function_ref<std::pair<Value, Value>(Value)> rowStart);
+  /// The same laid out by lines, for head dims of whole 128-byte lines:
+  /// each group of kLineChunks threads copies the lines of kLineRows
+  /// consecutive rows (group G rows kLineRows·G on), a line an instruction,
+  /// so that a warp instruction reads four whole lines and a thread's row
+  /// starts are computed once for all its chunks. `rowStarts` gives them
+  /// from the thread's first row (offset and whether the row exists, for
+  /// each of its rows). For tiles whose row starts cost a load.
+  ChunkPlan
+  planLineChunks(int64_t dim,
+                 llvm::function_ref<SmallVector<std::pair<Value, Value>>(Value)>
+                     rowStarts);
   /// Query and head of row `rowInBlock` of the block (heads packed).
   std::pair<Value, Value> packedRow(Value rowInBlock);
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
@@ -297,6 +313,7 @@ SmallVector<Value> MmaKernel::loadPages(int64_t dim, Value firstRow,
   SmallVector<Value> pages;
   planPagedChunks(dim, kStrides, toI64(constIndex(0)), firstRow, numRows,
                   /*prefetched=*/{}, &pages);
+  assert(pages.size() == size_t(kLineRows) && "a page a row");
   return pages;
 }
 
@@ -310,10 +327,6 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(
   Value lastPage =
       arith::MaxSIOp::create(*b, sub(numPages, constIndex(1)), constIndex(0));
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
-  size_t chunk = 0;
-  assert((prefetched.empty() ||
-          prefetched.size() == size_t(chunksPerThread(dim))) &&
-         "a prefetched page per chunk");
   // Keys, table entries and slots in 32 bits (a sequence has at most
   // kv_lens[b] keys, an i32): in 64 bits every compare, minimum and shift
   // was two instructions, and they were most of the kernel's address work
@@ -322,42 +335,85 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(
   Value lastRow32 = toI32(lastRow), lastEntry32 = toI32(lastEntry);
   Value shift32 = toI32(pageShift), mask32 = toI32(pageMask);
   Value tableRow = mul(toI64(batch), pageTableStride);
-  return planChunks(dim, [&](Value row) {
-    Value key = arith::AddIOp::create(*b, firstRow32, toI32(row));
-    Value clamped = arith::MinSIOp::create(*b, key, lastRow32);
-    Value entryAddress;
-    if (prefetched.empty()) {
-      Value entry = arith::MinSIOp::create(
-          *b, arith::ShRUIOp::create(*b, clamped, shift32), lastEntry32);
-      entryAddress = LLVM::GEPOp::create(
-          *b, globalPtr, b->getI32Type(), pageTable,
-          ValueRange{add(tableRow,
-                         arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
+  // The table entry of a key (clamped to the sequence), as loaded.
+  auto loadEntry = [&](Value clampedKey) -> Value {
+    Value entry = arith::MinSIOp::create(
+        *b, arith::ShRUIOp::create(*b, clampedKey, shift32), lastEntry32);
+    Value address = LLVM::GEPOp::create(
+        *b, globalPtr, b->getI32Type(), pageTable,
+        ValueRange{
+            add(tableRow, arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
+    return LLVM::LoadOp::create(*b, b->getI32Type(), address);
+  };
+  // Where a key's row starts, from its entry: the page's index is clamped
+  // to the cache here, where it is used, not at the load, so that a warp
+  // that reads entries ahead does not wait for their line right there.
+  auto rowOffset = [&](Value clampedKey, Value entry) -> Value {
+    Value page = arith::MinSIOp::create(
+        *b, arith::MaxSIOp::create(*b, entry, constI32(0)), toI32(lastPage));
+    Value slot = arith::AndIOp::create(*b, clampedKey, mask32);
+    return add(base, add(mul(arith::ExtSIOp::create(*b, b->getI64Type(), page),
+                             cacheStrides[0]),
+                         mul(arith::ExtUIOp::create(*b, b->getI64Type(), slot),
+                             cacheStrides[1])));
+  };
+  auto inSequence = [&](Value key) -> Value {
+    return arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, numRows32);
+  };
+  if (!byLines(dim)) {
+    assert(prefetched.empty() && !pages && "entries a row only by lines");
+    return planChunks(dim, [&](Value row) {
+      Value key = arith::AddIOp::create(*b, firstRow32, toI32(row));
+      Value clamped = arith::MinSIOp::create(*b, key, lastRow32);
+      return std::pair{rowOffset(clamped, loadEntry(clamped)), inSequence(key)};
+    });
+  }
+  assert((prefetched.empty() || prefetched.size() == size_t(kLineRows)) &&
+         "a prefetched entry a row");
+  return planLineChunks(dim, [&](Value row) {
+    Value firstKey = arith::AddIOp::create(*b, firstRow32, toI32(row));
+    SmallVector<Value> keys, clamped;
+    for (int64_t r = 0; r < kLineRows; ++r) {
+      keys.push_back(arith::AddIOp::create(*b, firstKey, constI32(r)));
+      clamped.push_back(arith::MinSIOp::create(*b, keys.back(), lastRow32));
     }
-    // The page's offset in elements (a page's index clamped to the cache).
-    Value pageOffset;
-    if (!prefetched.empty()) {
-      pageOffset =
-          mul(arith::ExtSIOp::create(*b, b->getI64Type(), prefetched[chunk++]),
-              cacheStrides[0]);
-    } else {
-      Value page = LLVM::LoadOp::create(*b, b->getI32Type(), entryAddress);
-      page = arith::MinSIOp::create(
-          *b, arith::MaxSIOp::create(*b, page, constI32(0)), toI32(lastPage));
-      // In 32 bits: a prefetched tile's pages stay in registers.
+    SmallVector<Value> entries(prefetched.begin(), prefetched.end());
+    if (entries.empty()) {
+      // A thread's rows are kLineRows consecutive keys from a multiple of
+      // kLineRows when the tile starts on one: with pages at least that
+      // large they share a page and one entry (the branch is uniform).
+      static_assert(llvm::isPowerOf2_64(kLineRows), "rows a power of two");
+      Value sharePage = arith::AndIOp::create(
+          *b,
+          arith::CmpIOp::create(*b, arith::CmpIPredicate::uge, shift32,
+                                constI32(llvm::Log2_64(kLineRows))),
+          arith::CmpIOp::create(
+              *b, arith::CmpIPredicate::eq,
+              arith::AndIOp::create(*b, firstRow32, constI32(kLineRows - 1)),
+              constI32(0)));
+      auto ifOp = scf::IfOp::create(
+          *b, SmallVector<Type>(kLineRows, b->getI32Type()), sharePage,
+          /*withElse=*/true);
+      {
+        OpBuilder::InsertionGuard guard(*b);
+        b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+        scf::YieldOp::create(
+            *b, SmallVector<Value>(kLineRows, loadEntry(clamped.front())));
+        b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+        SmallVector<Value> each;
+        for (Value key : clamped)
+          each.push_back(loadEntry(key));
+        scf::YieldOp::create(*b, each);
+      }
+      entries.assign(ifOp.getResults().begin(), ifOp.getResults().end());
       if (pages)
-        pages->push_back(page);
-      pageOffset = mul(arith::ExtSIOp::create(*b, b->getI64Type(), page),
-                       cacheStrides[0]);
+        pages->assign(entries.begin(), entries.end());
     }
-    Value slot = arith::AndIOp::create(*b, clamped, mask32);
-    Value offset =
-        add(base, add(pageOffset,
-                      mul(arith::ExtUIOp::create(*b, b->getI64Type(), slot),
-                          cacheStrides[1])));
-    return std::pair{offset,
-                     Value(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                                 key, numRows32))};
+    SmallVector<std::pair<Value, Value>> starts;
+    for (int64_t r = 0; r < kLineRows; ++r)
+      starts.push_back(
+          {rowOffset(clamped[r], entries[r]), inSequence(keys[r])});
+    return starts;
   });
 }
 
@@ -387,6 +443,33 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(
     plan.offsets.push_back(add(start, toI64(column)));
     plan.rows.push_back(row);
     plan.columns.push_back(column);
+  }
+  return plan;
+}
+
+MmaKernel::ChunkPlan MmaKernel::planLineChunks(
+    int64_t dim,
+    llvm::function_ref<SmallVector<std::pair<Value, Value>>(Value)> rowStarts) {
+  static_assert(kThreadsPerBlock % kLineChunks == 0 &&
+                    kLineRows * kThreadsPerBlock == kTileKeys * kLineChunks,
+                "whole lines over the block");
+  assert(byLines(dim) && "rows of whole lines");
+  Value group = arith::DivUIOp::create(*b, threadId, constIndex(kLineChunks));
+  Value part = arith::RemUIOp::create(*b, threadId, constIndex(kLineChunks));
+  Value firstRow = mul(group, constIndex(kLineRows));
+  SmallVector<std::pair<Value, Value>> starts = rowStarts(firstRow);
+  assert(starts.size() == size_t(kLineRows) && "a start a row");
+  ChunkPlan plan;
+  for (int64_t r = 0; r < kLineRows; ++r) {
+    for (int64_t line = 0; line < dim / (kLineChunks * kChunk); ++line) {
+      Value column =
+          mul(add(part, constIndex(line * kLineChunks)), constIndex(kChunk));
+      plan.exists.push_back(Value());
+      plan.inBounds.push_back(starts[r].second);
+      plan.offsets.push_back(add(starts[r].first, toI64(column)));
+      plan.rows.push_back(add(firstRow, constIndex(r)));
+      plan.columns.push_back(column);
+    }
   }
   return plan;
 }
@@ -799,10 +882,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   bool alwaysFinish = spec.maskType || spec.biasType || spec.softcap;
 
   // The loop over key tiles; each warp takes `keyBlocks` blocks of 8 keys of
-  // every tile, from key `keyOffset` of the tile.
+  // every tile, from key `keyOffset` of the tile. Returns the state after
+  // it.
   auto emitLoop = [&](int64_t keyBlocks, Value keyOffset, Value loopBegin,
-                      Value loopEnd, ValueRange loopInit) {
-    return scf::ForOp::create(
+                      Value loopEnd,
+                      ValueRange loopInit) -> SmallVector<Value> {
+    auto loop = scf::ForOp::create(
         *b, loopBegin, loopEnd, constIndex(kTileKeys), loopInit,
         [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
             ValueRange state) {
@@ -817,23 +902,24 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                                 nextStart, loopEnd);
-          // Paged caches: the pages of that tile's keys are read now, so
-          // that their latency passes during this tile's products rather
-          // than in front of its copies; V's rows are K's. Only where the
-          // registers they hold across the tile cost no spills (ptxas: the
-          // wgmma variant past head dim 64 up to 128; at 64 and 256, and on
-          // mma.sync, they spill).
+          // Paged caches: the table entries of that tile's rows this
+          // thread copies (K's and V's alike) are read now, so that their
+          // latency passes during this tile's products rather than in
+          // front of its copies. Only where the registers they hold across
+          // the tile cost no spills (ptxas: the wgmma variant past head dim
+          // 64 up to 128; at 64 and 256, and on mma.sync, they spill).
           SmallVector<Value> nextPages;
-          if (spec.paged && wgmma && spec.headDim > 64 && spec.headDim <= 128) {
-            int64_t count = chunksPerThread(spec.headDim);
+          if (spec.paged && wgmma && spec.headDim > 64 && spec.headDim <= 128 &&
+              byLines(spec.headDim)) {
             auto prefetch = scf::IfOp::create(
-                ib, SmallVector<Type>(count, ib.getI32Type()), hasNext,
+                ib, SmallVector<Type>(kLineRows, ib.getI32Type()), hasNext,
                 /*withElse=*/true);
             OpBuilder::InsertionGuard guard(ib);
             ib.setInsertionPointToStart(&prefetch.getThenRegion().front());
             scf::YieldOp::create(ib, loadPages(spec.headDim, nextStart, kvLen));
             ib.setInsertionPointToStart(&prefetch.getElseRegion().front());
-            scf::YieldOp::create(ib, SmallVector<Value>(count, constI32(0)));
+            scf::YieldOp::create(ib,
+                                 SmallVector<Value>(kLineRows, constI32(0)));
             nextPages.assign(prefetch.getResults().begin(),
                              prefetch.getResults().end());
           }
@@ -1021,15 +1107,18 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // Every warp is done with this V stage: the V tile after next loads
           // into it.
           gpu::BarrierOp::create(ib);
+          // V's rows are K's: the same entries where both are laid out by
+          // lines.
           issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,
-                  spec.valueDim() == spec.headDim ? ArrayRef<Value>(nextPages)
-                                                  : ArrayRef<Value>());
+                  byLines(spec.valueDim()) ? ArrayRef<Value>(nextPages)
+                                           : ArrayRef<Value>());
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           newState.append(acc.begin(), acc.end());
           scf::YieldOp::create(ib, newState);
           b = &builder;
         });
+    return SmallVector<Value>(loop.getResults().take_front(loopInit.size()));
   };
 
   SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
@@ -1038,7 +1127,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
-    scf::ForOp loop =
+    SmallVector<Value> loopState =
         emitLoop(2, mul(warp, constIndex(16)), kvBegin, kvEnd, initState);
     // Shared memory is free once the loop is done: two regions of two warps'
     // states from its start (2048 + 256 · Dv bytes in all, less than the
@@ -1047,12 +1136,12 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     Value secondRegion =
         LLVM::GEPOp::create(builder, sharedPtr, builder.getI8Type(), shared,
                             ArrayRef<LLVM::GEPArg>{int32_t(regionBytes)});
-    scf::YieldOp::create(builder,
-                         mergeWarps(loop.getResults(), shared, secondRegion));
+    scf::YieldOp::create(builder, mergeWarps(loopState, shared, secondRegion));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
-    loop = emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
+    loopState =
+        emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
     NVVM::CpAsyncWaitGroupOp::create(builder, 0);
-    scf::YieldOp::create(builder, loop.getResults());
+    scf::YieldOp::create(builder, loopState);
   }
   ValueRange results = modeIf.getResults();
 
@@ -1109,9 +1198,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         issueIf(first, kTiles[0], k, kBase, kStrides[2], rangeBegin);
         NVVM::CpAsyncCommitGroupOp::create(builder);
         issueRestOfPrologue(first, rangeBegin, second, secondTile);
-        scf::ForOp loop = emitLoop(kTileKeys / 8, constIndex(0), rangeBegin,
-                                   rangeEnd, state);
-        state.assign(loop.getResults().begin(), loop.getResults().end());
+        state =
+            emitLoop(kTileKeys / 8, constIndex(0), rangeBegin, rangeEnd, state);
       }
       NVVM::CpAsyncWaitGroupOp::create(builder, 0);
       scf::YieldOp::create(builder, state);
