@@ -181,10 +181,10 @@ private:
   /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
   /// cache, keys past `numRows` read the last one and are zero-filled.
   /// Head dims of whole lines are laid out by planLineChunks, and a thread
-  /// reads the table entries of its kLineRows rows (one when they share a
-  /// page): those (i32, as loaded: clamped where used) can be given in
-  /// `prefetched` and be returned in `pages`. Other head dims are laid out
-  /// by planChunks, an entry a chunk.
+  /// reads the table entries of its kLineRows rows (one line, one address
+  /// where they share a page): those (i32, as loaded: clamped where used)
+  /// can be given in `prefetched` and be returned in `pages`. Other head dims
+  /// are laid out by planChunks, an entry a chunk.
   ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
                             Value base, Value firstRow, Value numRows,
                             ArrayRef<Value> prefetched = {},
@@ -377,35 +377,15 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(
       keys.push_back(arith::AddIOp::create(*b, firstKey, constI32(r)));
       clamped.push_back(arith::MinSIOp::create(*b, keys.back(), lastRow32));
     }
+    // Each row's own entry: the four are one address when the rows share
+    // a page (an L1 hit). A single load shared through a branch was
+    // slower: its result was copied into the branch's results right after
+    // the load, so the warp waited for the entry there (a quarter of a
+    // profile's stall samples at pages of 16).
     SmallVector<Value> entries(prefetched.begin(), prefetched.end());
     if (entries.empty()) {
-      // A thread's rows are kLineRows consecutive keys from a multiple of
-      // kLineRows when the tile starts on one: with pages at least that
-      // large they share a page and one entry (the branch is uniform).
-      static_assert(llvm::isPowerOf2_64(kLineRows), "rows a power of two");
-      Value sharePage = arith::AndIOp::create(
-          *b,
-          arith::CmpIOp::create(*b, arith::CmpIPredicate::uge, shift32,
-                                constI32(llvm::Log2_64(kLineRows))),
-          arith::CmpIOp::create(
-              *b, arith::CmpIPredicate::eq,
-              arith::AndIOp::create(*b, firstRow32, constI32(kLineRows - 1)),
-              constI32(0)));
-      auto ifOp = scf::IfOp::create(
-          *b, SmallVector<Type>(kLineRows, b->getI32Type()), sharePage,
-          /*withElse=*/true);
-      {
-        OpBuilder::InsertionGuard guard(*b);
-        b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-        scf::YieldOp::create(
-            *b, SmallVector<Value>(kLineRows, loadEntry(clamped.front())));
-        b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-        SmallVector<Value> each;
-        for (Value key : clamped)
-          each.push_back(loadEntry(key));
-        scf::YieldOp::create(*b, each);
-      }
-      entries.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+      for (Value key : clamped)
+        entries.push_back(loadEntry(key));
       if (pages)
         pages->assign(entries.begin(), entries.end());
     }
@@ -884,15 +864,31 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // The loop over key tiles; each warp takes `keyBlocks` blocks of 8 keys of
   // every tile, from key `keyOffset` of the tile. Returns the state after
   // it.
+  // Paged caches: the table entries of the rows a thread copies of the tile
+  // an iteration issues (K's and V's alike) are read an iteration earlier
+  // and carried, so that their L2 or memory read passes during a whole tile
+  // rather than in front of the copies. The reads are not branched on
+  // whether that tile exists (their keys and entries are clamped, so they
+  // stay inside the sequence's table row): a branch's results were copied
+  // right after the loads, and the warp waited for the entries there. Only
+  // where the registers they hold cost no spills (ptxas: the wgmma variant
+  // past head dim 64 up to 128; at 64 and 256, and on mma.sync, they spill).
+  bool carryPages = spec.paged && wgmma && spec.headDim > 64 &&
+                    spec.headDim <= 128 && byLines(spec.headDim);
   auto emitLoop = [&](int64_t keyBlocks, Value keyOffset, Value loopBegin,
                       Value loopEnd,
                       ValueRange loopInit) -> SmallVector<Value> {
+    SmallVector<Value> init(loopInit);
+    if (carryPages)
+      init.append(loadPages(
+          spec.headDim, add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
     auto loop = scf::ForOp::create(
-        *b, loopBegin, loopEnd, constIndex(kTileKeys), loopInit,
+        *b, loopBegin, loopEnd, constIndex(kTileKeys), init,
         [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
-            ValueRange state) {
+            ValueRange carried) {
           ImplicitLocOpBuilder ib(nestedLoc, nested);
           b = &ib;
+          ValueRange state = carried.take_front(loopInit.size());
           // This tile's K has landed (its V and the next tile may still be in
           // flight).
           NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
@@ -902,26 +898,11 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
                                                 nextStart, loopEnd);
-          // Paged caches: the table entries of that tile's rows this
-          // thread copies (K's and V's alike) are read now, so that their
-          // latency passes during this tile's products rather than in
-          // front of its copies. Only where the registers they hold across
-          // the tile cost no spills (ptxas: the wgmma variant past head dim
-          // 64 up to 128; at 64 and 256, and on mma.sync, they spill).
-          SmallVector<Value> nextPages;
-          if (spec.paged && wgmma && spec.headDim > 64 && spec.headDim <= 128 &&
-              byLines(spec.headDim)) {
-            auto prefetch = scf::IfOp::create(
-                ib, SmallVector<Type>(kLineRows, ib.getI32Type()), hasNext,
-                /*withElse=*/true);
-            OpBuilder::InsertionGuard guard(ib);
-            ib.setInsertionPointToStart(&prefetch.getThenRegion().front());
-            scf::YieldOp::create(ib, loadPages(spec.headDim, nextStart, kvLen));
-            ib.setInsertionPointToStart(&prefetch.getElseRegion().front());
-            scf::YieldOp::create(ib,
-                                 SmallVector<Value>(kLineRows, constI32(0)));
-            nextPages.assign(prefetch.getResults().begin(),
-                             prefetch.getResults().end());
+          SmallVector<Value> nextPages, laterPages;
+          if (carryPages) {
+            nextPages.assign(carried.begin() + loopInit.size(), carried.end());
+            laterPages = loadPages(
+                spec.headDim, add(nextStart, constIndex(kTileKeys)), kvLen);
           }
           Value kTile = kTiles[0], vTile = vTiles[0];
           if (stages == 2) {
@@ -1115,6 +1096,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
           newState.append(acc.begin(), acc.end());
+          newState.append(laterPages);
           scf::YieldOp::create(ib, newState);
           b = &builder;
         });
