@@ -869,7 +869,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // and carried, so that their L2 or memory read passes during a whole tile
   // rather than in front of the copies. The reads are not branched on
   // whether that tile exists (their keys and entries are clamped, so they
-  // stay inside the sequence's table row): a branch's results were copied
+  // stay inside the sequence's table row, which the launch checks has an
+  // entry at least): a branch's results were copied
   // right after the loads, and the warp waited for the entries there. Only
   // where the registers they hold cost no spills (ptxas: the wgmma variant
   // past head dim 64 up to 128; at 64 and 256, and on mma.sync, they spill).

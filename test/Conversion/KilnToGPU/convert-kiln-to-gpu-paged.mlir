@@ -1,0 +1,28 @@
+// RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s
+// RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s --check-prefix=MMA
+
+// A paged site (GQA 32/8, head dim 128, pages of 16) copies its K and V tiles
+// by lines: a thread takes four consecutive rows, a 16-byte chunk of each of
+// a row's two 128-byte lines, so eight cp.async a tile and four table-entry
+// loads, one a row. On sm_90a the entries of the tile an iteration issues
+// are loaded an iteration earlier, with no branch around the loads (ptxas
+// turns a branch's results into register copies right after the loads, and
+// the warps then wait there), and carried in the loop: its results end in
+// four i32. The mma.sync variant (sm_80) loads them where it copies (the
+// registers they would hold across a tile cost spills there).
+// CHECK-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
+// CHECK-COUNT-8: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg
+// CHECK: scf.for {{.*}} -> (f32, {{.*}}, f32, i32, i32, i32, i32) {
+// CHECK-NOT: scf.if
+// CHECK-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// CHECK-NOT: llvm.load {{.*}} -> i32
+// CHECK: scf.yield {{.*}} : f32, {{.*}}, f32, i32, i32, i32, i32
+// MMA-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
+// MMA-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// MMA-COUNT-8: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg
+// MMA-NOT: i32, i32, i32, i32) {
+// MMA: gpu.func @kiln_split_combine_bf16_dv128
+func.func @paged(%q: tensor<?x32x?x128xbf16>, %kc: tensor<?x16x8x128xbf16>, %vc: tensor<?x16x8x128xbf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x32x?x128xbf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.0883883461 : f32} : tensor<?x32x?x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x32x?x128xbf16>
+  return %o : tensor<?x32x?x128xbf16>
+}
