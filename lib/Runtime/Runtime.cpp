@@ -860,8 +860,10 @@ constexpr int64_t kBlockOverhead = 2;
 /// memory bandwidth, measured on the H200 with forced split counts: one
 /// block of the contiguous kernels (a second one on the same SM only
 /// shares the bandwidth: 8/1 x 128 x 2k ran 2.81 TB/s at one split, 2.54 at
-/// two), two of the paged kernels, whose page lookups slow one block down
-/// (32/8 x 16 x 16k: 2.82 TB/s at one split, 3.78 at two).
+/// two), two of the paged kernels on grids that leave SMs idle (32/8 x 8 x
+/// 1k: 1.38 TB/s at two splits, one block an SM, 1.40 at four; a ragged
+/// 8/1 batch of 32 sequences 2.30 with two, 2.01 with one). Grids that fill
+/// the SMs are not split at all (chooseSplits).
 int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 
 /// The split count that minimises a model of a launch's time: `blocks`
@@ -874,6 +876,13 @@ int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
                      int64_t kvBlocks, int64_t batch, int64_t saturating) {
   if (blocks <= 0 || smCount <= 0 || blocksPerSM <= 0 || kvBlocks <= 0)
+    return 1;
+  // A grid that already puts a block on all but a sixteenth of the SMs runs
+  // unsplit: splitting could gain at most the idle SMs' share and pays the
+  // combine and each split's prologue. Measured on the H200 with the paged
+  // kernel, whose saturating count would split it: 8/1 x 128 x 2k ran
+  // 2.70 TB/s at one split and 2.49 at two, 32/8 x 16 x 16k 4.07 and 4.10.
+  if (blocks <= smCount && blocks * 16 >= smCount * 15)
     return 1;
   saturating = std::clamp<int64_t>(saturating, 1, blocksPerSM);
   int64_t most = std::min<int64_t>(
