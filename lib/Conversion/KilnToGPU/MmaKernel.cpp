@@ -181,19 +181,38 @@ private:
   /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
   /// cache, keys past `numRows` read the last one and are zero-filled.
   /// Head dims of whole lines are laid out by planLineChunks, and a thread
-  /// reads the table entries of its kLineRows rows (one line, one address
-  /// where they share a page): those (i32, as loaded: clamped where used)
-  /// can be given in `prefetched` and be returned in `pages`. Other head dims
-  /// are laid out by planChunks, an entry a chunk.
+  /// reads the table entries of its kLineRows rows (loadPages), which can
+  /// be given read ahead in `prefetched`. Other head dims are laid out by
+  /// planChunks, an entry a chunk.
   ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
                             Value base, Value firstRow, Value numRows,
-                            ArrayRef<Value> prefetched = {},
-                            SmallVector<Value> *pages = nullptr);
+                            ArrayRef<Value> prefetched = {});
   /// Whether rows of head dim `dim` are whole 128-byte lines.
   static bool byLines(int64_t dim) { return dim % (kLineChunks * kChunk) == 0; }
-  /// This thread's table entries of a paged tile of head dim `dim`
-  /// (byLines), not yet clamped to the cache.
-  SmallVector<Value> loadPages(int64_t dim, Value firstRow, Value numRows);
+  /// What a paged tile's lookups share: the tile's first key, the
+  /// sequence's key count and last key, the table's last entry, the page
+  /// size's shift and mask (i32), the cache's last page (index) and the
+  /// sequence's table row (i64).
+  struct PageLookup {
+    Value firstRow, numRows, lastRow, lastEntry, lastPage, shift, mask,
+        tableRow;
+  };
+  PageLookup pageLookup(Value firstRow, Value numRows);
+  /// The keys of the kLineRows rows from `rowInTile` of the tile, and each
+  /// clamped to the sequence's last key.
+  struct LineKeys {
+    SmallVector<Value> keys, clamped;
+  };
+  LineKeys lineKeys(const PageLookup &lookup, Value rowInTile);
+  /// The page-table entry of a key clamped to its sequence, as loaded (i32;
+  /// clamped to the cache where used).
+  Value loadEntry(const PageLookup &lookup, Value clampedKey);
+  /// This thread's table entries of a paged tile laid out by lines, one a
+  /// row: one address where the rows share a page (an L1 hit). A single
+  /// load shared through a branch was slower: its result was copied into
+  /// the branch's results right after the load, so the warp waited for the
+  /// entry there (a quarter of a profile's stall samples at pages of 16).
+  SmallVector<Value> loadPages(Value firstRow, Value numRows);
   /// Runs `body` only for chunk `index` of `plan` that exists.
   void ifChunkExists(const ChunkPlan &plan, size_t index,
                      llvm::function_ref<void()> body);
@@ -215,6 +234,11 @@ private:
   planLineChunks(int64_t dim,
                  llvm::function_ref<SmallVector<std::pair<Value, Value>>(Value)>
                      rowStarts);
+  /// The first of this thread's rows of a tile laid out by lines.
+  Value lineFirstRow() {
+    return mul(arith::DivUIOp::create(*b, threadId, constIndex(kLineChunks)),
+               constIndex(kLineRows));
+  }
   /// Query and head of row `rowInBlock` of the block (heads packed).
   std::pair<Value, Value> packedRow(Value rowInBlock);
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
@@ -308,91 +332,105 @@ MmaKernel::ChunkPlan MmaKernel::planChunks(int64_t dim, Value base,
   });
 }
 
-SmallVector<Value> MmaKernel::loadPages(int64_t dim, Value firstRow,
-                                        Value numRows) {
-  SmallVector<Value> pages;
-  planPagedChunks(dim, kStrides, toI64(constIndex(0)), firstRow, numRows,
-                  /*prefetched=*/{}, &pages);
-  assert(pages.size() == size_t(kLineRows) && "a page a row");
-  return pages;
-}
-
-MmaKernel::ChunkPlan MmaKernel::planPagedChunks(
-    int64_t dim, ArrayRef<Value> cacheStrides, Value base, Value firstRow,
-    Value numRows, ArrayRef<Value> prefetched, SmallVector<Value> *pages) {
+// Keys, table entries and slots are 32-bit (a sequence has at most
+// kv_lens[b] keys, an i32): in 64 bits every compare, minimum and shift was
+// two instructions, and they were most of the kernel's address work (read
+// in the SASS).
+MmaKernel::PageLookup MmaKernel::pageLookup(Value firstRow, Value numRows) {
   Value lastRow =
       arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)), constIndex(0));
   Value lastEntry =
       arith::MaxSIOp::create(*b, sub(maxPages, constIndex(1)), constIndex(0));
   Value lastPage =
       arith::MaxSIOp::create(*b, sub(numPages, constIndex(1)), constIndex(0));
-  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
-  // Keys, table entries and slots in 32 bits (a sequence has at most
-  // kv_lens[b] keys, an i32): in 64 bits every compare, minimum and shift
-  // was two instructions, and they were most of the kernel's address work
-  // (read in the SASS).
-  Value firstRow32 = toI32(firstRow), numRows32 = toI32(numRows);
-  Value lastRow32 = toI32(lastRow), lastEntry32 = toI32(lastEntry);
-  Value shift32 = toI32(pageShift), mask32 = toI32(pageMask);
-  Value tableRow = mul(toI64(batch), pageTableStride);
-  // The table entry of a key (clamped to the sequence), as loaded.
-  auto loadEntry = [&](Value clampedKey) -> Value {
-    Value entry = arith::MinSIOp::create(
-        *b, arith::ShRUIOp::create(*b, clampedKey, shift32), lastEntry32);
-    Value address = LLVM::GEPOp::create(
-        *b, globalPtr, b->getI32Type(), pageTable,
-        ValueRange{
-            add(tableRow, arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
-    return LLVM::LoadOp::create(*b, b->getI32Type(), address);
-  };
+  PageLookup lookup;
+  lookup.firstRow = toI32(firstRow);
+  lookup.numRows = toI32(numRows);
+  lookup.lastRow = toI32(lastRow);
+  lookup.lastEntry = toI32(lastEntry);
+  lookup.lastPage = lastPage;
+  lookup.shift = toI32(pageShift);
+  lookup.mask = toI32(pageMask);
+  lookup.tableRow = mul(toI64(batch), pageTableStride);
+  return lookup;
+}
+
+MmaKernel::LineKeys MmaKernel::lineKeys(const PageLookup &lookup,
+                                        Value rowInTile) {
+  Value firstKey = arith::AddIOp::create(*b, lookup.firstRow, toI32(rowInTile));
+  LineKeys result;
+  for (int64_t r = 0; r < kLineRows; ++r) {
+    result.keys.push_back(arith::AddIOp::create(*b, firstKey, constI32(r)));
+    result.clamped.push_back(
+        arith::MinSIOp::create(*b, result.keys.back(), lookup.lastRow));
+  }
+  return result;
+}
+
+Value MmaKernel::loadEntry(const PageLookup &lookup, Value clampedKey) {
+  Value entry = arith::MinSIOp::create(
+      *b, arith::ShRUIOp::create(*b, clampedKey, lookup.shift),
+      lookup.lastEntry);
+  Value address = LLVM::GEPOp::create(
+      *b, LLVM::LLVMPointerType::get(b->getContext(), 1), b->getI32Type(),
+      pageTable,
+      ValueRange{add(lookup.tableRow,
+                     arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
+  return LLVM::LoadOp::create(*b, b->getI32Type(), address);
+}
+
+SmallVector<Value> MmaKernel::loadPages(Value firstRow, Value numRows) {
+  PageLookup lookup = pageLookup(firstRow, numRows);
+  SmallVector<Value> entries;
+  for (Value key : lineKeys(lookup, lineFirstRow()).clamped)
+    entries.push_back(loadEntry(lookup, key));
+  return entries;
+}
+
+MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
+                                                ArrayRef<Value> cacheStrides,
+                                                Value base, Value firstRow,
+                                                Value numRows,
+                                                ArrayRef<Value> prefetched) {
+  PageLookup lookup = pageLookup(firstRow, numRows);
   // Where a key's row starts, from its entry: the page's index is clamped
   // to the cache here, where it is used, not at the load, so that a warp
   // that reads entries ahead does not wait for their line right there.
   auto rowOffset = [&](Value clampedKey, Value entry) -> Value {
     Value page = arith::MinSIOp::create(
-        *b, arith::MaxSIOp::create(*b, entry, constI32(0)), toI32(lastPage));
-    Value slot = arith::AndIOp::create(*b, clampedKey, mask32);
+        *b, arith::MaxSIOp::create(*b, entry, constI32(0)),
+        toI32(lookup.lastPage));
+    Value slot = arith::AndIOp::create(*b, clampedKey, lookup.mask);
     return add(base, add(mul(arith::ExtSIOp::create(*b, b->getI64Type(), page),
                              cacheStrides[0]),
                          mul(arith::ExtUIOp::create(*b, b->getI64Type(), slot),
                              cacheStrides[1])));
   };
   auto inSequence = [&](Value key) -> Value {
-    return arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, numRows32);
+    return arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key,
+                                 lookup.numRows);
   };
   if (!byLines(dim)) {
-    assert(prefetched.empty() && !pages && "entries a row only by lines");
+    assert(prefetched.empty() && "entries read ahead only by lines");
     return planChunks(dim, [&](Value row) {
-      Value key = arith::AddIOp::create(*b, firstRow32, toI32(row));
-      Value clamped = arith::MinSIOp::create(*b, key, lastRow32);
-      return std::pair{rowOffset(clamped, loadEntry(clamped)), inSequence(key)};
+      Value key = arith::AddIOp::create(*b, lookup.firstRow, toI32(row));
+      Value clamped = arith::MinSIOp::create(*b, key, lookup.lastRow);
+      return std::pair{rowOffset(clamped, loadEntry(lookup, clamped)),
+                       inSequence(key)};
     });
   }
   assert((prefetched.empty() || prefetched.size() == size_t(kLineRows)) &&
          "a prefetched entry a row");
   return planLineChunks(dim, [&](Value row) {
-    Value firstKey = arith::AddIOp::create(*b, firstRow32, toI32(row));
-    SmallVector<Value> keys, clamped;
-    for (int64_t r = 0; r < kLineRows; ++r) {
-      keys.push_back(arith::AddIOp::create(*b, firstKey, constI32(r)));
-      clamped.push_back(arith::MinSIOp::create(*b, keys.back(), lastRow32));
-    }
-    // Each row's own entry: the four are one address when the rows share
-    // a page (an L1 hit). A single load shared through a branch was
-    // slower: its result was copied into the branch's results right after
-    // the load, so the warp waited for the entry there (a quarter of a
-    // profile's stall samples at pages of 16).
+    LineKeys keys = lineKeys(lookup, row);
     SmallVector<Value> entries(prefetched.begin(), prefetched.end());
-    if (entries.empty()) {
-      for (Value key : clamped)
-        entries.push_back(loadEntry(key));
-      if (pages)
-        pages->assign(entries.begin(), entries.end());
-    }
+    if (entries.empty())
+      for (Value key : keys.clamped)
+        entries.push_back(loadEntry(lookup, key));
     SmallVector<std::pair<Value, Value>> starts;
     for (int64_t r = 0; r < kLineRows; ++r)
       starts.push_back(
-          {rowOffset(clamped[r], entries[r]), inSequence(keys[r])});
+          {rowOffset(keys.clamped[r], entries[r]), inSequence(keys.keys[r])});
     return starts;
   });
 }
@@ -434,9 +472,8 @@ MmaKernel::ChunkPlan MmaKernel::planLineChunks(
                     kLineRows * kThreadsPerBlock == kTileKeys * kLineChunks,
                 "whole lines over the block");
   assert(byLines(dim) && "rows of whole lines");
-  Value group = arith::DivUIOp::create(*b, threadId, constIndex(kLineChunks));
   Value part = arith::RemUIOp::create(*b, threadId, constIndex(kLineChunks));
-  Value firstRow = mul(group, constIndex(kLineRows));
+  Value firstRow = lineFirstRow();
   SmallVector<std::pair<Value, Value>> starts = rowStarts(firstRow);
   assert(starts.size() == size_t(kLineRows) && "a start a row");
   ChunkPlan plan;
@@ -870,10 +907,10 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // rather than in front of the copies. The reads are not branched on
   // whether that tile exists (their keys and entries are clamped, so they
   // stay inside the sequence's table row, which the launch checks has an
-  // entry at least): a branch's results were copied
-  // right after the loads, and the warp waited for the entries there. Only
-  // where the registers they hold cost no spills (ptxas: the wgmma variant
-  // past head dim 64 up to 128; at 64 and 256, and on mma.sync, they spill).
+  // entry at least): a branch's results were copied right after the loads,
+  // and the warp waited for the entries there. Only where the registers
+  // they hold cost no spills (ptxas: the wgmma variant past head dim 64 up
+  // to 128; at 64 and 256, and on mma.sync, they spill).
   bool carryPages = spec.paged && wgmma && spec.headDim > 64 &&
                     spec.headDim <= 128 && byLines(spec.headDim);
   auto emitLoop = [&](int64_t keyBlocks, Value keyOffset, Value loopBegin,
@@ -881,8 +918,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                       ValueRange loopInit) -> SmallVector<Value> {
     SmallVector<Value> init(loopInit);
     if (carryPages)
-      init.append(loadPages(
-          spec.headDim, add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
+      init.append(
+          loadPages(add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
     auto loop = scf::ForOp::create(
         *b, loopBegin, loopEnd, constIndex(kTileKeys), init,
         [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
@@ -902,8 +939,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           SmallVector<Value> nextPages, laterPages;
           if (carryPages) {
             nextPages.assign(carried.begin() + loopInit.size(), carried.end());
-            laterPages = loadPages(
-                spec.headDim, add(nextStart, constIndex(kTileKeys)), kvLen);
+            laterPages =
+                loadPages(add(nextStart, constIndex(kTileKeys)), kvLen);
           }
           Value kTile = kTiles[0], vTile = vTiles[0];
           if (stages == 2) {
