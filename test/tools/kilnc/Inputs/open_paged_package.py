@@ -5,7 +5,8 @@ the errors of bad paged arguments."""
 import sys
 
 import kiln
-from kiln.runtime import DType, PagedAttentionArgs
+from kiln.runtime import DType
+from paged_args import paged_args as args
 
 package = kiln.Package(sys.argv[1])
 for site in package.sites:
@@ -14,27 +15,6 @@ for site in package.sites:
           f"page_size={site.page_size}", f"causal={site.causal}")
 
 site = package.site("attention_0")
-
-
-def args(**change):
-    a = PagedAttentionArgs()
-    for name in ("q", "key_cache", "value_cache", "out", "page_table", "kv_lens"):
-        setattr(a, name, 0x1000)
-    for name in ("q", "key_cache", "value_cache", "out"):
-        setattr(a, name + "_dtype", int(DType.BF16))
-    a.batch, a.q_heads, a.kv_heads, a.q_len = 8, 32, 8, 1
-    a.head_dim, a.num_pages, a.page_size, a.max_pages = 128, 1024, 16, 128
-    a.q_strides[:] = [32 * 128, 128, 128, 1]
-    a.out_strides[:] = [32 * 128, 128, 128, 1]
-    a.key_cache_strides[:] = [16 * 8 * 128, 8 * 128, 128, 1]
-    a.value_cache_strides[:] = [16 * 8 * 128, 8 * 128, 128, 1]
-    a.page_table_strides[:] = [128, 1]
-    for name, value in change.items():
-        if isinstance(value, list):
-            getattr(a, name)[:] = value
-        else:
-            setattr(a, name, value)
-    return a
 
 
 config = site.check_paged(args())
