@@ -28,6 +28,11 @@ the real keys, kv_lens_total their sum). Implementations, one row each:
                ([B, S, Hkv, D], given to SDPA as its [B, Hkv, S, D] view),
                then SDPA flash
 
+Kiln's paged launches are given the batch's total length (total_kv_len), as
+a serving scheduler knows it: it informs only their split count, which for the
+ragged batch is then chosen for uneven lengths (docs/runtime.md); the
+uniform rows choose as without it. --no-total-kv-len leaves it out.
+
 The ragged batch runs kiln-paged and gather+sdpa only: there gather+sdpa
 gathers every sequence to the longest one and passes an additive [B, 1, 1, S]
 mask (0 for a sequence's keys, -inf past them) to SDPA's default backend. The
@@ -328,7 +333,7 @@ def graph_replay(run: Callable[[], Any]) -> Callable[[], Any]:
 
 def run_case(
     sites: Dict[str, kiln.Site], case: Case, seed: int, timer: Timer,
-    copy_tbs: Optional[float], graphs: bool = True,
+    copy_tbs: Optional[float], graphs: bool = True, give_total: bool = True,
 ) -> List[Row]:
     hq, hkv, batch, kv_lens, ragged = case
     device = torch.device("cuda")
@@ -400,6 +405,8 @@ def run_case(
 
     paged: Dict[int, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
+    given = total if give_total else 0
+
     def kiln_paged(page: int) -> Callable[[], Any]:
         def prepare() -> Tuple[Callable[[], torch.Tensor], torch.Tensor]:
             kc, vc, table = build_pages(k, v, kv_lens, page, gen)
@@ -410,7 +417,8 @@ def run_case(
 
             def run() -> torch.Tensor:
                 return site.paged_attention(q, kc, vc, table, lens, out=out,
-                                            workspace=workspace)
+                                            workspace=workspace,
+                                            total_kv_len=given)
 
             return run, out
 
@@ -686,6 +694,9 @@ def main() -> int:
                         help="how the L2 is cleared before each timed call: "
                         "by do_bench's write of a buffer (default, the standing "
                         "record's), or by reading one (CUDA events)")
+    parser.add_argument("--no-total-kv-len", action="store_true",
+                        help="launch Kiln's paged sites without the batch's "
+                        "total length (total_kv_len = 0)")
     options = parser.parse_args()
     try:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
@@ -720,13 +731,15 @@ def main() -> int:
         "copy_TBs": copy_tbs, "rows": rows, "graph_step": None,
         "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "launch": options.launch, "l2_clear": options.l2_clear,
+        "total_kv_len_given": not options.no_total_kv_len,
     }
     cases: List[List[Row]] = []
     try:
         for index, case in enumerate(plan(options.quick)):
             start = time.time()
             case_rows = run_case(sites, case, 1000 + index, timer, copy_tbs,
-                                 graphs=options.launch == "graph")
+                                 graphs=options.launch == "graph",
+                                 give_total=not options.no_total_kv_len)
             rows.extend(case_rows)
             cases.append(case_rows)
             gc.collect()

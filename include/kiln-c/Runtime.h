@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 3
+#define KILN_RUNTIME_API_VERSION 4
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -203,6 +203,12 @@ typedef struct kiln_paged_attention_args {
   void *workspace;
   int64_t workspace_bytes;
   int64_t num_splits;
+  /* The sum of kv_lens over the batch where the caller knows it on the host
+     (a serving scheduler does), 0 where it does not. Only the split count
+     chosen at launch depends on it: with it, a batch of uneven lengths is
+     split so that its longest sequences do not run alone at the end. It
+     must not exceed batch x max_pages x page_size. */
+  int64_t total_kv_len;
 } kiln_paged_attention_args;
 
 /// The launch configuration a launch would use.

@@ -277,6 +277,9 @@ struct CheckedLaunch {
   std::optional<PagedValues> paged;
   /// The most keys a sequence may have (kv_len, or max_pages x page_size).
   int64_t maxKvLen = 0;
+  /// The sum of the sequences' key counts where the caller gave it (paged
+  /// launches' total_kv_len), else 0.
+  int64_t totalKvLen = 0;
   int64_t valueHeadDim = 0;
 };
 
@@ -641,6 +644,13 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   launch.args = args;
   launch.paged = values;
   launch.maxKvLen = args.kv_len;
+  if (paged.total_kv_len < 0 ||
+      paged.total_kv_len > paged.batch * launch.maxKvLen)
+    return invalid(where + "total_kv_len must be 0 (unknown) to batch x " +
+                   "max_pages x page_size (" +
+                   str(paged.batch * launch.maxKvLen) + "), got " +
+                   str(paged.total_kv_len));
+  launch.totalKvLen = paged.total_kv_len;
   launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
   return checkSplits(where, launch);
 }
@@ -873,16 +883,25 @@ int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 /// `saturating` blocks at once to reach: with fewer, each block runs at its
 /// own rate. The smallest count wins a tie; grid z (batch x splits) stays
 /// within CUDA's limit.
+/// A batch of uneven lengths (`meanKvBlocks`, the sequences' mean, below
+/// `kvBlocks`, the longest) is costed at its mean, plus the longest
+/// sequence's excess over the mean, a split's share of it: the part that
+/// runs after the rest of the batch is done, which more splits shorten.
+/// Fitted to forced split counts on the H200 (docs/performance.md).
 int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
-                     int64_t kvBlocks, int64_t batch, int64_t saturating) {
+                     int64_t kvBlocks, int64_t batch, int64_t saturating,
+                     int64_t meanKvBlocks = 0) {
   if (blocks <= 0 || smCount <= 0 || blocksPerSM <= 0 || kvBlocks <= 0)
     return 1;
+  if (meanKvBlocks <= 0 || meanKvBlocks > kvBlocks)
+    meanKvBlocks = kvBlocks;
+  int64_t excess = kvBlocks - meanKvBlocks;
   // A grid that already puts a block on all but a sixteenth of the SMs runs
   // unsplit: splitting could gain at most the idle SMs' share and pays the
   // combine and each split's prologue. Measured on the H200 with the paged
   // kernel, whose saturating count would split it: 8/1 x 128 x 2k ran
   // 2.70 TB/s at one split and 2.49 at two, 32/8 x 16 x 16k 4.07 and 4.10.
-  if (blocks <= smCount && blocks * 16 >= smCount * 15)
+  if (!excess && blocks <= smCount && blocks * 16 >= smCount * 15)
     return 1;
   saturating = std::clamp<int64_t>(saturating, 1, blocksPerSM);
   int64_t most = std::min<int64_t>(
@@ -893,7 +912,9 @@ int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
     int64_t perSM = (blocks * splits + smCount - 1) / smCount;
     int64_t waves = (perSM + blocksPerSM - 1) / blocksPerSM;
     int64_t share = std::max(perSM, saturating * waves);
-    int64_t cost = share * ((kvBlocks + splits - 1) / splits + kBlockOverhead);
+    int64_t cost =
+        share * ((meanKvBlocks + splits - 1) / splits + kBlockOverhead) +
+        (excess + splits - 1) / splits;
     if (cost < bestCost) {
       best = splits;
       bestCost = cost;
@@ -938,9 +959,14 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
     return error;
   int64_t kvBlocks =
       (launch.maxKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
+  int64_t meanKvBlocks = 0;
+  if (launch.totalKvLen > 0 && args.batch > 0) {
+    int64_t meanKvLen = (launch.totalKvLen + args.batch - 1) / args.batch;
+    meanKvBlocks = (meanKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
+  }
   splits = chooseSplits(gridBlocks(kernel, args), residency.smCount,
                         residency.blocksPerSM, kvBlocks, args.batch,
-                        saturatingBlocks(kernel));
+                        saturatingBlocks(kernel), meanKvBlocks);
   while (splits > 1 && splitWorkspaceBytes(args, launch.valueHeadDim, splits) >
                            args.workspace_bytes)
     --splits;
@@ -1645,11 +1671,17 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
         continue;
       for (int64_t sequences = 1; sequences <= batch; ++sequences) {
         args.batch = sequences;
-        int64_t splits = chooseSplits(
-            gridBlocks(kernel, args), residency.smCount, residency.blocksPerSM,
-            kvBlocks, sequences, saturatingBlocks(kernel));
-        largest =
-            std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
+        // Paged launches may give their batch's total length: uneven
+        // batches, at means halving from the longest, choose as well.
+        for (int64_t mean = kvBlocks; mean >= 1;
+             mean = kernel.paged && mean > 1 ? mean / 2 : 0) {
+          int64_t splits =
+              chooseSplits(gridBlocks(kernel, args), residency.smCount,
+                           residency.blocksPerSM, kvBlocks, sequences,
+                           saturatingBlocks(kernel), mean);
+          largest = std::max(largest,
+                             splitWorkspaceBytes(args, valueHeadDim, splits));
+        }
       }
     }
     *bytes = largest;

@@ -180,6 +180,7 @@ class PagedAttentionArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64),
         ("num_splits", ctypes.c_int64),
+        ("total_kv_len", ctypes.c_int64),
     ]
 
 
@@ -387,7 +388,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 3
+_API_VERSION = 4
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -724,6 +725,7 @@ class Site:
         stream: Any = None,
         workspace: Any = None,
         num_splits: int = 0,
+        total_kv_len: int = 0,
     ) -> Any:
         """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
         page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
@@ -735,7 +737,11 @@ class Site:
         the launch split keys over blocks; None uses one the package keeps per
         device, allocated or grown here when a shape needs more (never while
         a CUDA graph is being captured: pass one then). `num_splits` forces
-        a split count (0: chosen at launch from the device and the shape)."""
+        a split count (0: chosen at launch from the device and the shape).
+        `total_kv_len`, the sum of kv_lens where the caller knows it without
+        reading kv_lens back (0: unknown), lets that choice split a batch of
+        uneven lengths more; it changes the split count only, never the
+        result."""
         import torch
 
         if not self.paged:
@@ -815,6 +821,7 @@ class Site:
         args.q_len, args.head_dim, args.v_head_dim = q_len, head_dim, value_dim
         args.num_pages, args.page_size = num_pages, page_size
         args.max_pages = int(page_table.shape[1])
+        args.total_kv_len = int(total_kv_len)
         self._set_workspace(
             args, workspace, num_splits, device,
             (batch, q_heads, kv_heads, q_len, args.max_pages * page_size,

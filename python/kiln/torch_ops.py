@@ -79,15 +79,17 @@ def _define() -> None:
             workspace: Optional[Tensor],
             site: int,
             num_splits: int,
+            total_kv_len: int = 0,
         ) -> Tensor:
             return _site(site).paged_attention(
                 q, key_cache, value_cache, page_table, kv_lens,
                 workspace=workspace, num_splits=num_splits,
+                total_kv_len=total_kv_len,
             )
 
         @paged_attention_op.register_fake
         def _(q, key_cache, value_cache, page_table, kv_lens, workspace, site,
-              num_splits):
+              num_splits, total_kv_len=0):
             return q.new_empty(
                 (q.shape[0], q.shape[1], q.shape[2], value_cache.shape[3])
             )
@@ -136,7 +138,7 @@ def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
 
 def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
                     page_table: Any, kv_lens: Any, workspace: Any = None,
-                    num_splits: int = 0) -> Any:
+                    num_splits: int = 0, total_kv_len: int = 0) -> Any:
     """``torch.ops.kiln.paged_attention`` on `site` (see
     Site.paged_attention)."""
     import torch
@@ -144,4 +146,4 @@ def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
     index = handle(site)  # defines the ops on first use
     return torch.ops.kiln.paged_attention(q, key_cache, value_cache,
                                           page_table, kv_lens, workspace,
-                                          index, num_splits)
+                                          index, num_splits, total_kv_len)

@@ -21,7 +21,8 @@ config = site.check_paged(args())
 print(f"grid {tuple(config.grid)} block {tuple(config.block)}")
 for change in ({"page_size": 8}, {"page_table": 0}, {"kv_lens": 0x1002},
                {"max_pages": 0}, {"page_table_strides": [64, 1]},
-               {"key_cache_dtype": int(DType.F16)}, {"head_dim": 64}):
+               {"key_cache_dtype": int(DType.F16)}, {"head_dim": 64},
+               {"total_kv_len": -1}, {"total_kv_len": 8 * 128 * 16 + 1}):
     try:
         site.check_paged(args(**change))
         print(change, "accepted")
