@@ -909,9 +909,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // stay inside the sequence's table row, which the launch checks has an
   // entry at least): a branch's results were copied right after the loads,
   // and the warp waited for the entries there. Only where the registers
-  // they hold cost no spills (ptxas: the wgmma variant past head dim 64 up
-  // to 128; at 64 and 256, and on mma.sync, they spill).
-  bool carryPages = spec.paged && wgmma && spec.headDim > 64 &&
+  // they hold cost no spills (ptxas: the wgmma variant at head dims 64 to
+  // 128; at 256, and on mma.sync, they spill).
+  bool carryPages = spec.paged && wgmma && spec.headDim >= 64 &&
                     spec.headDim <= 128 && byLines(spec.headDim);
   auto emitLoop = [&](int64_t keyBlocks, Value keyOffset, Value loopBegin,
                       Value loopEnd,
