@@ -917,6 +917,20 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
                       Value loopEnd,
                       ValueRange loopInit) -> SmallVector<Value> {
     SmallVector<Value> init(loopInit);
+    // Decode over a paged cache laid out by lines: the rows a warp reads of
+    // each K and V tile (its 16 keys) are the rows its own threads copy
+    // (a line group of 8 threads takes 4 rows, a warp 16: see
+    // planLineChunks), so a tile's arrival and a stage's reuse need the
+    // warp's threads only, and each warp runs its own pipeline.
+    bool warpOwnsRows = keyBlocks < kTileKeys / 8 && spec.paged &&
+                        byLines(spec.headDim) && byLines(spec.valueDim());
+    auto syncTile = [&](ImplicitLocOpBuilder &ib) {
+      if (warpOwnsRows)
+        NVVM::SyncWarpOp::create(
+            ib, arith::ConstantIntOp::create(ib, ib.getI32Type(), -1));
+      else
+        gpu::BarrierOp::create(ib);
+    };
     if (carryPages)
       init.append(
           loadPages(add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
@@ -931,7 +945,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // flight).
           NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
           asyncProxyFence();
-          gpu::BarrierOp::create(ib);
+          syncTile(ib);
           // The tile `stages` on goes to this tile's stage.
           Value nextStart = add(kvStart, constIndex(stages * kTileKeys));
           Value hasNext = arith::CmpIOp::create(ib, arith::CmpIPredicate::slt,
@@ -1006,7 +1020,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
           // Every warp is done with this K stage: the K tile after next loads
           // into it during the softmax and P·V of this one.
-          gpu::BarrierOp::create(ib);
+          syncTile(ib);
           issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart, nextPages);
           NVVM::CpAsyncCommitGroupOp::create(ib);
 
@@ -1076,7 +1090,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           // still be in flight).
           NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
           asyncProxyFence();
-          gpu::BarrierOp::create(ib);
+          syncTile(ib);
 
           // O += P·V, 16 keys at a time: the S accumulators of key blocks 2j
           // and 2j + 1 are the A fragment of key chunk j. With wgmma, one
@@ -1125,7 +1139,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
           }
           // Every warp is done with this V stage: the V tile after next loads
           // into it.
-          gpu::BarrierOp::create(ib);
+          syncTile(ib);
           // V's rows are K's: the same entries where both are laid out by
           // lines.
           issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,

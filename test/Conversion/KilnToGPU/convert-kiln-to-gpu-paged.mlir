@@ -1,5 +1,6 @@
 // RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s
 // RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s --check-prefix=MMA
+// RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=SYNC
 
 // A paged site (GQA 32/8, head dim 128, pages of 16) copies its K and V tiles
 // by lines: a thread takes four consecutive rows, a 16-byte chunk of each of
@@ -22,6 +23,21 @@
 // MMA-COUNT-8: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg
 // MMA-NOT: i32, i32, i32, i32) {
 // MMA: gpu.func @kiln_split_combine_bf16_dv128
+// In decode mode a warp reads only its 16 keys of each tile, which are the
+// rows its own threads copy by lines: the decode loop synchronises each warp
+// on its own (bar.warp.sync where a tile arrives and where a stage is
+// reused), with no block barrier; the loop of longer query blocks, whose
+// warps read every row, keeps its block barriers.
+// SYNC-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
+// SYNC: scf.for {{.*}} i32, i32, i32, i32) {
+// SYNC-NOT: gpu.barrier
+// SYNC-COUNT-4: nvvm.bar.warp.sync
+// SYNC-NOT: gpu.barrier
+// SYNC: scf.yield {{.*}} i32, i32, i32, i32
+// SYNC: scf.for {{.*}} i32, i32, i32, i32) {
+// SYNC: gpu.barrier
+// SYNC-NOT: nvvm.bar.warp.sync
+// SYNC: gpu.func @kiln_split_combine_bf16_dv128
 func.func @paged(%q: tensor<?x32x?x128xbf16>, %kc: tensor<?x16x8x128xbf16>, %vc: tensor<?x16x8x128xbf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x32x?x128xbf16> {
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.0883883461 : f32} : tensor<?x32x?x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x32x?x128xbf16>
   return %o : tensor<?x32x?x128xbf16>
