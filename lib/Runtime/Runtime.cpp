@@ -1661,6 +1661,13 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
     args.kv_heads = kv_heads;
     args.kv_len = max_kv_len;
     args.head_dim = kernel.headDim ? *kernel.headDim : 1;
+    // The mean lengths (in key blocks) a launch may have: the longest, and
+    // for paged launches, which may give their batch's total length, uneven
+    // batches at means halving from it.
+    std::vector<int64_t> means = {kvBlocks};
+    if (kernel.paged)
+      for (int64_t mean = kvBlocks / 2; mean >= 1; mean /= 2)
+        means.push_back(mean);
     int64_t largest = 0;
     for (int64_t queries = q_len; queries >= 1; --queries) {
       args.batch = 1;
@@ -1671,14 +1678,11 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
         continue;
       for (int64_t sequences = 1; sequences <= batch; ++sequences) {
         args.batch = sequences;
-        // Paged launches may give their batch's total length: uneven
-        // batches, at means halving from the longest, choose as well.
-        for (int64_t mean = kvBlocks; mean >= 1;
-             mean = kernel.paged && mean > 1 ? mean / 2 : 0) {
+        int64_t blocks = gridBlocks(kernel, args);
+        for (int64_t mean : means) {
           int64_t splits =
-              chooseSplits(gridBlocks(kernel, args), residency.smCount,
-                           residency.blocksPerSM, kvBlocks, sequences,
-                           saturatingBlocks(kernel), mean);
+              chooseSplits(blocks, residency.smCount, residency.blocksPerSM,
+                           kvBlocks, sequences, saturatingBlocks(kernel), mean);
           largest = std::max(largest,
                              splitWorkspaceBytes(args, valueHeadDim, splits));
         }

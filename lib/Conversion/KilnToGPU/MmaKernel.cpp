@@ -61,6 +61,9 @@ constexpr int64_t kChunk = 8;
 constexpr int64_t kLineChunks = 8;
 /// Rows a thread copies of a tile laid out by lines (see planLineChunks).
 constexpr int64_t kLineRows = kTileKeys * kLineChunks / kThreadsPerBlock;
+/// Keys of a tile each warp takes in decode mode (the warps split a tile's
+/// keys; warp w takes keys kDecodeWarpKeys·w on).
+constexpr int64_t kDecodeWarpKeys = kTileKeys / kWarpsPerBlock;
 /// Head dims past this keep Q in shared memory rather than in registers
 /// (a warp's Q fragments take D / 4 registers a thread beside D / 2 of O
 /// accumulators), and run with one stage of K and V so that Q and the tiles
@@ -922,6 +925,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     // (a line group of 8 threads takes 4 rows, a warp 16: see
     // planLineChunks), so a tile's arrival and a stage's reuse need the
     // warp's threads only, and each warp runs its own pipeline.
+    static_assert(kLineRows * (kWarpSize / kLineChunks) == kDecodeWarpKeys,
+                  "a warp copies by lines the keys it reads in decode mode");
     bool warpOwnsRows = keyBlocks < kTileKeys / 8 && spec.paged &&
                         byLines(spec.headDim) && byLines(spec.valueDim());
     auto syncTile = [&](ImplicitLocOpBuilder &ib) {
@@ -1162,7 +1167,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&modeIf.getThenRegion().front());
     SmallVector<Value> loopState =
-        emitLoop(2, mul(warp, constIndex(16)), kvBegin, kvEnd, initState);
+        emitLoop(kDecodeWarpKeys / 8, mul(warp, constIndex(kDecodeWarpKeys)),
+                 kvBegin, kvEnd, initState);
     // Shared memory is free once the loop is done: two regions of two warps'
     // states from its start (2048 + 256 · Dv bytes in all, less than the
     // three or more tiles of 128 · D bytes or more there are).
