@@ -286,7 +286,8 @@ def run_case(
         "variant": case.variant,
     }
     # Split-KV: forced split counts beside the launch's own choice.
-    splits = {"split3": 3, "split8": 8, "nosplit": 1}.get(case.variant, 0)
+    splits = {"split3": 3, "split8": 8, "split33": 33,
+              "nosplit": 1}.get(case.variant, 0)
     try:
         if case.variant == "graph":
             static_out = out
@@ -369,7 +370,7 @@ def cases_for(site: kiln.Site, sanitize: bool) -> List[Case]:
     if site.split_kv:
         for sq, sk in [(1, 4096), (1, 130), (17, 1000), (200, 1000)]:
             if site.q_len in (None, sq) and site.kv_len in (None, sk):
-                for variant in ("split3", "split8", "nosplit"):
+                for variant in ("split3", "split8", "split33", "nosplit"):
                     cases.append(Case(batch, q_heads, kv_heads, sq, sk,
                                       variant=variant))
     return cases

@@ -121,8 +121,10 @@ def check_site(site, entry, device, gen, sanitize) -> List[Dict[str, Any]]:
             device, gen)
         q = torch.randn(batch, hq, q_len, d, generator=gen).to(dtype).to(device)
         lens = kv_lens.to(device)
-        for variant in ("eager", "nosplit", "split3", "split16", "graph"):
-            splits = {"nosplit": 1, "split3": 3, "split16": 16}.get(variant, 0)
+        for variant in ("eager", "nosplit", "split3", "split16", "split40",
+                        "split128", "graph"):
+            splits = {"nosplit": 1, "split3": 3, "split16": 16, "split40": 40,
+                      "split128": 128}.get(variant, 0)
             out = torch.full((batch, hq, q_len, dv), float("nan"), dtype=dtype,
                              device=device)
             result = dict(site=site.function, dtype=site.dtype, page=page,

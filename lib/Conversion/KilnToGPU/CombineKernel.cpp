@@ -9,10 +9,13 @@
 // exact when every score is a large finite fill. One block of
 // kCombineWarps warps reduces one row: every warp reads all the statistics
 // (lane l those of splits l, l + 32, ...), warp w sums the partial outputs
-// of splits w, w + kCombineWarps, ..., eight of them a step with their loads
-// in flight together, for each column it owns (lane, lane + 32, ...), and
-// the warps' sums meet in shared memory. With 128 splits a warp's chain is two steps of
-// loads rather than sixteen.
+// of splits w, w + kCombineWarps, ... for the contiguous columns each lane
+// owns (vector loads), and the warps' sums meet in shared memory. The work
+// is a short chain of dependent steps, not bandwidth: the slots a warp walks
+// are unrolled with a batch's loads issued together, and one uniform branch
+// on the split count picks how many slots, so a launch of at most
+// kCombineWarps splits reads its partials in one round of loads and one of
+// 128 splits in two.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +30,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -44,11 +49,28 @@ public:
   gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
 
 private:
-  Value load(Value base, Value index) {
+  /// `count` floats from base[index], `width` a load (vector loads assume
+  /// index·4 is a multiple of 4·width bytes from a 16-byte aligned base).
+  SmallVector<Value> loadFloats(Value base, Value index, int64_t width,
+                                int64_t count) {
     auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
-    Value address = LLVM::GEPOp::create(*b, globalPtr, b->getF32Type(), base,
-                                        ValueRange{toI64(index)});
-    return LLVM::LoadOp::create(*b, b->getF32Type(), address);
+    Type f32 = b->getF32Type();
+    SmallVector<Value> values;
+    for (int64_t first = 0; first < count; first += width) {
+      Value address =
+          LLVM::GEPOp::create(*b, globalPtr, f32, base,
+                              ValueRange{toI64(add(index, constIndex(first)))});
+      if (width == 1) {
+        values.push_back(LLVM::LoadOp::create(*b, f32, address));
+        continue;
+      }
+      Value vector = LLVM::LoadOp::create(*b, VectorType::get({width}, f32),
+                                          address, /*alignment=*/4 * width);
+      for (int64_t e = 0; e < width; ++e)
+        values.push_back(LLVM::ExtractElementOp::create(
+            *b, vector, arith::ConstantIntOp::create(*b, b->getI32Type(), e)));
+    }
+    return values;
   }
 
   Type elementType;
@@ -105,31 +127,31 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
 
   Value dim = constIndex(valueDim);
   Value statistics = mul(mul(numSplits, rows), dim);
-  auto statistic = [&](Value split, int64_t which) {
-    return load(workspace, add(statistics, add(mul(add(mul(split, rows), row),
-                                                   constIndex(2)),
-                                               constIndex(which))));
+  // Split s's max and sum for this row: workspace[statistics + 2·(s·rows +
+  // row)].
+  auto statistic = [&](Value split) {
+    return add(statistics, mul(add(mul(split, rows), row), constIndex(2)));
   };
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
 
   // Lane l holds the statistics of splits l, l + 32, ... (at most
   // kMaxSplitsPerLaunch): M, the largest max, and each split's weight
-  // w_s = l_s·2^(m_s - M), all loaded at once.
+  // w_s = l_s·2^(m_s - M), all loaded at once (a split's max and sum are
+  // adjacent: one 8-byte load where the head dim keeps them aligned).
   constexpr int64_t slotsPerLane = kMaxSplitsPerLaunch / kWarpSize;
   Value splitMax[slotsPerLane], splitSum[slotsPerLane];
   Value max = negInf;
+  Value lastSplit = sub(numSplits, constIndex(1));
   for (int64_t k = 0; k < slotsPerLane; ++k) {
     Value split = add(lane, constIndex(k * kWarpSize));
-    Value exists =
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, split,
-                              numSplits);
-    Value clamped = arith::MinUIOp::create(builder, split,
-                                           sub(numSplits, constIndex(1)));
-    splitMax[k] = arith::SelectOp::create(builder, exists,
-                                          statistic(clamped, 0), negInf);
-    splitSum[k] =
-        arith::SelectOp::create(builder, exists, statistic(clamped, 1), zero);
+    Value exists = arith::CmpIOp::create(builder, arith::CmpIPredicate::ult,
+                                         split, numSplits);
+    Value clamped = arith::MinUIOp::create(builder, split, lastSplit);
+    SmallVector<Value> pair =
+        loadFloats(workspace, statistic(clamped), valueDim % 2 == 0 ? 2 : 1, 2);
+    splitMax[k] = arith::SelectOp::create(builder, exists, pair[0], negInf);
+    splitSum[k] = arith::SelectOp::create(builder, exists, pair[1], zero);
     max = fmax(max, splitMax[k]);
   }
   max = butterfly(max, /*isMax=*/true, kWarpSize / 2);
@@ -146,60 +168,93 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   }
   Value total = butterfly(laneTotal, /*isMax=*/false, kWarpSize / 2);
 
-  // Σ w_s·O_s for the lane's columns over the warp's splits, kUnroll splits
-  // a step so that their loads are in flight together; split s's weight
-  // comes from lane s % 32.
-  constexpr int64_t kUnroll = 8;
-  SmallVector<Value> columns, readColumns;
-  for (int64_t c = 0; c < columnsPerLane; ++c) {
-    Value column = add(lane, constIndex(c * kWarpSize));
-    columns.push_back(column);
-    // Lanes past the head dim read its last column (never stored).
-    readColumns.push_back(
-        arith::MinUIOp::create(builder, column, constIndex(valueDim - 1)));
-  }
-  Value lastSplit = sub(numSplits, constIndex(1));
-  Value width = arith::ConstantIntOp::create(builder, i32, kWarpSize);
-  auto sumLoop = scf::ForOp::create(
-      builder, warp, numSplits,
-      constIndex(kCombineWarps * kUnroll),
-      SmallVector<Value>(columnsPerLane, zero),
-      [&](OpBuilder &nested, Location nestedLoc, Value first,
-          ValueRange state) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
-        SmallVector<Value> next(state.begin(), state.end());
-        for (int64_t u = 0; u < kUnroll; ++u) {
-          Value split = add(first, constIndex(u * kCombineWarps));
-          Value exists = arith::CmpIOp::create(ib, arith::CmpIPredicate::ule,
-                                               split, lastSplit);
-          Value clamped = arith::MinUIOp::create(ib, split, lastSplit);
-          // The weight register of slot split / 32, from lane split % 32.
-          Value slot = arith::DivUIOp::create(ib, clamped,
-                                              constIndex(kWarpSize));
-          Value held = weights[slotsPerLane - 1];
-          for (int64_t k = slotsPerLane - 2; k >= 0; --k)
-            held = arith::SelectOp::create(
-                ib,
-                arith::CmpIOp::create(ib, arith::CmpIPredicate::eq, slot,
-                                      constIndex(k)),
-                weights[k], held);
-          Value source = arith::IndexCastOp::create(
-              ib, i32, arith::RemUIOp::create(ib, clamped,
-                                              constIndex(kWarpSize)));
-          Value weight = gpu::ShuffleOp::create(ib, held, source, width,
-                                                gpu::ShuffleMode::IDX)
-                             .getShuffleResult();
-          weight = arith::SelectOp::create(ib, exists, weight, zero);
-          Value rowStart = mul(add(mul(clamped, rows), row), dim);
-          for (int64_t c = 0; c < columnsPerLane; ++c)
-            next[c] = fadd(next[c], fmul(weight, load(workspace,
-                                                      add(rowStart,
-                                                          readColumns[c]))));
+  // Σ w_s·O_s over the warp's splits s = warp + kCombineWarps·j for the
+  // lane's columns [lane·c, lane·c + c), read `width` floats a load. The
+  // slots are unrolled with every load of a batch issued before the first
+  // product, and how many slots a warp walks is chosen by one uniform branch
+  // on the split count, so a launch of few splits reads its partials in one
+  // round trip of loads; slots past the last split read the last split
+  // (clamped) with weight 0. Split s's weight is in register s / 32 of lane
+  // s % 32, which for s = warp + kCombineWarps·j is register
+  // j / kSlotsPerRegister of lane warp + kCombineWarps·(j % kSlotsPerRegister).
+  static_assert(kWarpSize % kCombineWarps == 0 &&
+                    kMaxSplitsPerLaunch % kCombineWarps == 0,
+                "a warp's splits map onto the lanes' statistics registers");
+  constexpr int64_t kSlotsPerRegister = kWarpSize / kCombineWarps;
+  constexpr int64_t kSlotsPerWarp = kMaxSplitsPerLaunch / kCombineWarps;
+  int64_t width = columnsPerLane % 4 == 0 && valueDim % 4 == 0   ? 4
+                  : columnsPerLane % 2 == 0 && valueDim % 2 == 0 ? 2
+                                                                 : 1;
+  // Slots a batch: their loads in flight together, within a register budget
+  // of about 32 partial values a thread.
+  int64_t batchSlots = std::clamp<int64_t>(32 / columnsPerLane, 1, 8);
+  Value laneColumn = mul(lane, constIndex(columnsPerLane));
+  Value shuffleWidth = arith::ConstantIntOp::create(builder, i32, kWarpSize);
+  auto accumulate = [&](int64_t slots, SmallVectorImpl<Value> &sums) {
+    for (int64_t first = 0; first < slots; first += batchSlots) {
+      int64_t count = std::min(batchSlots, slots - first);
+      SmallVector<SmallVector<Value>> partial;
+      SmallVector<Value> weight;
+      for (int64_t j = first; j < first + count; ++j) {
+        Value split = add(warp, constIndex(kCombineWarps * j));
+        Value exists = arith::CmpIOp::create(builder, arith::CmpIPredicate::ule,
+                                             split, lastSplit);
+        Value clamped = arith::MinUIOp::create(builder, split, lastSplit);
+        Value rowStart = mul(add(mul(clamped, rows), row), dim);
+        SmallVector<Value> values;
+        for (int64_t c = 0; c < columnsPerLane; c += width) {
+          // A lane's columns past the head dim read its last `width`
+          // (never stored).
+          Value column =
+              arith::MinUIOp::create(builder, add(laneColumn, constIndex(c)),
+                                     constIndex(valueDim - width));
+          SmallVector<Value> loaded =
+              loadFloats(workspace, add(rowStart, column), width, width);
+          values.append(loaded.begin(), loaded.end());
         }
-        scf::YieldOp::create(ib, next);
-        b = &builder;
-      });
+        partial.push_back(values);
+        Value source = arith::AddIOp::create(
+            builder, toI32(warp),
+            arith::ConstantIntOp::create(
+                builder, i32, kCombineWarps * (j % kSlotsPerRegister)));
+        Value held = weights[j / kSlotsPerRegister];
+        Value shuffled =
+            gpu::ShuffleOp::create(builder, held, source, shuffleWidth,
+                                   gpu::ShuffleMode::IDX)
+                .getShuffleResult();
+        weight.push_back(
+            arith::SelectOp::create(builder, exists, shuffled, zero));
+      }
+      for (int64_t j = 0; j < count; ++j)
+        for (int64_t c = 0; c < columnsPerLane; ++c)
+          sums[c] = fadd(sums[c], fmul(weight[j], partial[j][c]));
+    }
+  };
+  // The slot counts the uniform branch picks from: one split a warp, one
+  // per statistics register, then all of them.
+  SmallVector<int64_t> slotOptions = {1, kSlotsPerRegister, kSlotsPerWarp};
+  SmallVector<Type> sumTypes(columnsPerLane, builder.getF32Type());
+  std::function<SmallVector<Value>(size_t)> sumOver =
+      [&](size_t option) -> SmallVector<Value> {
+    SmallVector<Value> sums(columnsPerLane, zero);
+    if (option + 1 == slotOptions.size()) {
+      accumulate(slotOptions[option], sums);
+      return sums;
+    }
+    Value fits =
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ule, numSplits,
+                              constIndex(kCombineWarps * slotOptions[option]));
+    auto branch = scf::IfOp::create(builder, sumTypes, fits,
+                                    /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&branch.getThenRegion().front());
+    accumulate(slotOptions[option], sums);
+    scf::YieldOp::create(builder, sums);
+    builder.setInsertionPointToStart(&branch.getElseRegion().front());
+    scf::YieldOp::create(builder, sumOver(option + 1));
+    return SmallVector<Value>(branch.getResults());
+  };
+  SmallVector<Value> columnSums = sumOver(0);
   Value hasKeys =
       arith::CmpFOp::create(builder, arith::CmpFPredicate::OGT, total, zero);
   Value inverse = arith::SelectOp::create(
@@ -210,8 +265,8 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   // t + kCombineThreads, ... of out[b, h, q, :] in the output's element type.
   Value buffer = func.getWorkgroupAttributions()[0];
   for (int64_t c = 0; c < columnsPerLane; ++c)
-    memref::StoreOp::create(builder, sumLoop.getResult(c), buffer,
-                            ValueRange{warp, columns[c]});
+    memref::StoreOp::create(builder, columnSums[c], buffer,
+                            ValueRange{warp, add(laneColumn, constIndex(c))});
   gpu::BarrierOp::create(builder);
   Value query = arith::RemUIOp::create(builder, row, qLen);
   Value sequenceHead = arith::DivUIOp::create(builder, row, qLen);
