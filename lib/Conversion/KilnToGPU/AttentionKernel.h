@@ -198,6 +198,26 @@ protected:
   void mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
                MutableArrayRef<Value> acc, int64_t k, NVVM::MMATypes type);
 
+  /// A warp's share of the split-KV reduction of one output row.
+  struct SplitSums {
+    /// Σ w_s·O_s over the warp's splits, for the lane's columns
+    /// firstColumn, firstColumn + 1, ... (columns past the value head dim
+    /// hold copies and are not to be stored).
+    SmallVector<Value> columns;
+    Value firstColumn;
+    /// Σ w_s over all the row's splits (the same in every lane and warp).
+    Value total;
+  };
+  /// Reduces row `row` (of `rows` a split) of a split-KV workspace (see
+  /// writePartial in MmaKernel.cpp) with `numSplits` splits, at most
+  /// `maxSplits`: w_s = l_s·2^(m_s - M) with M the largest max, over the
+  /// warp's splits firstSplit + stride·j (firstSplit < stride, stride
+  /// dividing 32). Every lane of the warp takes part; the branches are
+  /// uniform. Defined in CombineKernel.cpp.
+  SplitSums sumSplits(Value workspace, Value row, Value rows, Value numSplits,
+                      int64_t valueDim, Value lane, Value firstSplit,
+                      int64_t stride, int64_t maxSplits);
+
   ImplicitLocOpBuilder *b = nullptr;
 };
 
