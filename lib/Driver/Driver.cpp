@@ -477,6 +477,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
         // Its split kernels let their combine kernels launch early, and
         // those wait (KernelSpec::launchDependents).
         target.gridDependency = true;
+        // And reduce their splits in a cluster (KernelSpec::clusterSplits).
+        target.clusterSplits = kMaxClusterSplits;
       }
   }
   addSchedules(*description, options.targets, portableSchedules,

@@ -64,6 +64,8 @@ void loadDriver(DriverState &state) {
   Error optional;
   resolve(library, "cuCtxGetId", d.cuCtxGetId, optional);
   resolve(library, "cuLaunchKernelEx", d.cuLaunchKernelEx, optional);
+  resolve(library, "cuOccupancyMaxActiveClusters",
+          d.cuOccupancyMaxActiveClusters, optional);
   resolve(library, "cuTensorMapEncodeTiled", d.cuTensorMapEncodeTiled,
           optional);
   CUresult result = d.cuInit(0);

@@ -53,6 +53,11 @@ struct CudaDriver {
   /// programmatic stream serialization); without it they launch plainly.
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **,
                                void **);
+  /// Optional (CUDA 12+): clusters of a launch configuration that fit on
+  /// the device at once; without it split kernels are not launched in
+  /// clusters.
+  CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction,
+                                           const CUlaunchConfig *);
 };
 
 /// Loads and initialises the driver once per process. On failure every call

@@ -854,6 +854,9 @@ Error parseManifest(const std::string &text, const std::string &directory,
       Node gridDependency = targetNode.optionalKey("grid_dependency");
       target.gridDependency =
           !gridDependency.isNull() && gridDependency.boolean();
+      Node clusterSplits = targetNode.optionalKey("cluster_splits");
+      if (!clusterSplits.isNull())
+        target.clusterSplits = clusterSplits.integer(2, 16);
       Node ptxNode = targetNode.key("ptx");
       target.ptxFile = ptxNode.string();
       if (target.ptxFile.empty() || target.ptxFile.find('/') == 0)

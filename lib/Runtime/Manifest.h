@@ -165,6 +165,10 @@ struct Target {
   /// kernel before them (griddepcontrol.wait), so they may be launched with
   /// programmatic stream serialization.
   bool gridDependency = false;
+  /// "cluster_splits": the split kernels of this PTX reduce their splits
+  /// themselves when launched with a cluster of up to this many blocks along
+  /// grid z, split-minor (no combine kernel); 0 when they do not.
+  int64_t clusterSplits = 0;
 };
 
 struct Manifest {

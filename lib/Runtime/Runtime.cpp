@@ -33,7 +33,14 @@ struct LoadedModule {
   /// That target's combine kernels wait for their split kernel (see
   /// Target::gridDependency).
   bool gridDependency = false;
+  /// That target's split kernels reduce their splits in clusters of up to
+  /// this many blocks (see Target::clusterSplits).
+  int64_t clusterSplits = 0;
   std::vector<CUfunction> functions; // per kernel index; null until needed
+  /// Per kernel and cluster size (up to kMaxClusterBlocks), the clusters of
+  /// its blocks the device holds at once (-1 until asked; empty until a
+  /// launch of the kernel first asks).
+  std::vector<std::vector<int>> activeClusters;
   /// The device's SM count, and per kernel the blocks an SM holds at once
   /// (0 until asked).
   int smCount = 0;
@@ -739,7 +746,9 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   loaded->module = module;
   loaded->chip = target.chip;
   loaded->gridDependency = target.gridDependency;
+  loaded->clusterSplits = target.clusterSplits;
   loaded->functions.assign(manifest.kernels.size(), nullptr);
+  loaded->activeClusters.assign(manifest.kernels.size(), {});
   return Error::ok();
 }
 
@@ -762,7 +771,8 @@ struct Residency {
 Error getFunction(kiln_package &package, const CudaDriver &driver,
                   size_t kernelIndex, CUstream stream, CUfunction &function,
                   Residency *residency = nullptr,
-                  bool *gridDependency = nullptr) {
+                  bool *gridDependency = nullptr,
+                  LoadedModule **module = nullptr) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
   if (result != CUDA_SUCCESS)
@@ -825,6 +835,8 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
   function = cached;
   if (gridDependency)
     *gridDependency = loaded->gridDependency;
+  if (module)
+    *module = loaded;
   if (residency) {
     // The SM count, and resident blocks of this kernel per SM.
     if (!loaded->smCount) {
@@ -979,14 +991,42 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
 // C API
 //===----------------------------------------------------------------------===//
 
+/// Most blocks of a cluster the runtime launches a split kernel in. Measured
+/// on the H200 (paged decode, forced split counts, clusters against the
+/// combine kernel): clusters of 2 to 4 gain 1.5-5%; clusters of 8 and 16
+/// lose up to 12% where the grid has fewer blocks than the SMs hold (8/1 x
+/// 16 x 16k at 8 splits, 32/8 x 1 x 32k at 16), as the balanced placement
+/// packs a cluster's blocks onto fewer SMs and leaves others idle.
+constexpr int64_t kMaxClusterBlocks = 4;
+
+/// A launch's cluster attributes: clusters of `size` blocks along grid z,
+/// placed by the hardware's load balancing (the default policy spreads a
+/// cluster's blocks and fits fewer of them: 62 clusters of 4 of the paged
+/// decode kernel on the H200, against 66 balanced, which hold a grid of 256
+/// blocks in one wave).
+void setClusterAttributes(CUlaunchAttribute attributes[2], int64_t size) {
+  attributes[0] = {};
+  attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attributes[0].value.clusterDim.x = 1;
+  attributes[0].value.clusterDim.y = 1;
+  attributes[0].value.clusterDim.z = static_cast<unsigned>(size);
+  attributes[1] = {};
+  attributes[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+  attributes[1].value.clusterSchedulingPolicyPreference =
+      CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING;
+}
+
 /// Launches a planned kernel of site `s` on `stream`. A combine kernel
 /// (`afterSplits`) goes with programmatic stream serialization where the
 /// loaded PTX's combine kernels wait for their split kernel: its blocks may
 /// then be placed while the split kernel's last blocks run, and it starts
-/// the moment that kernel's writes are visible, not a launch later.
+/// the moment that kernel's writes are visible, not a launch later. With
+/// `cluster` > 1 the blocks go in clusters of that many along grid z (a
+/// split kernel that reduces its splits itself; clusterOfSplits).
 Error launchPlanned(kiln_package &package, const CudaDriver &driver,
                     const Site &s, size_t kernelIndex, LaunchPlan &plan,
-                    CUstream stream, bool afterSplits = false) {
+                    CUstream stream, bool afterSplits = false,
+                    int64_t cluster = 0) {
   CUfunction function = nullptr;
   bool gridDependency = false;
   if (Error error = getFunction(package, driver, kernelIndex, stream, function,
@@ -999,10 +1039,17 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
   const kiln_launch_config &c = plan.config;
   CUresult result;
   const char *call = "cuLaunchKernel";
-  if (afterSplits && gridDependency && driver.cuLaunchKernelEx) {
-    CUlaunchAttribute attribute{};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
+  bool early = afterSplits && gridDependency;
+  if ((early || cluster > 1) && driver.cuLaunchKernelEx) {
+    CUlaunchAttribute attributes[2] = {};
+    unsigned count = 1;
+    if (early) {
+      attributes[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attributes[0].value.programmaticStreamSerializationAllowed = 1;
+    } else {
+      setClusterAttributes(attributes, cluster);
+      count = 2;
+    }
     CUlaunchConfig config{};
     config.gridDimX = c.grid[0];
     config.gridDimY = c.grid[1];
@@ -1012,8 +1059,8 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
     config.blockDimZ = c.block[2];
     config.sharedMemBytes = c.dynamic_shared_bytes;
     config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    config.numAttrs = count;
     call = "cuLaunchKernelEx";
     result = driver.cuLaunchKernelEx(&config, function, plan.params, nullptr);
   } else {
@@ -1027,7 +1074,8 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
                 "\" (kernel \"" + package.manifest.kernels[kernelIndex].name +
                 "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) + "x" +
                 str(c.grid[2]) + ", block " + str(c.block[0]) + "x" +
-                str(c.block[1]) + "x" + str(c.block[2]) + ")"};
+                str(c.block[1]) + "x" + str(c.block[2]) +
+                (cluster > 1 ? ", clusters of " + str(cluster) : "") + ")"};
   return Error::ok();
 }
 
@@ -1104,9 +1152,59 @@ Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
   return Error::ok();
 }
 
+/// The cluster a split launch of `splits` splits goes in: `splits` where the
+/// loaded PTX's split kernels reduce their splits in clusters of that many
+/// (Target::clusterSplits), and the launch's clusters all fit on the device
+/// at once; else 0 (the combine kernel reduces the splits). A grid of
+/// clusters that does not fit runs in two waves, which costs far more than
+/// the combine kernel saves (docs/performance.md).
+Error clusterOfSplits(kiln_package &package, const CudaDriver &driver,
+                      size_t kernelIndex, const LaunchPlan &plan,
+                      CUstream stream, int64_t splits, int64_t &cluster) {
+  cluster = 0;
+  if (splits < 2 || !driver.cuLaunchKernelEx ||
+      !driver.cuOccupancyMaxActiveClusters)
+    return Error::ok();
+  CUfunction function = nullptr;
+  LoadedModule *loaded = nullptr;
+  if (Error error = getFunction(package, driver, kernelIndex, stream, function,
+                                nullptr, nullptr, &loaded))
+    return error;
+  if (!function || splits > std::min(loaded->clusterSplits, kMaxClusterBlocks))
+    return Error::ok();
+  std::vector<int> &active = loaded->activeClusters[kernelIndex];
+  if (active.empty())
+    active.assign(kMaxClusterBlocks + 1, -1);
+  int &clusters = active[splits];
+  if (clusters < 0) {
+    CUlaunchAttribute attributes[2];
+    setClusterAttributes(attributes, splits);
+    CUlaunchConfig config{};
+    config.gridDimX = plan.config.grid[0];
+    config.gridDimY = plan.config.grid[1];
+    config.gridDimZ = static_cast<unsigned>(splits);
+    config.blockDimX = plan.config.block[0];
+    config.blockDimY = plan.config.block[1];
+    config.blockDimZ = plan.config.block[2];
+    config.sharedMemBytes = plan.config.dynamic_shared_bytes;
+    config.hStream = stream;
+    config.attrs = attributes;
+    config.numAttrs = 2;
+    if (driver.cuOccupancyMaxActiveClusters(&clusters, function, &config) !=
+        CUDA_SUCCESS)
+      clusters = 0;
+  }
+  int64_t blocks =
+      int64_t(plan.config.grid[0]) * plan.config.grid[1] * plan.config.grid[2];
+  if (blocks <= int64_t(clusters) * splits)
+    cluster = splits;
+  return Error::ok();
+}
+
 /// Launches a checked launch of site `s` on `stream`: the kernel with the
-/// split count decided here and, when it splits, the combine kernel after it
-/// on the same stream.
+/// split count decided here and, when it splits, either in clusters that
+/// reduce the splits themselves or with the combine kernel after it on the
+/// same stream.
 Error launchChecked(kiln_package &package, const Site &s,
                     const CheckedLaunch &launch, void *streamHandle) {
   const std::string where = "site \"" + s.name + "\": ";
@@ -1134,10 +1232,14 @@ Error launchChecked(kiln_package &package, const Site &s,
   LaunchPlan plan;
   if (Error error = fillPlan(*launch.kernel, s, where, launch, splits, plan))
     return error;
-  if (Error error =
-          launchPlanned(package, *driver, s, s.kernelIndex, plan, stream))
+  int64_t cluster = 0;
+  if (Error error = clusterOfSplits(package, *driver, s.kernelIndex, plan,
+                                    stream, splits, cluster))
     return error;
-  if (splits <= 1)
+  if (Error error = launchPlanned(package, *driver, s, s.kernelIndex, plan,
+                                  stream, /*afterSplits=*/false, cluster))
+    return error;
+  if (splits <= 1 || cluster > 1)
     return Error::ok();
   size_t combineIndex = *launch.kernel->combineIndex;
   LaunchPlan combine;

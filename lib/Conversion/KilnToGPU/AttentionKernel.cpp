@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include "llvm/ADT/bit.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -181,6 +182,66 @@ Value KernelBuilderBase::loadGlobalAsF32(Value base, Type elementType,
   if (elementType.isF32() || elementType.isInteger(1))
     return loaded;
   return arith::ExtFOp::create(*b, b->getF32Type(), loaded);
+}
+
+std::pair<Value, Value> AttentionKernelBuilder::packedRow(Value rowInBlock) {
+  Value pair = add(firstPackedRow, rowInBlock);
+  Value query = arith::DivUIOp::create(*b, pair, group);
+  Value head = add(mul(kvHead, group), arith::RemUIOp::create(*b, pair, group));
+  return {query, head};
+}
+
+void AttentionKernelBuilder::emitClusterCombine() {
+  assert(spec.splitKV && spec.packQueryHeads && "packed split kernels");
+  ImplicitLocOpBuilder &builder = *b;
+  auto ifClustered = scf::IfOp::create(builder, clustered, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(&ifClustered.getThenRegion().front());
+  // Every thread of the cluster arrives after its partial results are
+  // written (release) and waits for all of them (acquire): the cluster's
+  // workspace rows are then visible to every block of it.
+  NVVM::ClusterArriveOp::create(builder, UnitAttr());
+  NVVM::ClusterWaitOp::create(builder, UnitAttr());
+  // The block's rows that exist: (query, head) pairs below q_len · group.
+  Value rowsHere = arith::MinSIOp::create(
+      builder,
+      arith::MaxSIOp::create(builder, sub(mul(qLen, group), firstPackedRow),
+                             constIndex(0)),
+      constIndex(rowsPerBlock()));
+  Value rowsPerSplit = mul(mul(batchSize, numQueryHeads), qLen);
+  int64_t warps = threadsPerBlock() / kWarpSize;
+  int64_t valueDim = spec.valueDim();
+  auto loop = scf::ForOp::create(builder, add(splitIndex, mul(numSplits, warp)),
+                                 rowsHere, mul(numSplits, constIndex(warps)));
+  builder.setInsertionPointToStart(loop.getBody());
+  auto [query, rowHead] = packedRow(loop.getInductionVar());
+  Value row = add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query);
+  SplitSums sums =
+      sumSplits(workspace, row, rowsPerSplit, numSplits, valueDim, lane,
+                constIndex(0), /*stride=*/1, kMaxClusterSplits);
+  Value inverse = reciprocalOrZero(sums.total);
+  Value rowOffset =
+      add(tensorBase(outStrides, rowHead), mul(toI64(query), outStrides[2]));
+  for (size_t c = 0; c < sums.columns.size(); ++c) {
+    Value column = add(sums.firstColumn, constIndex(c));
+    auto store = [&] {
+      storeOutput(fmul(sums.columns[c], inverse),
+                  add(rowOffset, toI64(column)));
+    };
+    if (int64_t(sums.columns.size()) * kWarpSize == valueDim) {
+      store();
+      continue;
+    }
+    // Lanes past the value head dim hold copies: not stored.
+    auto inDim = scf::IfOp::create(
+        builder,
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, column,
+                              constIndex(valueDim)),
+        /*withElse=*/false);
+    OpBuilder::InsertionGuard columnGuard(builder);
+    builder.setInsertionPointToStart(&inDim.getThenRegion().front());
+    store();
+  }
 }
 
 void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
@@ -583,9 +644,23 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
   if (spec.splitKV) {
     // Grid z is split-major: block z works on split z / batch of sequence
-    // z % batch.
-    splitIndex = arith::DivUIOp::create(builder, batch, batchSize);
-    batch = arith::RemUIOp::create(builder, batch, batchSize);
+    // z % batch; launched with clusters of the splits along z, split-minor.
+    Value z = batch;
+    splitIndex = arith::DivUIOp::create(builder, z, batchSize);
+    batch = arith::RemUIOp::create(builder, z, batchSize);
+    if (spec.clusterSplits) {
+      Value clusterBlocks = NVVM::ClusterDim::create(
+          builder, builder.getI32Type(), LLVM::ConstantRangeAttr());
+      clustered = arith::CmpIOp::create(
+          builder, arith::CmpIPredicate::ugt, clusterBlocks,
+          arith::ConstantIntOp::create(builder, builder.getI32Type(), 1));
+      splitIndex = arith::SelectOp::create(
+          builder, clustered, arith::RemUIOp::create(builder, z, numSplits),
+          splitIndex);
+      batch = arith::SelectOp::create(
+          builder, clustered, arith::DivUIOp::create(builder, z, numSplits),
+          batch);
+    }
   }
   threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
@@ -688,6 +763,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
 
   buildBody(func);
+  if (spec.clusterSplits)
+    emitClusterCombine();
   if (spec.launchDependents)
     NVVM::GriddepcontrolOp::create(builder,
                                    NVVM::GridDepActionKind::launch_dependents);

@@ -10,6 +10,8 @@
 #ifndef KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
 #define KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
 
+#include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/IR/Builders.h"
@@ -70,6 +72,14 @@ struct KernelSpec {
   /// instead, the combine's blocks were placed beside running split blocks
   /// and decode got up to 9% slower: docs/performance.md.)
   bool launchDependents = false;
+  /// sm_90: launched with a thread-block cluster of num_splits blocks along
+  /// grid z (then split-minor: block z works on split z % num_splits of
+  /// sequence z / num_splits), a split kernel reduces its splits itself:
+  /// after a cluster barrier each block reduces a share of the rows from the
+  /// workspace and writes the output, and no combine kernel runs. Launched
+  /// without a cluster it behaves as without this. At most
+  /// kMaxClusterSplits splits.
+  bool clusterSplits = false;
   /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
   /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
   bool tf32 = false;
@@ -271,6 +281,14 @@ protected:
   /// arguments and per-block values below.
   virtual void buildBody(gpu::GPUFuncOp func) = 0;
 
+  /// With packed heads: the query and head of row `rowInBlock` of the
+  /// block.
+  std::pair<Value, Value> packedRow(Value rowInBlock);
+  /// KernelSpec::clusterSplits: when launched with a cluster, waits for the
+  /// cluster's splits and reduces this block's share of their rows (row i
+  /// of the block by warp i / num_splits % warps of split i % num_splits).
+  void emitClusterCombine();
+
   /// Stores the f32 `value` as the kernel's element type at element
   /// `offset` of the output.
   void storeOutput(Value value, Value offset);
@@ -307,6 +325,8 @@ protected:
   /// Split-KV kernels: the launch's batch size and split count, this
   /// block's split, and the f32 workspace of partial results.
   Value batchSize, numSplits, splitIndex, workspace;
+  /// KernelSpec::clusterSplits: whether this launch has clusters (i1).
+  Value clustered;
   /// Warp-specialised kernels: the tensor maps of Q, K and V (generic
   /// addresses of grid-constant parameters).
   Value qMap, kMap, vMap;

@@ -154,6 +154,7 @@ struct ConvertKilnToGPUPass
         spec.blocksPerSM = chosen.blocksPerSM;
       }
       spec.launchDependents = hopper && spec.splitKV;
+      spec.clusterSplits = hopper && spec.splitKV;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
@@ -254,6 +255,7 @@ struct ConvertKilnToGPUPass
     spec.packQueryHeads = false;
     spec.splitKV = false;
     spec.launchDependents = false;
+    spec.clusterSplits = false;
     spec.wgmma = false;
     spec.blocksPerSM = 0;
     spec.warpSpecialized = true;

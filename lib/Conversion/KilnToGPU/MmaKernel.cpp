@@ -243,7 +243,6 @@ private:
                constIndex(kLineRows));
   }
   /// Query and head of row `rowInBlock` of the block (heads packed).
-  std::pair<Value, Value> packedRow(Value rowInBlock);
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
   /// views whose rows are not 16-byte aligned.
   SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan,
@@ -492,13 +491,6 @@ MmaKernel::ChunkPlan MmaKernel::planLineChunks(
     }
   }
   return plan;
-}
-
-std::pair<Value, Value> MmaKernel::packedRow(Value rowInBlock) {
-  Value pair = add(firstPackedRow, rowInBlock);
-  Value query = arith::DivUIOp::create(*b, pair, group);
-  Value head = add(mul(kvHead, group), arith::RemUIOp::create(*b, pair, group));
-  return {query, head};
 }
 
 SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,

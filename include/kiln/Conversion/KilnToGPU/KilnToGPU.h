@@ -26,6 +26,10 @@ inline constexpr char kWarpSpecializedKernelAttrName[] =
 /// On a generated gpu.func: launch facts for the manifest (block shape,
 /// rows per block, shared memory, argument names and kinds).
 inline constexpr char kKernelInfoAttrName[] = "kiln.kernel_info";
+/// Most splits of a launch whose split kernel reduces its splits itself in
+/// a thread-block cluster (sm_90a; 16 blocks a cluster need the non-portable
+/// cluster size attribute): the manifest target's "cluster_splits".
+inline constexpr int kMaxClusterSplits = 16;
 
 } // namespace mlir::kiln
 

@@ -44,6 +44,10 @@ struct TargetPTX {
   /// Its combine kernels wait for their split kernel (griddepcontrol), so
   /// the runtime may launch them early: the manifest's "grid_dependency".
   bool gridDependency = false;
+  /// Its split kernels reduce their splits themselves when launched with a
+  /// thread-block cluster of this many blocks or fewer along grid z (0:
+  /// never): the manifest's "cluster_splits".
+  int clusterSplits = 0;
 };
 
 /// Describes the kernels and sites of `module`, which must have been through
