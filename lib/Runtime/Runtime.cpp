@@ -994,9 +994,10 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
 /// Most blocks of a cluster the runtime launches a split kernel in. Measured
 /// on the H200 (paged decode, forced split counts, clusters against the
 /// combine kernel): clusters of 2 to 4 gain 1.5-5%; clusters of 8 and 16
-/// lose up to 12% where the grid has fewer blocks than the SMs hold (8/1 x
-/// 16 x 16k at 8 splits, 32/8 x 1 x 32k at 16), as the balanced placement
-/// packs a cluster's blocks onto fewer SMs and leaves others idle.
+/// lose up to 12% (8/1 x 16 x 16k at 8 splits, 32/8 x 1 x 32k at 16), with
+/// the balanced or the spread placement: a cluster must fit in one GPC, and
+/// the GPCs' SM counts do not divide into such clusters evenly, so some SMs
+/// take a second block while others idle.
 constexpr int64_t kMaxClusterBlocks = 4;
 
 /// A launch's cluster attributes: clusters of `size` blocks along grid z,
