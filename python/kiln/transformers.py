@@ -371,8 +371,13 @@ def _paged_cache_class():
             dtype = _TYPES[str(query.dtype)]
             site = site_for(dtype, int(query.shape[-1]), int(self.values.shape[-1]),
                             _paged_kind(cache.page_size, window), scale)
+            # The batch's total length, known here on the host (the pads'
+            # counts are mirrored there): the launch splits a batch of
+            # uneven lengths by it rather than by its longest sequence.
+            total = sum(max(self.length - pads, 0) for pads in cache.pad_counts)
             out = kops.paged_attention(site, query.contiguous(), self.keys,
-                                       self.values, cache.table, self.kv_lens)
+                                       self.values, cache.table, self.kv_lens,
+                                       total_kv_len=total)
             return out.transpose(1, 2).contiguous()
 
         def store(self, start: int, key_states, value_states, real) -> None:

@@ -156,12 +156,16 @@ def paged(monkeypatch):
     yield kt._paged_cache_class(), kinds
 
 
-def reference_paged(site, q, key_cache, value_cache, table, kv_lens):
+def reference_paged(site, q, key_cache, value_cache, table, kv_lens,
+                    total_kv_len=0):
     """kiln.paged_attention {causal, window}: key j of sequence b at
     table[b, j / P], offset j % P; query i sees j <= i + (kv_lens[b] - Sq)
     and, with window W, not j <= i + (kv_lens[b] - Sq) - W; a query that
-    sees no key gives zeros."""
+    sees no key gives zeros. The cache passes the batch's total length,
+    which must be the sum of kv_lens."""
     import torch
+
+    assert total_kv_len == int(kv_lens.sum()), (total_kv_len, kv_lens)
 
     batch, q_heads, queries, _ = q.shape
     page, kv_heads = key_cache.shape[1], key_cache.shape[2]
