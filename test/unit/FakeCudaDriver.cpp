@@ -192,7 +192,26 @@ cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction function,
         CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
       state.lastLaunch.programmatic =
           config->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+    else if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      state.lastLaunch.clusterZ = config->attrs[i].value.clusterDim.z;
+    else if (config->attrs[i].id ==
+             CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE)
+      state.lastLaunch.clusterPolicy =
+          config->attrs[i].value.clusterSchedulingPolicyPreference;
   return result;
+}
+__attribute__((visibility("default"))) CUresult
+cuOccupancyMaxActiveClusters(int *clusters, CUfunction,
+                             const CUlaunchConfig *config) {
+  ++state.clusterQueries;
+  unsigned size = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      size = config->attrs[i].value.clusterDim.z;
+  *clusters = state.activeClusters >= 0
+                  ? state.activeClusters
+                  : state.smCount * state.blocksPerSM / int(size);
+  return CUDA_SUCCESS;
 }
 
 } // extern "C"

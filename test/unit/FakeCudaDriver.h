@@ -21,6 +21,10 @@ struct FakeLaunch {
   /// Launched through cuLaunchKernelEx with programmatic stream
   /// serialization allowed.
   bool programmatic = false;
+  /// Launched through cuLaunchKernelEx in clusters of this many blocks
+  /// along z (0: no cluster attribute), and with this placement policy.
+  unsigned clusterZ = 0;
+  int clusterPolicy = -1;
   /// The first 8 bytes behind each kernelParams entry.
   uint64_t params[kFakeMaxParams] = {};
 };
@@ -42,6 +46,10 @@ struct FakeCudaState {
   /// What the occupancy and SM-count queries answer.
   int blocksPerSM = 2;
   int smCount = 132;
+  /// What cuOccupancyMaxActiveClusters answers; -1: the SMs' blocks over
+  /// the cluster's size. Its calls are counted.
+  int activeClusters = -1;
+  int clusterQueries = 0;
   FakeLaunch lastLaunch;
   /// The launch before the last (a split-KV launch's attention kernel).
   FakeLaunch previousLaunch;

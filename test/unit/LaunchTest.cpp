@@ -381,6 +381,62 @@ TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
   }
 }
 
+TEST_F(SplitLaunchTest, FewSplitsReduceThemselvesInClusters) {
+  for (bool clusters : {false, true}) {
+    json manifest = splitManifest();
+    if (clusters)
+      for (json &target : manifest["targets"])
+        target["cluster_splits"] = 16;
+    writeNamedPtx(manifest);
+    ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *site = nullptr;
+    ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+    fake().expectedParams = 24;
+    kiln_attention_args a = args(site, 2, 8, 2, 1, 4096);
+    a.workspace = workspace;
+    a.workspace_bytes = sizeof(workspace);
+    // Three splits: in clusters of three along z (load-balanced), and no
+    // combine kernel, where the PTX's split kernels reduce themselves.
+    a.num_splits = 3;
+    int before = fake().launches;
+    ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+        << kiln_last_error();
+    EXPECT_EQ(fake().launches - before, clusters ? 1 : 2);
+    const FakeLaunch &split =
+        clusters ? fake().lastLaunch : fake().previousLaunch;
+    EXPECT_EQ(split.grid[2], 6u); // batch x splits
+    EXPECT_EQ(split.clusterZ, clusters ? 3u : 0u);
+    if (clusters)
+      EXPECT_EQ(split.clusterPolicy,
+                int(CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING));
+    // Eight splits: more than a cluster takes, so the combine kernel.
+    a.num_splits = 8;
+    before = fake().launches;
+    ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+    EXPECT_EQ(fake().launches - before, 2);
+    EXPECT_EQ(fake().previousLaunch.clusterZ, 0u);
+    if (clusters) {
+      // Clusters that do not all fit at once would run a second wave: the
+      // combine kernel instead (the fit is asked once per size).
+      kiln_package_close(package);
+      ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+      ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+      fake().activeClusters = 1;
+      a.num_splits = 3;
+      before = fake().launches;
+      int queries = fake().clusterQueries;
+      ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+      EXPECT_EQ(fake().launches - before, 2);
+      EXPECT_EQ(fake().previousLaunch.clusterZ, 0u);
+      ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+      EXPECT_EQ(fake().clusterQueries - queries, 1);
+      fake().activeClusters = -1;
+    }
+    kiln_package_close(package);
+    package = nullptr;
+  }
+}
+
 TEST_F(SplitLaunchTest, TheWorkspaceBoundsTheSplits) {
   const kiln_site *site = openSplit();
   kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
