@@ -921,6 +921,12 @@ int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
        std::max<int64_t>(1, 65535 / batch)});
   int64_t best = 1, bestCost = std::numeric_limits<int64_t>::max();
   for (int64_t splits = 1; splits <= most; ++splits) {
+    // No count from here on can cost less: an SM's share is at least
+    // blocks·splits / smCount blocks, each at least mean / splits + the
+    // overhead key blocks, which grows with the count.
+    if (splits > 1 &&
+        blocks * (meanKvBlocks + kBlockOverhead * splits) >= bestCost * smCount)
+      break;
     int64_t perSM = (blocks * splits + smCount - 1) / smCount;
     int64_t waves = (perSM + blocksPerSM - 1) / blocksPerSM;
     int64_t share = std::max(perSM, saturating * waves);
