@@ -1023,6 +1023,24 @@ void setClusterAttributes(CUlaunchAttribute attributes[2], int64_t size) {
       CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING;
 }
 
+/// cuLaunchKernelEx's configuration of launch configuration `c` on `stream`
+/// with `count` `attributes`.
+CUlaunchConfig extendedConfig(const kiln_launch_config &c, CUstream stream,
+                              CUlaunchAttribute *attributes, unsigned count) {
+  CUlaunchConfig config{};
+  config.gridDimX = c.grid[0];
+  config.gridDimY = c.grid[1];
+  config.gridDimZ = c.grid[2];
+  config.blockDimX = c.block[0];
+  config.blockDimY = c.block[1];
+  config.blockDimZ = c.block[2];
+  config.sharedMemBytes = c.dynamic_shared_bytes;
+  config.hStream = stream;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  return config;
+}
+
 /// Launches a planned kernel of site `s` on `stream`. A combine kernel
 /// (`afterSplits`) goes with programmatic stream serialization where the
 /// loaded PTX's combine kernels wait for their split kernel: its blocks may
@@ -1057,17 +1075,7 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
       setClusterAttributes(attributes, cluster);
       count = 2;
     }
-    CUlaunchConfig config{};
-    config.gridDimX = c.grid[0];
-    config.gridDimY = c.grid[1];
-    config.gridDimZ = c.grid[2];
-    config.blockDimX = c.block[0];
-    config.blockDimY = c.block[1];
-    config.blockDimZ = c.block[2];
-    config.sharedMemBytes = c.dynamic_shared_bytes;
-    config.hStream = stream;
-    config.attrs = attributes;
-    config.numAttrs = count;
+    CUlaunchConfig config = extendedConfig(c, stream, attributes, count);
     call = "cuLaunchKernelEx";
     result = driver.cuLaunchKernelEx(&config, function, plan.params, nullptr);
   } else {
@@ -1186,17 +1194,11 @@ Error clusterOfSplits(kiln_package &package, const CudaDriver &driver,
   if (clusters < 0) {
     CUlaunchAttribute attributes[2];
     setClusterAttributes(attributes, splits);
-    CUlaunchConfig config{};
-    config.gridDimX = plan.config.grid[0];
-    config.gridDimY = plan.config.grid[1];
-    config.gridDimZ = static_cast<unsigned>(splits);
-    config.blockDimX = plan.config.block[0];
-    config.blockDimY = plan.config.block[1];
-    config.blockDimZ = plan.config.block[2];
-    config.sharedMemBytes = plan.config.dynamic_shared_bytes;
-    config.hStream = stream;
-    config.attrs = attributes;
-    config.numAttrs = 2;
+    // Asked for a grid of one cluster along z: how many fit at once does
+    // not depend on the grid's size.
+    kiln_launch_config oneCluster = plan.config;
+    oneCluster.grid[2] = static_cast<uint32_t>(splits);
+    CUlaunchConfig config = extendedConfig(oneCluster, stream, attributes, 2);
     if (driver.cuOccupancyMaxActiveClusters(&clusters, function, &config) !=
         CUDA_SUCCESS)
       clusters = 0;

@@ -302,8 +302,13 @@ json splitManifest() {
 
 class SplitLaunchTest : public LaunchTest {
 protected:
-  const kiln_site *openSplit(const char *name = "attention_0") {
+  /// Opens splitManifest() with `targetFields` set on every target.
+  const kiln_site *openSplit(const char *name = "attention_0",
+                             const json &targetFields = json::object()) {
     json manifest = splitManifest();
+    for (json &target : manifest["targets"])
+      for (const auto &[key, value] : targetFields.items())
+        target[key] = value;
     writeNamedPtx(manifest);
     EXPECT_EQ(open(), KILN_OK) << kiln_last_error();
     const kiln_site *site = nullptr;
@@ -357,15 +362,10 @@ TEST_F(SplitLaunchTest, ChoosesSplitsFromTheDeviceAndCombines) {
 
 TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
   for (bool waits : {false, true}) {
-    json manifest = splitManifest();
-    if (waits)
-      for (json &target : manifest["targets"])
-        target["grid_dependency"] = true;
-    writeNamedPtx(manifest);
-    ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
-    const kiln_site *site = nullptr;
-    ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
-    fake().expectedParams = 24;
+    const kiln_site *site =
+        openSplit("attention_0",
+                  waits ? json{{"grid_dependency", true}} : json::object());
+    ASSERT_NE(site, nullptr);
     kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
     a.workspace = workspace;
     a.workspace_bytes = sizeof(workspace);
@@ -383,15 +383,9 @@ TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
 
 TEST_F(SplitLaunchTest, FewSplitsReduceThemselvesInClusters) {
   for (bool clusters : {false, true}) {
-    json manifest = splitManifest();
-    if (clusters)
-      for (json &target : manifest["targets"])
-        target["cluster_splits"] = 16;
-    writeNamedPtx(manifest);
-    ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
-    const kiln_site *site = nullptr;
-    ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
-    fake().expectedParams = 24;
+    json fields = clusters ? json{{"cluster_splits", 16}} : json::object();
+    const kiln_site *site = openSplit("attention_0", fields);
+    ASSERT_NE(site, nullptr);
     kiln_attention_args a = args(site, 2, 8, 2, 1, 4096);
     a.workspace = workspace;
     a.workspace_bytes = sizeof(workspace);

@@ -242,7 +242,6 @@ private:
     return mul(arith::DivUIOp::create(*b, threadId, constIndex(kLineChunks)),
                constIndex(kLineRows));
   }
-  /// Query and head of row `rowInBlock` of the block (heads packed).
   /// Loads the planned chunks: 16-byte vector loads, or element loads for
   /// views whose rows are not 16-byte aligned.
   SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan,
