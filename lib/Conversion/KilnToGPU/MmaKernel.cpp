@@ -242,16 +242,19 @@ private:
     return mul(arith::DivUIOp::create(*b, threadId, constIndex(kLineChunks)),
                constIndex(kLineRows));
   }
-  /// Loads the planned chunks: 16-byte vector loads, or element loads for
-  /// views whose rows are not 16-byte aligned.
-  SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan,
-                                bool vectorized);
+  /// Loads the planned chunks element by element (for views whose rows are
+  /// not 16-byte aligned; aligned ones are copied with cp.async).
+  SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan);
   /// Stores loaded chunks into a shared tile, zeros for missing rows.
   void storeChunks(Value tile, const ChunkPlan &plan, ArrayRef<Value> chunks);
-  /// Starts the copy of a tile into shared memory: cp.async (16 bytes,
-  /// zero-filled for missing rows) when `aligned`, element loads and stores
-  /// otherwise. Completion is awaited with cp.async.wait_group and a barrier.
-  /// A paged tile's pages may come `prefetched` (see planPagedChunks).
+  /// Starts the copy of planned chunks into a shared tile: cp.async (16
+  /// bytes, zero-filled for rows out of bounds) when `aligned`, element
+  /// loads and stores otherwise. Completion is awaited with
+  /// cp.async.wait_group and a barrier.
+  void copyChunks(Value tile, Value global, const ChunkPlan &plan,
+                  Value aligned);
+  /// Starts the copy of a K or V tile (copyChunks). A paged tile's pages
+  /// may come `prefetched` (see planPagedChunks).
   void issueTile(int64_t dim, Value tile, Value global, Value base,
                  Value rowStride, Value firstRow, Value numRows, Value aligned,
                  ArrayRef<Value> prefetched = {});
@@ -279,15 +282,19 @@ private:
   /// Decode mode: merges the four warps' online-softmax states (max and sum
   /// of rows g and g + 8, then the O accumulators) for the same rows through
   /// shared memory (two regions of two warps' states each, free once the
-  /// loop is done) and returns the merged state to every warp.
+  /// loop is done). Every warp gets the merged max and sum; with
+  /// `shareBlocks` 0 every warp gets all the merged O accumulators, else
+  /// warp w only those of its share, 8-column blocks w · shareBlocks on, in
+  /// the slots of blocks 0 to shareBlocks - 1 (the rest are zeros).
   SmallVector<Value> mergeWarps(ValueRange state, Value firstRegion,
-                                Value secondRegion);
+                                Value secondRegion, int64_t shareBlocks);
   /// Split-KV: stores a row's partial output (through `storeRow`, which
   /// passes each of the thread's values and its column) and, from the
-  /// quad's first lane, the row's max and sum, in the layout the combine
-  /// kernel reads.
+  /// quad's first lane where `writesStatistics`, the row's max and sum, in
+  /// the layout the combine kernel reads.
   void
   writePartial(Value rowHead, Value query, Value max, Value sum, Value quadLane,
+               Value writesStatistics,
                llvm::function_ref<void(llvm::function_ref<void(Value, Value)>)>
                    storeRow);
 
@@ -492,19 +499,11 @@ MmaKernel::ChunkPlan MmaKernel::planLineChunks(
   return plan;
 }
 
-SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan,
-                                         bool vectorized) {
+SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan) {
   auto vectorType = VectorType::get({kChunk}, spec.elementType);
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   SmallVector<Value> chunks;
   for (Value offset : plan.offsets) {
-    if (vectorized) {
-      Value address = LLVM::GEPOp::create(*b, globalPtr, spec.elementType,
-                                          global, ValueRange{offset});
-      chunks.push_back(
-          LLVM::LoadOp::create(*b, vectorType, address, /*alignment=*/16));
-      continue;
-    }
     Value chunk = LLVM::PoisonOp::create(*b, vectorType);
     for (int64_t e = 0; e < kChunk; ++e) {
       Value address = LLVM::GEPOp::create(
@@ -554,6 +553,11 @@ void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                        ? planPagedChunks(dim, global == v ? vStrides : kStrides,
                                          base, firstRow, numRows, prefetched)
                        : planChunks(dim, base, rowStride, firstRow, numRows);
+  copyChunks(tile, global, plan, aligned);
+}
+
+void MmaKernel::copyChunks(Value tile, Value global, const ChunkPlan &plan,
+                           Value aligned) {
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
@@ -571,7 +575,7 @@ void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
     });
   }
   b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-  storeChunks(tile, plan, loadChunks(global, plan, /*vectorized=*/false));
+  storeChunks(tile, plan, loadChunks(global, plan));
 }
 
 SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
@@ -609,7 +613,8 @@ void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
 }
 
 SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
-                                         Value secondTile) {
+                                         Value secondTile,
+                                         int64_t shareBlocks) {
   // (Each "tile" is a region of two warps' states.)
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
   Type f32 = b->getF32Type();
@@ -638,12 +643,32 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
     LLVM::StoreOp::create(*b, state[i], slot(own, i));
   gpu::BarrierOp::create(*b);
 
+  // The values this warp merges: the statistics, then all the O
+  // accumulators or those of its share (a share past the last block reads
+  // the last block's, and is not stored).
+  int64_t outBlocks = (size - 4) / 4;
+  SmallVector<Value> indices;
+  for (int64_t i = 0; i < 4; ++i)
+    indices.push_back(constIndex(i));
+  for (int64_t j = 0; j < (shareBlocks ? shareBlocks : outBlocks); ++j) {
+    Value block = constIndex(j);
+    if (shareBlocks)
+      block = arith::MinUIOp::create(
+          *b, add(mul(warp, constIndex(shareBlocks)), block),
+          constIndex(outBlocks - 1));
+    for (int64_t k = 0; k < 4; ++k)
+      indices.push_back(add(constIndex(4 + k), mul(block, constIndex(4))));
+  }
   SmallVector<SmallVector<Value>> warps;
   for (int64_t w = 0; w < kWarpsPerBlock; ++w) {
     Value base = region(constIndex(w));
     SmallVector<Value> values;
-    for (int64_t i = 0; i < size; ++i)
-      values.push_back(LLVM::LoadOp::create(*b, f32, slot(base, i)));
+    for (Value index : indices)
+      values.push_back(LLVM::LoadOp::create(
+          *b, f32,
+          LLVM::GEPOp::create(*b, sharedPtr, f32, base,
+                              ValueRange{toI32(add(
+                                  lane, mul(index, constIndex(kWarpSize))))})));
     warps.push_back(values);
   }
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
@@ -663,7 +688,7 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
       merged[2 + r] = fadd(merged[2 + r], fmul(values[2 + r], weights[w][r]));
     }
   }
-  for (int64_t i = 4; i < size; ++i)
+  for (int64_t i = 4; i < int64_t(indices.size()); ++i)
     for (auto [w, values] : llvm::enumerate(warps))
       merged[i] =
           fadd(merged[i], fmul(values[i], weights[w][((i - 4) % 4) / 2]));
@@ -776,12 +801,16 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     return tileAddress(tile, row, column);
   };
 
-  // The first K tile is in flight while Q goes global → shared (through
-  // the last V stage → A fragments in registers, or into its own tile);
-  // then the first V tile and, with two stages, the second K and V tiles
-  // start. cp.async groups are committed in the order K0, V0, K1, V1, K2, ...
-  // (empty groups where there is no tile), so "all but the newest
-  // 2 · stages - 1 groups done" is the wait for the tile needed next.
+  // Q is copied first (cp.async, a commit group of its own), then the first
+  // K tile, so that both are in flight together. With Q in a tile of its
+  // own, the first V tile and, with two stages, the second K and V tiles
+  // start too before the wait for Q: every copy of the prologue is in
+  // flight at once and the first tile's V arrives with its K. Q staged
+  // through the last V stage (into A fragments in registers) is waited for
+  // first and the rest of the prologue starts after it. cp.async groups are
+  // committed in the order Q, K0, V0, K1, V1, K2, ... (empty groups where
+  // there is no tile), so "all but the newest 2 · stages - 1 groups done" is
+  // the wait for the tile needed next.
   Value hasTiles =
       arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd);
   Value secondStart = add(kvBegin, constIndex(kTileKeys));
@@ -798,10 +827,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
               prefetched);
   };
-  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
-  NVVM::CpAsyncCommitGroupOp::create(builder);
-
-  // Row r of the Q tile is (query, head) pair firstPackedRow + r.
+  // Row r of the Q tile is (query, head) pair firstPackedRow + r; rows past
+  // the last query are zero-filled (their clamped address is not read).
   Value lastQuery =
       arith::MaxSIOp::create(builder, sub(qLen, constIndex(1)), constIndex(0));
   ChunkPlan qPlan = planChunks(spec.headDim, [&](Value row) {
@@ -812,20 +839,32 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
         Value(
             arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, query, qLen))};
   });
-  auto vectorType = VectorType::get({kChunk}, spec.elementType);
-  auto qLoad = scf::IfOp::create(
-      builder, SmallVector<Type>(qPlan.offsets.size(), vectorType), aligned,
-      /*withElse=*/true);
-  {
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&qLoad.getThenRegion().front());
-    scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/true));
-    builder.setInsertionPointToStart(&qLoad.getElseRegion().front());
-    scf::YieldOp::create(builder, loadChunks(q, qPlan, /*vectorized=*/false));
-  }
-  storeChunks(
-      qTile, qPlan,
-      SmallVector<Value>(qLoad.getResults().begin(), qLoad.getResults().end()));
+  copyChunks(qTile, q, qPlan, aligned);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
+  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
+  NVVM::CpAsyncCommitGroupOp::create(builder);
+  // The rest of a loop's prologue, after its first K tile: the first V tile
+  // and, with two stages, the second K and V tiles, one commit group each
+  // (the order the loop waits on).
+  auto issueRestOfPrologue = [&](Value hasFirst, Value first, Value hasNext,
+                                 Value next) {
+    issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+    if (stages == 1)
+      return;
+    issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+    issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
+    NVVM::CpAsyncCommitGroupOp::create(*b);
+  };
+  // (V copies wider than the query/key head dim write columns the padding
+  // stores above zero; those wait for the barrier as well.)
+  bool restBeforeQ =
+      residentQ && (padFrom == padTo || spec.valueDim() <= spec.headDim);
+  if (restBeforeQ)
+    issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
+  // Q's group is done when at most the groups committed after it are not.
+  NVVM::CpAsyncWaitGroupOp::create(builder, restBeforeQ ? 2 * stages : 1);
   asyncProxyFence();
   gpu::BarrierOp::create(builder);
 
@@ -853,21 +892,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     // Every warp has its Q fragments before V overwrites the buffer.
     gpu::BarrierOp::create(builder);
   }
-  // The rest of a loop's prologue, after its first K tile: the first V tile
-  // and, with two stages, the second K and V tiles, one commit group each
-  // (the order the loop waits on).
-  auto issueRestOfPrologue = [&](Value hasFirst, Value first, Value hasNext,
-                                 Value next) {
-    issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first);
-    NVVM::CpAsyncCommitGroupOp::create(*b);
-    if (stages == 1)
-      return;
-    issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
-    NVVM::CpAsyncCommitGroupOp::create(*b);
-    issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
-    NVVM::CpAsyncCommitGroupOp::create(*b);
-  };
-  issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
+  if (!restBeforeQ)
+    issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
@@ -1151,6 +1177,14 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     return SmallVector<Value>(loop.getResults().take_front(loopInit.size()));
   };
 
+  // Decode mode merges the warps' states with each warp taking a quarter of
+  // the O columns, which it then writes (a merge of every column by every
+  // warp took a third of a one-tile decode block's instructions); where
+  // masked_score may revisit keys past the band, every warp goes on with
+  // the whole merged state, and warp 0 writes it.
+  int64_t shareBlocks = spec.maskedScore && spec.rightBound()
+                            ? 0
+                            : llvm::divideCeil(outBlocks, kWarpsPerBlock);
   SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
   auto modeIf = scf::IfOp::create(builder, stateTypes, isDecode,
                                   /*withElse=*/true);
@@ -1167,7 +1201,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     Value secondRegion =
         LLVM::GEPOp::create(builder, sharedPtr, builder.getI8Type(), shared,
                             ArrayRef<LLVM::GEPArg>{int32_t(regionBytes)});
-    scf::YieldOp::create(builder, mergeWarps(loopState, shared, secondRegion));
+    scf::YieldOp::create(
+        builder, mergeWarps(loopState, shared, secondRegion, shareBlocks));
     builder.setInsertionPointToStart(&modeIf.getElseRegion().front());
     loopState =
         emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
@@ -1241,14 +1276,20 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   }
 
   // out = O / sum; rows that saw no key are written as zeros. In decode
-  // mode the four warps hold the same merged rows and warp 0 writes them.
-  Value writer = arith::OrIOp::create(
-      builder,
-      arith::XOrIOp::create(
-          builder, isDecode,
-          arith::ConstantIntOp::create(builder, builder.getI1Type(), 1)),
+  // mode each warp writes its share of the merged rows' columns, or with
+  // no shares warp 0 writes them all; warp 0 writes split statistics.
+  Value notDecode = arith::XOrIOp::create(
+      builder, isDecode,
+      arith::ConstantIntOp::create(builder, builder.getI1Type(), 1));
+  Value firstWarp = arith::OrIOp::create(
+      builder, notDecode,
       arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, warp,
                             constIndex(0)));
+  Value writer =
+      shareBlocks
+          ? arith::ConstantIntOp::create(builder, builder.getI1Type(), 1)
+                .getResult()
+          : firstWarp;
   for (int64_t r = 0; r < 2; ++r) {
     Value sum = butterfly(results[2 + r], /*isMax=*/false, 2);
     Value inverse = reciprocalOrZero(sum);
@@ -1260,13 +1301,40 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
     // Blocks of the padded columns past the value head dim are not stored.
+    int64_t valueBlocks = spec.valueDim() / 8;
+    auto storeBlock = [&](llvm::function_ref<void(Value, Value)> store,
+                          int64_t slot, Value block) {
+      for (int64_t e = 0; e < 2; ++e) {
+        Value column = add(add(mul(block, constIndex(8)), constIndex(e)),
+                           mul(quadLane, constIndex(2)));
+        store(fmul(results[4 + 4 * slot + 2 * r + e], inverse), column);
+      }
+    };
     auto storeRow = [&](llvm::function_ref<void(Value, Value)> store) {
-      for (int64_t block = 0; block < spec.valueDim() / 8; ++block)
-        for (int64_t e = 0; e < 2; ++e) {
-          Value column =
-              add(constIndex(8 * block + e), mul(quadLane, constIndex(2)));
-          store(fmul(results[4 + 4 * block + 2 * r + e], inverse), column);
-        }
+      auto storeAll = [&] {
+        for (int64_t block = 0; block < valueBlocks; ++block)
+          storeBlock(store, block, constIndex(block));
+      };
+      if (!shareBlocks) {
+        storeAll();
+        return;
+      }
+      auto mode = scf::IfOp::create(builder, isDecode, /*withElse=*/true);
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(&mode.getThenRegion().front());
+      for (int64_t slot = 0; slot < shareBlocks; ++slot) {
+        Value block = add(mul(warp, constIndex(shareBlocks)), constIndex(slot));
+        auto exists = scf::IfOp::create(
+            builder,
+            arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, block,
+                                  constIndex(valueBlocks)),
+            /*withElse=*/false);
+        OpBuilder::InsertionGuard blockGuard(builder);
+        builder.setInsertionPointToStart(&exists.getThenRegion().front());
+        storeBlock(store, slot, block);
+      }
+      builder.setInsertionPointToStart(&mode.getElseRegion().front());
+      storeAll();
     };
     auto storeOut = [&] {
       Value rowOffset = add(tensorBase(outStrides, rowHeads[r]),
@@ -1289,12 +1357,13 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     storeOut();
     builder.setInsertionPointToStart(&split.getThenRegion().front());
     writePartial(rowHeads[r], queryRows[r], results[r], sum, quadLane,
-                 storeRow);
+                 firstWarp, storeRow);
   }
 }
 
 void MmaKernel::writePartial(
     Value rowHead, Value query, Value max, Value sum, Value quadLane,
+    Value writesStatistics,
     llvm::function_ref<void(llvm::function_ref<void(Value, Value)>)> storeRow) {
   // Workspace (f32): the partial outputs [splits, batch, q_heads, q_len,
   // Dv], then the statistics [splits, batch, q_heads, q_len, 2].
@@ -1312,8 +1381,10 @@ void MmaKernel::writePartial(
                             ValueRange{add(rowStart, toI64(column))});
     LLVM::StoreOp::create(*b, value, address);
   });
-  Value first = arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, quadLane,
-                                      constIndex(0));
+  Value first =
+      arith::AndIOp::create(*b, writesStatistics,
+                            arith::CmpIOp::create(*b, arith::CmpIPredicate::eq,
+                                                  quadLane, constIndex(0)));
   auto ifOp = scf::IfOp::create(*b, first, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());

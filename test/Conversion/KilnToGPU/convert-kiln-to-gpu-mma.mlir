@@ -4,10 +4,10 @@
 // keys of 64 + 8 elements, two stages of each, in the module's dynamic shared
 // memory (sized for the sm_90a variant's five unpadded tiles, the larger);
 // 64 rows per block, each a (query, head) pair of a KV head's group.
-// The first K tile is copied with cp.async (element loads and 16-byte stores
-// when a view is not 16-byte aligned) while Q is staged with 16-byte loads
-// and read into ldmatrix A fragments; then the first V and the second K and
-// V start. In the loop over 64-key tiles: wait for K (three newer groups may
+// Q and then the first K tile are copied with cp.async (element loads and
+// 16-byte stores when a view is not 16-byte aligned), a commit group each;
+// once Q's group is done it is read into ldmatrix A fragments; then the
+// first V and the second K and V start. In the loop over 64-key tiles: wait for K (three newer groups may
 // still be in flight), Q·Kᵀ as m16n8k16 bf16 mma.sync with f32 accumulators,
 // start the K tile after next, masking only on tiles that need it, quad
 // shuffles for the row reductions, wait for V, P·V with V through
@@ -21,14 +21,17 @@
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
 // CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 40960 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, schedule = {blocks_per_sm = 3 : i64, from = "rule", variant = "mma.sync"}, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
 // CHECK: scf.if
-// CHECK: scf.if
 // CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
 // CHECK: } else {
 // CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> bf16
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<3>
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: scf.if
-// CHECK: llvm.load {{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: scf.if
+// CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
+// CHECK: } else {
+// CHECK: nvvm.cp.async.commit.group
+// CHECK-NEXT: nvvm.cp.async.wait.group 1
 // CHECK: gpu.barrier
 // CHECK: arith.cmpi ule
 // CHECK: nvvm.ldmatrix {{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, num = 4 : i32, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>}
