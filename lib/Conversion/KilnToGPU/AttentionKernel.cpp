@@ -185,9 +185,14 @@ Value KernelBuilderBase::loadGlobalAsF32(Value base, Type elementType,
 }
 
 std::pair<Value, Value> AttentionKernelBuilder::packedRow(Value rowInBlock) {
-  Value pair = add(firstPackedRow, rowInBlock);
-  Value query = arith::DivUIOp::create(*b, pair, group);
-  Value head = add(mul(kvHead, group), arith::RemUIOp::create(*b, pair, group));
+  // In 32 bits (q_len · group fits, as the grid's x does): a 64-bit
+  // division is a branch and twice the instructions, and the kernels take
+  // this for every row a thread copies or computes.
+  Value pair = toI32(add(firstPackedRow, rowInBlock));
+  Value groupSize = toI32(group);
+  Value query = toIndex(arith::DivUIOp::create(*b, pair, groupSize));
+  Value head = add(mul(kvHead, group),
+                   toIndex(arith::RemUIOp::create(*b, pair, groupSize)));
   return {query, head};
 }
 

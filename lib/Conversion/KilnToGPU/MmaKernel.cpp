@@ -653,9 +653,9 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
   for (int64_t j = 0; j < (shareBlocks ? shareBlocks : outBlocks); ++j) {
     Value block = constIndex(j);
     if (shareBlocks)
-      block = arith::MinUIOp::create(
-          *b, add(mul(warp, constIndex(shareBlocks)), block),
-          constIndex(outBlocks - 1));
+      block = add(mul(warp, constIndex(shareBlocks)), block);
+    if (shareBlocks * kWarpsPerBlock > outBlocks)
+      block = arith::MinUIOp::create(*b, block, constIndex(outBlocks - 1));
     for (int64_t k = 0; k < 4; ++k)
       indices.push_back(add(constIndex(4 + k), mul(block, constIndex(4))));
   }
