@@ -455,6 +455,10 @@ def main() -> int:
     for site in package.sites:
         if options.site and not {site.name, site.function} & set(options.site):
             continue
+        if site.paged:
+            print(f"{site.name}: a paged-attention site, checked by "
+                  f"test/gpu/check_paged.py", flush=True)
+            continue
         head_dim = head_dim_of(package, site)
         for case in cases_for(site, options.sanitize):
             try:
