@@ -7,8 +7,9 @@
 // Q and then the first K tile are copied with cp.async (element loads and
 // 16-byte stores when a view is not 16-byte aligned), a commit group each;
 // once Q's group is done it is read into ldmatrix A fragments; then the
-// first V and the second K and V start. In the loop over 64-key tiles: wait for K (three newer groups may
-// still be in flight), Q·Kᵀ as m16n8k16 bf16 mma.sync with f32 accumulators,
+// first V and the second K and V start. In the loop over 64-key tiles: wait
+// for K (three newer groups may still be in flight), Q·Kᵀ as m16n8k16 bf16
+// mma.sync with f32 accumulators,
 // start the K tile after next, masking only on tiles that need it, quad
 // shuffles for the row reductions, wait for V, P·V with V through
 // ldmatrix.trans, start the V tile after next. The loop is emitted twice:
