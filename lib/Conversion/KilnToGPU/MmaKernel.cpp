@@ -221,11 +221,13 @@ private:
                      llvm::function_ref<void()> body);
   ChunkPlan planChunks(int64_t dim, Value base, Value rowStride,
                        Value firstRow, Value numRows);
-  /// The same for a tile whose row r starts at element offset
-  /// `rowStart(r).first` and exists when `rowStart(r).second`.
+  /// The same for the first `rows` rows of a tile whose row r starts at
+  /// element offset `rowStart(r).first` and exists when
+  /// `rowStart(r).second`.
   ChunkPlan
   planChunks(int64_t dim,
-             llvm::function_ref<std::pair<Value, Value>(Value)> rowStart);
+             llvm::function_ref<std::pair<Value, Value>(Value)> rowStart,
+             int64_t rows = kTileKeys);
   /// The same laid out by lines, for head dims of whole 128-byte lines:
   /// each group of kLineChunks threads copies the lines of kLineRows
   /// consecutive rows (group G rows kLineRows·G on), a line an instruction,
@@ -444,9 +446,10 @@ MmaKernel::ChunkPlan MmaKernel::planPagedChunks(int64_t dim,
 }
 
 MmaKernel::ChunkPlan MmaKernel::planChunks(
-    int64_t dim, llvm::function_ref<std::pair<Value, Value>(Value)> rowStart) {
+    int64_t dim, llvm::function_ref<std::pair<Value, Value>(Value)> rowStart,
+    int64_t rows) {
   int64_t chunksPerRow = dim / kChunk;
-  int64_t numChunks = kTileKeys * chunksPerRow;
+  int64_t numChunks = rows * chunksPerRow;
   int64_t perThread = llvm::divideCeil(numChunks, kThreadsPerBlock);
   ChunkPlan plan;
   for (int64_t i = 0; i < perThread; ++i) {
@@ -827,19 +830,46 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
               prefetched);
   };
+  // Decode shapes: when the block's rows that exist (q_len · group of them)
+  // fit in one warp's 16, the four warps share those rows and split each
+  // tile's keys instead, 16 keys a warp, and their results are merged at the
+  // end. Otherwise each warp owns 16 rows and all 64 keys. The branch is
+  // uniform.
+  Value isDecode =
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::ule,
+                            mul(qLen, group), constIndex(kRowsPerWarp));
   // Row r of the Q tile is (query, head) pair firstPackedRow + r; rows past
   // the last query are zero-filled (their clamped address is not read).
+  // Decode mode reads the first 16 rows only, and copies no more, unless
+  // masked_score's revisit of the keys past the band (whole tiles, every
+  // row) may follow.
   Value lastQuery =
       arith::MaxSIOp::create(builder, sub(qLen, constIndex(1)), constIndex(0));
-  ChunkPlan qPlan = planChunks(spec.headDim, [&](Value row) {
-    auto [query, rowHead] = packedRow(row);
-    Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
-    return std::pair{
-        add(tensorBase(qStrides, rowHead), mul(toI64(clamped), qStrides[2])),
-        Value(
-            arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, query, qLen))};
-  });
-  copyChunks(qTile, q, qPlan, aligned);
+  auto copyQ = [&](int64_t rows) {
+    ChunkPlan qPlan = planChunks(
+        spec.headDim,
+        [&](Value row) {
+          auto [query, rowHead] = packedRow(row);
+          Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
+          return std::pair{add(tensorBase(qStrides, rowHead),
+                               mul(toI64(clamped), qStrides[2])),
+                           Value(arith::CmpIOp::create(
+                               *b, arith::CmpIPredicate::slt, query, qLen))};
+        },
+        rows);
+    copyChunks(qTile, q, qPlan, aligned);
+  };
+  bool revisits = spec.maskedScore && spec.rightBound();
+  if (revisits) {
+    copyQ(kTileKeys);
+  } else {
+    auto qRows = scf::IfOp::create(builder, isDecode, /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&qRows.getThenRegion().front());
+    copyQ(kRowsPerWarp);
+    builder.setInsertionPointToStart(&qRows.getElseRegion().front());
+    copyQ(kTileKeys);
+  }
   NVVM::CpAsyncCommitGroupOp::create(builder);
   issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
   NVVM::CpAsyncCommitGroupOp::create(builder);
@@ -868,14 +898,6 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   asyncProxyFence();
   gpu::BarrierOp::create(builder);
 
-  // Decode shapes: when the block's rows that exist (q_len · group of them)
-  // fit in one warp's 16, the four warps share those rows and split each
-  // tile's keys instead, 16 keys a warp, and their results are merged at the
-  // end. Otherwise each warp owns 16 rows and all 64 keys. The branch is
-  // uniform.
-  Value isDecode =
-      arith::CmpIOp::create(builder, arith::CmpIPredicate::ule,
-                            mul(qLen, group), constIndex(kRowsPerWarp));
   Value rowBase =
       arith::SelectOp::create(builder, isDecode, constIndex(0), warpRow);
   // Matrices: rows 0-7 / 8-15 of the warp's 16, columns 16c + 0-7 / 8-15:
@@ -1182,9 +1204,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // warp took a third of a one-tile decode block's instructions); where
   // masked_score may revisit keys past the band, every warp goes on with
   // the whole merged state, and warp 0 writes it.
-  int64_t shareBlocks = spec.maskedScore && spec.rightBound()
-                            ? 0
-                            : llvm::divideCeil(outBlocks, kWarpsPerBlock);
+  int64_t shareBlocks =
+      revisits ? 0 : llvm::divideCeil(outBlocks, kWarpsPerBlock);
   SmallVector<Type> stateTypes(initState.size(), builder.getF32Type());
   auto modeIf = scf::IfOp::create(builder, stateTypes, isDecode,
                                   /*withElse=*/true);
