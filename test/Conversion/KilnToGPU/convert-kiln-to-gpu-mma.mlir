@@ -4,28 +4,32 @@
 // keys of 64 + 8 elements, two stages of each, in the module's dynamic shared
 // memory (sized for the sm_90a variant's five unpadded tiles, the larger);
 // 64 rows per block, each a (query, head) pair of a KV head's group.
-// Q and then the first K tile are copied with cp.async (element loads and
-// 16-byte stores when a view is not 16-byte aligned), a commit group each;
-// once Q's group is done it is read into ldmatrix A fragments; then the
-// first V and the second K and V start. In the loop over 64-key tiles: wait
-// for K (three newer groups may still be in flight), Q·Kᵀ as m16n8k16 bf16
-// mma.sync with f32 accumulators,
-// start the K tile after next, masking only on tiles that need it, quad
-// shuffles for the row reductions, wait for V, P·V with V through
-// ldmatrix.trans, start the V tile after next. The loop is emitted twice:
-// first for decode shapes (q_len · group ≤ 16: the warps split each tile's
-// keys, then merge their states through shared memory), then for the rest.
+// Q (its first 16 rows for decode shapes, q_len · group ≤ 16, all 64
+// otherwise) and then the first K tile are copied with cp.async (element
+// loads and 16-byte stores when a view is not 16-byte aligned), a commit
+// group each; once Q's group is done it is read into ldmatrix A fragments;
+// then the first V and the second K and V start. In the loop over 64-key
+// tiles: wait for K (three newer groups may still be in flight), Q·Kᵀ as
+// m16n8k16 bf16 mma.sync with f32 accumulators, start the K tile after next,
+// masking only on tiles that need it, quad shuffles for the row reductions,
+// wait for V, P·V with V through ldmatrix.trans, start the V tile after next.
+// The loop is emitted twice: first for decode shapes (the warps split each
+// tile's keys, then merge their states through shared memory), then for the
+// rest.
 // CHECK-LABEL: func.func @causal
 // CHECK: kiln.attention {{.*}}kiln.kernel = @kiln_kernels::@kiln_attention_mma_bf16_d64_causal, kiln.site = "attention_0"
 // CHECK: gpu.module @kiln_kernels
 // CHECK: llvm.mlir.global external @kiln_dynamic_shared() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
 // CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 40960 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, schedule = {blocks_per_sm = 3 : i64, from = "rule", variant = "mma.sync"}, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
+// CHECK: arith.cmpi ule
+// CHECK: scf.if
 // CHECK: scf.if
 // CHECK: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg, {{.*}} : !llvm.ptr<3>, !llvm.ptr<1>, i32
 // CHECK: } else {
 // CHECK: llvm.load {{.*}} : !llvm.ptr<1> -> bf16
 // CHECK: llvm.store {{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<3>
+// CHECK: } else {
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: scf.if
 // CHECK: scf.if
@@ -34,7 +38,6 @@
 // CHECK: nvvm.cp.async.commit.group
 // CHECK-NEXT: nvvm.cp.async.wait.group 1
 // CHECK: gpu.barrier
-// CHECK: arith.cmpi ule
 // CHECK: nvvm.ldmatrix {{.*}} {eltType = #nvvm.ld_st_matrix_elt_type<b16>, layout = #nvvm.mma_layout<row>, num = 4 : i32, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>}
 // CHECK: gpu.barrier
 // CHECK: nvvm.cp.async.commit.group
