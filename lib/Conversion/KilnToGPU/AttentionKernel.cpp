@@ -151,6 +151,18 @@ Value KernelBuilderBase::fmax(Value x, Value y) {
   return arith::MaximumFOp::create(*b, x, y);
 }
 
+void KernelBuilderBase::ifBelow(Value index, int64_t bound,
+                                llvm::function_ref<void()> body) {
+  auto ifOp =
+      scf::IfOp::create(*b,
+                        arith::CmpIOp::create(*b, arith::CmpIPredicate::ult,
+                                              index, constIndex(bound)),
+                        /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  body();
+}
+
 Value KernelBuilderBase::exp2(Value x) {
   return LLVM::CallIntrinsicOp::create(
              *b, b->getF32Type(),
@@ -238,14 +250,7 @@ void AttentionKernelBuilder::emitClusterCombine() {
       continue;
     }
     // Lanes past the value head dim hold copies: not stored.
-    auto inDim = scf::IfOp::create(
-        builder,
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, column,
-                              constIndex(valueDim)),
-        /*withElse=*/false);
-    OpBuilder::InsertionGuard columnGuard(builder);
-    builder.setInsertionPointToStart(&inDim.getThenRegion().front());
-    store();
+    ifBelow(column, valueDim, store);
   }
 }
 

@@ -157,6 +157,8 @@ protected:
   Value fadd(Value x, Value y);
   Value fmul(Value x, Value y);
   Value fmax(Value x, Value y);
+  /// Emits `body` under `scf.if index < bound` (unsigned; no else).
+  void ifBelow(Value index, int64_t bound, llvm::function_ref<void()> body);
   /// 2^x with the hardware's ex2.approx.ftz.f32 (about 2 ulp; 2^-inf = +0;
   /// results below 2^-126 flush to +0). One MUFU.EX2: without .ftz, ptxas
   /// wraps each ex2 in a range test and two multiplies for subnormal

@@ -634,16 +634,16 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
     return LLVM::GEPOp::create(*b, sharedPtr, f32, tile,
                                ValueRange{toI32(floats)});
   };
-  auto slot = [&](Value base, int64_t index) {
+  auto slot = [&](Value base, Value index) {
     return LLVM::GEPOp::create(
         *b, sharedPtr, f32, base,
-        ValueRange{toI32(add(lane, constIndex(index * kWarpSize)))});
+        ValueRange{toI32(add(lane, mul(index, constIndex(kWarpSize))))});
   };
   NVVM::CpAsyncWaitGroupOp::create(*b, 0);
   gpu::BarrierOp::create(*b);
   Value own = region(warp);
   for (int64_t i = 0; i < size; ++i)
-    LLVM::StoreOp::create(*b, state[i], slot(own, i));
+    LLVM::StoreOp::create(*b, state[i], slot(own, constIndex(i)));
   gpu::BarrierOp::create(*b);
 
   // The values this warp merges: the statistics, then all the O
@@ -667,11 +667,7 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
     Value base = region(constIndex(w));
     SmallVector<Value> values;
     for (Value index : indices)
-      values.push_back(LLVM::LoadOp::create(
-          *b, f32,
-          LLVM::GEPOp::create(*b, sharedPtr, f32, base,
-                              ValueRange{toI32(add(
-                                  lane, mul(index, constIndex(kWarpSize))))})));
+      values.push_back(LLVM::LoadOp::create(*b, f32, slot(base, index)));
     warps.push_back(values);
   }
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
@@ -1345,14 +1341,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
       builder.setInsertionPointToStart(&mode.getThenRegion().front());
       for (int64_t slot = 0; slot < shareBlocks; ++slot) {
         Value block = add(mul(warp, constIndex(shareBlocks)), constIndex(slot));
-        auto exists = scf::IfOp::create(
-            builder,
-            arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, block,
-                                  constIndex(valueBlocks)),
-            /*withElse=*/false);
-        OpBuilder::InsertionGuard blockGuard(builder);
-        builder.setInsertionPointToStart(&exists.getThenRegion().front());
-        storeBlock(store, slot, block);
+        ifBelow(block, valueBlocks, [&] { storeBlock(store, slot, block); });
       }
       builder.setInsertionPointToStart(&mode.getElseRegion().front());
       storeAll();
