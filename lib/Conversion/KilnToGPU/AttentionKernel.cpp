@@ -655,9 +655,12 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   if (spec.splitKV) {
     // Grid z is split-major: block z works on split z / batch of sequence
     // z % batch; launched with clusters of the splits along z, split-minor.
-    Value z = batch;
-    splitIndex = arith::DivUIOp::create(builder, z, batchSize);
-    batch = arith::RemUIOp::create(builder, z, batchSize);
+    // 32-bit divisions: a grid's z fits, and a 64-bit one is a branch and
+    // a slow path in front of the key count's load.
+    Value z = toI32(batch), batches = toI32(batchSize);
+    Value splits = toI32(numSplits);
+    splitIndex = toIndex(arith::DivUIOp::create(builder, z, batches));
+    batch = toIndex(arith::RemUIOp::create(builder, z, batches));
     if (spec.clusterSplits) {
       Value clusterBlocks = NVVM::ClusterDim::create(
           builder, builder.getI32Type(), LLVM::ConstantRangeAttr());
@@ -665,35 +668,41 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
           builder, arith::CmpIPredicate::ugt, clusterBlocks,
           arith::ConstantIntOp::create(builder, builder.getI32Type(), 1));
       splitIndex = arith::SelectOp::create(
-          builder, clustered, arith::RemUIOp::create(builder, z, numSplits),
-          splitIndex);
+          builder, clustered,
+          toIndex(arith::RemUIOp::create(builder, z, splits)), splitIndex);
       batch = arith::SelectOp::create(
-          builder, clustered, arith::DivUIOp::create(builder, z, numSplits),
-          batch);
+          builder, clustered,
+          toIndex(arith::DivUIOp::create(builder, z, splits)), batch);
     }
+  }
+  // Paged sites: the sequence's key count is read first of all (it gates
+  // the block's key range, whose table entries gate the first copies); it
+  // is clamped where first used, after the reads that need not wait for it.
+  Value keyCount;
+  if (spec.paged) {
+    auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
+    Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),
+                                        kvLens, ValueRange{toI64(batch)});
+    keyCount = LLVM::LoadOp::create(builder, builder.getI32Type(), address);
   }
   threadId = gpu::ThreadIdOp::create(builder, gpu::Dimension::x);
   warp = arith::DivUIOp::create(builder, threadId, constIndex(kWarpSize));
   lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
-  group = arith::DivUIOp::create(builder, numQueryHeads, numKvHeads);
+  // Head and row divisions in 32 bits (heads and q_len · group fit, as the
+  // grid does): a 64-bit one is a branch, which keeps the key count's load
+  // behind it.
+  auto narrowDiv = [&](Value x, Value y) {
+    return toIndex(arith::DivUIOp::create(builder, toI32(x), toI32(y)));
+  };
+  group = narrowDiv(numQueryHeads, numKvHeads);
   if (spec.packQueryHeads) {
     // Grid y runs over KV heads; the block's rows are (query, head) pairs.
     kvHead = headIndex;
   } else {
     head = headIndex;
-    kvHead = arith::DivUIOp::create(builder, head, group);
+    kvHead = narrowDiv(head, group);
   }
   if (spec.paged) {
-    // This sequence's keys: kv_lens[b], clamped to what its row of the page
-    // table can address (a bad count never reads past the table).
-    auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
-    Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),
-                                        kvLens, ValueRange{toI64(batch)});
-    Value count =
-        toIndex(LLVM::LoadOp::create(builder, builder.getI32Type(), address));
-    kvLen = arith::MinSIOp::create(
-        builder, arith::MaxSIOp::create(builder, count, constIndex(0)),
-        mul(maxPages, pageSize));
     // Cache offsets of a KV head; a key's page and slot are added per row.
     kBase = mul(toI64(kvHead), kStrides[2]);
     vBase = mul(toI64(kvHead), vStrides[2]);
@@ -727,50 +736,72 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   Value endRow = add(firstRow, constIndex(rowsPerBlock()));
   if (spec.packQueryHeads) {
     firstPackedRow = firstRow;
-    firstQuery = arith::DivUIOp::create(builder, firstRow, group);
-    endQuery = arith::CeilDivUIOp::create(builder, endRow, group);
+    firstQuery = narrowDiv(firstRow, group);
+    endQuery = toIndex(
+        arith::CeilDivUIOp::create(builder, toI32(endRow), toI32(group)));
   } else {
     firstQuery = firstRow;
     endQuery = endRow;
   }
-  kvOffset = sub(kvLen, qLen);
-  kvBegin = constIndex(0);
-  kvEnd = kvLen;
-  // With masked_score, hidden keys still count for a row that sees no key:
-  // key blocks are skipped only by kernels that revisit them for such rows.
-  if (spec.rightBound() && (!spec.maskedScore || revisitsSkippedKeys())) {
-    Value end = add(add(endQuery, kvOffset), constIndex(*spec.rightBound()));
-    end = arith::MaxSIOp::create(builder, end, constIndex(0));
-    kvEnd = arith::MinSIOp::create(builder, end, kvLen);
-    if (spec.window) {
-      Value begin = sub(add(add(firstQuery, kvOffset), constIndex(1)),
-                        constIndex(*spec.window));
-      kvBegin = arith::MaxSIOp::create(builder, begin, constIndex(0));
-      // A kernel that revisits the keys before the band does so in whole
-      // blocks from key 0: the band starts on a block boundary.
-      if (spec.maskedScore)
-        kvBegin = mul(arith::DivUIOp::create(builder, kvBegin,
-                                             constIndex(kvBlockSize())),
-                      constIndex(kvBlockSize()));
+  // The keys the block visits, [begin, end), for a sequence of `keys`
+  // keys.
+  auto keyRange = [&](Value keys) -> std::pair<Value, Value> {
+    Value offset = sub(keys, qLen);
+    Value begin = constIndex(0), end = keys;
+    // With masked_score, hidden keys still count for a row that sees no
+    // key: key blocks are skipped only by kernels that revisit them for
+    // such rows.
+    if (spec.rightBound() && (!spec.maskedScore || revisitsSkippedKeys())) {
+      Value last = add(add(endQuery, offset), constIndex(*spec.rightBound()));
+      last = arith::MaxSIOp::create(builder, last, constIndex(0));
+      end = arith::MinSIOp::create(builder, last, keys);
+      if (spec.window) {
+        Value first = sub(add(add(firstQuery, offset), constIndex(1)),
+                          constIndex(*spec.window));
+        begin = arith::MaxSIOp::create(builder, first, constIndex(0));
+        // A kernel that revisits the keys before the band does so in whole
+        // blocks from key 0: the band starts on a block boundary.
+        if (spec.maskedScore)
+          begin = mul(
+              arith::DivUIOp::create(builder, begin, constIndex(kvBlockSize())),
+              constIndex(kvBlockSize()));
+      }
     }
+    if (spec.splitKV) {
+      // Split s of n takes tiles [s·t, (s + 1)·t) of the block's key range,
+      // t = ceil(tiles / n): whole tiles, so only the range's ends are
+      // partial. (32 bits: a sequence's keys are an i32.)
+      Value span =
+          arith::MaxSIOp::create(builder, sub(end, begin), constIndex(0));
+      Value tiles = arith::CeilDivUIOp::create(
+          builder, toI32(span),
+          arith::ConstantIntOp::create(builder, builder.getI32Type(),
+                                       kvBlockSize()));
+      Value keysPerSplit = mul(
+          toIndex(arith::CeilDivUIOp::create(builder, tiles, toI32(numSplits))),
+          constIndex(kvBlockSize()));
+      Value splitBegin = add(begin, mul(splitIndex, keysPerSplit));
+      Value splitEnd =
+          arith::MinSIOp::create(builder, end, add(splitBegin, keysPerSplit));
+      begin = arith::MinSIOp::create(builder, splitBegin, splitEnd);
+      end = splitEnd;
+    }
+    return {begin, end};
+  };
+  if (spec.paged) {
+    // The range the block would have if its sequence filled its row of the
+    // page table: reads of it (readAhead) go out while the key count is in
+    // flight. Then the count, clamped to what the row can address (a bad
+    // count never reads past the table).
+    Value fullRow = mul(maxPages, pageSize);
+    readAhead(keyRange(fullRow).first, fullRow);
+    kvLen = arith::MinSIOp::create(
+        builder,
+        arith::MaxSIOp::create(builder, toIndex(keyCount), constIndex(0)),
+        fullRow);
   }
-
-  if (spec.splitKV) {
-    // Split s of n takes tiles [s·t, (s + 1)·t) of the block's key range,
-    // t = ceil(tiles / n): whole tiles, so only the range's ends are partial.
-    Value span =
-        arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
-    Value tiles =
-        arith::CeilDivUIOp::create(builder, span, constIndex(kvBlockSize()));
-    Value keysPerSplit =
-        mul(arith::CeilDivUIOp::create(builder, tiles, numSplits),
-            constIndex(kvBlockSize()));
-    Value begin = add(kvBegin, mul(splitIndex, keysPerSplit));
-    Value end =
-        arith::MinSIOp::create(builder, kvEnd, add(begin, keysPerSplit));
-    kvBegin = arith::MinSIOp::create(builder, begin, end);
-    kvEnd = end;
-  }
+  kvOffset = sub(kvLen, qLen);
+  std::tie(kvBegin, kvEnd) = keyRange(kvLen);
 
   buildBody(func);
   if (spec.clusterSplits)

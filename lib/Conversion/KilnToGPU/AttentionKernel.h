@@ -282,6 +282,12 @@ protected:
   /// Builds the main loop and the epilogue once the prologue has bound the
   /// arguments and per-block values below.
   virtual void buildBody(gpu::GPUFuncOp func) = 0;
+  /// Paged sites: given the first key the block would visit if its
+  /// sequence filled its row of the page table (`fullRow` keys), before the
+  /// sequence's key count has arrived, so that the reads issued here are in
+  /// flight beside it. buildBody learns whether that guess was right by
+  /// comparing it with kvBegin.
+  virtual void readAhead(Value firstKey, Value fullRow) {}
 
   /// With packed heads: the query and head of row `rowInBlock` of the
   /// block.

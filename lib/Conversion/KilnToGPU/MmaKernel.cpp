@@ -145,6 +145,7 @@ protected:
   bool revisitsSkippedKeys() const override { return true; }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
+  void readAhead(Value firstKey, Value fullRow) override;
 
 private:
   /// The head dim `dim` runs as (see TileLayout::padded).
@@ -168,6 +169,10 @@ private:
   }
   /// Address of element (row, column) of a shared tile.
   Value tileAddress(Value tile, Value row, Value column);
+  /// The table entries of the first tile read ahead (readAhead), and the
+  /// key they were read from; empty where tiles are not copied by lines.
+  Value aheadBegin;
+  SmallVector<Value> aheadPages;
 
   /// This thread's 16-byte chunks of a 64-row tile of a [*, D] global
   /// tensor starting at row `firstRow`: for each, the element offset in the
@@ -387,6 +392,19 @@ Value MmaKernel::loadEntry(const PageLookup &lookup, Value clampedKey) {
       ValueRange{add(lookup.tableRow,
                      arith::ExtUIOp::create(*b, b->getI64Type(), entry))});
   return LLVM::LoadOp::create(*b, b->getI32Type(), address);
+}
+
+// A block's range is the guess's where its sequence fills its table row
+// (every block of a uniform batch whose table is as wide as it needs, and
+// every split's first block): the first copies then start when the key
+// count arrives, not one table read after it. Keys past the count read
+// entries beyond the sequence here; those rows are zero-filled, and the
+// entries are clamped to the table and the cache like any.
+void MmaKernel::readAhead(Value firstKey, Value fullRow) {
+  if (!byLines(spec.headDim))
+    return;
+  aheadBegin = firstKey;
+  aheadPages = loadPages(firstKey, fullRow);
 }
 
 SmallVector<Value> MmaKernel::loadPages(Value firstRow, Value numRows) {
@@ -867,14 +885,33 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     copyQ(kTileKeys);
   }
   NVVM::CpAsyncCommitGroupOp::create(builder);
-  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin);
+  // The first tile's table entries: those read ahead where they were read
+  // for this block's range (a uniform branch), else read now.
+  SmallVector<Value> firstPages;
+  if (!aheadPages.empty()) {
+    Value guessed = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                          kvBegin, aheadBegin);
+    SmallVector<Type> types(aheadPages.size(), builder.getI32Type());
+    auto pick = scf::IfOp::create(builder, types, guessed, true);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&pick.getThenRegion().front());
+    scf::YieldOp::create(builder, aheadPages);
+    builder.setInsertionPointToStart(&pick.getElseRegion().front());
+    scf::YieldOp::create(builder, loadPages(kvBegin, kvLen));
+    builder.setInsertionPointAfter(pick);
+    firstPages.assign(pick.getResults().begin(), pick.getResults().end());
+  }
+  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin, firstPages);
   NVVM::CpAsyncCommitGroupOp::create(builder);
   // The rest of a loop's prologue, after its first K tile: the first V tile
+  // (its rows are K's: the same entries where V too is copied by lines)
   // and, with two stages, the second K and V tiles, one commit group each
   // (the order the loop waits on).
   auto issueRestOfPrologue = [&](Value hasFirst, Value first, Value hasNext,
                                  Value next) {
-    issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first);
+    bool sameRows = first == kvBegin && byLines(spec.valueDim());
+    issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first,
+            sameRows ? ArrayRef<Value>(firstPages) : ArrayRef<Value>());
     NVVM::CpAsyncCommitGroupOp::create(*b);
     if (stages == 1)
       return;

@@ -1,6 +1,8 @@
 // RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s
 // RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s --check-prefix=MMA
 // RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=SYNC
+// RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=AHEAD
+// RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s --check-prefix=AHEAD
 
 // A paged site (GQA 32/8, head dim 128, pages of 16) copies its K and V tiles
 // by lines: a thread takes four consecutive rows, a 16-byte chunk of each of
@@ -21,7 +23,7 @@
 // MMA-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
 // MMA-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
 // MMA-COUNT-8: nvvm.cp.async.shared.global {{.*}}, 16, cache =  cg
-// MMA-NOT: i32, i32, i32, i32) {
+// MMA-NOT: scf.for {{.*}} i32, i32, i32, i32) {
 // MMA: gpu.func @kiln_split_combine_bf16_dv128
 // In decode mode a warp reads only its 16 keys of each tile, which are the
 // rows its own threads copy by lines: the decode loop synchronises each warp
@@ -38,6 +40,21 @@
 // SYNC: gpu.barrier
 // SYNC-NOT: nvvm.bar.warp.sync
 // SYNC: gpu.func @kiln_split_combine_bf16_dv128
+// On both targets the first tile's four table entries are read before the
+// sequence's key count is used: for the range the block would have if the
+// sequence filled its table row. Where the block's range starts there (a
+// uniform branch) the copies take them, else they are read again.
+// AHEAD-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
+// AHEAD: %[[COUNT:.*]] = llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// AHEAD-NOT: %[[COUNT]]
+// AHEAD-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// AHEAD: arith.index_cast %[[COUNT]]
+// AHEAD: %[[GUESSED:.*]] = arith.cmpi eq, {{.*}} : index
+// AHEAD-NEXT: scf.if %[[GUESSED]] -> (i32, i32, i32, i32) {
+// AHEAD-NEXT: scf.yield
+// AHEAD-NEXT: } else {
+// AHEAD-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
+// AHEAD: gpu.func @kiln_split_combine_bf16_dv128
 func.func @paged(%q: tensor<?x32x?x128xbf16>, %kc: tensor<?x16x8x128xbf16>, %vc: tensor<?x16x8x128xbf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x32x?x128xbf16> {
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.0883883461 : f32} : tensor<?x32x?x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x32x?x128xbf16>
   return %o : tensor<?x32x?x128xbf16>
