@@ -50,8 +50,8 @@ import kiln  # noqa: E402
 
 LENGTHS = (1, 17, 128, 1000, 4096)
 # (q_heads, kv_heads) tried on sites whose heads are dynamic: groups of 3, 5,
-# 1 and 7.
-HEAD_PAIRS = ((6, 2), (5, 1), (3, 3), (28, 4))
+# 1, 7 and 16 (a decode block of more than 8 rows).
+HEAD_PAIRS = ((6, 2), (5, 1), (3, 3), (28, 4), (32, 2))
 SANITIZE_CASES = ((1, 17), (17, 17), (33, 128), (128, 40), (130, 200))
 TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-5}
 # TF32 rounds operands to 10 mantissa bits, as f16 does.

@@ -9,7 +9,7 @@ Package: `kilnc test/gpu/paged_sites.mlir -o PACKAGE_DIR`. For each site:
 batches of sequences with kv_lens drawn from {0, 1, page_size - 1, page_size + 1,
 odd lengths up to 4096} (0 and non-multiples of the page size included), pages
 scattered at random in the cache, some pages shared between sequences; q_len 1
-(decode) and 17 and 200 (chunked prefill against the cached prefix, causal
+and 3 (decode) and 17 and 200 (chunked prefill against the cached prefix, causal
 bottom-right aligned); fresh random inputs, the output poisoned with NaN; a
 launch captured in a CUDA graph and replayed with new kv_lens and page tables
 in the same buffers. Passes when ||out - ref|| / ||ref|| < 1e-2 and nothing is
@@ -110,7 +110,8 @@ def check_site(site, entry, device, gen, sanitize) -> List[Dict[str, Any]]:
     if sanitize:
         lens_pool = [0, 1, page + 1, 17, 130]
     results = []
-    for q_len in ([1, 17] if sanitize else [1, 17, 200]):
+    # q_len 3: decode blocks of more than 8 (query, head) rows at GQA 4.
+    for q_len in ([1, 3, 17] if sanitize else [1, 3, 17, 200]):
         kv_lens = torch.tensor(
             [lens_pool[i % len(lens_pool)] for i in range(len(lens_pool))],
             dtype=torch.int32)

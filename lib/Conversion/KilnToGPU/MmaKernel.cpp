@@ -657,11 +657,46 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
         *b, sharedPtr, f32, base,
         ValueRange{toI32(add(lane, mul(index, constIndex(kWarpSize))))});
   };
+  // Which of a thread's two rows, g or g + 8, value i of a state belongs to
+  // (max and sum of each, then four accumulators a block, two a row).
+  auto rowOf = [](int64_t i) { return i < 4 ? i % 2 : ((i - 4) % 4) / 2; };
+  // Rows g + 8 exist only where the block has more than 8 (query, head)
+  // rows (GQA groups of 16, or q_len · group past 8): elsewhere their half
+  // of the states is neither stored, read nor merged (a uniform branch).
+  Value upperRows =
+      arith::CmpIOp::create(*b, arith::CmpIPredicate::ugt, mul(qLen, group),
+                            constIndex(kRowsPerWarp / 2));
+  auto ifUpperRows = [&](TypeRange types,
+                         llvm::function_ref<SmallVector<Value>()> body,
+                         ArrayRef<Value> otherwise) {
+    auto ifOp = scf::IfOp::create(*b, types, upperRows,
+                                  /*withElse=*/!types.empty());
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+    SmallVector<Value> results = body();
+    if (!types.empty()) {
+      scf::YieldOp::create(*b, results);
+      b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+      scf::YieldOp::create(*b, otherwise);
+    }
+    return SmallVector<Value>(ifOp.getResults());
+  };
+
   NVVM::CpAsyncWaitGroupOp::create(*b, 0);
   gpu::BarrierOp::create(*b);
   Value own = region(warp);
-  for (int64_t i = 0; i < size; ++i)
-    LLVM::StoreOp::create(*b, state[i], slot(own, constIndex(i)));
+  auto storeRow = [&](int64_t r) {
+    for (int64_t i = 0; i < size; ++i)
+      if (rowOf(i) == r)
+        LLVM::StoreOp::create(*b, state[i], slot(own, constIndex(i)));
+  };
+  storeRow(0);
+  ifUpperRows({},
+              [&] {
+                storeRow(1);
+                return SmallVector<Value>();
+              },
+              {});
   gpu::BarrierOp::create(*b);
 
   // The values this warp merges: the statistics, then all the O
@@ -680,35 +715,54 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
     for (int64_t k = 0; k < 4; ++k)
       indices.push_back(add(constIndex(4 + k), mul(block, constIndex(4))));
   }
-  SmallVector<SmallVector<Value>> warps;
-  for (int64_t w = 0; w < kWarpsPerBlock; ++w) {
-    Value base = region(constIndex(w));
-    SmallVector<Value> values;
-    for (Value index : indices)
-      values.push_back(LLVM::LoadOp::create(*b, f32, slot(base, index)));
-    warps.push_back(values);
-  }
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   Value zero = constF32(0.0f);
   SmallVector<Value> merged(size, zero);
-  Value weights[kWarpsPerBlock][2];
-  for (int64_t r = 0; r < 2; ++r) {
+  // Row r's values, merged: its max, its sum and its accumulators, in the
+  // order of `indices`.
+  auto mergeRow = [&](int64_t r) {
+    SmallVector<int64_t> positions;
+    for (int64_t p = 0; p < int64_t(indices.size()); ++p)
+      if (rowOf(p) == r)
+        positions.push_back(p);
+    SmallVector<SmallVector<Value>> warps;
+    for (int64_t w = 0; w < kWarpsPerBlock; ++w) {
+      Value base = region(constIndex(w));
+      SmallVector<Value> values;
+      for (int64_t p : positions)
+        values.push_back(LLVM::LoadOp::create(*b, f32, slot(base, indices[p])));
+      warps.push_back(values);
+    }
+    // values[0] is the max, values[1] the sum, then the accumulators.
     Value max = negInf;
     for (auto &values : warps)
-      max = fmax(max, values[r]);
+      max = fmax(max, values[0]);
     Value isEmpty =
         arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ, max, negInf);
     Value safeMax = arith::SelectOp::create(*b, isEmpty, zero, max);
-    merged[r] = max;
-    for (auto [w, values] : llvm::enumerate(warps)) {
-      weights[w][r] = exp2(arith::SubFOp::create(*b, values[r], safeMax));
-      merged[2 + r] = fadd(merged[2 + r], fmul(values[2 + r], weights[w][r]));
+    SmallVector<Value> row(positions.size(), zero);
+    row[0] = max;
+    for (auto &values : warps) {
+      Value weight = exp2(arith::SubFOp::create(*b, values[0], safeMax));
+      for (size_t v = 1; v < values.size(); ++v)
+        row[v] = fadd(row[v], fmul(values[v], weight));
     }
-  }
-  for (int64_t i = 4; i < int64_t(indices.size()); ++i)
-    for (auto [w, values] : llvm::enumerate(warps))
-      merged[i] =
-          fadd(merged[i], fmul(values[i], weights[w][((i - 4) % 4) / 2]));
+    for (auto [v, p] : llvm::enumerate(positions))
+      merged[p] = row[v];
+    return row;
+  };
+  mergeRow(0);
+  SmallVector<Value> emptyRow;
+  for (int64_t p = 0; p < int64_t(indices.size()); ++p)
+    if (rowOf(p) == 1)
+      emptyRow.push_back(emptyRow.empty() ? negInf : zero);
+  SmallVector<Type> rowTypes(emptyRow.size(), f32);
+  SmallVector<Value> upper = ifUpperRows(
+      rowTypes, [&] { return mergeRow(1); }, emptyRow);
+  int64_t next = 0;
+  for (int64_t p = 0; p < int64_t(indices.size()); ++p)
+    if (rowOf(p) == 1)
+      merged[p] = upper[next++];
   return merged;
 }
 

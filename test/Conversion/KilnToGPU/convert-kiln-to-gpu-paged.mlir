@@ -3,6 +3,7 @@
 // RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=SYNC
 // RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=AHEAD
 // RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s --check-prefix=AHEAD
+// RUN: kiln-opt %s -convert-kiln-to-gpu="hopper=1" | FileCheck %s --check-prefix=UPPER
 
 // A paged site (GQA 32/8, head dim 128, pages of 16) copies its K and V tiles
 // by lines: a thread takes four consecutive rows, a 16-byte chunk of each of
@@ -55,6 +56,27 @@
 // AHEAD-NEXT: } else {
 // AHEAD-COUNT-4: llvm.load {{.*}} : !llvm.ptr<1> -> i32
 // AHEAD: gpu.func @kiln_split_combine_bf16_dv128
+// The decode merge of the four warps' states stores, reads and merges the
+// half of rows g + 8 (34 of 68 values a lane to store, 40 of 80 to read)
+// only where the block has more than 8 rows (q_len · group > 8; a uniform
+// branch).
+// UPPER-LABEL: gpu.func @kiln_paged_attention_mma_bf16_d128_causal
+// UPPER: %[[UPPER:.*]] = arith.cmpi ugt, {{.*}}, %c8{{.*}} : index
+// UPPER-NEXT: nvvm.cp.async.wait.group 0
+// UPPER-NEXT: gpu.barrier
+// UPPER-COUNT-34: llvm.store {{.*}} : f32, !llvm.ptr<3>
+// UPPER-NOT: llvm.store
+// UPPER: scf.if %[[UPPER]] {
+// UPPER-COUNT-34: llvm.store {{.*}} : f32, !llvm.ptr<3>
+// UPPER-NOT: llvm.store
+// UPPER: gpu.barrier
+// UPPER-COUNT-40: llvm.load {{.*}} : !llvm.ptr<3> -> f32
+// UPPER-NOT: llvm.load {{.*}} : !llvm.ptr<3> -> f32
+// UPPER: scf.if %[[UPPER]] -> (f32,
+// UPPER-COUNT-40: llvm.load {{.*}} : !llvm.ptr<3> -> f32
+// UPPER-NOT: llvm.load {{.*}} : !llvm.ptr<3> -> f32
+// UPPER: scf.yield
+// UPPER: gpu.func @kiln_split_combine_bf16_dv128
 func.func @paged(%q: tensor<?x32x?x128xbf16>, %kc: tensor<?x16x8x128xbf16>, %vc: tensor<?x16x8x128xbf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) -> tensor<?x32x?x128xbf16> {
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {causal, scale = 0.0883883461 : f32} : tensor<?x32x?x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x16x8x128xbf16>, tensor<?x?xi32>, tensor<?xi32> -> tensor<?x32x?x128xbf16>
   return %o : tensor<?x32x?x128xbf16>
