@@ -395,9 +395,10 @@ Value MmaKernel::loadEntry(const PageLookup &lookup, Value clampedKey) {
 }
 
 // A block's range is the guess's where its sequence fills its table row
-// (every block of a uniform batch whose table is as wide as it needs, and
-// every split's first block): the first copies then start when the key
-// count arrives, not one table read after it. Keys past the count read
+// (every block of a uniform batch whose table is as wide as it needs) and
+// for the first split of every sequence where there is no window: the
+// first copies then start when the key count arrives, not one table read
+// after it. Keys past the count read
 // entries beyond the sequence here; those rows are zero-filled, and the
 // entries are clamped to the table and the cache like any.
 void MmaKernel::readAhead(Value firstKey, Value fullRow) {
