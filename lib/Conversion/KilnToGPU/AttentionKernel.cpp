@@ -132,6 +132,15 @@ Value KernelBuilderBase::toI32(Value v) {
 Value KernelBuilderBase::toI64(Value v) {
   return arith::IndexCastOp::create(*b, b->getI64Type(), v);
 }
+Value KernelBuilderBase::divU32(Value x, Value y) {
+  return toIndex(arith::DivUIOp::create(*b, toI32(x), toI32(y)));
+}
+Value KernelBuilderBase::remU32(Value x, Value y) {
+  return toIndex(arith::RemUIOp::create(*b, toI32(x), toI32(y)));
+}
+Value KernelBuilderBase::ceilDivU32(Value x, Value y) {
+  return toIndex(arith::CeilDivUIOp::create(*b, toI32(x), toI32(y)));
+}
 Value KernelBuilderBase::add(Value x, Value y) {
   return arith::AddIOp::create(*b, x, y);
 }
@@ -200,11 +209,9 @@ std::pair<Value, Value> AttentionKernelBuilder::packedRow(Value rowInBlock) {
   // In 32 bits (q_len · group fits, as the grid's x does): a 64-bit
   // division is a branch and twice the instructions, and the kernels take
   // this for every row a thread copies or computes.
-  Value pair = toI32(add(firstPackedRow, rowInBlock));
-  Value groupSize = toI32(group);
-  Value query = toIndex(arith::DivUIOp::create(*b, pair, groupSize));
-  Value head = add(mul(kvHead, group),
-                   toIndex(arith::RemUIOp::create(*b, pair, groupSize)));
+  Value pair = add(firstPackedRow, rowInBlock);
+  Value query = divU32(pair, group);
+  Value head = add(mul(kvHead, group), remU32(pair, group));
   return {query, head};
 }
 
@@ -657,22 +664,19 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
     // z % batch; launched with clusters of the splits along z, split-minor.
     // 32-bit divisions: a grid's z fits, and a 64-bit one is a branch and
     // a slow path in front of the key count's load.
-    Value z = toI32(batch), batches = toI32(batchSize);
-    Value splits = toI32(numSplits);
-    splitIndex = toIndex(arith::DivUIOp::create(builder, z, batches));
-    batch = toIndex(arith::RemUIOp::create(builder, z, batches));
+    Value z = batch;
+    splitIndex = divU32(z, batchSize);
+    batch = remU32(z, batchSize);
     if (spec.clusterSplits) {
       Value clusterBlocks = NVVM::ClusterDim::create(
           builder, builder.getI32Type(), LLVM::ConstantRangeAttr());
       clustered = arith::CmpIOp::create(
           builder, arith::CmpIPredicate::ugt, clusterBlocks,
           arith::ConstantIntOp::create(builder, builder.getI32Type(), 1));
-      splitIndex = arith::SelectOp::create(
-          builder, clustered,
-          toIndex(arith::RemUIOp::create(builder, z, splits)), splitIndex);
-      batch = arith::SelectOp::create(
-          builder, clustered,
-          toIndex(arith::DivUIOp::create(builder, z, splits)), batch);
+      splitIndex = arith::SelectOp::create(builder, clustered,
+                                           remU32(z, numSplits), splitIndex);
+      batch = arith::SelectOp::create(builder, clustered, divU32(z, numSplits),
+                                      batch);
     }
   }
   // Paged sites: the sequence's key count is read first of all (it gates
@@ -691,16 +695,13 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // Head and row divisions in 32 bits (heads and q_len · group fit, as the
   // grid does): a 64-bit one is a branch, which keeps the key count's load
   // behind it.
-  auto narrowDiv = [&](Value x, Value y) {
-    return toIndex(arith::DivUIOp::create(builder, toI32(x), toI32(y)));
-  };
-  group = narrowDiv(numQueryHeads, numKvHeads);
+  group = divU32(numQueryHeads, numKvHeads);
   if (spec.packQueryHeads) {
     // Grid y runs over KV heads; the block's rows are (query, head) pairs.
     kvHead = headIndex;
   } else {
     head = headIndex;
-    kvHead = narrowDiv(head, group);
+    kvHead = divU32(head, group);
   }
   if (spec.paged) {
     // Cache offsets of a KV head; a key's page and slot are added per row.
@@ -736,9 +737,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   Value endRow = add(firstRow, constIndex(rowsPerBlock()));
   if (spec.packQueryHeads) {
     firstPackedRow = firstRow;
-    firstQuery = narrowDiv(firstRow, group);
-    endQuery = toIndex(
-        arith::CeilDivUIOp::create(builder, toI32(endRow), toI32(group)));
+    firstQuery = divU32(firstRow, group);
+    endQuery = ceilDivU32(endRow, group);
   } else {
     firstQuery = firstRow;
     endQuery = endRow;
@@ -773,13 +773,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
       // partial. (32 bits: a sequence's keys are an i32.)
       Value span =
           arith::MaxSIOp::create(builder, sub(end, begin), constIndex(0));
-      Value tiles = arith::CeilDivUIOp::create(
-          builder, toI32(span),
-          arith::ConstantIntOp::create(builder, builder.getI32Type(),
-                                       kvBlockSize()));
-      Value keysPerSplit = mul(
-          toIndex(arith::CeilDivUIOp::create(builder, tiles, toI32(numSplits))),
-          constIndex(kvBlockSize()));
+      Value tiles = ceilDivU32(span, constIndex(kvBlockSize()));
+      Value keysPerSplit =
+          mul(ceilDivU32(tiles, numSplits), constIndex(kvBlockSize()));
       Value splitBegin = add(begin, mul(splitIndex, keysPerSplit));
       Value splitEnd =
           arith::MinSIOp::create(builder, end, add(splitBegin, keysPerSplit));

@@ -151,6 +151,11 @@ protected:
   Value toIndex(Value v);
   Value toI32(Value v);
   Value toI64(Value v);
+  /// x / y, x % y and ceil(x / y) of index values that fit in 32 bits,
+  /// computed in 32 (a 64-bit division is a branch around a slow path).
+  Value divU32(Value x, Value y);
+  Value remU32(Value x, Value y);
+  Value ceilDivU32(Value x, Value y);
   Value add(Value x, Value y);
   Value sub(Value x, Value y);
   Value mul(Value x, Value y);
