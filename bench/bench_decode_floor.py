@@ -9,6 +9,12 @@ times attention:
   launch      one one-thread kernel: what any graph-timed call costs
   copy        a device-to-device copy of the K and V bytes of a decode shape
               (it reads what attention reads, and writes as much again)
+  read        a kernel that only reads the K and V bytes (16-byte loads over
+              the whole chip, one float written a program): the best of
+              several tilings, so a floor for any kernel that reads them
+  read+1      the same read followed by a one-thread kernel in the same
+              graph: the least a split launch with a second (combine)
+              kernel can cost
   gather      the gather of bench_decode.py's gather+sdpa (K and V pages of 16
               through the page table into dense tensors), without the SDPA
 for some of bench_decode.py's decode shapes (bf16, d128).
@@ -25,10 +31,57 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import bench_decode as decode  # noqa: E402
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the read rows need triton
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def read_kernel(source, partial, count, BLOCK: tl.constexpr,
+                    ITERS: tl.constexpr):
+        base = tl.program_id(0) * BLOCK * ITERS
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in tl.static_range(ITERS):
+            offsets = base + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(source + offsets, mask=offsets < count,
+                           other=0.0).to(tl.float32)
+        tl.store(partial + tl.program_id(0), tl.sum(acc))
+
+# (elements a load step, steps a program, warps): the read floor is the best.
+READ_TILINGS = ((2048, 1, 4), (4096, 1, 4), (4096, 2, 8), (8192, 1, 8),
+                (8192, 2, 8), (8192, 4, 8))
 from bench_attention import make_timer  # noqa: E402
 
 SHAPES = [(32, 8, 8, 1024), (8, 1, 8, 1024), (8, 1, 16, 16384),
           (8, 1, 64, 4096), (32, 8, 1, 32768)]
+
+
+def read_floor(timer: Any, source: torch.Tensor, one: torch.Tensor) -> List[Any]:
+    """[("read", us, tiling), ("read+1", us, tiling)]: the fastest tiling
+    of a read-only kernel over `source`, alone and followed by a one-thread
+    kernel."""
+    count = source.numel()
+    best: Dict[str, Any] = {}
+    for block, iters, warps in READ_TILINGS:
+        programs = triton.cdiv(count, block * iters)
+        partial = torch.empty(programs, device=source.device)
+
+        def read() -> None:
+            read_kernel[(programs,)](source, partial, count, BLOCK=block,
+                                     ITERS=iters, num_warps=warps)
+
+        def read_then_one() -> None:
+            read()
+            one.add_(1)
+
+        for impl, run in (("read", read), ("read+1", read_then_one)):
+            us = timer(decode.graph_replay(run)) * 1000
+            if impl not in best or us < best[impl][0]:
+                best[impl] = (us, (block, iters, warps))
+    return [(impl, us, tiling) for impl, (us, tiling) in best.items()]
 
 
 def main() -> int:
@@ -67,6 +120,12 @@ def main() -> int:
                 "bytes": nbytes}
         rows.append(dict(base, impl="copy", us=copy_us))
         rows.append(dict(base, impl="gather", us=gather_us))
+        if triton is not None:
+            for impl, us, tiling in read_floor(timer, source, one):
+                print(f"  {impl}: {us:.1f} us (elements {tiling[0]}, steps "
+                      f"{tiling[1]}, warps {tiling[2]})")
+                rows.append(dict(base, impl=impl, us=us,
+                                 tiling=list(tiling)))
 
     if options.out:
         with open(options.out, "w") as f:
