@@ -398,9 +398,9 @@ Value MmaKernel::loadEntry(const PageLookup &lookup, Value clampedKey) {
 // (every block of a uniform batch whose table is as wide as it needs) and
 // for the first split of every sequence where there is no window: the
 // first copies then start when the key count arrives, not one table read
-// after it. Keys past the count read
-// entries beyond the sequence here; those rows are zero-filled, and the
-// entries are clamped to the table and the cache like any.
+// after it. Keys past the count read entries beyond the sequence here;
+// those rows are zero-filled, and the entries are clamped to the table and
+// the cache like any.
 void MmaKernel::readAhead(Value firstKey, Value fullRow) {
   if (!byLines(spec.headDim))
     return;
