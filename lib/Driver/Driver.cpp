@@ -477,6 +477,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
         // Its split kernels let their combine kernels launch early, and
         // those wait (KernelSpec::launchDependents).
         target.gridDependency = true;
+        // Its attention kernels wait for the kernels before them
+        // (KernelSpec::waitForGrid).
+        target.attentionGridDependency = true;
         // And reduce their splits in a cluster (KernelSpec::clusterSplits).
         target.clusterSplits = kMaxClusterSplits;
       }

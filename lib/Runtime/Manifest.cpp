@@ -854,6 +854,10 @@ Error parseManifest(const std::string &text, const std::string &directory,
       Node gridDependency = targetNode.optionalKey("grid_dependency");
       target.gridDependency =
           !gridDependency.isNull() && gridDependency.boolean();
+      Node attentionGridDependency =
+          targetNode.optionalKey("attention_grid_dependency");
+      target.attentionGridDependency = !attentionGridDependency.isNull() &&
+                                       attentionGridDependency.boolean();
       Node clusterSplits = targetNode.optionalKey("cluster_splits");
       if (!clusterSplits.isNull())
         target.clusterSplits = clusterSplits.integer(2, 16);

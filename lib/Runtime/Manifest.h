@@ -165,6 +165,11 @@ struct Target {
   /// kernel before them (griddepcontrol.wait), so they may be launched with
   /// programmatic stream serialization.
   bool gridDependency = false;
+  /// "attention_grid_dependency": the attention kernels of this PTX wait for
+  /// the grids before them (griddepcontrol.wait) before their first global
+  /// memory access, so they may be launched with programmatic stream
+  /// serialization.
+  bool attentionGridDependency = false;
   /// "cluster_splits": the split kernels of this PTX reduce their splits
   /// themselves when launched with a cluster of up to this many blocks along
   /// grid z, split-minor (no combine kernel); 0 when they do not.

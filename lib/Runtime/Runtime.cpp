@@ -33,6 +33,9 @@ struct LoadedModule {
   /// That target's combine kernels wait for their split kernel (see
   /// Target::gridDependency).
   bool gridDependency = false;
+  /// That target's attention kernels wait for the grids before them (see
+  /// Target::attentionGridDependency).
+  bool attentionGridDependency = false;
   /// That target's split kernels reduce their splits in clusters of up to
   /// this many blocks (see Target::clusterSplits).
   int64_t clusterSplits = 0;
@@ -746,6 +749,7 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   loaded->module = module;
   loaded->chip = target.chip;
   loaded->gridDependency = target.gridDependency;
+  loaded->attentionGridDependency = target.attentionGridDependency;
   loaded->clusterSplits = target.clusterSplits;
   loaded->functions.assign(manifest.kernels.size(), nullptr);
   loaded->activeClusters.assign(manifest.kernels.size(), {});
@@ -771,7 +775,6 @@ struct Residency {
 Error getFunction(kiln_package &package, const CudaDriver &driver,
                   size_t kernelIndex, CUstream stream, CUfunction &function,
                   Residency *residency = nullptr,
-                  bool *gridDependency = nullptr,
                   LoadedModule **module = nullptr) {
   CUcontext context = nullptr;
   CUresult result = driver.cuCtxGetCurrent(&context);
@@ -833,8 +836,6 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
     cached = found;
   }
   function = cached;
-  if (gridDependency)
-    *gridDependency = loaded->gridDependency;
   if (module)
     *module = loaded;
   if (residency) {
@@ -1045,17 +1046,21 @@ CUlaunchConfig extendedConfig(const kiln_launch_config &c, CUstream stream,
 /// (`afterSplits`) goes with programmatic stream serialization where the
 /// loaded PTX's combine kernels wait for their split kernel: its blocks may
 /// then be placed while the split kernel's last blocks run, and it starts
-/// the moment that kernel's writes are visible, not a launch later. With
-/// `cluster` > 1 the blocks go in clusters of that many along grid z (a
-/// split kernel that reduces its splits itself; clusterOfSplits).
+/// the moment that kernel's writes are visible, not a launch later. An
+/// attention kernel goes so where the loaded PTX's attention kernels wait
+/// for the grids before them: whatever kernel comes before it on the
+/// stream, its blocks read their parameters and work out their indices
+/// while that kernel drains. With `cluster` > 1 the blocks go in clusters
+/// of that many along grid z (a split kernel that reduces its splits
+/// itself; clusterOfSplits).
 Error launchPlanned(kiln_package &package, const CudaDriver &driver,
                     const Site &s, size_t kernelIndex, LaunchPlan &plan,
                     CUstream stream, bool afterSplits = false,
                     int64_t cluster = 0) {
   CUfunction function = nullptr;
-  bool gridDependency = false;
+  LoadedModule *loaded = nullptr;
   if (Error error = getFunction(package, driver, kernelIndex, stream, function,
-                                nullptr, &gridDependency))
+                                nullptr, &loaded))
     return error;
   if (!function)
     return {KILN_UNSUPPORTED, "kernel \"" +
@@ -1064,16 +1069,20 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
   const kiln_launch_config &c = plan.config;
   CUresult result;
   const char *call = "cuLaunchKernel";
-  bool early = afterSplits && gridDependency;
+  bool early = loaded && (afterSplits ? loaded->gridDependency
+                                      : loaded->attentionGridDependency);
   if ((early || cluster > 1) && driver.cuLaunchKernelEx) {
-    CUlaunchAttribute attributes[2] = {};
-    unsigned count = 1;
-    if (early) {
-      attributes[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attributes[0].value.programmaticStreamSerializationAllowed = 1;
-    } else {
+    CUlaunchAttribute attributes[3] = {};
+    unsigned count = 0;
+    if (cluster > 1) {
       setClusterAttributes(attributes, cluster);
       count = 2;
+    }
+    if (early) {
+      attributes[count].id =
+          CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attributes[count].value.programmaticStreamSerializationAllowed = 1;
+      ++count;
     }
     CUlaunchConfig config = extendedConfig(c, stream, attributes, count);
     call = "cuLaunchKernelEx";
@@ -1183,7 +1192,7 @@ Error clusterOfSplits(kiln_package &package, const CudaDriver &driver,
   CUfunction function = nullptr;
   LoadedModule *loaded = nullptr;
   if (Error error = getFunction(package, driver, kernelIndex, stream, function,
-                                nullptr, nullptr, &loaded))
+                                nullptr, &loaded))
     return error;
   if (!function || splits > std::min(loaded->clusterSplits, kMaxClusterBlocks))
     return Error::ok();

@@ -381,6 +381,36 @@ TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
   }
 }
 
+TEST_F(SplitLaunchTest, AttentionLaunchesEarlyWherePtxWaits) {
+  for (bool waits : {false, true}) {
+    json fields = {{"grid_dependency", true}, {"cluster_splits", 16}};
+    if (waits)
+      fields["attention_grid_dependency"] = true;
+    const kiln_site *site = openSplit("attention_0", fields);
+    ASSERT_NE(site, nullptr);
+    kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
+    a.workspace = workspace;
+    a.workspace_bytes = sizeof(workspace);
+    ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+        << kiln_last_error();
+    // The attention kernel goes with programmatic stream serialization only
+    // where its PTX waits for the grids before it; the combine kernel as
+    // before.
+    EXPECT_EQ(fake().previousLaunch.programmatic, waits);
+    EXPECT_TRUE(fake().lastLaunch.programmatic);
+    // In clusters, with both attributes.
+    a.num_splits = 3;
+    int before = fake().launches;
+    ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+        << kiln_last_error();
+    EXPECT_EQ(fake().launches - before, 1);
+    EXPECT_EQ(fake().lastLaunch.clusterZ, 3u);
+    EXPECT_EQ(fake().lastLaunch.programmatic, waits);
+    kiln_package_close(package);
+    package = nullptr;
+  }
+}
+
 TEST_F(SplitLaunchTest, FewSplitsReduceThemselvesInClusters) {
   for (bool clusters : {false, true}) {
     json fields = clusters ? json{{"cluster_splits", 16}} : json::object();

@@ -124,6 +124,8 @@ TEST_F(PackageTest, AcceptsGridDependencyFlag) {
   json manifest = validManifest();
   manifest["targets"][0]["grid_dependency"] = true;
   manifest["targets"][1]["grid_dependency"] = false;
+  manifest["targets"][0]["attention_grid_dependency"] = true;
+  manifest["targets"][1]["attention_grid_dependency"] = false;
   writePackage(manifest);
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
 }
@@ -286,6 +288,10 @@ const Corruption corruptions[] = {
      [](json &m) { m["targets"][0]["grid_dependency"] = "yes"; },
      KILN_FORMAT_ERROR,
      {"targets[0].grid_dependency", "got string"}},
+    {"AttentionGridDependencyNotABoolean",
+     [](json &m) { m["targets"][1]["attention_grid_dependency"] = 1; },
+     KILN_FORMAT_ERROR,
+     {"targets[1].attention_grid_dependency", "got integer"}},
     {"ClusterSplitsOutOfRange",
      [](json &m) { m["targets"][0]["cluster_splits"] = 32; },
      KILN_FORMAT_ERROR,

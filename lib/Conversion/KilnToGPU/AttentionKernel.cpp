@@ -683,6 +683,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // the block's key range, whose table entries gate the first copies); it
   // is clamped where first used, after the reads that need not wait for it.
   Value keyCount;
+  // Nothing above reads global memory (the parameters are constants).
+  if (spec.waitForGrid)
+    NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
   if (spec.paged) {
     auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
     Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),

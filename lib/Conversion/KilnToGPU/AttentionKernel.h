@@ -72,6 +72,13 @@ struct KernelSpec {
   /// instead, the combine's blocks were placed beside running split blocks
   /// and decode got up to 9% slower: docs/performance.md.)
   bool launchDependents = false;
+  /// sm_90: the kernel waits for the grids before it on its stream
+  /// (griddepcontrol.wait) before its first global memory access, so that
+  /// the runtime may launch it with programmatic stream serialization: its
+  /// blocks are then placed, and read their parameters and work out their
+  /// indices, while the kernel before it drains. Without such a launch the
+  /// wait returns at once.
+  bool waitForGrid = false;
   /// sm_90: launched with a thread-block cluster of num_splits blocks along
   /// grid z (then split-minor: block z works on split z % num_splits of
   /// sequence z / num_splits), a split kernel reduces its splits itself:

@@ -155,6 +155,7 @@ struct ConvertKilnToGPUPass
       }
       spec.launchDependents = hopper && spec.splitKV;
       spec.clusterSplits = hopper && spec.splitKV;
+      spec.waitForGrid = hopper;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =

@@ -553,6 +553,8 @@ LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
     llvm::json::Object entry{{"chip", target.chip}, {"ptx", fileName}};
     if (target.gridDependency)
       entry["grid_dependency"] = true;
+    if (target.attentionGridDependency)
+      entry["attention_grid_dependency"] = true;
     if (target.clusterSplits > 0)
       entry["cluster_splits"] = target.clusterSplits;
     targets.push_back(std::move(entry));

@@ -44,6 +44,10 @@ struct TargetPTX {
   /// Its combine kernels wait for their split kernel (griddepcontrol), so
   /// the runtime may launch them early: the manifest's "grid_dependency".
   bool gridDependency = false;
+  /// Its attention kernels wait for the grids before them (griddepcontrol)
+  /// before their first global memory access, so the runtime may launch
+  /// them early: the manifest's "attention_grid_dependency".
+  bool attentionGridDependency = false;
   /// Its split kernels reduce their splits themselves when launched with a
   /// thread-block cluster of this many blocks or fewer along grid z (0:
   /// never): the manifest's "cluster_splits".
