@@ -430,9 +430,10 @@ TEST_F(SplitLaunchTest, FewSplitsReduceThemselvesInClusters) {
         clusters ? fake().lastLaunch : fake().previousLaunch;
     EXPECT_EQ(split.grid[2], 6u); // batch x splits
     EXPECT_EQ(split.clusterZ, clusters ? 3u : 0u);
-    if (clusters)
+    if (clusters) {
       EXPECT_EQ(split.clusterPolicy,
                 int(CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING));
+    }
     // Eight splits: more than a cluster takes, so the combine kernel.
     a.num_splits = 8;
     before = fake().launches;
