@@ -316,6 +316,14 @@ protected:
     fake().expectedParams = 24;
     return site;
   }
+  /// A decode launch of `batch` sequences of attention_0 (8 query heads
+  /// over 2, 4096 keys) with the fixture's workspace.
+  kiln_attention_args decodeArgs(const kiln_site *site, int64_t batch = 1) {
+    kiln_attention_args a = args(site, batch, 8, 2, 1, 4096);
+    a.workspace = workspace;
+    a.workspace_bytes = sizeof(workspace);
+    return a;
+  }
   /// Bytes `splits` splits of a decode launch of attention_0 need.
   static int64_t bytesFor(int64_t splits) {
     return splits * 1 * 8 * 1 * (64 + 2) * 4;
@@ -328,9 +336,7 @@ TEST_F(SplitLaunchTest, ChoosesSplitsFromTheDeviceAndCombines) {
   kiln_site_info info;
   ASSERT_EQ(kiln_site_get_info(site, &info), KILN_OK);
   EXPECT_EQ(info.split_kv, 1);
-  kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
-  a.workspace = workspace;
-  a.workspace_bytes = sizeof(workspace);
+  kiln_attention_args a = decodeArgs(site);
   // 8 blocks of 64 key blocks on 132 SMs (2 resident each): 16 splits of 4
   // key blocks put one block on each of 128 SMs, which one block of a
   // contiguous kernel saturates; 32 splits would put two blocks on an SM
@@ -366,9 +372,7 @@ TEST_F(SplitLaunchTest, CombineLaunchesEarlyWherePtxWaits) {
         openSplit("attention_0",
                   waits ? json{{"grid_dependency", true}} : json::object());
     ASSERT_NE(site, nullptr);
-    kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
-    a.workspace = workspace;
-    a.workspace_bytes = sizeof(workspace);
+    kiln_attention_args a = decodeArgs(site);
     ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
         << kiln_last_error();
     // Only the combine kernel, and only where its PTX waits for the split
@@ -388,9 +392,7 @@ TEST_F(SplitLaunchTest, AttentionLaunchesEarlyWherePtxWaits) {
       fields["attention_grid_dependency"] = true;
     const kiln_site *site = openSplit("attention_0", fields);
     ASSERT_NE(site, nullptr);
-    kiln_attention_args a = args(site, 1, 8, 2, 1, 4096);
-    a.workspace = workspace;
-    a.workspace_bytes = sizeof(workspace);
+    kiln_attention_args a = decodeArgs(site);
     ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
         << kiln_last_error();
     // The attention kernel goes with programmatic stream serialization only
@@ -416,9 +418,7 @@ TEST_F(SplitLaunchTest, FewSplitsReduceThemselvesInClusters) {
     json fields = clusters ? json{{"cluster_splits", 16}} : json::object();
     const kiln_site *site = openSplit("attention_0", fields);
     ASSERT_NE(site, nullptr);
-    kiln_attention_args a = args(site, 2, 8, 2, 1, 4096);
-    a.workspace = workspace;
-    a.workspace_bytes = sizeof(workspace);
+    kiln_attention_args a = decodeArgs(site, 2);
     // Three splits: in clusters of three along z (load-balanced), and no
     // combine kernel, where the PTX's split kernels reduce themselves.
     a.num_splits = 3;

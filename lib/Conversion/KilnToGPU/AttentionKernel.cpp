@@ -172,6 +172,27 @@ void KernelBuilderBase::ifBelow(Value index, int64_t bound,
   body();
 }
 
+SmallVector<Value>
+KernelBuilderBase::ifElse(Value condition, TypeRange types,
+                          llvm::function_ref<SmallVector<Value>()> thenValues,
+                          llvm::function_ref<SmallVector<Value>()> elseValues) {
+  assert((elseValues || types.empty()) && "results need an else");
+  bool withElse = static_cast<bool>(elseValues);
+  auto ifOp = scf::IfOp::create(*b, types, condition, withElse);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  SmallVector<Value> results = thenValues();
+  if (!types.empty())
+    scf::YieldOp::create(*b, results);
+  if (withElse) {
+    b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+    results = elseValues();
+    if (!types.empty())
+      scf::YieldOp::create(*b, results);
+  }
+  return SmallVector<Value>(ifOp.getResults());
+}
+
 Value KernelBuilderBase::exp2(Value x) {
   return LLVM::CallIntrinsicOp::create(
              *b, b->getF32Type(),

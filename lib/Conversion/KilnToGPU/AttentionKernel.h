@@ -171,6 +171,13 @@ protected:
   Value fmax(Value x, Value y);
   /// Emits `body` under `scf.if index < bound` (unsigned; no else).
   void ifBelow(Value index, int64_t bound, llvm::function_ref<void()> body);
+  /// The results (`types`) of `scf.if condition`: `thenValues()` built in
+  /// its then region and `elseValues()` in its else region; without
+  /// `elseValues` (and then without results) the branch has no else.
+  SmallVector<Value>
+  ifElse(Value condition, TypeRange types,
+         llvm::function_ref<SmallVector<Value>()> thenValues,
+         llvm::function_ref<SmallVector<Value>()> elseValues = nullptr);
   /// 2^x with the hardware's ex2.approx.ftz.f32 (about 2 ulp; 2^-inf = +0;
   /// results below 2^-126 flush to +0). One MUFU.EX2: without .ftz, ptxas
   /// wraps each ex2 in a range test and two multiplies for subnormal

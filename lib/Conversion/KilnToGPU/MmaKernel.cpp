@@ -667,21 +667,6 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
   Value upperRows =
       arith::CmpIOp::create(*b, arith::CmpIPredicate::ugt, mul(qLen, group),
                             constIndex(kRowsPerWarp / 2));
-  auto ifUpperRows = [&](TypeRange types,
-                         llvm::function_ref<SmallVector<Value>()> body,
-                         ArrayRef<Value> otherwise) {
-    auto ifOp = scf::IfOp::create(*b, types, upperRows,
-                                  /*withElse=*/!types.empty());
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    SmallVector<Value> results = body();
-    if (!types.empty()) {
-      scf::YieldOp::create(*b, results);
-      b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-      scf::YieldOp::create(*b, otherwise);
-    }
-    return SmallVector<Value>(ifOp.getResults());
-  };
 
   NVVM::CpAsyncWaitGroupOp::create(*b, 0);
   gpu::BarrierOp::create(*b);
@@ -692,12 +677,10 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
         LLVM::StoreOp::create(*b, state[i], slot(own, constIndex(i)));
   };
   storeRow(0);
-  ifUpperRows({},
-              [&] {
-                storeRow(1);
-                return SmallVector<Value>();
-              },
-              {});
+  ifElse(upperRows, {}, [&] {
+    storeRow(1);
+    return SmallVector<Value>();
+  });
   gpu::BarrierOp::create(*b);
 
   // The values this warp merges: the statistics, then all the O
@@ -758,8 +741,9 @@ SmallVector<Value> MmaKernel::mergeWarps(ValueRange state, Value firstTile,
     if (rowOf(p) == 1)
       emptyRow.push_back(emptyRow.empty() ? negInf : zero);
   SmallVector<Type> rowTypes(emptyRow.size(), f32);
-  SmallVector<Value> upper = ifUpperRows(
-      rowTypes, [&] { return mergeRow(1); }, emptyRow);
+  SmallVector<Value> upper = ifElse(
+      upperRows, rowTypes, [&] { return mergeRow(1); },
+      [&] { return emptyRow; });
   int64_t next = 0;
   for (int64_t p = 0; p < int64_t(indices.size()); ++p)
     if (rowOf(p) == 1)
@@ -947,14 +931,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
     Value guessed = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
                                           kvBegin, aheadBegin);
     SmallVector<Type> types(aheadPages.size(), builder.getI32Type());
-    auto pick = scf::IfOp::create(builder, types, guessed, true);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&pick.getThenRegion().front());
-    scf::YieldOp::create(builder, aheadPages);
-    builder.setInsertionPointToStart(&pick.getElseRegion().front());
-    scf::YieldOp::create(builder, loadPages(kvBegin, kvLen));
-    builder.setInsertionPointAfter(pick);
-    firstPages.assign(pick.getResults().begin(), pick.getResults().end());
+    firstPages = ifElse(
+        guessed, types, [&] { return aheadPages; },
+        [&] { return loadPages(kvBegin, kvLen); });
   }
   issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin, firstPages);
   NVVM::CpAsyncCommitGroupOp::create(builder);
