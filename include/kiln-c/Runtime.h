@@ -15,6 +15,27 @@
 |*                                                                            *|
 \*===----------------------------------------------------------------------===*/
 
+/* Concurrency contract.
+ *
+ * Threads: every function may be called from several threads at once on one
+ * package (the per-context module and function caches are guarded inside),
+ * except kiln_package_close, which must not race any other use of that
+ * package. kiln_last_error() is per thread.
+ *
+ * Streams: libkilnrt keeps no device memory of its own between launches.
+ * Launches that may overlap on the device (on different streams, or in
+ * CUDA graphs replayed on different streams) may share every buffer they
+ * only read (q, k, v, mask, bias, the caches, page_table, kv_lens), and must
+ * not share any buffer a launch writes: `out`, and the split-KV `workspace`
+ * (each launch writes its partial results there, and the combine or the
+ * cluster reduction reads them back). One workspace may serve any number of
+ * launches that are ordered on one stream. A workspace must stay allocated
+ * until the last launch that was given it has finished on its stream.
+ *
+ * Processes: a package directory is only read; several processes may open
+ * the same one.
+ */
+
 #ifndef KILN_C_RUNTIME_H
 #define KILN_C_RUNTIME_H
 
@@ -31,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 4
+#define KILN_RUNTIME_API_VERSION 5
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -318,7 +339,10 @@ KILN_RT_API kiln_status kiln_site_check_attention(const kiln_site *site,
 /// stream's context when none is current). Never synchronizes and never
 /// allocates device memory, so it can be captured in a CUDA graph once the
 /// module is loaded (see kiln_package_prepare). The kernel's own errors are
-/// reported asynchronously by the stream, as for any launch.
+/// reported asynchronously by the stream, as for any launch. A batch of 0
+/// launches nothing (its pointers may be NULL); a batch larger than one
+/// grid holds (grid y and z stop at 65535) runs as several launches of
+/// consecutive sequences on the stream.
 KILN_RT_API kiln_status kiln_site_launch_attention(
     const kiln_site *site, const kiln_attention_args *args, void *stream);
 
@@ -329,8 +353,25 @@ KILN_RT_API kiln_status kiln_site_check_paged_attention(
     kiln_launch_config *config);
 
 /// Checks, then launches a paged site on `stream` (a CUstream; NULL for the
-/// default stream). Never allocates or synchronises: capturable.
+/// default stream). Never allocates or synchronises: capturable. On the GPU
+/// kv_lens[b] is clamped to [0, max_pages x page_size] and each page-table
+/// entry to [0, num_pages), so a bad table reads nothing outside the cache
+/// but gives wrong answers silently; with the environment variable
+/// KILN_CHECK=1 every paged launch is first validated as
+/// kiln_site_validate_paged_attention does (which synchronises).
 KILN_RT_API kiln_status kiln_site_launch_paged_attention(
+    const kiln_site *site, const kiln_paged_attention_args *args, void *stream);
+
+/// The debug check of a paged launch (C API version 5): after the checks of
+/// kiln_site_check_paged_attention, a kernel on `stream` validates kv_lens
+/// (each in [0, max_pages x page_size]) and every page-table entry the
+/// launch may read (positions below ceil(kv_lens[b] / page_size), from the
+/// first page a compiled sliding window reaches; each in [0, num_pages)).
+/// Waits for the stream; KILN_INVALID_ARGUMENT names the first bad place in
+/// (sequence, position) order, its value and the valid range. Allocates 8
+/// bytes of device memory for the answer. Does nothing while `stream` is
+/// being captured into a CUDA graph.
+KILN_RT_API kiln_status kiln_site_validate_paged_attention(
     const kiln_site *site, const kiln_paged_attention_args *args, void *stream);
 
 /// The workspace a site's launches need to split keys as they choose, for

@@ -68,6 +68,13 @@ void loadDriver(DriverState &state) {
           d.cuOccupancyMaxActiveClusters, optional);
   resolve(library, "cuTensorMapEncodeTiled", d.cuTensorMapEncodeTiled,
           optional);
+  // The names cuda.h maps these to (the _v2 entry points).
+  resolve(library, "cuMemAlloc_v2", d.cuMemAlloc, optional);
+  resolve(library, "cuMemFree_v2", d.cuMemFree, optional);
+  resolve(library, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH, optional);
+  resolve(library, "cuMemsetD32Async", d.cuMemsetD32Async, optional);
+  resolve(library, "cuStreamSynchronize", d.cuStreamSynchronize, optional);
+  resolve(library, "cuStreamIsCapturing", d.cuStreamIsCapturing, optional);
   CUresult result = d.cuInit(0);
   if (result != CUDA_SUCCESS)
     e = {KILN_CUDA_ERROR, describeCudaError(d, "cuInit", result)};
@@ -97,6 +104,47 @@ std::string describeCudaError(const CudaDriver &driver, const char *call,
   if (text)
     message += std::string(" (") + text + ")";
   return message;
+}
+
+namespace {
+
+/// The NULL, legacy and per-thread default stream handles, which belong to
+/// whatever context is current.
+bool isSpecialStream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY ||
+         stream == CU_STREAM_PER_THREAD;
+}
+
+} // namespace
+
+Error currentContext(const CudaDriver &driver, CUstream stream,
+                     CUcontext &context) {
+  context = nullptr;
+  CUresult result = driver.cuCtxGetCurrent(&context);
+  if (result != CUDA_SUCCESS)
+    return {KILN_CUDA_ERROR,
+            describeCudaError(driver, "cuCtxGetCurrent", result)};
+  if (!context && !isSpecialStream(stream)) {
+    result = driver.cuStreamGetCtx(stream, &context);
+    if (result != CUDA_SUCCESS)
+      return {KILN_CUDA_ERROR,
+              describeCudaError(driver, "cuStreamGetCtx", result)};
+    if (context && (result = driver.cuCtxSetCurrent(context)) != CUDA_SUCCESS)
+      return {KILN_CUDA_ERROR,
+              describeCudaError(driver, "cuCtxSetCurrent", result)};
+  }
+  if (!context)
+    return {KILN_CUDA_ERROR,
+            "no CUDA context is current on this thread (create or activate "
+            "one first, e.g. by any torch.cuda call or cudaSetDevice)"};
+  return Error::ok();
+}
+
+unsigned long long contextIdOf(const CudaDriver &driver, CUcontext context) {
+  unsigned long long id = 0;
+  if (driver.cuCtxGetId && driver.cuCtxGetId(context, &id) == CUDA_SUCCESS)
+    return id;
+  return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(context));
 }
 
 } // namespace rt

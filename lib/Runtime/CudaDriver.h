@@ -58,6 +58,15 @@ struct CudaDriver {
   /// clusters.
   CUresult (*cuOccupancyMaxActiveClusters)(int *, CUfunction,
                                            const CUlaunchConfig *);
+  /// Optional: what the debug check of paged launches (KILN_CHECK) needs to
+  /// run its kernel and read its answer; without them that check reports
+  /// that it cannot run. A launch never calls them.
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
 };
 
 /// Loads and initialises the driver once per process. On failure every call
@@ -68,6 +77,16 @@ Error getCudaDriver(const CudaDriver *&driver);
 /// failed)" for a failed call.
 std::string describeCudaError(const CudaDriver &driver, const char *call,
                               CUresult result);
+
+/// The context launches on `stream` run in: the current one, else (none
+/// current on this thread) the stream's, made current as the CUDA runtime
+/// would. An error when neither exists.
+Error currentContext(const CudaDriver &driver, CUstream stream,
+                     CUcontext &context);
+
+/// An id of `context` that the driver never reuses for another context
+/// (CUDA 12+), else its address.
+unsigned long long contextIdOf(const CudaDriver &driver, CUcontext context);
 
 } // namespace rt
 } // namespace kiln

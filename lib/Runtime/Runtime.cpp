@@ -9,9 +9,11 @@
 
 #include "CudaDriver.h"
 #include "Manifest.h"
+#include "PagedTableCheck.h"
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -60,8 +62,11 @@ struct kiln_site {
 struct kiln_package {
   Manifest manifest;
   std::vector<kiln_site> sites;
-  std::mutex mutex; // guards `modules`
-  std::vector<LoadedModule> modules;
+  /// Guards `modules` and every cache inside them (functions, occupancy,
+  /// clusters). A deque: a module's address stays valid while other
+  /// threads load the package into other contexts.
+  std::mutex mutex;
+  std::deque<LoadedModule> modules;
 };
 
 namespace {
@@ -665,15 +670,6 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   return checkSplits(where, launch);
 }
 
-/// The id of a CUDA context that is not reused after the context dies, where
-/// the driver has one.
-unsigned long long contextIdOf(const CudaDriver &driver, CUcontext context) {
-  unsigned long long id = 0;
-  if (driver.cuCtxGetId && driver.cuCtxGetId(context, &id) == CUDA_SUCCESS)
-    return id;
-  return static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(context));
-}
-
 /// Loads the package's PTX in the current context. Called with the package
 /// mutex held.
 Error loadModule(kiln_package &package, const CudaDriver &driver,
@@ -756,13 +752,6 @@ Error loadModule(kiln_package &package, const CudaDriver &driver,
   return Error::ok();
 }
 
-/// The NULL, legacy and per-thread default stream handles, which belong to
-/// whatever context is current.
-bool isSpecialStream(CUstream stream) {
-  return stream == nullptr || stream == CU_STREAM_LEGACY ||
-         stream == CU_STREAM_PER_THREAD;
-}
-
 /// Where a kernel's blocks live on the current device.
 struct Residency {
   int64_t smCount = 0;
@@ -777,25 +766,9 @@ Error getFunction(kiln_package &package, const CudaDriver &driver,
                   Residency *residency = nullptr,
                   LoadedModule **module = nullptr) {
   CUcontext context = nullptr;
-  CUresult result = driver.cuCtxGetCurrent(&context);
-  if (result != CUDA_SUCCESS)
-    return {KILN_CUDA_ERROR,
-            describeCudaError(driver, "cuCtxGetCurrent", result)};
-  if (!context && !isSpecialStream(stream)) {
-    // No context is current on this thread: use the caller's stream's, and
-    // keep it current as the CUDA runtime would.
-    result = driver.cuStreamGetCtx(stream, &context);
-    if (result != CUDA_SUCCESS)
-      return {KILN_CUDA_ERROR,
-              describeCudaError(driver, "cuStreamGetCtx", result)};
-    if (context && (result = driver.cuCtxSetCurrent(context)) != CUDA_SUCCESS)
-      return {KILN_CUDA_ERROR,
-              describeCudaError(driver, "cuCtxSetCurrent", result)};
-  }
-  if (!context)
-    return {KILN_CUDA_ERROR,
-            "no CUDA context is current on this thread (create or activate "
-            "one first, e.g. by any torch.cuda call or cudaSetDevice)"};
+  if (Error error = currentContext(driver, stream, context))
+    return error;
+  CUresult result;
   unsigned long long contextId = contextIdOf(driver, context);
 
   std::lock_guard<std::mutex> lock(package.mutex);
@@ -1103,14 +1076,78 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
   return Error::ok();
 }
 
+/// Most sequences one launch of `launch`'s kernel holds: grid y and z stop
+/// at 65535 blocks, and a batch larger than the kernel's grid rules allow
+/// there runs as several launches of consecutive sequences (launchFolded).
+/// With `splits` splits of each sequence's keys (the largest a launch may
+/// choose, or the forced count).
+int64_t sequencesPerLaunch(const Kernel &kernel, const CheckedLaunch &launch,
+                           int64_t splits) {
+  kiln_attention_args one = launch.args;
+  one.batch = 1;
+  int64_t most = std::numeric_limits<int64_t>::max();
+  for (int axis = 1; axis < 3; ++axis) {
+    const GridRule &rule = kernel.grid[axis];
+    if (std::find(rule.dims.begin(), rule.dims.end(), Dim::Batch) ==
+        rule.dims.end())
+      continue;
+    // ceil(b·x / c) <= b·ceil(x / c): a sequence's share, rounded up.
+    int64_t value = rule.constant;
+    for (Dim dim : rule.dims)
+      value *= dimValue(one, dim);
+    for (Dim dim : rule.perDims)
+      value /= std::max<int64_t>(dimValue(one, dim), 1);
+    value = (value + rule.ceilDiv - 1) / rule.ceilDiv;
+    if (rule.timesSplits)
+      value *= splits;
+    most = std::min(most, 65535 / std::max<int64_t>(value, 1));
+  }
+  return std::max<int64_t>(most, 1);
+}
+
+/// The launch of sequences [first, first + count) of `launch`: the pointers
+/// of every per-sequence tensor moved to `first` (a paged launch's caches
+/// are shared by all sequences and stay).
+CheckedLaunch sequenceRange(const CheckedLaunch &launch, int64_t first,
+                            int64_t count) {
+  CheckedLaunch part = launch;
+  kiln_attention_args &args = part.args;
+  args.batch = count;
+  auto offset = [&](const void *pointer, Tensor tensor) -> const char * {
+    if (!pointer)
+      return nullptr;
+    return static_cast<const char *>(pointer) +
+           first * tensorStrides(args, tensor)[0] *
+               kiln_dtype_size(tensorDtype(args, tensor));
+  };
+  args.q = offset(args.q, Tensor::Q);
+  args.out = const_cast<char *>(offset(args.out, Tensor::Out));
+  args.mask = offset(args.mask, Tensor::Mask);
+  args.bias = offset(args.bias, Tensor::Bias);
+  if (part.paged) {
+    part.paged->pageTable += first * part.paged->pageTableStride;
+    part.paged->kvLens += first;
+    // Only the split count depends on it: unknown for a part.
+    part.totalKvLen = 0;
+  } else {
+    args.k = offset(args.k, Tensor::K);
+    args.v = offset(args.v, Tensor::V);
+  }
+  return part;
+}
+
 /// The launch configuration a check reports: the forced split count, else
 /// one split (the choice at launch needs the device).
 Error checkedConfig(const Site &s, const CheckedLaunch &launch,
                     kiln_launch_config *config) {
   LaunchPlan plan;
   int64_t splits = std::max<int64_t>(launch.args.num_splits, 1);
-  if (Error error = fillPlan(*launch.kernel, s,
-                             "site \"" + s.name + "\": ", launch, splits, plan))
+  // A batch larger than one grid holds: its first launch's.
+  int64_t most = sequencesPerLaunch(*launch.kernel, launch, splits);
+  if (Error error = fillPlan(
+          *launch.kernel, s, "site \"" + s.name + "\": ",
+          launch.args.batch > most ? sequenceRange(launch, 0, most) : launch,
+          splits, plan))
     return error;
   if (config)
     *config = plan.config;
@@ -1196,6 +1233,8 @@ Error clusterOfSplits(kiln_package &package, const CudaDriver &driver,
     return error;
   if (!function || splits > std::min(loaded->clusterSplits, kMaxClusterBlocks))
     return Error::ok();
+  // The module's caches are shared by every thread that launches it.
+  std::lock_guard<std::mutex> lock(package.mutex);
   std::vector<int> &active = loaded->activeClusters[kernelIndex];
   if (active.empty())
     active.assign(kMaxClusterBlocks + 1, -1);
@@ -1266,6 +1305,45 @@ Error launchChecked(kiln_package &package, const Site &s,
     return error;
   return launchPlanned(package, *driver, s, combineIndex, combine, stream,
                        /*afterSplits=*/true);
+}
+
+/// Launches a checked launch, as several launches of consecutive sequences
+/// where its batch is more than one grid holds (each on the same stream,
+/// so they may share the workspace). A batch of 0 launches nothing.
+Error launchFolded(kiln_package &package, const Site &s,
+                   const CheckedLaunch &launch, void *stream) {
+  int64_t batch = launch.args.batch;
+  int64_t splits = launch.args.num_splits > 0 ? launch.args.num_splits : 1;
+  int64_t most = sequencesPerLaunch(*launch.kernel, launch, splits);
+  if (batch <= most)
+    return launchChecked(package, s, launch, stream);
+  for (int64_t first = 0; first < batch; first += most)
+    if (Error error = launchChecked(
+            package, s, sequenceRange(launch, first, std::min(most, batch - first)),
+            stream))
+      return error;
+  return Error::ok();
+}
+
+/// The debug check of a paged launch's kv_lens and page table
+/// (PagedTableCheck.h), on `stream`.
+Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
+  const CudaDriver *driver = nullptr;
+  if (Error error = getCudaDriver(driver))
+    return error;
+  const PagedValues &paged = *launch.paged;
+  PagedTables tables;
+  tables.pageTable = paged.pageTable;
+  tables.pageTableStride = paged.pageTableStride;
+  tables.kvLens = paged.kvLens;
+  tables.batch = launch.args.batch;
+  tables.maxPages = paged.maxPages;
+  tables.pageSize = paged.pageSize;
+  tables.numPages = paged.numPages;
+  tables.qLen = launch.args.q_len;
+  tables.window = s.window.value_or(0);
+  return checkPagedTables(*driver, tables, static_cast<CUstream>(stream),
+                          "site \"" + s.name + "\": ");
 }
 
 /// The split count a checked launch uses on the current device.
@@ -1625,6 +1703,11 @@ kiln_status kiln_site_check_attention(const kiln_site *site,
                   "kiln_site_check_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
+    if (args && args->batch == 0) {
+      if (config)
+        *config = kiln_launch_config{};
+      return KILN_OK;
+    }
     CheckedLaunch launch;
     if (Error error = checkLaunch(manifest, s, args, launch))
       return fail(error);
@@ -1645,10 +1728,13 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     const Site &s = package.manifest.sites[site->index];
     // Arguments are checked before the driver is touched, so that every
     // argument error is reported the same way with or without a GPU.
+    // An empty batch has nothing to compute (its tensors may be NULL).
+    if (args && args->batch == 0)
+      return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
-    if (Error error = launchChecked(package, s, launch, stream))
+    if (Error error = launchFolded(package, s, launch, stream))
       return fail(error);
     return KILN_OK;
   });
@@ -1664,6 +1750,11 @@ kiln_site_check_paged_attention(const kiln_site *site,
                   "kiln_site_check_paged_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
+    if (args && args->batch == 0) {
+      if (config)
+        *config = kiln_launch_config{};
+      return KILN_OK;
+    }
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(manifest, s, args, launch))
       return fail(error);
@@ -1683,10 +1774,36 @@ kiln_site_launch_paged_attention(const kiln_site *site,
                   "kiln_site_launch_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
+    if (args && args->batch == 0)
+      return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);
-    if (Error error = launchChecked(package, s, launch, stream))
+    if (pagedChecksEnabled())
+      if (Error error = checkTables(s, launch, stream))
+        return fail(error);
+    if (Error error = launchFolded(package, s, launch, stream))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status
+kiln_site_validate_paged_attention(const kiln_site *site,
+                                   const kiln_paged_attention_args *args,
+                                   void *stream) {
+  return guarded("kiln_site_validate_paged_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_validate_paged_attention: NULL site");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    if (args && args->batch == 0)
+      return KILN_OK;
+    CheckedLaunch launch;
+    if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = checkTables(s, launch, stream))
       return fail(error);
     return KILN_OK;
   });
@@ -1701,6 +1818,10 @@ kiln_status kiln_site_attention_splits(const kiln_site *site,
                   "kiln_site_attention_splits: NULL site or result pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
+    if (args && args->batch == 0) {
+      *splits = 1;
+      return KILN_OK;
+    }
     CheckedLaunch launch;
     if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
@@ -1721,6 +1842,10 @@ kiln_site_paged_attention_splits(const kiln_site *site,
                   "pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
+    if (args && args->batch == 0) {
+      *splits = 1;
+      return KILN_OK;
+    }
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);

@@ -365,6 +365,10 @@ def _declare(lib: ctypes.CDLL) -> None:
             c_status,
             [site_p, ctypes.POINTER(PagedAttentionArgs), ctypes.c_void_p],
         ),
+        "kiln_site_validate_paged_attention": (
+            c_status,
+            [site_p, ctypes.POINTER(PagedAttentionArgs), ctypes.c_void_p],
+        ),
         "kiln_site_workspace_size": (
             c_status,
             [site_p] + [ctypes.c_int64] * 5 + [ctypes.POINTER(ctypes.c_int64)],
@@ -388,7 +392,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 4
+_API_VERSION = 5
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -635,6 +639,12 @@ class Site:
         """Launches a paged site with raw arguments on a CUstream handle."""
         self._launch_with("kiln_site_launch_paged_attention", args, stream)
 
+    def validate_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
+        """The debug check of a paged launch's kv_lens and page table on the
+        device (waits for `stream`, a CUstream handle): KilnError names the
+        first bad entry. Does nothing while the stream is being captured."""
+        self._launch_with("kiln_site_validate_paged_attention", args, stream)
+
     def workspace_size(
         self,
         batch: int,
@@ -682,29 +692,29 @@ class Site:
         return int(result.value)
 
     def _set_workspace(
-        self, args: Any, workspace: Any, num_splits: int, device: Any,
+        self, args: Any, workspace: Any, num_splits: int, stream: "_Stream",
         shape: Tuple[int, int, int, int, int, int],
     ) -> None:
         args.num_splits = int(num_splits)
-        if not self.split_kv or num_splits == 1:
+        if not self.split_kv or num_splits == 1 or shape[0] == 0:
             return
         if workspace is None:
             batch, q_heads, kv_heads, q_len, max_kv_len, value_dim = shape
             # The size query walks every smaller launch: remember its answer
-            # per shape and device.
+            # per shape and device (a race only computes it twice).
             sizes = self.__dict__.setdefault("_workspace_sizes", {})
-            needed = sizes.get((device, shape))
+            needed = sizes.get((stream.device, shape))
             if needed is None:
-                with _torch_device(device):
+                with _torch_device(stream.device):
                     needed = self.workspace_size(
                         batch, q_len, max_kv_len, q_heads=q_heads,
                         kv_heads=kv_heads
                     )
-                sizes[(device, shape)] = needed
+                sizes[(stream.device, shape)] = needed
             # A forced split count needs its own partial results and
             # statistics (f32) for every row.
             forced = num_splits * batch * q_heads * q_len * (value_dim + 2) * 4
-            workspace = self._package._workspace(device, max(needed, forced))
+            workspace = self._package._workspace(stream, max(needed, forced))
         args.workspace = workspace.data_ptr() if workspace is not None else None
         args.workspace_bytes = (
             workspace.numel() * workspace.element_size()
@@ -726,6 +736,7 @@ class Site:
         workspace: Any = None,
         num_splits: int = 0,
         total_kv_len: int = 0,
+        check: bool = False,
     ) -> Any:
         """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
         page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
@@ -734,14 +745,23 @@ class Site:
         graph).
 
         `workspace` (a CUDA tensor of at least workspace_size() bytes) lets
-        the launch split keys over blocks; None uses one the package keeps per
-        device, allocated or grown here when a shape needs more (never while
-        a CUDA graph is being captured: pass one then). `num_splits` forces
-        a split count (0: chosen at launch from the device and the shape).
-        `total_kv_len`, the sum of kv_lens where the caller knows it without
-        reading kv_lens back (0: unknown), lets that choice split a batch of
-        uneven lengths more; it changes the split count only, never the
-        result."""
+        the launch split keys over blocks; it is written, so launches that may
+        overlap (other streams) must not share one. None uses one the package
+        keeps per stream (taken from the caching allocator on the launch's
+        stream, grown as shapes need; under CUDA-graph capture, from the
+        graph's pool). `num_splits` forces a split count (0: chosen at launch
+        from the device and the shape). `total_kv_len`, the sum of kv_lens
+        where the caller knows it without reading kv_lens back (0: unknown),
+        lets that choice split a batch of uneven lengths more; it changes the
+        split count only, never the result.
+
+        On the GPU kv_lens are clamped to ``[0, max_pages * page_size]`` and
+        table entries to ``[0, num_pages)``: a bad table reads nothing outside
+        the cache but gives wrong answers. `check` (or the environment
+        variable ``KILN_CHECK=1``) validates both on the device first and
+        raises KilnError naming the first bad entry; it waits for the stream
+        (debug use; skipped under CUDA-graph capture). An empty batch returns
+        an empty output without a launch."""
         import torch
 
         if not self.paged:
@@ -794,9 +814,9 @@ class Site:
                 f"{tuple(kv_lens.shape)} must have q's batch {batch} rows",
             )
         value_dim = int(value_cache.shape[3])
+        launch_stream = _Stream(device, stream)
         if out is None:
-            out = torch.empty(batch, q_heads, q_len, value_dim, dtype=q.dtype,
-                              device=device)
+            out = launch_stream.empty((batch, q_heads, q_len, value_dim), q.dtype)
         if tuple(out.shape) != (batch, q_heads, q_len, value_dim):
             raise KilnError(
                 Status.INVALID_ARGUMENT,
@@ -822,19 +842,17 @@ class Site:
         args.num_pages, args.page_size = num_pages, page_size
         args.max_pages = int(page_table.shape[1])
         args.total_kv_len = int(total_kv_len)
-        self._set_workspace(
-            args, workspace, num_splits, device,
-            (batch, q_heads, kv_heads, q_len, args.max_pages * page_size,
-             value_dim),
-        )
-        if stream is None:
-            handle = torch.cuda.current_stream(device).cuda_stream
-        elif isinstance(stream, int):
-            handle = stream
-        else:
-            handle = stream.cuda_stream
+        if batch == 0:
+            return out
         with torch.cuda.device(device):
-            self.launch_paged(args, int(handle))
+            self._set_workspace(
+                args, workspace, num_splits, launch_stream,
+                (batch, q_heads, kv_heads, q_len, args.max_pages * page_size,
+                 value_dim),
+            )
+            if check:
+                self.validate_paged(args, launch_stream.handle)
+            self.launch_paged(args, launch_stream.handle)
         return out
 
     def attention(
@@ -859,21 +877,23 @@ class Site:
         asynchronous and never synchronizes."""
         import torch
 
+        if (out is None and stream is not None and isinstance(q, torch.Tensor)
+                and isinstance(v, torch.Tensor) and q.is_cuda):
+            # The output belongs to the stream that writes it.
+            out_shape = list(q.shape)
+            out_shape[-1] = v.shape[-1]
+            out = _Stream(q.device, stream).empty(out_shape, q.dtype)
         args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out)
-        device = q.device
-        self._set_workspace(
-            args, workspace, num_splits, device,
-            (args.batch, args.q_heads, args.kv_heads, args.q_len, args.kv_len,
-             args.v_head_dim or args.head_dim),
-        )
-        if stream is None:
-            handle = torch.cuda.current_stream(device).cuda_stream
-        elif isinstance(stream, int):
-            handle = stream
-        else:
-            handle = stream.cuda_stream
-        with torch.cuda.device(device):
-            self.launch(args, int(handle))
+        launch_stream = _Stream(q.device, stream)
+        if args.batch == 0:
+            return out
+        with torch.cuda.device(q.device):
+            self._set_workspace(
+                args, workspace, num_splits, launch_stream,
+                (args.batch, args.q_heads, args.kv_heads, args.q_len,
+                 args.kv_len, args.v_head_dim or args.head_dim),
+            )
+            self.launch(args, launch_stream.handle)
         return out
 
     def attention_args(
@@ -982,30 +1002,96 @@ def _torch_device(device: Any) -> Any:
     return torch.cuda.device(device)
 
 
+class _Stream:
+    """The stream a launch goes on: its device, its CUstream handle, and (on
+    demand) the torch stream object, for allocating on it."""
+
+    __slots__ = ("device", "handle", "_stream", "_current")
+
+    def __init__(self, device: Any, stream: Any) -> None:
+        import torch
+
+        self.device = device
+        # Whether the launch goes on the device's current stream.
+        self._current = stream is None
+        if stream is None:
+            self._stream = torch.cuda.current_stream(device)
+            self.handle = int(self._stream.cuda_stream)
+        elif isinstance(stream, int):
+            self._stream = None
+            self.handle = stream
+        else:
+            self._stream = stream
+            self.handle = int(stream.cuda_stream)
+
+    @property
+    def torch(self) -> Any:
+        import torch
+
+        if self._stream is None:
+            self._stream = (
+                torch.cuda.default_stream(self.device)
+                if self.handle == 0
+                else torch.cuda.ExternalStream(self.handle, device=self.device)
+            )
+        return self._stream
+
+    def empty(self, shape: Any, dtype: Any) -> Any:
+        """A new tensor from the caching allocator's pool of this stream (or
+        of the graph this stream is capturing): its memory is reused only by
+        work ordered after the launch on this stream."""
+        import torch
+
+        if self._current:
+            return torch.empty(shape, dtype=dtype, device=self.device)
+        with torch.cuda.stream(self.torch):
+            return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def capturing(self) -> bool:
+        """Whether this stream is being captured into a CUDA graph."""
+        import torch
+
+        if self._current:
+            return torch.cuda.is_current_stream_capturing()
+        with torch.cuda.stream(self.torch):
+            return torch.cuda.is_current_stream_capturing()
+
+
+# Streams whose split-KV workspace a package keeps (the oldest goes first).
+_STREAM_WORKSPACES = 64
+
+
 class Package:
     """An open Kiln package (a directory with manifest.json and PTX files)."""
 
-    def _workspace(self, device: Any, nbytes: int) -> Any:
-        """The package's split-KV workspace on `device`, at least `nbytes`
-        long (None when no bytes are needed)."""
+    def _workspace(self, stream: _Stream, nbytes: int) -> Any:
+        """A split-KV workspace of at least `nbytes` for a launch on `stream`
+        (None when no bytes are needed). Launches that may overlap never
+        share one: each stream has its own, which only launches ordered on
+        that stream reuse; one that grows is freed into that stream's pool of
+        the caching allocator, so no other stream gets its memory while a
+        launch may still read it. Under CUDA-graph capture each launch takes
+        a new one from the graph's pool, which the graph keeps for its
+        replays."""
         import torch
 
         if nbytes <= 0:
             return None
+        if stream.capturing():
+            return stream.empty(nbytes, torch.uint8)
+        key = (stream.device, stream.handle)
         cache = self.__dict__.setdefault("_workspaces", {})
-        current = cache.get(device)
+        current = cache.get(key)
         if current is not None and current.numel() >= nbytes:
             return current
-        if torch.cuda.is_current_stream_capturing():
-            raise KilnError(
-                Status.INVALID_ARGUMENT,
-                f"a launch needs a {nbytes}-byte split-KV workspace while a "
-                "CUDA graph is being captured: pass workspace= (sized by "
-                "Site.workspace_size) or launch once before capturing",
-            )
         # 16-byte aligned: the caching allocator aligns to 512 bytes.
-        cache[device] = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        return cache[device]
+        workspace = stream.empty(nbytes, torch.uint8)
+        cache.pop(key, None)
+        while len(cache) >= _STREAM_WORKSPACES:
+            # The oldest stream's: freed into its stream's pool.
+            cache.pop(next(iter(cache)), None)
+        cache[key] = workspace
+        return workspace
 
     def __init__(self, path: "os.PathLike[str] | str", library: Optional[str] = None):
         self._lib = load_library(library)

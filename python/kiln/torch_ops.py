@@ -34,6 +34,8 @@ _defined = False
 def _define() -> None:
     """Defines the two operators once per process."""
     global _defined
+    if _defined:  # without the lock: torch.compile traces through handle()
+        return
     with _lock:
         if _defined:
             return

@@ -31,6 +31,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+try:
+    import torch
+
+    _assume_constant_result = torch.compiler.assume_constant_result
+except ImportError:  # the site cache works without torch (kilnc only)
+    torch = None
+
+    def _assume_constant_result(function):
+        return function
+
 from . import __version__
 from . import torch_ops as kops
 from .compiler import compile as kiln_compile
@@ -114,6 +124,69 @@ def _compiler_stamp() -> Optional[str]:
     return f"{path} {status.st_size} {status.st_mtime_ns}"
 
 
+def _site_text(dtype: str, head_dim: int, value_dim: int, kind: str,
+               scale: float) -> str:
+    """The MLIR source of a specialisation's one-site package."""
+    paged = _PAGED_KIND.fullmatch(kind)
+    if paged:
+        window = int(paged[2]) if paged[2] else None
+        return _paged_source(dtype, head_dim, value_dim, int(paged[1]), scale,
+                             window)
+    if kind in ("causal", "mask", "none"):
+        return _source(dtype, head_dim, value_dim, kind, scale)
+    raise KilnError(Status.INVALID_ARGUMENT,
+                    f"unknown site kind {kind!r} (causal, mask, none, "
+                    f"pagedN or pagedN_windowW)")
+
+
+def _is_current(directory: Path, stamp: Optional[str]) -> bool:
+    """Whether `directory` holds a whole package that this process may use:
+    one built by the kilnc at hand (any, when there is none)."""
+    stamp_file = directory / _STAMP_FILE
+    try:
+        return (directory / "manifest.json").exists() and (
+            stamp is None or stamp_file.read_text() == stamp)
+    except OSError:
+        return False
+
+
+def _compile_into_cache(text: str, directory: Path,
+                        stamp: Optional[str]) -> None:
+    """Compiles `text` into `directory` so that other processes never see
+    half a package: one process at a time compiles a given site (an
+    exclusive lock on a file beside it; the others wait, then find it
+    built), into a private directory that is renamed into place whole."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _is_current(directory, stamp):
+                return
+            scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}.",
+                                            dir=directory.parent))
+            try:
+                source = scratch / "site.mlir"
+                source.write_text(text)
+                built = scratch / "package"
+                kiln_compile(source, output=built).close()
+                if stamp is not None:
+                    (built / _STAMP_FILE).write_text(stamp)
+                if directory.exists():
+                    # A package another kilnc built: moved aside whole (a
+                    # process that opened it keeps its files), then removed.
+                    stale = scratch / "stale"
+                    os.rename(directory, stale)
+                os.rename(built, directory)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
              scale: float) -> Site:
     """The site for a specialisation (kind: causal, mask, none; or pagedN
@@ -121,39 +194,25 @@ def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
     pagedN_windowW for the same with Kiln's `window = W`): from memory,
     from the disk cache, or compiled now (needs kilnc) into the cache. A
     cached package that another kilnc built is compiled again when kilnc is
-    found (without one, the cache is used as it is)."""
+    found (without one, the cache is used as it is). Safe from several
+    threads and several processes sharing one cache directory; a site
+    already in memory is found without a lock (so that torch.compile traces
+    through this call)."""
     key = (dtype, head_dim, value_dim, kind, float(scale))
+    site = _sites.get(key)
+    if site is not None:
+        return site
     with _lock:
         site = _sites.get(key)
         if site is not None:
             return site
-        paged = _PAGED_KIND.fullmatch(kind)
-        if paged:
-            window = int(paged[2]) if paged[2] else None
-            text = _paged_source(dtype, head_dim, value_dim, int(paged[1]),
-                                 float(scale), window)
-        elif kind in ("causal", "mask", "none"):
-            text = _source(dtype, head_dim, value_dim, kind, float(scale))
-        else:
-            raise KilnError(Status.INVALID_ARGUMENT,
-                            f"unknown site kind {kind!r} (causal, mask, none, "
-                            f"pagedN or pagedN_windowW)")
+        text = _site_text(dtype, head_dim, value_dim, kind, float(scale))
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         directory = cache_directory() / f"{dtype}_d{head_dim}_{kind}_{digest}"
         stamp = _compiler_stamp()
-        stamp_file = directory / _STAMP_FILE
-        cached = (directory / "manifest.json").exists() and (
-            stamp is None
-            or (stamp_file.exists() and stamp_file.read_text() == stamp))
-        if cached:
-            package = Package(directory)
-        else:
-            directory.parent.mkdir(parents=True, exist_ok=True)
-            source = directory.parent / f"{directory.name}.mlir"
-            source.write_text(text)
-            package = kiln_compile(source, output=directory)
-            if stamp is not None:
-                stamp_file.write_text(stamp)
+        if not _is_current(directory, stamp):
+            _compile_into_cache(text, directory, stamp)
+        package = Package(directory)
         _packages.append(package)
         site = package.sites[0]
         _sites[key] = site
@@ -252,14 +311,32 @@ def attention_forward(module, query, key, value, attention_mask,
         causal = is_causal if is_causal is not None else getattr(
             module, "is_causal", True)
         kind = "causal" if causal else "none"
-    try:
-        site = site_for(dtype, head_dim, value_dim, kind, scale)
-    except KilnError as error:
+    index = _site_handle(dtype, head_dim, value_dim, kind, scale)
+    if index < 0:
+        error = _site_errors[(dtype, head_dim, value_dim, kind, scale)]
         return _fallback(f"no kernel ({error})", module, query, key, value,
                          attention_mask, dropout, scaling, is_causal=is_causal,
                          **kwargs)
-    out = kops.attention(site, query, key, value, mask=mask)
+    out = torch.ops.kiln.attention(query, key, value, mask, None, None, index, 0)
     return out.transpose(1, 2).contiguous(), None
+
+
+#: Why a specialisation has no site, by _site_handle's key.
+_site_errors: Dict[Tuple, str] = {}
+
+
+@_assume_constant_result
+def _site_handle(dtype: str, head_dim: int, value_dim: int, kind: str,
+                 scale: float) -> int:
+    """The torch-op handle of a specialisation's site (site_for), or -1 when
+    it has none (the reason in _site_errors). Under torch.compile this runs
+    once while tracing and its answer is a constant of the graph: the
+    lock, the disk cache and kilnc never enter a traced region."""
+    try:
+        return kops.handle(site_for(dtype, head_dim, value_dim, kind, scale))
+    except KilnError as error:
+        _site_errors[(dtype, head_dim, value_dim, kind, scale)] = str(error)
+        return -1
 
 
 def register(name: str = "kiln") -> None:

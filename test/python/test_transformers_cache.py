@@ -83,6 +83,38 @@ def test_paged_sites_carry_their_window(cache: Path) -> None:
     assert "window" not in kt._paged_source("bf16", 64, 64, 16, 0.125)
 
 
+def test_processes_compiling_one_site_share_the_cache(cache: Path) -> None:
+    """Four processes ask for the same uncached site at once: one compiles
+    it (the others wait for its lock), every one opens the whole package,
+    and nothing half-written or temporary is left in the cache."""
+    import subprocess
+
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import kiln.transformers as kt;"
+        "site = kt.site_for('bf16', 64, 64, 'causal', 0.125);"
+        "assert site.causal and site.head_dim == 64, site;"
+        "print(len(site.package.kernels))"
+    )
+    python_dir = str(Path(kiln.__file__).resolve().parent.parent)
+    workers = [
+        subprocess.Popen([sys.executable, "-c", script, python_dir],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for _ in range(4)
+    ]
+    results = [worker.communicate(timeout=300) for worker in workers]
+    for worker, (out, err) in zip(workers, results):
+        assert worker.returncode == 0, err
+    assert len({out for out, _ in results}) == 1  # the same package
+    entries = sorted(p.name for p in cache.iterdir())
+    directories = [name for name in entries if (cache / name).is_dir()]
+    assert len(directories) == 1 and directories[0].startswith("bf16_d64_causal_")
+    assert entries == sorted(directories + [directories[0] + ".lock"])
+    package = cache / directories[0]
+    assert (package / "manifest.json").exists() and (package / "kilnc.stamp").exists()
+
+
 def test_site_kinds_are_checked(cache: Path) -> None:
     assert kt._paged_kind(16) == "paged16"
     assert kt._paged_kind(16, 4096) == "paged16_window4096"

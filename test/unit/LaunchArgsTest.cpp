@@ -7,6 +7,8 @@
 
 #include "PackageFixture.h"
 
+#include <cstring>
+
 using namespace kiln::test;
 using ::testing::HasSubstr;
 
@@ -153,8 +155,8 @@ TEST_F(LaunchArgsTest, NonPositiveDimensions) {
   site = openSite("attention_0");
   const kiln_attention_args valid = validArgs(site, 1, 8, 2, 4, 4);
   kiln_attention_args args = valid;
-  args.batch = 0;
-  expectInvalid(args, {"batch must be positive, got 0"});
+  args.batch = -1;
+  expectInvalid(args, {"batch must be positive, got -1"});
   args = valid;
   args.q_len = -3;
   expectInvalid(args, {"q_len must be positive, got -3"});
@@ -271,9 +273,34 @@ TEST_F(LaunchArgsTest, GridOverCudaLimits) {
   kiln_attention_args args = validArgs(site, 1, 70000, 1, 4, 4);
   expectInvalid(args, {"grid.y = ceil(q_heads / 1) = 70000",
                        "over CUDA's limit of 65535"});
-  // grid.z = batch.
-  args = validArgs(site, 65536, 1, 1, 4, 4);
-  expectInvalid(args, {"grid.z", "65536"});
+}
+
+TEST_F(LaunchArgsTest, EmptyBatchLaunchesNothing) {
+  site = openSite("attention_0");
+  kiln_attention_args args = validArgs(site, 1, 8, 2, 4, 4);
+  args.batch = 0;
+  // An empty batch's tensors may be NULL (an empty tensor's data pointer).
+  args.q = args.k = args.v = nullptr;
+  args.out = nullptr;
+  kiln_launch_config config;
+  std::memset(&config, 0xff, sizeof(config));
+  ASSERT_EQ(kiln_site_check_attention(site, &args, &config), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(config.grid[0] | config.grid[1] | config.grid[2], 0u);
+  // No driver is touched: this machine has none, and the launch succeeds.
+  EXPECT_EQ(kiln_site_launch_attention(site, &args, nullptr), KILN_OK)
+      << kiln_last_error();
+}
+
+TEST_F(LaunchArgsTest, BatchOverTheGridRunsInParts) {
+  site = openSite("attention_1");
+  // grid.z = batch: more than 65535 sequences run as several launches; the
+  // check reports the first one's configuration.
+  kiln_attention_args args = validArgs(site, 70000, 1, 1, 4, 4);
+  kiln_launch_config config;
+  ASSERT_EQ(kiln_site_check_attention(site, &args, &config), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(config.grid[2], 65535u);
 }
 
 /// A package whose kernel takes 32-bit strides: a large tensor's strides

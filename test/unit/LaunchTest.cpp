@@ -140,6 +140,43 @@ TEST_F(LaunchTest, MarshalsParametersByName) {
   EXPECT_EQ(static_cast<int64_t>(byName["mask_stride_k"]), 1);
 }
 
+TEST_F(LaunchTest, BatchOverTheGridRunsAsConsecutiveLaunches) {
+  json manifest = validManifest();
+  writeNamedPtx(manifest);
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  const kiln_site *site = nullptr;
+  ASSERT_EQ(kiln_package_find_site(package, "attention_1", &site), KILN_OK);
+  // grid.z = batch: 70,000 sequences are launched as 65,535 and 4,465.
+  kiln_attention_args a = args(site, 70000, 1, 1, 4, 4);
+  fake().expectedParams = 27;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_EQ(fake().launches, 2);
+  const json &kernelArgs = manifest["kernels"][1]["args"];
+  auto byName = [&](const FakeLaunch &launch) {
+    std::map<std::string, uint64_t> values;
+    for (size_t i = 0; i < kernelArgs.size(); ++i)
+      values[kernelArgs[i]["name"].get<std::string>()] = launch.params[i];
+    return values;
+  };
+  auto first = byName(fake().previousLaunch);
+  auto second = byName(fake().lastLaunch);
+  EXPECT_EQ(fake().previousLaunch.grid[2], 65535u);
+  EXPECT_EQ(fake().lastLaunch.grid[2], 4465u);
+  EXPECT_EQ(asI32(first["batch"]), 65535);
+  EXPECT_EQ(asI32(second["batch"]), 4465);
+  EXPECT_EQ(first["q"], 0x10000u);
+  // The second part starts at sequence 65535 of every per-sequence tensor
+  // (f16: 2 bytes an element).
+  uint64_t qStride = first["q_stride_batch"];
+  EXPECT_EQ(second["q"], 0x10000u + 65535u * qStride * 2);
+  EXPECT_EQ(second["k"], 0x20000u + 65535u * first["k_stride_batch"] * 2);
+  EXPECT_EQ(second["v"], 0x30000u + 65535u * first["v_stride_batch"] * 2);
+  EXPECT_EQ(second["out"], 0x40000u + 65535u * first["out_stride_batch"] * 2);
+  EXPECT_EQ(second["mask"],
+            0x50000u + 65535u * first["mask_stride_batch"] * 4); // f32 mask
+}
+
 TEST_F(LaunchTest, ArgumentOrderComesFromTheManifest) {
   json manifest = validManifest();
   json &kernelArgs = manifest["kernels"][0]["args"];
