@@ -469,6 +469,7 @@ def check_bad_inputs(site: Optional[kiln.Site], dense_pkg: str, paged_pkg: str) 
 def env_check_child(paged_pkg: str) -> int:
     """Run with KILN_CHECK=1: case (a) without check= must raise."""
     torch.manual_seed(2)
+    torch.zeros(1, device=DEVICE)
     site = pick(kiln.Package(paged_pkg).sites, paged=True)
     (q, key_cache, value_cache, _, _), cases = bad_input_cases(site)
     _, table, kv_lens, seq, value = cases[0]
@@ -568,6 +569,46 @@ def check_edges(dense: Optional[kiln.Site], paged: Optional[kiln.Site]) -> List[
     return rows
 
 
+def check_compile(cache: Optional[str]) -> List[Row]:
+    """kiln.transformers' attention under torch.compile(fullgraph=True): the
+    site lookup (lock, disk cache) must not break the graph. `cache` is a
+    KILN_CACHE holding the bf16 d128 sites (kilnc is not needed)."""
+    if not cache:
+        print("note: no --kiln-cache: torch.compile section skipped")
+        return []
+    os.environ["KILN_CACHE"] = cache
+    import kiln.transformers as kt
+
+    class Module:
+        is_causal = True
+        training = False
+
+    def layer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out, _ = kt.attention_forward(Module(), q, k, v, None)
+        return out * 2
+
+    q = randn(2, 8, 300, 128, dtype=torch.bfloat16)
+    k = randn(2, 2, 300, 128, dtype=torch.bfloat16)
+    v = randn(2, 2, 300, 128, dtype=torch.bfloat16)
+    rows: List[Row] = []
+    try:
+        torch._dynamo.reset()
+        kt._sites.clear()  # the first lookup happens while tracing
+        compiled = torch.compile(layer, fullgraph=True)
+        got = compiled(q, k, v)
+        want = layer(q, k, v)
+        torch.cuda.synchronize()
+        same = same_bits(got, want)
+        rows.append(section_row("compile", "transformers-fullgraph", same,
+                                "fullgraph compiled, same bits as eager" if same
+                                else "differs from eager"))
+    except Exception as error:  # noqa: BLE001
+        lines = str(error).strip().splitlines() or [""]
+        rows.append(section_row("compile", "transformers-fullgraph", False,
+                                f"{type(error).__name__}: {lines[0][:300]}"))
+    return rows
+
+
 # --------------------------------------------------------------------------
 
 
@@ -580,6 +621,11 @@ def main() -> int:
     parser.add_argument("--launches", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="2 streams, 10 launches")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sections", default="concurrency,bad-input,edge,compile",
+                        help="comma-separated: concurrency (with the graphs), "
+                             "bad-input, edge, compile")
+    parser.add_argument("--kiln-cache", help="a KILN_CACHE with the bf16 d128 "
+                        "sites, for the torch.compile section")
     parser.add_argument("--env-check-child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if not torch.cuda.is_available():
@@ -594,6 +640,7 @@ def main() -> int:
         stream_counts, launches = [2], 10
     torch.manual_seed(options.seed)
     dense, paged = kiln.Package(options.dense_package), kiln.Package(options.paged_package)
+    torch.zeros(1, device=DEVICE)  # the device's primary context, current
     dense.prepare()
     paged.prepare()
     major, minor = torch.cuda.get_device_capability(DEVICE)
@@ -601,9 +648,10 @@ def main() -> int:
           f"{torch.__version__}, loads {dense.select_target(major, minor)}; "
           f"streams {stream_counts}, {launches} launches a thread", flush=True)
 
+    sections = set(options.sections.split(","))
     rows: List[Row] = []
     start = time.time()
-    for kind in kinds_of(dense, paged):
+    for kind in kinds_of(dense, paged) if "concurrency" in sections else []:
         try:
             splits = kind.build().splits
         except Exception:  # noqa: BLE001
@@ -626,8 +674,13 @@ def main() -> int:
                            workspace=mode, launches=launches)
                 rows.append(finish(row, True, [f"{type(error).__name__}: {error}"], 0))
     paged_site = pick(paged.sites, paged=True)
-    rows += check_bad_inputs(paged_site, options.dense_package, options.paged_package)
-    rows += check_edges(pick(dense.sites, paged=False), paged_site)
+    if "bad-input" in sections:
+        rows += check_bad_inputs(paged_site, options.dense_package,
+                                 options.paged_package)
+    if "edge" in sections:
+        rows += check_edges(pick(dense.sites, paged=False), paged_site)
+    if "compile" in sections:
+        rows += check_compile(options.kiln_cache)
 
     failed = [row for row in rows if not row["ok"]]
     if options.out:
