@@ -113,6 +113,8 @@ OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
 
   ImportOptions importOptions;
   importOptions.dimBindings = options.dimBindings;
+  // The JSON report names the graph values each site reads and replaces.
+  importOptions.recordValueNames = options.report == ReportKind::JSON;
   SmallVector<std::pair<Location, std::string>> firstErrors;
   ImportReport importReport;
   OwningOpRef<ModuleOp> module;

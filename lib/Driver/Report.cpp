@@ -59,6 +59,123 @@ std::string pastInputOf(Value value) {
   return "";
 }
 
+/// The element type's name in the report ("f32", "bf16", "i1" ...).
+std::string elementName(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  getElementTypeOrSelf(type).print(os);
+  return text;
+}
+
+llvm::json::Array shapeToJSON(Type type) {
+  llvm::json::Array shape;
+  if (auto shaped = dyn_cast<ShapedType>(type); shaped && shaped.hasRank())
+    for (int64_t size : shaped.getShape())
+      shape.push_back(sizeToJSON(size));
+  return shape;
+}
+
+/// A layout op's step in a report's `transforms` list; null for any other
+/// op.
+std::optional<llvm::json::Object> layoutStep(Operation *op) {
+  Type type = op->getResult(0).getType();
+  if (auto transpose = dyn_cast<tosa::TransposeOp>(op)) {
+    llvm::json::Array perms;
+    for (int32_t axis : transpose.getPerms())
+      perms.push_back(axis);
+    return llvm::json::Object{{"op", "transpose"}, {"perms", std::move(perms)}};
+  }
+  if (isa<tosa::ReshapeOp>(op))
+    return llvm::json::Object{{"op", "reshape"}, {"shape", shapeToJSON(type)}};
+  if (isa<tosa::CastOp>(op))
+    return llvm::json::Object{{"op", "cast"}, {"dtype", elementName(type)}};
+  if (isa<tosa::LogicalNotOp>(op))
+    return llvm::json::Object{{"op", "not"}};
+  return std::nullopt;
+}
+
+/// The graph value an operand of a site is computed from, and how: from
+/// the operand up through the layout ops the fusion kept or made
+/// (transpose, reshape, cast, logical not) to the first value the importer
+/// named (an op's kiln.onnx_value, or a graph input). `transforms` lists
+/// them in the order they apply to the named value, so that
+/// `operand = transforms(value)`. A null value: no named value is reached
+/// through layout ops alone (the site cannot be rewritten mechanically).
+llvm::json::Value describeOperand(Value operand) {
+  llvm::json::Object entry{{"shape", shapeToJSON(operand.getType())},
+                           {"dtype", elementName(operand.getType())}};
+  llvm::json::Array transforms;
+  Value value = operand;
+  for (int depth = 0; depth < 16 && value; ++depth) {
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+      auto name = func ? func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                          "onnx.name")
+                       : StringAttr();
+      entry["value"] = name ? llvm::json::Value(name.str())
+                            : llvm::json::Value(nullptr);
+      break;
+    }
+    Operation *def = value.getDefiningOp();
+    if (auto name = def->getAttrOfType<StringAttr>(kGraphValueAttrName)) {
+      entry["value"] = name.str();
+      break;
+    }
+    std::optional<llvm::json::Object> step = layoutStep(def);
+    if (!step)
+      break;
+    transforms.push_back(std::move(*step));
+    value = def->getOperand(0);
+  }
+  if (!entry.get("value"))
+    entry["value"] = nullptr;
+  std::reverse(transforms.begin(), transforms.end());
+  entry["transforms"] = std::move(transforms);
+  return entry;
+}
+
+/// The graph values a site reads and the one it replaces.
+llvm::json::Object describeOperands(AttentionOp op) {
+  llvm::json::Object operands{{"query", describeOperand(op.getQuery())},
+                              {"key", describeOperand(op.getKey())},
+                              {"value", describeOperand(op.getValue())}};
+  operands["mask"] =
+      op.getMask() ? describeOperand(op.getMask()) : llvm::json::Value(nullptr);
+  operands["bias"] =
+      op.getBias() ? describeOperand(op.getBias()) : llvm::json::Value(nullptr);
+  return operands;
+}
+
+/// The graph value a site's result replaced, with the layout ops that turn
+/// the result into it (`value = transforms(result)`): the fusion's record on
+/// the op, the opset-23 Attention node's own output, or the first named
+/// value along a chain of single-use layout ops after the result (a reshape
+/// or cast the fusion added, or the importer's reshape of a 3-D Attention
+/// node). A null value: none was found (not rewritable mechanically).
+llvm::json::Value describeOutput(AttentionOp op) {
+  llvm::json::Object entry{{"shape", shapeToJSON(op.getType())},
+                           {"dtype", elementName(op.getType())}};
+  auto name = op->getAttrOfType<StringAttr>(kReplacesAttrName);
+  if (!name)
+    name = op->getAttrOfType<StringAttr>(kGraphValueAttrName);
+  llvm::json::Array transforms;
+  Value value = op.getResult();
+  for (int depth = 0; !name && depth < 8 && value.hasOneUse(); ++depth) {
+    Operation *user = *value.user_begin();
+    std::optional<llvm::json::Object> step = layoutStep(user);
+    if (!step || user->getOperand(0) != value)
+      break;
+    transforms.push_back(std::move(*step));
+    name = user->getAttrOfType<StringAttr>(kGraphValueAttrName);
+    value = user->getResult(0);
+  }
+  if (!name)
+    transforms.clear();
+  entry["value"] = name ? llvm::json::Value(name.str()) : llvm::json::Value(nullptr);
+  entry["transforms"] = std::move(transforms);
+  return entry;
+}
+
 llvm::json::Object describeSite(AttentionOp op) {
   llvm::json::Array nodes;
   for (const std::string &name : nodeNames(op.getLoc()))
@@ -83,6 +200,8 @@ llvm::json::Object describeSite(AttentionOp op) {
   auto masking = op->getAttrOfType<StringAttr>(kMaskingAttrName);
   site["masking"] =
       masking ? llvm::json::Value(masking.str()) : llvm::json::Value(nullptr);
+  site["operands"] = describeOperands(op);
+  site["output"] = describeOutput(op);
   return site;
 }
 

@@ -121,6 +121,8 @@ private:
 
   /// The SSA value of `info`, materialising constants on first use.
   Value valueOf(TensorInfo *info);
+  /// Names the producers of `node`'s outputs (ImportOptions::recordValueNames).
+  void recordValueNames(const onnx::NodeProto &node);
   std::optional<Lit> litOf(TensorInfo *info);
   /// Elements of a rank-0/1 integer tensor, kDynamic where unknown.
   std::optional<Shape> intsOf(TensorInfo *info);
@@ -1065,7 +1067,24 @@ Status Importer::importNode(const onnx::NodeProto &node) {
   for (const std::string &name : node.output())
     if (!name.empty() && !lookup(name))
       return fail("output '" + name + "' was not produced");
+  if (options.recordValueNames)
+    recordValueNames(node);
   return Status::Ok;
+}
+
+void Importer::recordValueNames(const onnx::NodeProto &node) {
+  for (const std::string &name : node.output()) {
+    TensorInfo *info = name.empty() ? nullptr : lookup(name);
+    Operation *producer = info && info->value ? info->value.getDefiningOp()
+                                              : nullptr;
+    // A value another name already has (Identity) keeps its first name;
+    // constants are not graph values a rewrite needs.
+    if (!producer || producer->getNumResults() != 1 ||
+        producer->hasAttr(kOnnxValueAttrName) ||
+        producer->hasTrait<OpTrait::ConstantLike>())
+      continue;
+    producer->setAttr(kOnnxValueAttrName, builder.getStringAttr(name));
+  }
 }
 
 Status Importer::dispatch(const onnx::NodeProto &node) {

@@ -57,7 +57,15 @@ struct ImportOptions {
   /// Size given to every symbolic or unknown dimension without a binding;
   /// 0 keeps such dimensions dynamic.
   int64_t defaultDimBinding = 0;
+  /// Mark the operation that produces each node output with that ONNX
+  /// tensor's name (kOnnxValueAttrName), so that a fusion report can name
+  /// the graph values a site reads and replaces.
+  bool recordValueNames = false;
 };
+
+/// The discardable attribute naming the ONNX tensor an operation's single
+/// result is (set with ImportOptions::recordValueNames).
+inline constexpr llvm::StringLiteral kOnnxValueAttrName = "kiln.onnx_value";
 
 /// Imports the ONNX model in the file `path`. Errors (unreadable or malformed
 /// files, unsupported opsets or element types, inconsistent graphs) are

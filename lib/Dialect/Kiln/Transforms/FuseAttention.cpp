@@ -1485,6 +1485,15 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     if (resultType.getElementType() != queryType.getElementType())
       replacement =
           tosa::CastOp::create(rewriter, loc, resultType, replacement);
+    // The graph value the site replaces: the fused op's result, or the
+    // reshape or cast of it that now computes that value.
+    if (auto replaced =
+            resultOp->getAttrOfType<StringAttr>(kGraphValueAttrName)) {
+      if (replacement == fused.getResult())
+        fused->setAttr(kReplacesAttrName, replaced);
+      else
+        replacement.getDefiningOp()->setAttr(kGraphValueAttrName, replaced);
+    }
     rewriter.replaceOp(resultOp, replacement);
 
     // Factors folded into the scale: their products now feed the layout
@@ -1599,6 +1608,9 @@ void unpackRowHeads(RowPackedProduct product, PatternRewriter &rewriter) {
   Value result = createReshape(
       rewriter, loc, product3,
       llvm::to_vector(getRankedType(product.split.getOutput()).getShape()));
+  // The graph value keeps its name on the op that now computes it.
+  if (auto name = product.split->getAttrOfType<StringAttr>(kGraphValueAttrName))
+    result.getDefiningOp()->setAttr(kGraphValueAttrName, name);
   rewriter.replaceOp(product.split, result);
   rewriter.eraseOp(matmul);
 }

@@ -233,6 +233,16 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
         op.getMaskedScoreAttr(),
         LayoutAttr::get(op.getContext(), Layout::bshd));
     fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    // The result now stands for the transposes' value: the graph value the
+    // site replaces is theirs (none where the importer named none).
+    fused->removeAttr(kReplacesAttrName);
+    fused->removeAttr(kGraphValueAttrName);
+    for (tosa::TransposeOp transpose : outputs)
+      if (auto name =
+              transpose->getAttrOfType<StringAttr>(kGraphValueAttrName)) {
+        fused->setAttr(kReplacesAttrName, name);
+        break;
+      }
     for (tosa::TransposeOp transpose : outputs)
       rewriter.replaceOp(transpose, fused.getResult());
     rewriter.eraseOp(op);

@@ -26,6 +26,12 @@ void populateFuseAttentionPatterns(RewritePatternSet &patterns,
 /// The discardable attribute on a fused kiln.attention that says how the
 /// graph's masks were taken (for the report).
 inline constexpr llvm::StringLiteral kMaskingAttrName = "kiln.masking";
+/// On a fused kiln.attention: the name of the graph value the site's result
+/// replaced, where the importer named it (ImportOptions::recordValueNames).
+inline constexpr llvm::StringLiteral kReplacesAttrName = "kiln.replaces";
+/// The discardable attribute the importer puts on the operation producing a
+/// named graph value (mirrors ImportONNX.h's kOnnxValueAttrName).
+inline constexpr llvm::StringLiteral kGraphValueAttrName = "kiln.onnx_value";
 
 /// Adds the patterns that fold K/V head repeats and constant causal masks on
 /// existing kiln.attention ops into the op's group count and attributes.
