@@ -1703,7 +1703,7 @@ kiln_status kiln_site_check_attention(const kiln_site *site,
                   "kiln_site_check_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
-    if (args && args->batch == 0) {
+    if (args && args->batch == 0 && !s.paged) {
       if (config)
         *config = kiln_launch_config{};
       return KILN_OK;
@@ -1729,7 +1729,7 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     // Arguments are checked before the driver is touched, so that every
     // argument error is reported the same way with or without a GPU.
     // An empty batch has nothing to compute (its tensors may be NULL).
-    if (args && args->batch == 0)
+    if (args && args->batch == 0 && !s.paged)
       return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkLaunch(package.manifest, s, args, launch))
@@ -1750,7 +1750,7 @@ kiln_site_check_paged_attention(const kiln_site *site,
                   "kiln_site_check_paged_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
-    if (args && args->batch == 0) {
+    if (args && args->batch == 0 && s.paged) {
       if (config)
         *config = kiln_launch_config{};
       return KILN_OK;
@@ -1774,7 +1774,7 @@ kiln_site_launch_paged_attention(const kiln_site *site,
                   "kiln_site_launch_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0)
+    if (args && args->batch == 0 && s.paged)
       return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
@@ -1798,7 +1798,7 @@ kiln_site_validate_paged_attention(const kiln_site *site,
                   "kiln_site_validate_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0)
+    if (args && args->batch == 0 && s.paged)
       return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
@@ -1818,7 +1818,7 @@ kiln_status kiln_site_attention_splits(const kiln_site *site,
                   "kiln_site_attention_splits: NULL site or result pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0) {
+    if (args && args->batch == 0 && !s.paged) {
       *splits = 1;
       return KILN_OK;
     }
@@ -1842,7 +1842,7 @@ kiln_site_paged_attention_splits(const kiln_site *site,
                   "pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0) {
+    if (args && args->batch == 0 && s.paged) {
       *splits = 1;
       return KILN_OK;
     }
