@@ -202,20 +202,37 @@ def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
     site = _sites.get(key)
     if site is not None:
         return site
+    text = _site_text(dtype, head_dim, value_dim, kind, float(scale))
+    site = site_from_source(text, f"{dtype}_d{head_dim}_{kind}")
+    _sites[key] = site
+    return site
+
+
+#: Sites by their package directory (site_from_source).
+_sites_by_digest: Dict[str, Site] = {}
+
+
+def site_from_source(text: str, label: str) -> Site:
+    """The one site of the package compiled from MLIR `text`: from memory,
+    from the disk cache (``$KILN_CACHE/<version>/<label>_<digest>``), or
+    compiled now into it (needs kilnc; see site_for for rebuilds). Safe from
+    several threads and processes sharing one cache directory."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    directory = cache_directory() / f"{label}_{digest}"
+    site = _sites_by_digest.get(str(directory))
+    if site is not None:
+        return site
     with _lock:
-        site = _sites.get(key)
+        site = _sites_by_digest.get(str(directory))
         if site is not None:
             return site
-        text = _site_text(dtype, head_dim, value_dim, kind, float(scale))
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        directory = cache_directory() / f"{dtype}_d{head_dim}_{kind}_{digest}"
         stamp = _compiler_stamp()
         if not _is_current(directory, stamp):
             _compile_into_cache(text, directory, stamp)
         package = Package(directory)
         _packages.append(package)
         site = package.sites[0]
-        _sites[key] = site
+        _sites_by_digest[str(directory)] = site
         return site
 
 

@@ -19,9 +19,9 @@ import kiln.transformers as kt
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
-    kt._sites.clear()
+    kt._sites.clear(); kt._sites_by_digest.clear()
     yield tmp_path / "cache" / kiln.__version__
-    kt._sites.clear()
+    kt._sites.clear(); kt._sites_by_digest.clear()
 
 
 def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
@@ -40,7 +40,7 @@ def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
 
 def test_a_cached_package_loads_without_kilnc(cache: Path, monkeypatch) -> None:
     kt.site_for("f16", 128, 128, "none", 128 ** -0.5)
-    kt._sites.clear()
+    kt._sites.clear(); kt._sites_by_digest.clear()
     monkeypatch.setenv("KILN_KILNC", "/nonexistent/kilnc")  # would fail
     site = kt.site_for("f16", 128, 128, "none", 128 ** -0.5)
     assert site.dtype == "f16" and site.head_dim == 128
@@ -55,12 +55,12 @@ def test_a_package_from_another_kilnc_is_rebuilt(cache: Path) -> None:
     manifest = directory / "manifest.json"
     manifest.write_text(manifest.read_text())
     before = manifest.stat().st_mtime_ns
-    kt._sites.clear()
+    kt._sites.clear(); kt._sites_by_digest.clear()
     kt.site_for("bf16", 64, 64, "none", 0.125)
     assert manifest.stat().st_mtime_ns == before
     # Built by another kilnc (or before stamps): compiled again.
     stamp.write_text("/elsewhere/kilnc 1 1")
-    kt._sites.clear()
+    kt._sites.clear(); kt._sites_by_digest.clear()
     site = kt.site_for("bf16", 64, 64, "none", 0.125)
     assert stamp.read_text() == kt._compiler_stamp()
     assert manifest.stat().st_mtime_ns != before
