@@ -1,0 +1,453 @@
+"""Kiln's fusion as a ``torch.compile`` backend.
+
+    import kiln.dynamo
+    compiled = torch.compile(model, backend="kiln")
+    compiled = kiln.optimize(model, *example_inputs)
+
+Dynamo hands the backend each FX graph it captures. The backend exports the
+graph to ONNX with torch's own exporter (``torch.onnx.export(dynamo=True)``:
+a maintained aten → ONNX library; the ONNX values are named after the nodes
+of the exported program), runs Kiln's fusion on it (``kilnc --report=json``:
+the same ``kiln-fuse-attention`` that serves ONNX models decides the sites,
+exactly), and rewrites the exported program's graph: each fused site's
+output node is replaced by one ``torch.ops.kiln.attention`` call on the
+values the report names, through the layout ops it lists. Every other node
+goes to Inductor (``compile_fx``). Each site is compiled once for its
+specialisation (dtype, head dims, mask and bias kinds, scale, causal,
+window, softcap, layout), with sizes and head counts dynamic, and cached on
+disk like ``kiln.transformers``' sites.
+
+Where ``kilnc`` is not installed, a graph whose report is not in the cache
+runs on Inductor alone, and its ONNX is kept in the cache's ``graphs/``
+folder: ``python3 -m kiln.dynamo --compile-pending`` on a machine with
+``kilnc`` fills in the reports and sites, so that the next run of the same
+graph uses Kiln (the cache directory may be copied between machines).
+
+``kiln.dynamo.reports`` holds, per compiled graph, the fusion report, the
+sites rewritten and why any other was not; ``kiln.explain`` prints them.
+``KILN_VERIFY=1`` runs each rewritten graph beside the original on its first
+inputs and raises on a mismatch, naming the site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .compiler import find_kilnc
+from .runtime import KilnError, Status
+from . import transformers as _cache
+
+__all__ = ["backend", "compile_pending", "explain", "optimize", "reports",
+           "site_source"]
+
+#: One entry per graph the backend compiled: {"key", "report", "rewritten":
+#: [site indices], "skipped": {index: reason}, "fallback": reason or None}.
+reports: List[Dict[str, Any]] = []
+
+
+def _graphs_directory() -> Path:
+    return _cache.cache_directory() / "graphs"
+
+
+# --------------------------------------------------------------------------
+# Sites.
+# --------------------------------------------------------------------------
+
+
+def site_source(site: Dict[str, Any]) -> str:
+    """The MLIR source of a one-site package for a report's site: its
+    attributes as the fusion found them, every size and head count
+    dynamic."""
+    dtype = site["dtype"]
+    head_dim = int(site["head_dim"])
+    value_dim = int(site.get("v_head_dim") or head_dim)
+    q = f"tensor<?x?x?x{head_dim}x{dtype}>"
+    v = f"tensor<?x?x?x{value_dim}x{dtype}>"
+    arguments = [f"%q: {q}", f"%k: {q}", f"%v: {v}"]
+    uses = ""
+    for role, letter in (("mask", "m"), ("bias", "b")):
+        operand = site["operands"].get(role)
+        if operand is None:
+            continue
+        rank = len(operand["shape"])
+        tensor = "tensor<" + "?x" * rank + operand["dtype"] + ">"
+        arguments.append(f"%{letter}: {tensor}")
+        uses += f" {role}(%{letter} : {tensor})"
+    attributes = []
+    if site.get("causal"):
+        attributes.append("causal")
+    if site.get("layout") == "bshd":
+        attributes.append("layout = #kiln.layout<bshd>")
+    if site.get("masked_score") is not None:
+        attributes.append(f"masked_score = {float(site['masked_score'])!r} : f32")
+    attributes.append(f"scale = {float(site['scale'])!r} : f32")
+    if site.get("softcap") is not None:
+        attributes.append(f"softcap = {float(site['softcap'])!r} : f32")
+    if site.get("window") is not None:
+        attributes.append(f"window = {int(site['window'])} : i64")
+    if site.get("window_right") is not None:
+        attributes.append(f"window_right = {int(site['window_right'])} : i64")
+    return (f"func.func @attention({', '.join(arguments)}) -> {v} {{\n"
+            f"  %o = kiln.attention %q, %k, %v{uses} {{{', '.join(attributes)}}}"
+            f" : {q}, {q}, {v} -> {v}\n  return %o : {v}\n}}\n")
+
+
+def _site_label(site: Dict[str, Any]) -> str:
+    return f"graph_{site['dtype']}_d{site['head_dim']}"
+
+
+def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
+    """Why a report's site cannot be rewritten from its names, or None."""
+    if site.get("kv_cache"):
+        return "it reads a KV cache input"
+    roles = [("output", site.get("output"))] + list(site["operands"].items())
+    for role, entry in roles:
+        if entry is None:
+            continue
+        if entry.get("value") is None:
+            return f"its {role} is not a named graph value"
+        for transform in entry.get("transforms", []):
+            if transform["op"] == "reshape" and any(
+                    size is None for size in transform["shape"]):
+                return f"its {role} is reshaped to a dynamic shape"
+    return None
+
+
+# --------------------------------------------------------------------------
+# The fusion report of a graph.
+# --------------------------------------------------------------------------
+
+
+def _graph_key(module: Any, example_inputs: Sequence[Any]) -> str:
+    """What identifies a graph across processes: its code and its inputs'
+    shapes, strides and dtypes."""
+    import torch
+
+    signature = [
+        (tuple(x.shape), tuple(x.stride()), str(x.dtype))
+        if isinstance(x, torch.Tensor) else repr(x)
+        for x in example_inputs
+    ]
+    text = module.code + repr(signature) + torch.__version__
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _run_kilnc(onnx_path: Path, options: Dict[str, Any]) -> Dict[str, Any]:
+    """kilnc's JSON fusion report of an ONNX file (no package)."""
+    command = [find_kilnc(), str(onnx_path), "--report=json"]
+    if options.get("padded_rows"):
+        command.append(f"--padded-rows={options['padded_rows']}")
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise KilnError(Status.FORMAT_ERROR,
+                        f"kilnc failed on {onnx_path}: {result.stderr.strip()}")
+    report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    return report
+
+
+def _report_for(key: str, program: Any, options: Dict[str, Any],
+                module: Any = None) -> Optional[Dict[str, Any]]:
+    """The cached report of graph `key`, else kilnc's (cached now); None
+    when there is no kilnc (the ONNX is kept for compile_pending)."""
+    directory = _graphs_directory()
+    cached = directory / f"{key}.report.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    onnx_path = directory / f"{key}.onnx"
+    if not onnx_path.exists():
+        scratch = directory / f".{key}.{os.getpid()}.onnx"
+        program.save(str(scratch))
+        os.replace(scratch, onnx_path)
+        if module is not None:  # what the report's names refer to
+            (directory / f"{key}.graph.py").write_text(module.code)
+    try:
+        find_kilnc()
+    except KilnError:
+        return None
+    report = _run_kilnc(onnx_path, options)
+    scratch = directory / f".{key}.{os.getpid()}.json"
+    scratch.write_text(json.dumps(report))
+    os.replace(scratch, cached)
+    onnx_path.unlink(missing_ok=True)
+    return report
+
+
+def compile_pending(options: Optional[Dict[str, Any]] = None) -> int:
+    """Fills in the reports and sites of the graphs kept without one (where
+    kilnc was missing); returns how many graphs it compiled."""
+    count = 0
+    for onnx_path in sorted(_graphs_directory().glob("*.onnx")):
+        if onnx_path.name.startswith("."):
+            continue
+        key = onnx_path.name[: -len(".onnx")]
+        report = _run_kilnc(onnx_path, options or {})
+        for site in report["sites"]:
+            if _unrewritable(site) is None:
+                _cache.site_from_source(site_source(site), _site_label(site))
+        (onnx_path.parent / f"{key}.report.json").write_text(json.dumps(report))
+        onnx_path.unlink()
+        count += 1
+    return count
+
+
+# --------------------------------------------------------------------------
+# The rewrite.
+# --------------------------------------------------------------------------
+
+
+def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]]) -> Any:
+    """`node` through a report's layout ops, as aten calls."""
+    import torch
+
+    aten = torch.ops.aten
+    dtypes = {"f32": torch.float32, "f16": torch.float16,
+              "bf16": torch.bfloat16, "i1": torch.bool}
+    for transform in transforms:
+        op = transform["op"]
+        if op == "transpose":
+            node = graph.call_function(aten.permute.default,
+                                       (node, list(transform["perms"])))
+        elif op == "reshape":
+            node = graph.call_function(aten.reshape.default,
+                                       (node, list(transform["shape"])))
+        elif op == "cast":
+            node = graph.call_function(
+                torch.ops.prims.convert_element_type.default,
+                (node, dtypes[transform["dtype"]]))
+        elif op == "not":
+            node = graph.call_function(aten.logical_not.default, (node,))
+        else:
+            raise KilnError(Status.UNSUPPORTED, f"unknown transform {op!r}")
+    return node
+
+
+def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
+    """Replaces each rewritable site of `report` in `module`'s graph by a
+    Kiln call; returns how many it replaced."""
+    import torch
+
+    from . import torch_ops as kops
+
+    graph = module.graph
+    nodes = {node.name: node for node in graph.nodes}
+    replaced = 0
+    for index, site in enumerate(report["sites"]):
+        why = _unrewritable(site)
+        names = [site["output"]["value"]] + [
+            operand["value"] for operand in site["operands"].values() if operand]
+        missing = [name for name in names if name not in nodes]
+        if why is None and missing:
+            why = f"the graph has no node {missing[0]!r}"
+        if why is None:
+            try:
+                handle = kops.handle(_cache.site_from_source(
+                    site_source(site), _site_label(site)))
+            except KilnError as error:
+                why = f"no kernel ({error})"
+        if why is not None:
+            entry["skipped"][index] = why
+            continue
+        output = nodes[site["output"]["value"]]
+        with graph.inserting_before(output):
+            operands = {}
+            for role, operand in site["operands"].items():
+                operands[role] = None if operand is None else _apply(
+                    graph, nodes[operand["value"]], operand["transforms"])
+            call = graph.call_function(
+                torch.ops.kiln.attention.default,
+                (operands["query"], operands["key"], operands["value"],
+                 operands.get("mask"), operands.get("bias"), None, handle, 0))
+            result = _apply(graph, call, site["output"]["transforms"])
+        output.replace_all_uses_with(result)
+        entry["rewritten"].append(index)
+        replaced += 1
+    graph.eliminate_dead_code()
+    graph.lint()
+    module.recompile()
+    return replaced
+
+
+def _compare(original: Callable, rewritten: Callable, inputs: Sequence[Any],
+             entry: Dict[str, Any]) -> None:
+    """KILN_VERIFY: the rewritten graph against the original on `inputs`."""
+    import torch
+
+    def flat(values: Any) -> List[Any]:
+        return [v for v in torch.utils._pytree.tree_leaves(values)
+                if isinstance(v, torch.Tensor)]
+
+    with torch.no_grad():
+        want, got = flat(original(*inputs)), flat(rewritten(*inputs))
+    for position, (a, b) in enumerate(zip(want, got)):
+        tolerance = 1e-2 if a.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        a64, b64 = a.double(), b.double()
+        error = float((a64 - b64).norm() / max(float(a64.norm()), 1e-30))
+        if not error <= tolerance:
+            raise KilnError(
+                Status.INTERNAL_ERROR,
+                f"KILN_VERIFY: output {position} of a graph with Kiln sites "
+                f"{entry['rewritten']} differs from the graph without them "
+                f"(relative error {error:.3e} > {tolerance})")
+
+
+# --------------------------------------------------------------------------
+# The backend.
+# --------------------------------------------------------------------------
+
+
+def _flat_module(exported: Any) -> Any:
+    """The exported program's graph as a module taking the Dynamo graph's
+    flat inputs: its own graph module where every input is a user input
+    (Dynamo lifts parameters and buffers into inputs), else the unlifted
+    module (which also holds the lifted constants)."""
+    import torch
+
+    kinds = {spec.kind for spec in exported.graph_signature.input_specs}
+    if kinds <= {torch.export.graph_signature.InputKind.USER_INPUT}:
+        return torch.fx.GraphModule(exported.graph_module,
+                                    exported.graph_module.graph)
+    return exported.module()
+
+
+def _inductor(module: Any, example_inputs: Sequence[Any],
+              inductor_options: Optional[Dict[str, Any]]) -> Callable:
+    from torch._inductor.compile_fx import compile_fx
+
+    if inductor_options:
+        return compile_fx(module, example_inputs, config_patches=inductor_options)
+    return compile_fx(module, example_inputs)
+
+
+def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+    """The ``torch.compile`` backend (``backend="kiln"``). Options, as
+    ``options={"kiln": {...}, ...}`` or keyword arguments: ``padded_rows``
+    ("exact" or "free"); every other option goes to Inductor."""
+    import torch
+
+    options = dict(kwargs.get("options") or {})
+    kiln_options = dict(options.pop("kiln", {}) or {})
+    mode = kwargs.get("mode")
+    if mode and mode != "default":  # Inductor's mode, as torch.compile's
+        import torch._inductor
+
+        options = {**torch._inductor.list_mode_options(mode), **options}
+    for name in ("padded_rows",):
+        if name in kwargs:
+            kiln_options[name] = kwargs[name]
+    entry: Dict[str, Any] = {"key": None, "report": None, "rewritten": [],
+                             "skipped": {}, "fallback": None}
+    reports.append(entry)
+    if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+        entry["fallback"] = "the graph takes symbolic sizes (dynamic shapes)"
+        return _inductor(gm, example_inputs, options)
+    if torch.is_grad_enabled() and any(
+            x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
+        entry["fallback"] = ("the graph needs gradients: Kiln's sites run "
+                             "forward only")
+        return _inductor(gm, example_inputs, options)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(gm, tuple(example_inputs), dynamo=True,
+                                        verbose=False)
+        exported = program.exported_program
+        module = _flat_module(exported)
+        key = _graph_key(module, example_inputs)
+        entry["key"] = key
+        report = _report_for(key, program, kiln_options, module)
+    except Exception as error:  # noqa: BLE001 (any export failure falls back)
+        entry["fallback"] = f"export to ONNX failed: {type(error).__name__}: {error}"
+        return _inductor(gm, example_inputs, options)
+    if report is None:
+        entry["fallback"] = ("no kilnc here and no cached report: the graph is "
+                             "kept for `python3 -m kiln.dynamo --compile-pending`")
+        return _inductor(gm, example_inputs, options)
+    entry["report"] = report
+    if not report["sites"] or not _rewrite(module, report, entry):
+        entry["fallback"] = entry["fallback"] or "no site rewritten"
+        return _inductor(gm, example_inputs, options)
+    if os.environ.get("KILN_VERIFY", "") not in ("", "0"):
+        _compare(gm, module, example_inputs, entry)
+    return _inductor(module, example_inputs, options)
+
+
+def optimize(model: Any, *example_inputs: Any, **options: Any) -> Callable:
+    """``torch.compile(model, backend="kiln")``, run once on
+    `example_inputs` (so its graphs are compiled now); returns the compiled
+    callable."""
+    import torch
+
+    compiled = torch.compile(model, backend=backend, options=options or None)
+    if example_inputs:
+        with torch.no_grad():
+            compiled(*example_inputs)
+    return compiled
+
+
+def explain(model: Any, *example_inputs: Any) -> str:
+    """The fusion report of a PyTorch model, per captured graph: the sites
+    Kiln fused and rewrote, the softmaxes left alone and why (returned and
+    printed)."""
+    import torch
+
+    start = len(reports)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        compiled(*example_inputs)
+    lines: List[str] = []
+    for number, entry in enumerate(reports[start:]):
+        report = entry["report"] or {"sites": [], "unfused": []}
+        lines.append(f"graph {number}: {len(report['sites'])} sites fused, "
+                     f"{len(entry['rewritten'])} rewritten"
+                     + (f" ({entry['fallback']})" if entry["fallback"] else ""))
+        for index, site in enumerate(report["sites"]):
+            state = ("rewritten" if index in entry["rewritten"]
+                     else f"not rewritten: {entry['skipped'].get(index)}")
+            lines.append(
+                f"  site {index}: {site['dtype']} d{site['head_dim']} "
+                f"heads {site['q_heads']}/{site['kv_heads']} causal={site['causal']} "
+                f"mask={site['mask']} bias={site['bias']} -> "
+                f"{site['output']['value']}: {state}")
+        for unfused in report.get("unfused", []):
+            lines.append(f"  softmax {unfused['node']}: {unfused['reason']}")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def _register() -> None:
+    try:
+        from torch._dynamo import register_backend
+    except ImportError:  # torch without Dynamo
+        return
+    try:
+        register_backend(compiler_fn=backend, name="kiln")
+    except Exception:  # noqa: BLE001 (already registered)
+        pass
+
+
+_register()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    arguments = argv if argv is not None else sys.argv[1:]
+    if arguments != ["--compile-pending"]:
+        print("usage: python3 -m kiln.dynamo --compile-pending", file=sys.stderr)
+        return 2
+    count = compile_pending()
+    print(f"compiled {count} graphs into {_graphs_directory()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
