@@ -304,18 +304,47 @@ def _compare(original: Callable, rewritten: Callable, inputs: Sequence[Any],
 # --------------------------------------------------------------------------
 
 
-def _flat_module(exported: Any) -> Any:
-    """The exported program's graph as a module taking the Dynamo graph's
-    flat inputs: its own graph module where every input is a user input
-    (Dynamo lifts parameters and buffers into inputs), else the unlifted
-    module (which also holds the lifted constants)."""
+def _graph_of(exported: Any) -> Any:
+    """A copy of the exported program's graph module, to rewrite: its
+    placeholders are the lifted parameters, buffers and constants (none for
+    parameters and buffers, which Dynamo lifts into inputs), then the Dynamo
+    graph's flat inputs."""
+    import copy
+
     import torch
 
-    kinds = {spec.kind for spec in exported.graph_signature.input_specs}
-    if kinds <= {torch.export.graph_signature.InputKind.USER_INPUT}:
-        return torch.fx.GraphModule(exported.graph_module,
-                                    exported.graph_module.graph)
-    return exported.module()
+    return torch.fx.GraphModule(exported.graph_module,
+                                copy.deepcopy(exported.graph_module.graph))
+
+
+def _bind_lifted(module: Any, exported: Any) -> Any:
+    """`module` taking only the Dynamo graph's inputs: each placeholder of a
+    lifted parameter, buffer or constant becomes a buffer of the module."""
+    import torch
+
+    user = torch.export.graph_signature.InputKind.USER_INPUT
+    specs = exported.graph_signature.input_specs
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    if all(spec.kind == user for spec in specs):
+        return module
+    for number, (spec, node) in enumerate(zip(specs, placeholders)):
+        if spec.kind == user:
+            continue
+        value = exported.constants.get(spec.target)
+        if value is None:
+            value = exported.state_dict[spec.target]
+        if not isinstance(value, torch.Tensor):
+            raise KilnError(Status.UNSUPPORTED,
+                            f"a lifted constant {spec.target!r} is not a tensor")
+        name = f"_kiln_lifted_{number}"
+        module.register_buffer(name, value.detach())
+        with module.graph.inserting_before(node):
+            attribute = module.graph.get_attr(name)
+        node.replace_all_uses_with(attribute)
+        module.graph.erase_node(node)
+    module.graph.lint()
+    module.recompile()
+    return module
 
 
 def _inductor(module: Any, example_inputs: Sequence[Any],
@@ -360,7 +389,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
             program = torch.onnx.export(gm, tuple(example_inputs), dynamo=True,
                                         verbose=False)
         exported = program.exported_program
-        module = _flat_module(exported)
+        module = _graph_of(exported)
         key = _graph_key(module, example_inputs)
         entry["key"] = key
         report = _report_for(key, program, kiln_options, module)
@@ -372,12 +401,30 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
                              "kept for `python3 -m kiln.dynamo --compile-pending`")
         return _inductor(gm, example_inputs, options)
     entry["report"] = report
-    if not report["sites"] or not _rewrite(module, report, entry):
+    try:
+        rewritten = bool(report["sites"]) and _rewrite(module, report, entry)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        entry["fallback"] = f"rewrite failed: {type(error).__name__}: {error}"
+        entry["rewritten"] = []
+        return _inductor(gm, example_inputs, options)
+    if not rewritten:
         entry["fallback"] = entry["fallback"] or "no site rewritten"
+        return _inductor(gm, example_inputs, options)
+    try:
+        module = _bind_lifted(module, exported)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        entry["fallback"] = f"cannot bind the graph's constants: {error}"
+        entry["rewritten"] = []
         return _inductor(gm, example_inputs, options)
     if os.environ.get("KILN_VERIFY", "") not in ("", "0"):
         _compare(gm, module, example_inputs, entry)
-    return _inductor(module, example_inputs, options)
+    try:
+        return _inductor(module, example_inputs, options)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        entry["fallback"] = (f"Inductor failed on the rewritten graph: "
+                             f"{type(error).__name__}: {str(error)[:500]}")
+        entry["rewritten"] = []
+        return _inductor(gm, example_inputs, options)
 
 
 def optimize(model: Any, *example_inputs: Any, **options: Any) -> Callable:

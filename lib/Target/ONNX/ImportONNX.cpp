@@ -67,6 +67,9 @@ struct TensorInfo {
   std::optional<Shape> partial;
   /// Location of the producer.
   Location loc;
+  /// The tensor's name in the graph (set by define and for initializers):
+  /// a constant materialised on first use is named after it.
+  std::string name = {};
 };
 
 class Importer {
@@ -449,6 +452,8 @@ Status Importer::define(const std::string &name, TensorInfo info) {
     return Status::Ok;
   if (tensors.count(name))
     return fail("tensor '" + name + "' is defined twice");
+  if (info.name.empty())
+    info.name = name;
   tensors.try_emplace(name, std::move(info));
   return Status::Ok;
 }
@@ -498,6 +503,13 @@ Value Importer::valueOf(TensorInfo *info) {
   loc = info->loc;
   info->value = constant(info->constant);
   loc = saved;
+  // A constant is a graph value too: an initializer (an exporter's folded
+  // constant) or a node output folded at import.
+  if (options.recordValueNames && !info->name.empty())
+    if (Operation *producer = info->value.getDefiningOp();
+        producer && !producer->hasAttr(kOnnxValueAttrName))
+      producer->setAttr(kOnnxValueAttrName,
+                        builder.getStringAttr(info->name));
   return info->value;
 }
 
@@ -1029,6 +1041,8 @@ Status Importer::importOpaque(const onnx::NodeProto &node, StringRef reason) {
   if (options.warnOnUnsupported)
     emitWarning(loc) << "ONNX node '" << node.name() << "' (" << node.op_type()
                      << ") is kept opaque: " << reason;
+  if (options.recordValueNames)
+    recordValueNames(node);
   return Status::Ok;
 }
 
@@ -1239,7 +1253,8 @@ OwningOpRef<ModuleOp> Importer::run(LoadedModel &loaded) {
     }
     tensors.try_emplace(init.name(),
                         TensorInfo{Value(), *attr,
-                                   cast<TensorType>(attr->getType()), {}, loc});
+                                   cast<TensorType>(attr->getType()), {}, loc,
+                                   init.name()});
   }
   SmallVector<Type> argTypes;
   SmallVector<std::string> argNames;
