@@ -1,0 +1,78 @@
+"""kiln.dynamo's parts that need no GPU or torch: the one-site source it
+builds from a fusion report's site compiles with kilnc to a site with the
+same attributes, which sites it refuses to rewrite and why, and the offline
+compilation of graphs kept without a report."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import kiln
+import kiln.dynamo as kd
+import kiln.transformers as kt
+
+FUSION_INPUTS = Path(__file__).resolve().parents[1] / "tools" / "kilnc" / "Inputs" / "fusion"
+
+
+def report_of(name: str) -> dict:
+    command = [kiln.find_kilnc(), str(FUSION_INPUTS / name), "--report=json"]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
+    kt._sites_by_digest.clear()
+    yield tmp_path / "cache" / kiln.__version__
+    kt._sites_by_digest.clear()
+
+
+@pytest.mark.parametrize("name", [
+    "gqa_repeat_kv.onnx",           # causal, GQA
+    "mask_bool_where_inverted.onnx",  # a boolean mask, masked_score
+    "alibi_causal.onnx",            # an additive mask
+    "t5_bias_mask.onnx",            # bias and mask
+])
+def test_site_sources_compile_to_the_reported_site(cache: Path, name: str) -> None:
+    [site] = report_of(name)["sites"]
+    compiled = kt.site_from_source(kd.site_source(site), kd._site_label(site))
+    assert compiled.dtype == site["dtype"]
+    assert compiled.head_dim == site["head_dim"]
+    assert compiled.causal == site["causal"]
+    assert compiled.mask == site["mask"]
+    assert compiled.bias == site["bias"]
+    assert compiled.layout == site["layout"]
+    assert abs(compiled.scale - site["scale"]) < 1e-6 * abs(site["scale"])
+    # Sizes and head counts stay dynamic: one site serves every shape.
+    assert compiled.batch is None and compiled.q_heads is None
+    assert compiled.q_len is None and compiled.kv_len is None
+
+
+def test_sites_without_names_are_not_rewritten() -> None:
+    [site] = report_of("gqa_repeat_kv.onnx")["sites"]
+    assert kd._unrewritable(site) is None
+    site["operands"]["key"]["value"] = None
+    assert kd._unrewritable(site) == "its key is not a named graph value"
+    [site] = report_of("gqa_repeat_kv.onnx")["sites"]
+    site["output"]["transforms"] = [{"op": "reshape", "shape": [1, None, 64]}]
+    assert "dynamic shape" in kd._unrewritable(site)
+    site["kv_cache"] = {"past_key": "a", "past_value": "b"}
+    assert kd._unrewritable(site) == "it reads a KV cache input"
+
+
+def test_pending_graphs_compile_offline(cache: Path) -> None:
+    graphs = cache / "graphs"
+    graphs.mkdir(parents=True)
+    onnx = (FUSION_INPUTS / "k_perm_1032.onnx").read_bytes()
+    (graphs / "0123abcd.onnx").write_bytes(onnx)
+    assert kd.compile_pending() == 1
+    report = json.loads((graphs / "0123abcd.report.json").read_text())
+    assert not (graphs / "0123abcd.onnx").exists()
+    [site] = report["sites"]
+    assert site["operands"]["key"]["transforms"][0]["op"] == "transpose"
+    # The site is in the cache: the next process finds it without kilnc.
+    assert [p for p in cache.iterdir() if p.name.startswith("graph_f32_d16_")
+            and p.is_dir()]
