@@ -521,6 +521,24 @@ def softcap():
     g.save()
 
 
+def softcap_half(name, cap_div, cap_mul):
+    """Gemma 2's softcap in f16, as an f16 export writes it: x / c is
+    imported as x · (1/c) with 1/c rounded to f16, so the two constants
+    agree only to f16's precision."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, elem=F16)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scaling", np.float16(0.25))],
+                  "scale")
+    scores = g.op("Div", [scores, g.const("cap_div", np.float16(cap_div))],
+                  "softcap_div")
+    scores = g.op("Tanh", [scores], "softcap_tanh")
+    scores = g.op("Mul", [scores, g.const("cap_mul", np.float16(cap_mul))],
+                  "softcap_mul")
+    softmax_pv(g, scores, v, [B, H, S, D], elem=F16)
+    g.save()
+
+
 # -- GQA / MQA ---------------------------------------------------------------
 
 
@@ -1019,6 +1037,8 @@ def main():
     t5_bias("t5_bias_combined", combined=True)
     alibi()
     softcap()
+    softcap_half("softcap_f16", 50.0, 50.0)
+    softcap_half("softcap_f16_mismatch", 50.0, 49.0)
     repeat_kv("gqa_repeat_kv", kv_heads=2)
     repeat_kv("mqa_repeat_kv", kv_heads=1)
     mqa_broadcast()

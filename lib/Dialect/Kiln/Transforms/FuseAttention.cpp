@@ -668,8 +668,18 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
           chain = inner.getInput1();
         else if ((inverse = getSplatFloat(inner.getInput1())))
           chain = inner.getInput2();
+        // 1/c is a constant of the scores' type (an exporter's x / c is
+        // imported as x · (1/c), folded in that type): c and it agree to
+        // that type's rounding, which the graph's own x · (1/c) rounds
+        // away again, and no closer.
+        double tolerance = 1e-6;
+        if (auto floatType = dyn_cast<FloatType>(resultType.getElementType()))
+          tolerance = std::max(
+              tolerance,
+              std::ldexp(1.0, -static_cast<int>(llvm::APFloat::semanticsPrecision(
+                                  floatType.getFloatSemantics()))));
         if (!inverse || *cap <= 0.0 || !std::isfinite(*cap) ||
-            std::abs(*inverse * *cap - 1.0) > 1e-6)
+            std::abs(*inverse * *cap - 1.0) > tolerance)
           return fail("tanh is not part of a softcap c·tanh(x/c) with one "
                       "positive constant c");
         if (getRankedType(chain) != resultType)
