@@ -539,6 +539,25 @@ def softcap_half(name, cap_div, cap_mul):
     g.save()
 
 
+def einsum_attention(name, scores_eq, values_eq, q_layout="bhsd"):
+    """Research code's attention through Einsum: scores, softmax, values;
+    Q (and K, V) given as [B,H,S,D] or [B,S,H,D]."""
+    g = Graph(name, opset=17)
+    if q_layout == "bshd":
+        q = g.input("q", F32, [B, S, H, D])
+        k = g.input("k", F32, [B, S, H, D])
+        v = g.input("v", F32, [B, S, H, D])
+    else:
+        q, k, v = qkv_inputs(g)
+    scores = g.op("Einsum", [q, k], "scores", equation=scores_eq)
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    ctx = g.op("Einsum", [probs, v], "pv", equation=values_eq)
+    g.output(ctx, F32, None)
+    g.save()
+
+
 # -- GQA / MQA ---------------------------------------------------------------
 
 
@@ -1038,6 +1057,10 @@ def main():
     alibi()
     softcap()
     softcap_half("softcap_f16", 50.0, 50.0)
+    einsum_attention("einsum_bhsd", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd")
+    einsum_attention("einsum_bshd", "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd",
+                     q_layout="bshd")
+    einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
     softcap_half("softcap_f16_mismatch", 50.0, 49.0)
     repeat_kv("gqa_repeat_kv", kv_heads=2)
     repeat_kv("mqa_repeat_kv", kv_heads=1)

@@ -231,6 +231,7 @@ private:
   Status importReduce(StringRef opType);
   Status importMatMul();
   Status importGemm();
+  Status importEinsum();
   Status importLayerNorm();
   Status importRMSNorm();
   Status importInstanceNorm();
@@ -1174,6 +1175,8 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importReduce(op);
   if (op == "MatMul")
     return importMatMul();
+  if (op == "Einsum")
+    return importEinsum();
   if (op == "Gemm")
     return importGemm();
   if (op == "LayerNormalization")
