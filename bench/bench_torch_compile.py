@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.dynamo  # noqa: E402
+from check_torch_compile import relative_error, time_ms  # noqa: E402
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16
@@ -101,24 +102,6 @@ def tensor_of(output: Any) -> torch.Tensor:
     return output[0]
 
 
-def time_ms(fn: Callable[[], Any], repeat: int = 10) -> float:
-    for _ in range(3):
-        fn()
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / repeat
-
-
-def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    got, want = got.double(), want.double()
-    return float((got - want).norm() / want.norm())
-
-
 def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]]:
     from torch._dynamo.utils import counters
 
@@ -150,9 +133,9 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
         base = dict(model=name, s=seq, batch=batch)
         times = {}
         if timing:
-            times = {"eager": time_ms(lambda: model(*inputs)),
-                     "inductor": time_ms(lambda: inductor(*inputs)),
-                     "kiln": time_ms(lambda: compiled(*inputs))}
+            times = {"eager": time_ms(lambda: model(*inputs), 10),
+                     "inductor": time_ms(lambda: inductor(*inputs), 10),
+                     "kiln": time_ms(lambda: compiled(*inputs), 10)}
         rows.append(dict(base, impl="eager", ms=times.get("eager"), sites=sites, fused=0))
         rows.append(dict(base, impl="inductor", ms=times.get("inductor"), sites=sites,
                          fused=sdpa, rel_err=inductor_error))
