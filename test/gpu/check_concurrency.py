@@ -610,6 +610,35 @@ def check_compile(cache: Optional[str]) -> List[Row]:
     return rows
 
 
+def check_disk_cache() -> List[Row]:
+    """Two processes asking for the same uncompiled site at once, sharing
+    one fresh KILN_CACHE: both must open the whole package (one compiles,
+    the other waits for its lock). Needs kilnc here; test/python's
+    test_processes_compiling_one_site_share_the_cache runs the same in CI."""
+    import tempfile
+
+    try:
+        kiln.find_kilnc()
+    except kiln.KilnError:
+        print("note: no kilnc here: disk-cache section skipped "
+              "(test/python covers it)")
+        return []
+    script = ("import sys; sys.path.insert(0, sys.argv[1]);"
+              "import kiln.transformers as kt;"
+              "site = kt.site_for('bf16', 64, 64, 'causal', 0.125);"
+              "print(site.name, len(site.package.kernels))")
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, KILN_CACHE=cache)
+        workers = [subprocess.Popen([sys.executable, "-c", script, str(ROOT / "python")],
+                                    env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+                   for _ in range(2)]
+        results = [worker.communicate(timeout=600) for worker in workers]
+        ok = all(w.returncode == 0 for w in workers) and len({r[0] for r in results}) == 1
+        message = "; ".join((r[0] or r[1]).strip().splitlines()[-1] for r in results)
+    return [section_row("disk-cache", "two-processes-one-site", ok, message)]
+
+
 # --------------------------------------------------------------------------
 
 
@@ -622,9 +651,10 @@ def main() -> int:
     parser.add_argument("--launches", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="2 streams, 10 launches")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sections", default="concurrency,bad-input,edge,compile",
+    parser.add_argument("--sections",
+                        default="concurrency,bad-input,edge,compile,disk-cache",
                         help="comma-separated: concurrency (with the graphs), "
-                             "bad-input, edge, compile")
+                             "bad-input, edge, compile, disk-cache")
     parser.add_argument("--kiln-cache", help="a KILN_CACHE with the bf16 d128 "
                         "sites, for the torch.compile section")
     parser.add_argument("--env-check-child", action="store_true", help=argparse.SUPPRESS)
@@ -682,6 +712,8 @@ def main() -> int:
         rows += check_edges(pick(dense.sites, paged=False), paged_site)
     if "compile" in sections:
         rows += check_compile(options.kiln_cache)
+    if "disk-cache" in sections:
+        rows += check_disk_cache()
 
     failed = [row for row in rows if not row["ok"]]
     if options.out:
