@@ -423,6 +423,28 @@ def causal_range_less():
     g.save()
 
 
+def causal_index_compare_large(name, seq=2560, batch=1, compare="LessOrEqual"):
+    """Hugging Face's causal mask at a length whose [S, S] comparison is
+    too large to fold into a constant: LessOrEqual(key positions [1,S],
+    query positions [S,1]), expanded over the batch, Where(0, finfo.min),
+    added to the scores."""
+    g = Graph(name)
+    q, k, v = (g.input(n, F32, [batch, 1, seq, 16]) for n in ("q", "k", "v"))
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    row, col = static_positions(g, q)
+    visible = g.op(compare, [col, row], "visible")  # j <= i (or j < i)
+    visible = g.op("Expand", [visible, g.const(
+        "mask_shape", np.array([batch, 1, seq, seq], np.int64))], "expand")
+    mask = g.op("Where", [visible, g.const("zero_f", np.float32(0.0)),
+                          g.const("fmin", np.float32(FINFO_MIN))],
+                "causal_mask")
+    scores = g.op("Add", [scores, mask], "causal_add")
+    softmax_pv(g, scores, v, [batch, 1, seq, 16])
+    g.save()
+
+
 def causal_init(name, q_len, kv_len, top_left=False, window=None):
     """A causal (or band) mask given as an initializer [1,1,Sq,Sk] of
     0 / -inf."""
@@ -1047,6 +1069,9 @@ def main():
     causal_trilu_where()
     causal_triu_add()
     causal_range_less()
+    causal_index_compare_large("causal_compare_large")
+    causal_index_compare_large("causal_compare_large_batch2", batch=2)
+    causal_index_compare_large("causal_compare_large_strict", compare="Less")
     causal_init("causal_initializer", S, S)
     causal_init("causal_rect_bottom_right", 4, S)
     causal_init("causal_rect_top_left", 4, S, top_left=True)

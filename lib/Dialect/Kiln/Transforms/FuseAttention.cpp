@@ -718,15 +718,135 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
 
 } // namespace
 
+namespace {
+
+/// The values of an index vector laid along one of the scores' last two
+/// axes: a constant of shape [1.., n, 1] (`alongKeys` false) or [1.., 1, n]
+/// (true), integers or floats.
+std::optional<SmallVector<double>> indexVector(Value value, int64_t length,
+                                               bool alongKeys) {
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  auto attr =
+      constant ? dyn_cast<DenseElementsAttr>(constant.getValues()) : nullptr;
+  auto type = attr ? dyn_cast<RankedTensorType>(attr.getType()) : nullptr;
+  if (!type || type.getRank() < 2)
+    return std::nullopt;
+  int64_t rank = type.getRank();
+  if (llvm::any_of(type.getShape().drop_back(2),
+                   [](int64_t size) { return size != 1; }) ||
+      type.getDimSize(rank - (alongKeys ? 1 : 2)) != length ||
+      type.getDimSize(rank - (alongKeys ? 2 : 1)) != 1)
+    return std::nullopt;
+  SmallVector<double> values;
+  if (auto floats = dyn_cast<DenseFPElementsAttr>(attr)) {
+    for (const APFloat &value : floats.getValues<APFloat>())
+      values.push_back(value.convertToDouble());
+  } else if (auto ints = dyn_cast<DenseIntElementsAttr>(attr)) {
+    if (ints.getElementType().getIntOrFloatBitWidth() == 1)
+      return std::nullopt;
+    for (const APInt &value : ints.getValues<APInt>())
+      values.push_back(double(value.getSExtValue()));
+  } else {
+    return std::nullopt;
+  }
+  if (attr.isSplat())
+    values.assign(length, values.front());
+  return values;
+}
+
+/// Recognises a boolean mask computed, not given: query positions compared
+/// with key positions, `keys <= queries` (`greater_equal(queries, keys)`,
+/// or `greater` for `<`), each a constant vector along its axis, the key
+/// positions rising. That is how exporters write causal masks, and at long
+/// sequences the [Sq, Sk] comparison is too large for the importer to fold
+/// into a constant. Each row then sees a prefix of the keys; the prefixes
+/// must follow one causal band, checked row by row from the two vectors
+/// without building the [Sq, Sk] table. Looks through reshapes that only
+/// change leading unit dimensions.
+std::optional<mlir::kiln::detail::Band>
+matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength) {
+  auto lastTwo = [](Type type) -> std::optional<std::pair<int64_t, int64_t>> {
+    auto ranked = dyn_cast<RankedTensorType>(type);
+    if (!ranked || ranked.getRank() < 2 ||
+        llvm::any_of(ranked.getShape().drop_back(2),
+                     [](int64_t size) { return size != 1; }))
+      return std::nullopt;
+    int64_t rank = ranked.getRank();
+    return std::pair(ranked.getDimSize(rank - 2), ranked.getDimSize(rank - 1));
+  };
+  while (auto reshape = value.getDefiningOp<tosa::ReshapeOp>()) {
+    auto in = lastTwo(reshape.getInput1().getType());
+    if (!in || in != lastTwo(reshape.getOutput().getType()))
+      return std::nullopt;
+    value = reshape.getInput1();
+  }
+  Operation *compare = value.getDefiningOp();
+  if (!compare || !isa<tosa::GreaterEqualOp, tosa::GreaterOp>(compare) ||
+      lastTwo(value.getType()) != std::pair(queryLength, keyLength))
+    return std::nullopt;
+  bool strict = isa<tosa::GreaterOp>(compare);
+  std::optional<SmallVector<double>> queries =
+      indexVector(compare->getOperand(0), queryLength, /*alongKeys=*/false);
+  std::optional<SmallVector<double>> keys =
+      indexVector(compare->getOperand(1), keyLength, /*alongKeys=*/true);
+  if (!queries || !keys)
+    return std::nullopt;
+  for (int64_t j = 1; j < keyLength; ++j)
+    if (!((*keys)[j] > (*keys)[j - 1]))
+      return std::nullopt;
+  // Row i sees keys [0, last(i)]: the band is `j <= i + (Sk - Sq) + right`
+  // for one `right`, rows that see every key excepted (clipped).
+  int64_t offset = keyLength - queryLength;
+  std::optional<int64_t> right;
+  for (int64_t i = 0; i < queryLength; ++i) {
+    double query = (*queries)[i];
+    const double *end =
+        strict ? std::lower_bound(keys->begin(), keys->end(), query)
+               : std::upper_bound(keys->begin(), keys->end(), query);
+    int64_t last = (end - keys->begin()) - 1;
+    int64_t diagonal = i + offset;
+    if (last < diagonal)
+      return std::nullopt; // a row that does not see its own position
+    if (last == keyLength - 1)
+      continue;
+    if (right && *right != last - diagonal)
+      return std::nullopt;
+    right = last - diagonal;
+  }
+  if (!right)
+    return std::nullopt; // every key visible: not a mask at all
+  // Clipped rows must agree with the band too.
+  for (int64_t i = 0; i < queryLength; ++i) {
+    int64_t diagonal = i + offset;
+    double query = (*queries)[i];
+    const double *end =
+        strict ? std::lower_bound(keys->begin(), keys->end(), query)
+               : std::upper_bound(keys->begin(), keys->end(), query);
+    if ((end - keys->begin()) - 1 == keyLength - 1 &&
+        diagonal + *right < keyLength - 1)
+      return std::nullopt;
+  }
+  return mlir::kiln::detail::Band{0, *right};
+}
+
+} // namespace
+
 /// Recognises a constant causal (or sliding-window causal) mask: hidden
 /// exactly when `j > i + (Sk - Sq)` (or `j <= i + (Sk - Sq) - W`), every
 /// element checked. Returns the window (0 for plain causal) or nothing.
+/// A boolean mask computed by comparing query and key positions is
+/// recognised from the comparison (matchCausalComparison).
 std::optional<mlir::kiln::detail::Band>
 mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
                                         ArrayRef<int64_t> scoresShape) {
   auto constant = term.value.getDefiningOp<tosa::ConstOp>();
-  if (!constant)
-    return std::nullopt;
+  if (!constant) {
+    int64_t queryLength = scoresShape[2], keyLength = scoresShape[3];
+    if (!term.isBoolean || term.inverted ||
+        ShapedType::isDynamic(queryLength) || ShapedType::isDynamic(keyLength))
+      return std::nullopt;
+    return matchCausalComparison(term.value, queryLength, keyLength);
+  }
   auto attr = dyn_cast<DenseElementsAttr>(constant.getValues());
   if (!attr || attr.isSplat())
     return std::nullopt;
