@@ -50,6 +50,15 @@ protected:
     }
   }
 
+  /// Writes `manifest` with named PTX, opens it and returns site `name`.
+  const kiln_site *openNamedSite(const json &manifest, const char *name) {
+    writeNamedPtx(manifest);
+    EXPECT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *site = nullptr;
+    EXPECT_EQ(kiln_package_find_site(package, name, &site), KILN_OK);
+    return site;
+  }
+
   kiln_attention_args args(const kiln_site *site, int64_t batch,
                            int64_t qHeads, int64_t kvHeads, int64_t qLen,
                            int64_t kvLen) {
@@ -142,10 +151,8 @@ TEST_F(LaunchTest, MarshalsParametersByName) {
 
 TEST_F(LaunchTest, BatchOverTheGridRunsAsConsecutiveLaunches) {
   json manifest = validManifest();
-  writeNamedPtx(manifest);
-  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
-  const kiln_site *site = nullptr;
-  ASSERT_EQ(kiln_package_find_site(package, "attention_1", &site), KILN_OK);
+  const kiln_site *site = openNamedSite(manifest, "attention_1");
+  ASSERT_NE(site, nullptr);
   // grid.z = batch: 70,000 sequences are launched as 65,535 and 4,465.
   kiln_attention_args a = args(site, 70000, 1, 1, 4, 4);
   fake().expectedParams = 27;
