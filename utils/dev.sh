@@ -9,6 +9,10 @@
 #   utils/dev.sh test      build everything and run every test; the last line
 #                          is "N passed, N failed"
 #   utils/dev.sh build     set-up and build only
+#   utils/dev.sh test-fast the same tests but the few that compile whole
+#                          site packages for both targets or fuzz the
+#                          importer (minutes each on 2 cores): the loop
+#                          of a change; CI runs them all
 #
 # Environment: BUILD_DIR (default build), JOBS (default 2).
 #===----------------------------------------------------------------------===#
@@ -75,13 +79,22 @@ run_example() {
   ls -l "$package"
 }
 
+# Tests that take over a minute each on 2 cores (their time, in the JUnit
+# report of a full run): left out by test-fast.
+SLOW_TESTS='package-warp-specialized|ptx\.test|package-wgmma|package-warp-schedule|fuzz\.test|package-runtime'
+
 run_tests() {
   build
   local results="$BUILD_DIR/test-results"
+  local filter=()
+  if [[ "${1:-}" == fast ]]; then
+    filter=(--filter-out "$SLOW_TESTS")
+    log "test-fast: leaving out ${SLOW_TESTS//|/, }"
+  fi
   rm -rf "$results" && mkdir -p "$results"
   local status=0
   log "lit: regression and unit tests"
-  "$LLVM_BIN/lit" -sv --xunit-xml-output "$results/lit.xml" \
+  "$LLVM_BIN/lit" -sv --xunit-xml-output "$results/lit.xml" "${filter[@]}" \
     "$BUILD_DIR/test" "$BUILD_DIR/test/unit" || status=1
   log "pytest: Python package"
   KILN_RUNTIME_LIB="$BUILD_DIR/lib/libkilnrt.so" \
@@ -95,9 +108,10 @@ run_tests() {
 case "${1:-}" in
 example) run_example ;;
 test) run_tests ;;
+test-fast) run_tests fast ;;
 build) build ;;
 *)
-  echo "usage: utils/dev.sh example|test|build" >&2
+  echo "usage: utils/dev.sh example|test|test-fast|build" >&2
   exit 2
   ;;
 esac
