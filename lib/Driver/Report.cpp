@@ -32,6 +32,16 @@ std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
 
 namespace {
 
+/// The ONNX name of a graph input, where the importer gave it one.
+std::optional<std::string> graphInputName(BlockArgument arg) {
+  auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
+  if (auto name = func ? func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                           "onnx.name")
+                       : StringAttr())
+    return name.str();
+  return std::nullopt;
+}
+
 /// The graph input a site's K or V cache comes from: K (or V) is the
 /// concatenation along the sequence of an input (a past cache) and the new
 /// keys, through layout ops; empty when it is not.
@@ -45,12 +55,8 @@ std::string pastInputOf(Value value) {
       auto arg = dyn_cast<BlockArgument>(past);
       if (!arg)
         return "";
-      auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
-      if (auto name = func ? func.getArgAttrOfType<StringAttr>(
-                                 arg.getArgNumber(), "onnx.name")
-                           : StringAttr())
-        return name.str();
-      return "argument " + std::to_string(arg.getArgNumber());
+      return graphInputName(arg).value_or("argument " +
+                                          std::to_string(arg.getArgNumber()));
     }
     if (!isa<tosa::ReshapeOp, tosa::TransposeOp, tosa::CastOp>(def))
       return "";
@@ -108,12 +114,8 @@ llvm::json::Value describeOperand(Value operand) {
   Value value = operand;
   for (int depth = 0; depth < 16 && value; ++depth) {
     if (auto arg = dyn_cast<BlockArgument>(value)) {
-      auto func = dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
-      auto name = func ? func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                          "onnx.name")
-                       : StringAttr();
-      entry["value"] = name ? llvm::json::Value(name.str())
-                            : llvm::json::Value(nullptr);
+      std::optional<std::string> name = graphInputName(arg);
+      entry["value"] = name ? llvm::json::Value(*name) : llvm::json::Value(nullptr);
       break;
     }
     Operation *def = value.getDefiningOp();

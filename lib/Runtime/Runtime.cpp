@@ -296,6 +296,9 @@ struct CheckedLaunch {
   /// launches' total_kv_len), else 0.
   int64_t totalKvLen = 0;
   int64_t valueHeadDim = 0;
+  /// A batch of 0: nothing to check further, compute or launch (an empty
+  /// tensor's data pointer may be NULL).
+  bool empty = false;
 };
 
 /// The f32 workspace `splits` splits of a launch need: partial outputs and
@@ -538,10 +541,14 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
   if (site.paged)
     return invalid(where + "a paged-attention site: launch it with "
                            "kiln_site_launch_paged_attention");
+  launch.kernel = &kernel;
+  if (args.batch == 0) {
+    launch.empty = true;
+    return Error::ok();
+  }
 
   if (Error error = checkAttention(kernel, site, where, args))
     return error;
-  launch.kernel = &kernel;
   launch.args = args;
   launch.maxKvLen = args.kv_len;
   launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
@@ -560,6 +567,11 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                            "kiln_site_launch_attention");
   const kiln_paged_attention_args &paged = *argsPointer;
   const Kernel &kernel = manifest.kernels[site.kernelIndex];
+  launch.kernel = &kernel;
+  if (paged.batch == 0) {
+    launch.empty = true;
+    return Error::ok();
+  }
 
   // The sizes only paged launches have.
   const std::pair<const char *, int64_t> sizes[] = {
@@ -655,7 +667,6 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   values.numPages = paged.num_pages;
   values.pageSize = paged.page_size;
   values.pageTableStride = paged.page_table_strides[0];
-  launch.kernel = &kernel;
   launch.args = args;
   launch.paged = values;
   launch.maxKvLen = args.kv_len;
@@ -1140,6 +1151,11 @@ CheckedLaunch sequenceRange(const CheckedLaunch &launch, int64_t first,
 /// one split (the choice at launch needs the device).
 Error checkedConfig(const Site &s, const CheckedLaunch &launch,
                     kiln_launch_config *config) {
+  if (launch.empty) {
+    if (config)
+      *config = kiln_launch_config{};
+    return Error::ok();
+  }
   LaunchPlan plan;
   int64_t splits = std::max<int64_t>(launch.args.num_splits, 1);
   // A batch larger than one grid holds: its first launch's.
@@ -1312,6 +1328,8 @@ Error launchChecked(kiln_package &package, const Site &s,
 /// so they may share the workspace). A batch of 0 launches nothing.
 Error launchFolded(kiln_package &package, const Site &s,
                    const CheckedLaunch &launch, void *stream) {
+  if (launch.empty)
+    return Error::ok();
   int64_t batch = launch.args.batch;
   int64_t splits = launch.args.num_splits > 0 ? launch.args.num_splits : 1;
   int64_t most = sequencesPerLaunch(*launch.kernel, launch, splits);
@@ -1328,6 +1346,8 @@ Error launchFolded(kiln_package &package, const Site &s,
 /// The debug check of a paged launch's kv_lens and page table
 /// (PagedTableCheck.h), on `stream`.
 Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
+  if (launch.empty)
+    return Error::ok();
   const CudaDriver *driver = nullptr;
   if (Error error = getCudaDriver(driver))
     return error;
@@ -1349,6 +1369,10 @@ Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
 /// The split count a checked launch uses on the current device.
 Error splitsOfLaunch(kiln_package &package, const Site &s,
                      const CheckedLaunch &launch, int64_t &splits) {
+  if (launch.empty) {
+    splits = 1;
+    return Error::ok();
+  }
   const CudaDriver *driver = nullptr;
   if (Error error = getCudaDriver(driver))
     return error;
@@ -1703,11 +1727,6 @@ kiln_status kiln_site_check_attention(const kiln_site *site,
                   "kiln_site_check_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
-    if (args && args->batch == 0 && !s.paged) {
-      if (config)
-        *config = kiln_launch_config{};
-      return KILN_OK;
-    }
     CheckedLaunch launch;
     if (Error error = checkLaunch(manifest, s, args, launch))
       return fail(error);
@@ -1728,9 +1747,6 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     const Site &s = package.manifest.sites[site->index];
     // Arguments are checked before the driver is touched, so that every
     // argument error is reported the same way with or without a GPU.
-    // An empty batch has nothing to compute (its tensors may be NULL).
-    if (args && args->batch == 0 && !s.paged)
-      return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
@@ -1750,11 +1766,6 @@ kiln_site_check_paged_attention(const kiln_site *site,
                   "kiln_site_check_paged_attention: NULL site");
     const Manifest &manifest = site->package->manifest;
     const Site &s = manifest.sites[site->index];
-    if (args && args->batch == 0 && s.paged) {
-      if (config)
-        *config = kiln_launch_config{};
-      return KILN_OK;
-    }
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(manifest, s, args, launch))
       return fail(error);
@@ -1774,8 +1785,6 @@ kiln_site_launch_paged_attention(const kiln_site *site,
                   "kiln_site_launch_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0 && s.paged)
-      return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);
@@ -1798,8 +1807,6 @@ kiln_site_validate_paged_attention(const kiln_site *site,
                   "kiln_site_validate_paged_attention: NULL site");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0 && s.paged)
-      return KILN_OK;
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);
@@ -1818,10 +1825,6 @@ kiln_status kiln_site_attention_splits(const kiln_site *site,
                   "kiln_site_attention_splits: NULL site or result pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0 && !s.paged) {
-      *splits = 1;
-      return KILN_OK;
-    }
     CheckedLaunch launch;
     if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
@@ -1842,10 +1845,6 @@ kiln_site_paged_attention_splits(const kiln_site *site,
                   "pointer");
     kiln_package &package = *site->package;
     const Site &s = package.manifest.sites[site->index];
-    if (args && args->batch == 0 && s.paged) {
-      *splits = 1;
-      return KILN_OK;
-    }
     CheckedLaunch launch;
     if (Error error = checkPagedLaunch(package.manifest, s, args, launch))
       return fail(error);

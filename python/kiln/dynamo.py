@@ -369,9 +369,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         import torch._inductor
 
         options = {**torch._inductor.list_mode_options(mode), **options}
-    for name in ("padded_rows",):
-        if name in kwargs:
-            kiln_options[name] = kwargs[name]
+    if "padded_rows" in kwargs:
+        kiln_options["padded_rows"] = kwargs["padded_rows"]
     entry: Dict[str, Any] = {"key": None, "report": None, "rewritten": [],
                              "skipped": {}, "fallback": None}
     reports.append(entry)

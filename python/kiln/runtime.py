@@ -877,14 +877,15 @@ class Site:
         asynchronous and never synchronizes."""
         import torch
 
-        if (out is None and stream is not None and isinstance(q, torch.Tensor)
-                and isinstance(v, torch.Tensor) and q.is_cuda):
+        launch_stream = (_Stream(q.device, stream)
+                         if isinstance(q, torch.Tensor) and q.is_cuda else None)
+        if (out is None and stream is not None and launch_stream is not None
+                and isinstance(v, torch.Tensor)):
             # The output belongs to the stream that writes it.
             out_shape = list(q.shape)
             out_shape[-1] = v.shape[-1]
-            out = _Stream(q.device, stream).empty(out_shape, q.dtype)
+            out = launch_stream.empty(out_shape, q.dtype)
         args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out)
-        launch_stream = _Stream(q.device, stream)
         if args.batch == 0:
             return out
         with torch.cuda.device(q.device):

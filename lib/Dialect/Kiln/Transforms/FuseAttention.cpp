@@ -795,37 +795,32 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength) {
     if (!((*keys)[j] > (*keys)[j - 1]))
       return std::nullopt;
   // Row i sees keys [0, last(i)]: the band is `j <= i + (Sk - Sq) + right`
-  // for one `right`, rows that see every key excepted (clipped).
+  // for one `right`; a row that sees every key (clipped) needs only that
+  // its band reaches the last key.
+  SmallVector<int64_t> last;
+  for (double query : *queries) {
+    const double *end =
+        strict ? std::lower_bound(keys->begin(), keys->end(), query)
+               : std::upper_bound(keys->begin(), keys->end(), query);
+    last.push_back((end - keys->begin()) - 1);
+  }
   int64_t offset = keyLength - queryLength;
   std::optional<int64_t> right;
   for (int64_t i = 0; i < queryLength; ++i) {
-    double query = (*queries)[i];
-    const double *end =
-        strict ? std::lower_bound(keys->begin(), keys->end(), query)
-               : std::upper_bound(keys->begin(), keys->end(), query);
-    int64_t last = (end - keys->begin()) - 1;
     int64_t diagonal = i + offset;
-    if (last < diagonal)
+    if (last[i] < diagonal)
       return std::nullopt; // a row that does not see its own position
-    if (last == keyLength - 1)
+    if (last[i] == keyLength - 1)
       continue;
-    if (right && *right != last - diagonal)
+    if (right && *right != last[i] - diagonal)
       return std::nullopt;
-    right = last - diagonal;
+    right = last[i] - diagonal;
   }
   if (!right)
     return std::nullopt; // every key visible: not a mask at all
-  // Clipped rows must agree with the band too.
-  for (int64_t i = 0; i < queryLength; ++i) {
-    int64_t diagonal = i + offset;
-    double query = (*queries)[i];
-    const double *end =
-        strict ? std::lower_bound(keys->begin(), keys->end(), query)
-               : std::upper_bound(keys->begin(), keys->end(), query);
-    if ((end - keys->begin()) - 1 == keyLength - 1 &&
-        diagonal + *right < keyLength - 1)
+  for (int64_t i = 0; i < queryLength; ++i)
+    if (last[i] == keyLength - 1 && i + offset + *right < keyLength - 1)
       return std::nullopt;
-  }
   return mlir::kiln::detail::Band{0, *right};
 }
 
