@@ -4,9 +4,10 @@ side by side in one run, on the same inputs.
 
     python3 bench/bench_attention.py PACKAGE_DIR [--out bench.json]
 
-Cases (as in docs/performance and shared/tools/anchors.py): bf16, b*s = 16k
-tokens, hidden 2048 (32 heads at head_dim 64, 16 at 128, 8 at 256); by default
-sequence length 4096 (batch 4), head dims 128 and 64, non-causal and causal;
+Cases (as in "Prefill" of docs/performance.md and shared/tools/anchors.py):
+bf16, b*s = 16k tokens, hidden 2048 (32 heads at head_dim 64, 16 at 128, 8 at
+256); by default sequence length 4096 (batch 4), head dims 128 and 64,
+non-causal and causal;
 `--cases design` runs head dims 64, 128 and 256 at 1k, 4k and 16k tokens,
 causal and not, instead. For each case a matching site of the package is used
 (bf16, that head_dim, that causality, no mask or bias); a case without one is

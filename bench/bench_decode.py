@@ -53,8 +53,9 @@ triton.testing.do_bench(warmup=25, rep=100) (without triton: CUDA events,
 the median of 30 calls after 5 warm-ups); --l2-clear read: CUDA events,
 the median of 100 calls, each after a read of a 512 MB buffer, so that no
 dirty line of the clearing is written back inside the timed call (see
-docs/performance.md, 2026-12-01, for what that moves). No cache flush
-is added here; the working sets are larger than the H200's L2 (about 50 MB)
+"How the L2 is cleared before a timed call" in
+docs/perf-log/2026-12-01-decode-profile-l2.md for what that moves). No cache
+flush is added here; the working sets are larger than the H200's L2 (about 50 MB)
 except in the smallest cases (8/1 at batch 1 and 8, 32/8 at batch 8 with 1024
 keys). do_bench itself clears L2 before each repetition by writing a large
 buffer, which also hides most of the host's launch cost; the CUDA-event
