@@ -323,12 +323,13 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   Location inputLoc = FileLineColLoc::get(&context, options.inputPath, 0, 0);
   if (options.targets.empty())
     return emitError(inputLoc) << "no GPU target given";
+  // Option errors are the input's: every error names a place.
   for (const std::string &chip : options.targets)
-    if (failed(checkTarget(UnknownLoc::get(&context), chip)))
+    if (failed(checkTarget(inputLoc, chip)))
       return failure();
   if (options.schedule != "table" && options.schedule != "wgmma" &&
       options.schedule != "mma")
-    return emitError(UnknownLoc::get(&context))
+    return emitError(inputLoc)
            << "--schedule must be 'table', 'wgmma' or 'mma', got '"
            << options.schedule << "'";
   FusionReport report;

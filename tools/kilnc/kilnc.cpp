@@ -183,6 +183,8 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context, llvm::errs());
 
+  // Errors in the options are reported at the input, like every other.
+  Location inputLoc = FileLineColLoc::get(&context, inputPath, 0, 0);
   kiln::CompileOptions options;
   options.inputPath = inputPath;
   options.outputPath = outputPath;
@@ -191,9 +193,8 @@ int main(int argc, char **argv) {
   options.verify = verify;
   options.seed = seed;
   if (paddedRows != "exact" && paddedRows != "free") {
-    llvm::errs() << "kilnc: error: --padded-rows expects 'exact' or 'free', "
-                    "got '"
-                 << paddedRows << "'\n";
+    emitError(inputLoc) << "--padded-rows expects 'exact' or 'free', got '"
+                        << paddedRows << "'";
     return 1;
   }
   options.paddedRowsFree = paddedRows == "free";
@@ -202,9 +203,9 @@ int main(int argc, char **argv) {
     int64_t pageSize = 0;
     if (!spec.consume_front("paged:") || spec.getAsInteger(10, pageSize) ||
         pageSize < 1 || pageSize > 256 || (pageSize & (pageSize - 1))) {
-      llvm::errs() << "kilnc: error: --kv-cache expects paged:N with N a "
-                      "power of two from 1 to 256, got '"
-                   << kvCache << "'\n";
+      emitError(inputLoc) << "--kv-cache expects paged:N with N a power of "
+                             "two from 1 to 256, got '"
+                          << kvCache << "'";
       return 1;
     }
     options.pagedKvPageSize = pageSize;
@@ -213,9 +214,8 @@ int main(int argc, char **argv) {
     auto [name, value] = binding.split('=');
     int64_t size = 0;
     if (name.empty() || value.getAsInteger(10, size) || size <= 0) {
-      llvm::errs() << "kilnc: error: --bind-dims expects name=N with N > 0, "
-                      "got '"
-                   << binding << "'\n";
+      emitError(inputLoc) << "--bind-dims expects name=N with N > 0, got '"
+                          << binding << "'";
       return 1;
     }
     options.dimBindings[name.str()] = size;
