@@ -96,7 +96,8 @@ static cl::opt<bool>
 static cl::opt<bool> warpSpecialize(
     "warp-specialize",
     cl::desc("For sm_90a, also the warp-specialised prefill kernel (TMA "
-             "copies from a producer warp, two wgmma consumer warpgroups) "
+             "copies from a producer warp, two wgmma consumer warpgroups, "
+             "three at head dim 64) "
              "for f16 and bf16 sites whose head dims are equal multiples of "
              "64 up to 256, with their masks, bias and softcap; the runtime "
              "launches it where TMA can describe the views (default on)"),

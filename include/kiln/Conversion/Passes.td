@@ -71,7 +71,8 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "64; the module then serves sm_90a only">,
     Option<"warpSpecialize", "warp-specialize", "bool", "true",
            "With hopper: also build the warp-specialised kernel (TMA "
-           "producer warp, two wgmma consumer warpgroups) for kiln.attention "
+           "producer warp, two wgmma consumer warpgroups, three at head dim "
+           "64) for kiln.attention "
            "f16/bf16 sites (masks, bias and softcap included) whose head "
            "dims are equal multiples of 64 up to 256; the runtime launches "
            "it for prefill "

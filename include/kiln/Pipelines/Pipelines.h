@@ -47,7 +47,8 @@ struct GPUPipelineOptions
   Option<bool> warpSpecialize{
       *this, "warp-specialize",
       llvm::cl::desc("With hopper: also build the warp-specialised (TMA, "
-                     "producer warp, two wgmma consumer warpgroups) kernels"),
+                     "producer warp, two wgmma consumer warpgroups, three at "
+                     "head dim 64) kernels"),
       llvm::cl::init(true)};
   Option<int64_t> warpSpecializeConsumers{
       *this, "warp-specialize-consumers",
