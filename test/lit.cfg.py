@@ -23,6 +23,9 @@ config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
 config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
 config.substitutions.append(("%kiln_lib_dir", config.kiln_lib_dir))
 config.substitutions.append(("%python", config.python_executable))
+# The reference docs are generated with this LLVM's mlir-tblgen.
+config.substitutions.append(
+    ("%mlir_tblgen", os.path.join(config.llvm_tools_dir, "mlir-tblgen")))
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
