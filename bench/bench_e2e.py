@@ -22,6 +22,9 @@ decode tokens per second (batch × steps / time of the decode steps).
                 torch.compile(mode="reduce-overhead", fullgraph=True) with
                 static shapes (input ids [B, 1], position ids [B, 1], cache
                 position [1]), each step a replayed CUDA graph
+  hf-kiln-compiled  the same, attn_implementation="kiln" (Kiln's
+                transformers attention backend, kiln.transformers): the
+                static cache's boolean mask on Kiln's masked site
 
 hf-sdpa comes from `generate` with two numbers of new tokens, n1 and n2:
 tokens/s = batch · (n2 − n1) / (t2 − t1), which removes the prefill (a
@@ -92,9 +95,10 @@ def kiln_tokens_per_second(package, cfg, batch, context, steps):
     return batch / (ms / 1e3), ms
 
 
-def hf_llama(cfg, max_positions):
-    """transformers' LlamaForCausalLM of `cfg`'s shape, bf16, SDPA, random
-    weights."""
+def hf_llama(cfg, max_positions, attention="sdpa"):
+    """transformers' LlamaForCausalLM of `cfg`'s shape, bf16, random
+    weights, attention through `attention` (sdpa, or kiln: Kiln's
+    transformers attention backend)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(vocab_size=cfg.vocab, hidden_size=cfg.hidden,
@@ -105,7 +109,7 @@ def hf_llama(cfg, max_positions):
                          rope_theta=cfg.rope_theta, rms_norm_eps=cfg.eps)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(copy.deepcopy(config),
-                                             attn_implementation="sdpa")
+                                             attn_implementation=attention)
     return model.to("cuda", torch.bfloat16).eval()
 
 
@@ -162,7 +166,8 @@ class SkipReasons(logging.Handler):
             logger.removeHandler(self)
 
 
-def hf_compiled_tokens_per_second(cfg, batch, context, warmup, steps):
+def hf_compiled_tokens_per_second(cfg, batch, context, warmup, steps,
+                                  attention="sdpa"):
     """Greedy decode over a StaticCache, each step the model's forward under
     torch.compile(mode="reduce-overhead", fullgraph=True): returns tokens/s,
     ms a step (median) and whether CUDA graphs ran throughout
@@ -174,12 +179,12 @@ def hf_compiled_tokens_per_second(cfg, batch, context, warmup, steps):
 
     device = torch.device("cuda")
     length = context + warmup + steps  # prefill, then one token a step
-    model = hf_llama(cfg, length + 16)
+    model = hf_llama(cfg, length + 16, attention)
     # The forward takes cache_position up to some transformers 5 release;
     # later caches count their own positions.
     parameters = inspect.signature(model.forward).parameters
     takes_cache_position = "cache_position" in parameters
-    print(f"hf-sdpa-compiled: transformers forward takes cache_position: "
+    print(f"hf-{attention}-compiled: transformers forward takes cache_position: "
           f"{takes_cache_position}", file=sys.stderr, flush=True)
 
     # One cache for the whole run, created and filled (which allocates its
@@ -223,15 +228,17 @@ def hf_compiled_tokens_per_second(cfg, batch, context, warmup, steps):
     try:
         skips_before = skips()
         with torch.no_grad():
+            tokens = []
             for step in range(warmup):
                 position_ids, cache_position = inputs(step)
                 torch.compiler.cudagraph_mark_step_begin()
                 # Outputs live in the CUDA graph's memory, which the next
                 # replay overwrites.
                 token = decode(token, position_ids, cache_position).clone()
+                tokens.append(token[:8, 0].tolist())
             torch.cuda.synchronize()
             graphs_after_warmup = counters["stats"].get("unique_graphs", 0)
-            print(f"hf-sdpa-compiled: after {warmup} warm-up steps, "
+            print(f"hf-{attention}-compiled: after {warmup} warm-up steps, "
                   f"{skips() - skips_before} CUDA-graph skip(s), "
                   f"{graphs_after_warmup} graph(s) compiled",
                   file=sys.stderr, flush=True)
@@ -259,7 +266,7 @@ def hf_compiled_tokens_per_second(cfg, batch, context, warmup, steps):
     if recompiles:
         why.append(f"{recompiles} graph(s) compiled during the timed steps")
     check = dict(cudagraph_skips=cudagraph_skips, recompiles=recompiles,
-                 valid=not why)
+                 valid=not why, tokens=tokens)
     if why:
         check["why"] = "; ".join(why)
     ms = sorted(times)[len(times) // 2]
@@ -274,12 +281,20 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--skip-compiled", action="store_true")
+    parser.add_argument("--impls", default="kiln,hf-sdpa,hf-sdpa-compiled,hf-kiln-compiled",
+                        help="the rows to run, comma-separated")
     options = parser.parse_args()
     cfg = Config(vocab=32000, hidden=2048, layers=16, q_heads=32, kv_heads=8,
                  head_dim=64, ffn=8192, rope_theta=500000.0)
     rows = []
 
+    wanted = set(options.impls.split(","))
+    if options.skip_compiled:
+        wanted -= {"hf-sdpa-compiled", "hf-kiln-compiled"}
+
     def record(impl, fn):
+        if impl not in wanted:
+            return
         try:
             tps, ms, *checks = fn()
             row = dict(impl=impl, tokens_per_s=tps, ms_per_step=ms)
@@ -298,16 +313,25 @@ def main() -> int:
                   file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
 
-    package = kiln.load(options.package)
+    package = kiln.load(options.package) if "kiln" in wanted else None
     record("kiln", lambda: kiln_tokens_per_second(
         package, cfg, options.batch, options.context, options.steps))
     record("hf-sdpa", lambda: hf_tokens_per_second(
         cfg, options.batch, options.context, 8, 24))
-    if not options.skip_compiled:
-        record("hf-sdpa-compiled", lambda: hf_compiled_tokens_per_second(
-            cfg, options.batch, options.context, COMPILED_WARMUP, options.steps))
+    record("hf-sdpa-compiled", lambda: hf_compiled_tokens_per_second(
+        cfg, options.batch, options.context, COMPILED_WARMUP, options.steps))
+    if "hf-kiln-compiled" in wanted:
+        import kiln.transformers
+
+        kiln.transformers.register()
+        record("hf-kiln-compiled", lambda: hf_compiled_tokens_per_second(
+            cfg, options.batch, options.context, COMPILED_WARMUP, options.steps,
+            attention="kiln"))
     base = {r["impl"]: r.get("tokens_per_s") for r in rows
             if r.get("valid", True)}
+    if base.get("hf-kiln-compiled") and base.get("hf-sdpa-compiled"):
+        print(f"hf-kiln-compiled / hf-sdpa-compiled: "
+              f"{base['hf-kiln-compiled'] / base['hf-sdpa-compiled']:.2f}x")
     if base.get("kiln"):
         for impl in ("hf-sdpa", "hf-sdpa-compiled"):
             if base.get(impl):
@@ -318,7 +342,13 @@ def main() -> int:
         Path(options.out).write_text(json.dumps(
             {"rows": rows, "device": torch.cuda.get_device_name(),
              "torch": torch.__version__}, indent=1))
-    return 0 if base.get("kiln") else 1
+    compiled = {r["impl"]: r.get("tokens") for r in rows if r.get("tokens")}
+    if len(compiled) == 2:
+        a, b = compiled.values()
+        same = sum(x == y for x, y in zip(sum(a, []), sum(b, [])))
+        print(f"greedy tokens of the warm-up steps, kiln against sdpa: "
+              f"{same} of {len(sum(a, []))} the same")
+    return 0 if base.get("kiln") or "kiln" not in wanted else 1
 
 
 if __name__ == "__main__":

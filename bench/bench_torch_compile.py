@@ -9,8 +9,9 @@ Models: Hugging Face models built from configs with random weights in
 ``attn_implementation="eager"`` (Llama, Mistral, Qwen2 with GQA, Gemma 2 with
 soft-capping, GPT-2, BERT; hidden 1024, 16 heads, 2 layers, vocabulary
 1024) and the hand-written modules of test/gpu/check_torch_compile.py; bf16,
-b·s = --tokens tokens at each s. Outputs are checked against eager first
-(relative error of the last hidden state or logits, bf16 bound 3e-2). Rows:
+b·s = --tokens tokens at each s. Outputs are checked first (relative error of
+the last hidden state or logits, bf16 bound 3e-2): against the float64
+output for the hand-written modules up to 4k tokens, else against eager. Rows:
 ``{model, s, impl: "eager"|"inductor"|"kiln", ms, sites, fused}`` with
 `sites` the sites Kiln's fusion found, `fused` the sites it rewrote (kiln)
 or the SDPA calls Inductor's own patterns made (inductor). Times: CUDA
@@ -45,10 +46,15 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
     common = dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=2,
                   intermediate_size=2816, vocab_size=1024,
                   max_position_embeddings=max(seq, 2048))
+    seq2seq = dict(d_model=1024, vocab_size=1024)
 
     def causal(config):
         return lambda: tf.AutoModelForCausalLM.from_config(
             config, attn_implementation="eager", torch_dtype=DTYPE)
+
+    def model(cls, config):
+        return lambda: cls._from_config(config, attn_implementation="eager",
+                                        torch_dtype=DTYPE)
 
     return {
         "llama": causal(tf.LlamaConfig(num_key_value_heads=4, **common)),
@@ -60,24 +66,62 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
                                          sliding_window=max(seq // 2, 512), **common)),
         "gpt2": causal(tf.GPT2Config(n_embd=1024, n_head=16, n_layer=2,
                                      vocab_size=1024, n_positions=max(seq, 1024))),
-        "bert": lambda: tf.AutoModel.from_config(
-            tf.BertConfig(**common), attn_implementation="eager", torch_dtype=DTYPE),
+        "bert": model(tf.BertModel, tf.BertConfig(**common)),
+        "t5": model(tf.T5Model, tf.T5Config(
+            num_heads=16, d_kv=64, d_ff=2816, num_layers=2, num_decoder_layers=2,
+            **seq2seq)),
+        "vit": model(tf.ViTModel, tf.ViTConfig(
+            hidden_size=1024, num_hidden_layers=2, num_attention_heads=16,
+            intermediate_size=2816, image_size=vit_image(seq), patch_size=16)),
+        "whisper": model(tf.WhisperModel, tf.WhisperConfig(
+            encoder_layers=2, decoder_layers=2, encoder_attention_heads=16,
+            decoder_attention_heads=16, encoder_ffn_dim=2816, decoder_ffn_dim=2816,
+            num_mel_bins=80, max_source_positions=seq,
+            max_target_positions=max(seq, 448), pad_token_id=0, **seq2seq)),
+        "clip": model(tf.CLIPTextModel, tf.CLIPTextConfig(
+            hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
+            num_attention_heads=16, max_position_embeddings=seq, vocab_size=1024)),
     }
 
 
-def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
-    if name in ("causal-tril", "bert-padding", "gqa-repeat-interleave",
-                "cross-attention", "latent-values"):
-        import check_torch_compile as zoo
+#: Attention sites per Hugging Face model (2 layers; encoder-decoders have
+#: self-attention on both sides and cross-attention).
+HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
+            "bert": 2, "t5": 6, "vit": 2, "whisper": 6, "clip": 2}
 
+
+def zoo_names() -> List[str]:
+    import check_torch_compile as zoo
+
+    return list(zoo.NAMES)
+
+
+def vit_image(seq: int) -> int:
+    """The image side whose 16-pixel patches make about `seq` tokens (one
+    more: the class token)."""
+    return 16 * max(int(round(seq ** 0.5)), 1)
+
+
+def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
+    import check_torch_compile as zoo
+
+    if name in zoo.NAMES:
         for case_name, module, make, _ in zoo.zoo(batch, seq):
             if case_name == name:
                 return make()
     ids = torch.randint(0, 1024, (batch, seq), device=DEVICE)
-    if name == "bert":
-        mask = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
-        mask[0, seq - seq // 8:] = 0  # right padding on the first sequence
-        return (ids, mask)
+    padding = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
+    padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
+    if name in ("bert", "clip"):
+        return (ids, padding)
+    if name == "t5":
+        return (ids, padding, ids)  # input_ids, attention_mask, decoder_input_ids
+    if name == "vit":
+        side = vit_image(seq)
+        return (torch.randn(batch, 3, side, side, device=DEVICE, dtype=DTYPE),)
+    if name == "whisper":
+        features = torch.randn(batch, 80, 2 * seq, device=DEVICE, dtype=DTYPE)
+        return (features, None, ids)  # input_features, attention_mask, decoder_input_ids
     return (ids,)
 
 
@@ -110,14 +154,23 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
     model = build(name, batch, seq)
     inputs = model_inputs(name, batch, seq)
     rows: List[Dict[str, Any]] = []
+    import check_torch_compile as zoo
+
     with torch.no_grad():
         want = tensor_of(model(*inputs))
+        # The hand-written modules up to 4k tokens are checked against their
+        # float64 output (eager bf16's own error beside); the rest against
+        # eager bf16.
+        exact = None
+        if name in zoo.NAMES and seq <= 4096:
+            exact = zoo.reference(model, inputs)
+        against = want if exact is None else exact
         torch._dynamo.reset()
         counters.clear()
         inductor = torch.compile(model)
         got = tensor_of(inductor(*inputs))
         sdpa = int(counters["inductor"].get("fuse_attention", 0))
-        inductor_error = relative_error(got, want)
+        inductor_error = relative_error(got, against)
         torch._dynamo.reset()
         start = len(kiln.dynamo.reports)
         compiled = torch.compile(model, backend="kiln")
@@ -129,8 +182,11 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
                        | {r for e in entries for r in e["skipped"].values()})
         unfused = sorted({u["reason"] for e in entries if e["report"]
                           for u in e["report"]["unfused"]})
-        kiln_error = relative_error(got, want)
-        base = dict(model=name, s=seq, batch=batch)
+        kiln_error = relative_error(got, against)
+        base = dict(model=name, s=seq, batch=batch,
+                    reference="float64" if exact is not None else "eager bf16")
+        if exact is not None:
+            base["eager_rel_err"] = relative_error(want, exact)
         times = {}
         if timing:
             times = {"eager": time_ms(lambda: model(*inputs), 10),
@@ -149,9 +205,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", default="llama,mistral,qwen2,gemma2,gpt2,bert,"
-                        "causal-tril,bert-padding,gqa-repeat-interleave,cross-attention")
-    parser.add_argument("--seqs", default="1024,4096")
+    parser.add_argument("--models", default=",".join(list(HF_SITES) + zoo_names()))
+    parser.add_argument("--seqs", default="1024,4096,16384")
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--no-time", action="store_true")
     parser.add_argument("--out")
@@ -169,6 +224,8 @@ def main() -> int:
                 rows.append(dict(model=name, s=seq, impl="kiln", error=message, ok=False))
                 continue
             rows += new
+            if options.out:  # after each model: a run cut short keeps its rows
+                Path(options.out).write_text(json.dumps(rows, indent=1))
             eager, inductor, kiln_row = new
             speed = ""
             if kiln_row["ms"]:

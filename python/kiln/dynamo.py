@@ -26,7 +26,9 @@ graph uses Kiln (the cache directory may be copied between machines).
 ``kiln.dynamo.reports`` holds, per compiled graph, the fusion report, the
 sites rewritten and why any other was not; ``kiln.explain`` prints them.
 ``KILN_VERIFY=1`` runs each rewritten graph beside the original on its first
-inputs and raises on a mismatch, naming the site.
+inputs and raises on a mismatch, naming the site. ``KILN_KEEP_GRAPHS=1``
+keeps each graph's ONNX beside its report in the cache's ``graphs/`` (to
+run ``kilnc --verify`` on it by hand).
 """
 
 from __future__ import annotations
@@ -114,10 +116,6 @@ def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
             continue
         if entry.get("value") is None:
             return f"its {role} is not a named graph value"
-        for transform in entry.get("transforms", []):
-            if transform["op"] == "reshape" and any(
-                    size is None for size in transform["shape"]):
-                return f"its {role} is reshaped to a dynamic shape"
     return None
 
 
@@ -131,9 +129,12 @@ def _graph_key(module: Any, example_inputs: Sequence[Any]) -> str:
     shapes, strides and dtypes."""
     import torch
 
+    def size(value: Any) -> Any:
+        return str(value) if isinstance(value, torch.SymInt) else int(value)
+
     signature = [
-        (tuple(x.shape), tuple(x.stride()), str(x.dtype))
-        if isinstance(x, torch.Tensor) else repr(x)
+        (tuple(map(size, x.shape)), tuple(map(size, x.stride())), str(x.dtype))
+        if isinstance(x, torch.Tensor) else type(x).__name__
         for x in example_inputs
     ]
     text = module.code + repr(signature) + torch.__version__
@@ -177,7 +178,8 @@ def _report_for(key: str, program: Any, options: Dict[str, Any],
     scratch = directory / f".{key}.{os.getpid()}.json"
     scratch.write_text(json.dumps(report))
     os.replace(scratch, cached)
-    onnx_path.unlink(missing_ok=True)
+    if os.environ.get("KILN_KEEP_GRAPHS", "") in ("", "0"):
+        onnx_path.unlink(missing_ok=True)
     return report
 
 
@@ -204,8 +206,61 @@ def compile_pending(options: Optional[Dict[str, Any]] = None) -> int:
 # --------------------------------------------------------------------------
 
 
-def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]]) -> Any:
-    """`node` through a report's layout ops, as aten calls."""
+def _shape_of(node: Any) -> Optional[List[Any]]:
+    """The sizes of an exported graph's node (ints, SymInts where dynamic),
+    or None when the graph does not record them."""
+    value = node.meta.get("val")
+    return list(value.shape) if value is not None and hasattr(value, "shape") else None
+
+
+def _dynamic_sizes(graph: Any, node: Any, shape: Optional[List[Any]],
+                   target: List[Optional[int]]) -> List[Any]:
+    """A report's reshape target (None where the size is dynamic) as sizes
+    FX can trace: each dynamic size is one of the input's dynamic sizes,
+    taken in order, and the element counts must then agree symbolically;
+    a single dynamic size with no such match is inferred (-1)."""
+    import math
+
+    import torch
+
+    unknown = [i for i, size in enumerate(target) if size is None]
+    if not unknown:
+        return list(target)
+    if shape is not None:
+        dynamic = [i for i, size in enumerate(shape) if isinstance(size, torch.SymInt)]
+        if len(dynamic) == len(unknown):
+            sizes: List[Any] = list(target)
+            for position, source in zip(unknown, dynamic):
+                sizes[position] = shape[source]
+            before = math.prod(shape[i] for i in range(len(shape)))
+            after = math.prod(sizes)
+            if _same_size(before, after):
+                result: List[Any] = list(target)
+                for position, source in zip(unknown, dynamic):
+                    result[position] = graph.call_function(
+                        torch.ops.aten.sym_size.int, (node, source))
+                return result
+    if len(unknown) == 1:
+        return [-1 if size is None else size for size in target]
+    raise KilnError(Status.UNSUPPORTED,
+                    f"cannot size a reshape to {target} from {shape}")
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    """Whether two element counts (ints or SymInts) are equal for every
+    value of their symbols."""
+    import sympy
+
+    def expression(value: Any) -> Any:
+        return value.node.expr if hasattr(value, "node") else sympy.Integer(value)
+
+    return sympy.simplify(expression(a) - expression(b)) == 0
+
+
+def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
+           shape: Optional[List[Any]] = None) -> Any:
+    """`node` (of sizes `shape` when known) through a report's layout ops,
+    as aten calls."""
     import torch
 
     aten = torch.ops.aten
@@ -214,11 +269,19 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]]) -> Any:
     for transform in transforms:
         op = transform["op"]
         if op == "transpose":
-            node = graph.call_function(aten.permute.default,
-                                       (node, list(transform["perms"])))
+            perms = list(transform["perms"])
+            node = graph.call_function(aten.permute.default, (node, perms))
+            shape = None if shape is None else [shape[i] for i in perms]
         elif op == "reshape":
-            node = graph.call_function(aten.reshape.default,
-                                       (node, list(transform["shape"])))
+            target = list(transform["shape"])
+            sizes = _dynamic_sizes(graph, node, shape, target)
+            node = graph.call_function(aten.reshape.default, (node, sizes))
+            if shape is not None and None in target:
+                shape = None if -1 in sizes else [
+                    size if isinstance(size, int) else shape[size.args[1]]
+                    for size in sizes]
+            else:
+                shape = target
         elif op == "cast":
             node = graph.call_function(
                 torch.ops.prims.convert_element_type.default,
@@ -257,16 +320,26 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
             entry["skipped"][index] = why
             continue
         output = nodes[site["output"]["value"]]
-        with graph.inserting_before(output):
-            operands = {}
-            for role, operand in site["operands"].items():
-                operands[role] = None if operand is None else _apply(
-                    graph, nodes[operand["value"]], operand["transforms"])
-            call = graph.call_function(
-                torch.ops.kiln.attention.default,
-                (operands["query"], operands["key"], operands["value"],
-                 operands.get("mask"), operands.get("bias"), None, handle, 0))
-            result = _apply(graph, call, site["output"]["transforms"])
+        before = set(graph.nodes)
+        try:
+            with graph.inserting_before(output):
+                operands = {}
+                for role, operand in site["operands"].items():
+                    source = None if operand is None else nodes[operand["value"]]
+                    operands[role] = None if source is None else _apply(
+                        graph, source, operand["transforms"], _shape_of(source))
+                call = graph.call_function(
+                    torch.ops.kiln.attention.default,
+                    (operands["query"], operands["key"], operands["value"],
+                     operands.get("mask"), operands.get("bias"), None, handle, 0))
+                result = _apply(graph, call, site["output"]["transforms"],
+                                _result_shape(site, operands, nodes))
+        except KilnError as error:
+            inserted = [n for n in graph.nodes if n not in before]
+            for node in reversed(inserted):
+                graph.erase_node(node)
+            entry["skipped"][index] = str(error)
+            continue
         output.replace_all_uses_with(result)
         entry["rewritten"].append(index)
         replaced += 1
@@ -276,8 +349,27 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
     return replaced
 
 
-def _compare(original: Callable, rewritten: Callable, inputs: Sequence[Any],
-             entry: Dict[str, Any]) -> None:
+def _result_shape(site: Dict[str, Any], operands: Dict[str, Any],
+                  nodes: Dict[str, Any]) -> Optional[List[Any]]:
+    """The sizes of a site's result where the graph records them: the
+    query operand's sizes with the value's head dim."""
+    query = site["operands"]["query"]
+    shape = _shape_of(nodes[query["value"]])
+    if shape is None:
+        return None
+    for transform in query["transforms"]:
+        if transform["op"] == "transpose":
+            shape = [shape[i] for i in transform["perms"]]
+        elif transform["op"] == "reshape":
+            if any(size is None for size in transform["shape"]):
+                return None
+            shape = list(transform["shape"])
+    value_dim = int(site.get("v_head_dim") or site["head_dim"])
+    return shape[:-1] + [value_dim]
+
+
+def _compare(original: Callable, inputs: Sequence[Any], rewritten: Callable,
+             rewritten_inputs: Sequence[Any], entry: Dict[str, Any]) -> None:
     """KILN_VERIFY: the rewritten graph against the original on `inputs`."""
     import torch
 
@@ -286,7 +378,8 @@ def _compare(original: Callable, rewritten: Callable, inputs: Sequence[Any],
                 if isinstance(v, torch.Tensor)]
 
     with torch.no_grad():
-        want, got = flat(original(*inputs)), flat(rewritten(*inputs))
+        want = flat(original(*inputs))
+        got = flat(rewritten(*rewritten_inputs))
     for position, (a, b) in enumerate(zip(want, got)):
         tolerance = 1e-2 if a.dtype in (torch.float16, torch.bfloat16) else 1e-4
         a64, b64 = a.double(), b.double()
@@ -356,10 +449,94 @@ def _inductor(module: Any, example_inputs: Sequence[Any],
     return compile_fx(module, example_inputs)
 
 
+def _sizes_from_tensors(gm: Any, example_inputs: Sequence[Any]) -> Any:
+    """A copy of Dynamo's graph `gm` taking only its tensor inputs: each
+    input that is a symbolic size (dynamic shapes) becomes that dimension
+    of a tensor input. Returns the module, the positions of the tensor
+    inputs among gm's, and torch.export's dynamic_shapes for them (every
+    dimension Dynamo made symbolic)."""
+    import copy
+
+    import torch
+
+    graph = copy.deepcopy(gm.graph)
+    module = torch.fx.GraphModule(gm, graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    dims: Dict[Any, Any] = {}
+    positions, shapes = [], []
+    values = [node.meta.get("example_value", example)
+              for node, example in zip(placeholders, example_inputs)]
+    for position, (node, value) in enumerate(zip(placeholders, values)):
+        if not isinstance(value, torch.Tensor):
+            continue
+        positions.append(position)
+        dynamic = {}
+        for dim, size in enumerate(value.shape):
+            if isinstance(size, torch.SymInt):
+                dynamic[dim] = torch.export.Dim.AUTO
+                if size.node.expr.is_Symbol:
+                    dims.setdefault(size.node.expr, (node, dim))
+        shapes.append(dynamic or None)
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    for node, value in zip(placeholders, values):
+        if isinstance(value, torch.Tensor):
+            continue
+        if not isinstance(value, torch.SymInt) or value.node.expr not in dims:
+            raise KilnError(Status.UNSUPPORTED,
+                            f"the graph input {node.name} ({value!r}) is not the "
+                            f"size of a tensor input")
+        tensor, dim = dims[value.node.expr]
+        with graph.inserting_before(first):
+            size = graph.call_function(torch.ops.aten.sym_size.int, (tensor, dim))
+        node.replace_all_uses_with(size)
+        graph.erase_node(node)
+    graph.lint()
+    module.recompile()
+    return module, positions, tuple(shapes)
+
+
+def _outside_dynamo() -> Any:
+    """A context in which torch.export runs as if called by the user: not
+    inside the tracing context of the Dynamo frame being compiled, whose
+    shape environment and guards the export would otherwise extend with its
+    own symbols (guards Dynamo then fails on the frame it compiled)."""
+    import contextlib
+
+    import torch._guards as guards
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(guards.tracing(None))
+    if hasattr(guards, "compile_context"):
+        stack.enter_context(guards.compile_context(None))
+    return stack
+
+
+def _taking(compiled: Callable, positions: List[int], count: int) -> Callable:
+    """`compiled`, which takes the tensor inputs at `positions`, as a
+    callable taking all `count` inputs of Dynamo's graph."""
+    if positions == list(range(count)):
+        return compiled
+    if getattr(compiled, "_boxed_call", False):
+        def boxed(args: List[Any]) -> Any:
+            tensors = [args[i] for i in positions]
+            args.clear()
+            return compiled(tensors)
+
+        boxed._boxed_call = True  # type: ignore[attr-defined]
+        return boxed
+
+    def call(*args: Any) -> Any:
+        return compiled(*[args[i] for i in positions])
+
+    return call
+
+
 def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     """The ``torch.compile`` backend (``backend="kiln"``). Options, as
     ``options={"kiln": {...}, ...}`` or keyword arguments: ``padded_rows``
-    ("exact" or "free"); every other option goes to Inductor."""
+    ("exact" or "free"); every other option goes to Inductor. Graphs with
+    dynamic sizes (``dynamic=True``, ``mark_dynamic``) are exported with
+    those sizes symbolic, so new lengths reuse the same sites and code."""
     import torch
 
     options = dict(kwargs.get("options") or {})
@@ -372,58 +549,64 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     if "padded_rows" in kwargs:
         kiln_options["padded_rows"] = kwargs["padded_rows"]
     entry: Dict[str, Any] = {"key": None, "report": None, "rewritten": [],
-                             "skipped": {}, "fallback": None}
+                             "skipped": {}, "fallback": None, "dynamic": False}
     reports.append(entry)
-    if any(not isinstance(x, torch.Tensor) for x in example_inputs):
-        entry["fallback"] = "the graph takes symbolic sizes (dynamic shapes)"
+
+    def fallback(reason: str) -> Callable:
+        entry["fallback"] = reason
+        entry["rewritten"] = []
         return _inductor(gm, example_inputs, options)
+
     if torch.is_grad_enabled() and any(
             x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
-        entry["fallback"] = ("the graph needs gradients: Kiln's sites run "
-                             "forward only")
-        return _inductor(gm, example_inputs, options)
+        return fallback("the graph needs gradients: Kiln's sites run forward only")
     try:
-        with warnings.catch_warnings():
+        source, positions, dynamic_shapes = _sizes_from_tensors(gm, example_inputs)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        return fallback(f"cannot export the graph's inputs: {error}")
+    tensors = [example_inputs[i] for i in positions]
+    dynamic = any(shape for shape in dynamic_shapes)
+    entry["dynamic"] = dynamic
+    try:
+        # Copies: exporting with dynamic sizes marks its inputs' dimensions
+        # dynamic, which would fail the guards Dynamo made on the real ones.
+        copies = tuple(t.detach().clone() for t in tensors)
+        with warnings.catch_warnings(), _outside_dynamo():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(gm, tuple(example_inputs), dynamo=True,
-                                        verbose=False)
+            program = torch.onnx.export(
+                source, copies, dynamo=True, verbose=False,
+                dynamic_shapes=dynamic_shapes if dynamic else None)
         exported = program.exported_program
         module = _graph_of(exported)
-        key = _graph_key(module, example_inputs)
+        key = _graph_key(module, [
+            node.meta.get("example_value") for node in gm.graph.nodes
+            if node.op == "placeholder"] if dynamic else example_inputs)
         entry["key"] = key
         report = _report_for(key, program, kiln_options, module)
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
-        entry["fallback"] = f"export to ONNX failed: {type(error).__name__}: {error}"
-        return _inductor(gm, example_inputs, options)
+        return fallback(f"export to ONNX failed: {type(error).__name__}: {error}")
     if report is None:
-        entry["fallback"] = ("no kilnc here and no cached report: the graph is "
-                             "kept for `python3 -m kiln.dynamo --compile-pending`")
-        return _inductor(gm, example_inputs, options)
+        return fallback("no kilnc here and no cached report: the graph is kept "
+                        "for `python3 -m kiln.dynamo --compile-pending`")
     entry["report"] = report
     try:
         rewritten = bool(report["sites"]) and _rewrite(module, report, entry)
     except Exception as error:  # noqa: BLE001 (never break the model)
-        entry["fallback"] = f"rewrite failed: {type(error).__name__}: {error}"
-        entry["rewritten"] = []
-        return _inductor(gm, example_inputs, options)
+        return fallback(f"rewrite failed: {type(error).__name__}: {error}")
     if not rewritten:
-        entry["fallback"] = entry["fallback"] or "no site rewritten"
-        return _inductor(gm, example_inputs, options)
+        return fallback(entry["fallback"] or "no site rewritten")
     try:
         module = _bind_lifted(module, exported)
     except Exception as error:  # noqa: BLE001 (never break the model)
-        entry["fallback"] = f"cannot bind the graph's constants: {error}"
-        entry["rewritten"] = []
-        return _inductor(gm, example_inputs, options)
+        return fallback(f"cannot bind the graph's constants: {error}")
     if os.environ.get("KILN_VERIFY", "") not in ("", "0"):
-        _compare(gm, module, example_inputs, entry)
+        _compare(gm, example_inputs, module, tensors, entry)
     try:
-        return _inductor(module, example_inputs, options)
+        compiled = _inductor(module, tensors, options)
     except Exception as error:  # noqa: BLE001 (never break the model)
-        entry["fallback"] = (f"Inductor failed on the rewritten graph: "
-                             f"{type(error).__name__}: {str(error)[:500]}")
-        entry["rewritten"] = []
-        return _inductor(gm, example_inputs, options)
+        return fallback(f"Inductor failed on the rewritten graph: "
+                        f"{type(error).__name__}: {str(error)[:500]}")
+    return _taking(compiled, positions, len(example_inputs))
 
 
 def optimize(model: Any, *example_inputs: Any, **options: Any) -> Callable:

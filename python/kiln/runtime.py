@@ -698,6 +698,9 @@ class Site:
         args.num_splits = int(num_splits)
         if not self.split_kv or num_splits == 1 or shape[0] == 0:
             return
+        keep = workspace is not TRANSIENT_WORKSPACE
+        if not keep:
+            workspace = None
         if workspace is None:
             batch, q_heads, kv_heads, q_len, max_kv_len, value_dim = shape
             # The size query walks every smaller launch: remember its answer
@@ -714,7 +717,8 @@ class Site:
             # A forced split count needs its own partial results and
             # statistics (f32) for every row.
             forced = num_splits * batch * q_heads * q_len * (value_dim + 2) * 4
-            workspace = self._package._workspace(stream, max(needed, forced))
+            workspace = self._package._workspace(stream, max(needed, forced),
+                                                 keep)
         args.workspace = workspace.data_ptr() if workspace is not None else None
         args.workspace_bytes = (
             workspace.numel() * workspace.element_size()
@@ -1058,6 +1062,14 @@ class _Stream:
             return torch.cuda.is_current_stream_capturing()
 
 
+#: A launch's `workspace` argument asking for one of its own, taken from the
+#: caching allocator on the launch's stream and freed when the call returns
+#: (the stream's next allocations reuse it in stream order). PyTorch's custom
+#: ops pass it: under Inductor's CUDA-graph trees a workspace the package
+#: kept would outlive the warm-up run in the graphs' memory pool, where every
+#: live tensor must be an output.
+TRANSIENT_WORKSPACE = object()
+
 # Streams whose split-KV workspace a package keeps (the oldest goes first).
 _STREAM_WORKSPACES = 64
 
@@ -1065,7 +1077,7 @@ _STREAM_WORKSPACES = 64
 class Package:
     """An open Kiln package (a directory with manifest.json and PTX files)."""
 
-    def _workspace(self, stream: _Stream, nbytes: int) -> Any:
+    def _workspace(self, stream: _Stream, nbytes: int, keep: bool = True) -> Any:
         """A split-KV workspace of at least `nbytes` for a launch on `stream`
         (None when no bytes are needed). Launches that may overlap never
         share one: each stream has its own, which only launches ordered on
@@ -1073,12 +1085,13 @@ class Package:
         the caching allocator, so no other stream gets its memory while a
         launch may still read it. Under CUDA-graph capture each launch takes
         a new one from the graph's pool, which the graph keeps for its
-        replays."""
+        replays. Without `keep` (TRANSIENT_WORKSPACE: PyTorch's custom ops)
+        each launch takes a new one that is freed when the call returns."""
         import torch
 
         if nbytes <= 0:
             return None
-        if stream.capturing():
+        if not keep or stream.capturing():
             return stream.empty(nbytes, torch.uint8)
         key = (stream.device, stream.handle)
         cache = self.__dict__.setdefault("_workspaces", {})

@@ -13,22 +13,30 @@ them like any op. A site is named by a small integer handle:
                                    kops.handle(site), 0)
 
 The ops allocate their output (as ``Site.attention`` does, contiguous) and
-never synchronise. For CUDA graphs pass ``workspace`` (a uint8 CUDA tensor of
-``site.workspace_size(...)`` bytes) or launch once before capturing, so that
-no split-KV workspace is allocated during capture. Needs torch 2.4 or later
+never synchronise. A split-KV launch without a ``workspace`` (a uint8 CUDA
+tensor of ``site.workspace_size(...)`` bytes) takes one of its own from the
+caching allocator, freed when the op returns, so that nothing the op
+allocated outlives it (CUDA graphs, and Inductor's CUDA-graph trees, capture
+it like any temporary). Needs torch 2.4 or later
 (``torch.library.custom_op``).
 """
 
 import threading
 from typing import Any, List, Optional
 
-from .runtime import KilnError, Package, Site, Status
+from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
 __all__ = ["attention", "handle", "paged_attention", "register"]
 
 _lock = threading.Lock()
 _sites: List[Site] = []
 _defined = False
+
+
+def _own(workspace: Any) -> Any:
+    """The ops' workspace: the caller's, else one of the call's own (see
+    runtime.TRANSIENT_WORKSPACE), never one the package keeps."""
+    return TRANSIENT_WORKSPACE if workspace is None else workspace
 
 
 def _define() -> None:
@@ -61,7 +69,7 @@ def _define() -> None:
             num_splits: int,
         ) -> Tensor:
             return _site(site).attention(
-                q, k, v, mask=mask, bias=bias, workspace=workspace,
+                q, k, v, mask=mask, bias=bias, workspace=_own(workspace),
                 num_splits=num_splits,
             )
 
@@ -85,7 +93,7 @@ def _define() -> None:
         ) -> Tensor:
             return _site(site).paged_attention(
                 q, key_cache, value_cache, page_table, kv_lens,
-                workspace=workspace, num_splits=num_splits,
+                workspace=_own(workspace), num_splits=num_splits,
                 total_kv_len=total_kv_len,
             )
 

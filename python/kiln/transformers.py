@@ -14,8 +14,10 @@ specialisation, so later processes load it without ``kilnc``. Masks arrive as
 the model builds them: none with causal attention (Kiln's bottom-right
 aligned causal, so decoding one token sees the whole cache), or a boolean
 ``[B, 1|H, Sq, Sk]`` mask (causal, sliding window and padding already in it).
-Calls Kiln cannot serve (a head dim without a kernel, softcapping, dropout
-while training, a dtype other than f16/bf16/f32) run PyTorch SDPA instead,
+Soft-capping (Gemma 2) runs on Kiln's `softcap`; a sliding window whose
+mask is exactly causal with the window (no padding) on Kiln's `window`.
+Calls Kiln cannot serve (a head dim without a kernel, dropout while
+training, a dtype other than f16/bf16/f32) run PyTorch SDPA instead,
 counted in ``fallbacks``; over a ``PagedKVCache`` (left-padded batches and
 sliding windows included, see its docstring) they raise, as SDPA cannot read
 its pages.
@@ -65,15 +67,20 @@ def cache_directory() -> Path:
 
 
 def _source(dtype: str, head_dim: int, value_dim: int, kind: str,
-            scale: float) -> str:
+            scale: float, window: Optional[int] = None,
+            softcap: Optional[float] = None) -> str:
     q = f"tensor<?x?x?x{head_dim}x{dtype}>"
     v = f"tensor<?x?x?x{value_dim}x{dtype}>"
     mask_arg = ", %m: tensor<?x?x?x?xi1>" if kind == "mask" else ""
     mask_use = " mask(%m : tensor<?x?x?x?xi1>)" if kind == "mask" else ""
     causal = "causal, " if kind == "causal" else ""
+    # Without a window or softcap the text (and so the cache digest) is what
+    # it was before they existed: packages compiled then stay valid.
+    extra = "" if softcap is None else f", softcap = {float(softcap)!r} : f32"
+    extra += "" if window is None else f", window = {int(window)} : i64"
     return (f"func.func @attention(%q: {q}, %k: {q}, %v: {v}{mask_arg}) -> {v} {{\n"
             f"  %o = kiln.attention %q, %k, %v{mask_use} {{{causal}scale = "
-            f"{scale!r} : f32}} : {q}, {q}, {v} -> {v}\n"
+            f"{scale!r} : f32{extra}}} : {q}, {q}, {v} -> {v}\n"
             f"  return %o : {v}\n}}\n")
 
 
@@ -132,11 +139,40 @@ def _site_text(dtype: str, head_dim: int, value_dim: int, kind: str,
         window = int(paged[2]) if paged[2] else None
         return _paged_source(dtype, head_dim, value_dim, int(paged[1]), scale,
                              window)
-    if kind in ("causal", "mask", "none"):
-        return _source(dtype, head_dim, value_dim, kind, scale)
+    dense = _DENSE_KIND.fullmatch(kind)
+    if dense:
+        window = int(dense[2]) if dense[2] else None
+        softcap = float(dense[3]) if dense[3] else None
+        return _source(dtype, head_dim, value_dim, dense[1], scale, window, softcap)
     raise KilnError(Status.INVALID_ARGUMENT,
-                    f"unknown site kind {kind!r} (causal, mask, none, "
-                    f"pagedN or pagedN_windowW)")
+                    f"unknown site kind {kind!r} (causal, mask, none, each "
+                    f"with _softcapC; causal_windowW; pagedN or "
+                    f"pagedN_windowW)")
+
+
+#: Dense kinds: causal, mask or none; a causal one may take a sliding
+#: window (Kiln's `window`), any a soft-cap (Kiln's `softcap`).
+_DENSE_KIND = re.compile(r"(causal|mask|none)(?:(?<=causal)_window([0-9]+))?"
+                         r"(?:_softcap([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?))?")
+
+
+def _dense_kind(base: str, window: Optional[int] = None,
+                softcap: Optional[float] = None) -> str:
+    """The site kind of dense attention: `base` (causal, mask, none) with
+    Kiln's sliding `window` (causal only) and `softcap`."""
+    kind = base
+    if window is not None:
+        if base != "causal" or window <= 0:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"a sliding window needs causal attention and a "
+                            f"positive size, got {base} and {window}")
+        kind += f"_window{int(window)}"
+    if softcap is not None:
+        if not softcap > 0:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"a soft-cap must be positive, got {softcap}")
+        kind += f"_softcap{float(softcap)!r}"
+    return kind
 
 
 def _is_current(directory: Path, stamp: Optional[str]) -> bool:
@@ -298,8 +334,6 @@ def attention_forward(module, query, key, value, attention_mask,
     reason = None
     if dtype is None:
         reason = f"dtype {query.dtype}"
-    elif kwargs.get("softcap"):
-        reason = "softcapping"
     elif dropout and module.training:
         reason = "dropout while training"
     elif not query.is_cuda:
@@ -321,13 +355,20 @@ def attention_forward(module, query, key, value, attention_mask,
     if paged is not None:
         window = _sliding_window(module, kwargs)
         return paged.attend(query, scale, attention_mask, window), None
+    softcap = kwargs.get("softcap")
+    softcap = float(softcap) if softcap else None
     mask = _boolean_mask(attention_mask)
     if mask is not None:
-        kind = "mask"
+        kind = _dense_kind("mask", softcap=softcap)
     else:
         causal = is_causal if is_causal is not None else getattr(
             module, "is_causal", True)
-        kind = "causal" if causal else "none"
+        # No mask on a layer with a sliding window: either the keys are
+        # fewer than the window, or Kiln's mask function (_mask) found the
+        # mask to be exactly causal with that window, bottom-right aligned;
+        # Kiln's `window` then skips the tiles outside it.
+        window = _sliding_window(module, kwargs) if causal else None
+        kind = _dense_kind("causal" if causal else "none", window, softcap)
     index = _site_handle(dtype, head_dim, value_dim, kind, scale)
     if index < 0:
         error = _site_errors[(dtype, head_dim, value_dim, kind, scale)]
@@ -356,15 +397,40 @@ def _site_handle(dtype: str, head_dim: int, value_dim: int, kind: str,
         return -1
 
 
+def _mask(*args: Any, **kwargs: Any) -> Any:
+    """SDPA's mask function (boolean masks, None where causal attention
+    needs none), which also leaves out a sliding-window mask that is
+    exactly causal with its window and aligned with the last key (no
+    padding, the keys all the sequence's): Kiln's `window` then serves
+    it, skipping the tiles outside the window instead of reading a mask.
+    Checked on the device when not tracing (transformers' own SDPA mask
+    checks its padding there too); under torch.compile the mask is kept."""
+    from transformers.masking_utils import sdpa_mask
+
+    mask = sdpa_mask(*args, **kwargs)
+    window = kwargs.get("local_size")
+    if (mask is None or not window or mask.dtype != torch.bool
+            or torch.compiler.is_compiling()):
+        return mask
+    padding = kwargs.get("attention_mask")
+    if padding is not None and not bool(padding.all()):
+        return mask  # padded: a PagedKVCache reads its pads from the mask
+    queries, keys = mask.shape[-2], mask.shape[-1]
+    rows = torch.arange(queries, device=mask.device)[:, None] + (keys - queries)
+    columns = torch.arange(keys, device=mask.device)[None, :]
+    exact = (columns <= rows) & (rows - columns < int(window))
+    return None if bool((mask == exact).all()) else mask
+
+
 def register(name: str = "kiln") -> None:
     """Registers the backend with transformers as `name`."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(name, attention_forward)
     try:
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers.masking_utils import AttentionMaskInterface
 
-        AttentionMaskInterface.register(name, sdpa_mask)
+        AttentionMaskInterface.register(name, _mask)
     except ImportError:  # older transformers build SDPA masks for any name
         pass
 
@@ -652,12 +718,10 @@ def _paged_cache_class():
                         "PagedKVCache holds left-padded sequences but this step "
                         "has no attention mask: pass the batch's attention_mask "
                         "at every step")
-                if window is not None and start + new - 1 >= window:
-                    raise KilnError(
-                        Status.UNSUPPORTED,
-                        f"this layer has a sliding window of {window}, which "
-                        f"hides keys at {start + new} tokens, but transformers "
-                        f"gave no mask (plain causal attention)")
+                # With a window, no mask is causal with that window: what
+                # transformers leaves out when the window hides nothing, and
+                # what Kiln's mask function (_mask) leaves out once it has
+                # checked the mask is exactly that.
                 return
             mask = self._mask_view(start, new, mask)
             device = mask.device

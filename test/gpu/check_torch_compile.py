@@ -10,7 +10,7 @@ from the graph Dynamo captures; ``kiln.dynamo.reports`` says which it
 rewrote), and ``torch.compile`` default (Inductor's own attention patterns,
 counted by its ``fuse_attention`` counter). Passes when Kiln rewrote every
 site the module has and its output is within 2e-2 (relative, Frobenius)
-of eager in bf16. With --time: forward times of the three, CUDA events.
+of the module's float64 output (eager bf16's own error is printed beside). With --time: forward times of the three, CUDA events.
 
 Without kilnc on the machine, graphs whose reports are not in $KILN_CACHE
 run on Inductor alone and are kept for `python3 -m kiln.dynamo
@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -70,7 +71,8 @@ class Heads(nn.Module):
 
 
 class CausalTril(Heads):
-    """GPT-2 style: a tril buffer, masked_fill with finfo.min, f32 softmax."""
+    """GPT-2 style: a tril buffer sliced to the length, torch.where with
+    finfo.min, f32 softmax."""
 
     def __init__(self, hidden: int, heads: int, max_len: int):
         super().__init__(hidden, heads)
@@ -80,9 +82,146 @@ class CausalTril(Heads):
         q, k, v = self.qkv(x)
         s = q.shape[2]
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(~self.tril[:s, :s], MIN)
+        scores = torch.where(self.tril[:s, :s], scores,
+                             torch.full([], MIN, dtype=scores.dtype, device=scores.device))
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
         return self.merge(torch.matmul(probs, v))
+
+
+class BertMaskedFill(Heads):
+    """BERT-style padding through masked_fill of -inf where a 0/1
+    attention_mask is 0."""
+
+    def forward(self, x, attention_mask):
+        q, k, v = self.qkv(x)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(attention_mask[:, None, None, :] == 0, float("-inf"))
+        return self.merge(torch.matmul(scores.softmax(dim=-1), v))
+
+
+class T5RelativeBias(Heads):
+    """T5 style: no scaling, a learned relative-position bias from bucketed
+    distances (bidirectional buckets, log-spaced far away) added to the
+    scores, plus an additive padding mask."""
+
+    def __init__(self, hidden: int, heads: int, buckets: int = 32, max_distance: int = 128):
+        super().__init__(hidden, heads)
+        self.buckets, self.max_distance = buckets, max_distance
+        self.relative = nn.Embedding(buckets, heads)
+
+    def bucket(self, relative: torch.Tensor) -> torch.Tensor:
+        half = self.buckets // 2
+        out = (relative > 0).long() * half
+        distance = relative.abs()
+        exact = half // 2
+        far = exact + (torch.log(distance.float().clamp(min=1) / exact)
+                       / math.log(self.max_distance / exact) * (half - exact)).long()
+        far = torch.minimum(far, torch.full_like(far, half - 1))
+        return out + torch.where(distance < exact, distance, far)
+
+    def forward(self, x, attention_mask):
+        q, k, v = self.qkv(x)
+        s = q.shape[2]
+        positions = torch.arange(s, device=x.device)
+        buckets = self.bucket(positions[None, :] - positions[:, None])
+        bias = self.relative(buckets).permute(2, 0, 1)[None]  # [1, H, S, S]
+        extended = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * MIN
+        scores = torch.matmul(q, k.transpose(3, 2)) + (bias + extended)
+        probs = F.softmax(scores.float(), dim=-1).type_as(scores)
+        return self.merge(torch.matmul(probs, v))
+
+
+class AlibiBaddbmm(Heads):
+    """ALiBi through baddbmm on [B·H, S, D] operands (BLOOM's form), a
+    boolean causal mask filled with finfo.min, f32 softmax, bmm with the
+    values. The bias is the slope times the distance to the query (the
+    paper's form, -m·(i - j)): BLOOM's slope times the key's position
+    gives the same softmax in exact arithmetic, but in bf16 scores of
+    hundreds lose whole units near the diagonal (eager bf16 itself is then
+    0.35 off its float64 output at 1k tokens), which measures nothing."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        slopes = torch.tensor([2 ** (-8 * (h + 1) / heads) for h in range(heads)])
+        self.register_buffer("slopes", slopes)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        b, h, s, d = q.shape
+        positions = torch.arange(s, device=x.device, dtype=torch.float32)
+        distance = positions[None, :] - positions[:, None]  # j - i
+        alibi = (self.slopes[:, None, None] * distance[None]).to(x.dtype)
+        alibi = alibi[None].expand(b, h, s, s).reshape(b * h, s, s)
+        scores = torch.baddbmm(alibi, q.reshape(b * h, s, d),
+                               k.reshape(b * h, s, d).transpose(1, 2),
+                               beta=1.0, alpha=d ** -0.5)
+        hidden = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.view(b, h, s, s).masked_fill(hidden, MIN)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
+        out = torch.bmm(probs.view(b * h, s, s), v.reshape(b * h, s, d))
+        return self.merge(out.view(b, h, s, d))
+
+
+class SoftcapWindow(Heads):
+    """Gemma 2 style written out: scores soft-capped as c·tanh(s/c), then a
+    causal sliding window from index comparisons through torch.where."""
+
+    def __init__(self, hidden: int, heads: int, window: int, cap: float = 50.0):
+        super().__init__(hidden, heads)
+        self.window, self.cap = window, cap
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = q.shape[2]
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        scores = torch.tanh(scores / self.cap) * self.cap
+        rows = torch.arange(s, device=x.device)
+        distance = rows[:, None] - rows[None, :]
+        visible = (distance >= 0) & (distance < self.window)
+        scores = torch.where(visible, scores, torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
+        return self.merge(torch.matmul(probs, v))
+
+
+class FusedQkv(nn.Module):
+    """One Linear for Q, K and V, split with chunk (or split), heads by
+    view + permute, causal through a boolean tril from torch.ones."""
+
+    def __init__(self, hidden: int, heads: int, use_split: bool = False):
+        super().__init__()
+        self.heads, self.head_dim, self.use_split = heads, hidden // heads, use_split
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=True)
+        self.o = nn.Linear(hidden, hidden, bias=True)
+
+    def forward(self, x):
+        b, s, hidden = x.shape
+        fused = self.qkv(x)
+        parts = fused.split(hidden, dim=2) if self.use_split else fused.chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, self.head_dim).permute(0, 2, 1, 3) for t in parts)
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(self.head_dim))
+        keep = torch.ones(s, s, device=x.device, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+        out = scores.softmax(dim=-1) @ v
+        return self.o(out.permute(0, 2, 1, 3).reshape(b, s, hidden))
+
+
+class GqaExpand(Heads):
+    """Hugging Face's repeat_kv: K and V expanded over a new group axis and
+    reshaped to the query heads; an additive padding mask, no causality."""
+
+    def forward(self, x, attention_mask):
+        q, k, v = self.qkv(x)
+        b, kv_heads, s, d = k.shape
+        group = self.heads // kv_heads
+
+        def repeat(t):
+            t = t[:, :, None, :, :].expand(b, kv_heads, group, s, t.shape[-1])
+            return t.reshape(b, kv_heads * group, s, t.shape[-1])
+
+        extended = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * MIN
+        scores = torch.matmul(q, repeat(k).transpose(2, 3)) * self.head_dim ** -0.5 + extended
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
+        return self.merge(torch.matmul(probs, repeat(v)))
 
 
 class BertPadding(Heads):
@@ -161,10 +300,24 @@ def zoo(batch: int, seq: int) -> List[Case]:
     return [
         ("causal-tril", CausalTril(hidden, heads, seq), tokens, 1),
         ("bert-padding", BertPadding(hidden, heads), padded, 1),
+        ("bert-masked-fill", BertMaskedFill(hidden, heads), padded, 1),
+        ("t5-relative-bias", T5RelativeBias(hidden, heads), padded, 1),
+        ("alibi-baddbmm", AlibiBaddbmm(hidden, heads), tokens, 1),
+        ("softcap-window", SoftcapWindow(hidden, heads, window=max(seq // 4, 64)), tokens, 1),
+        ("fused-qkv-chunk", FusedQkv(hidden, heads), tokens, 1),
+        ("fused-qkv-split", FusedQkv(hidden, heads, use_split=True), tokens, 1),
         ("gqa-repeat-interleave", GqaRepeat(hidden, heads, kv_heads=4), tokens, 1),
+        ("gqa-expand", GqaExpand(hidden, heads, kv_heads=4), padded, 1),
         ("cross-attention", CrossAttention(hidden, heads), cross, 1),
         ("latent-values", LatentValues(hidden, heads, head_dim=96, value_dim=64), tokens, 1),
     ]
+
+
+#: The names of the hand-written modules, in zoo order.
+NAMES = [
+    "causal-tril", "bert-padding", "bert-masked-fill", "t5-relative-bias",
+    "alibi-baddbmm", "softcap-window", "fused-qkv-chunk", "fused-qkv-split",
+    "gqa-repeat-interleave", "gqa-expand", "cross-attention", "latent-values"]
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -185,8 +338,18 @@ def time_ms(fn: Callable[[], Any], repeat: int = 20) -> float:
     return start.elapsed_time(end) / repeat
 
 
+def reference(module: nn.Module, inputs: Tuple[Any, ...]) -> torch.Tensor:
+    """The module's output in float64 (weights and floating inputs): what
+    both eager bf16 and Kiln are measured against."""
+    import copy
+
+    wide = copy.deepcopy(module).double()
+    return wide(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                  else x for x in inputs])
+
+
 def run_case(name: str, module: nn.Module, make: Callable, sites: int,
-             timing: bool) -> Dict[str, Any]:
+             timing: bool, inductor_too: bool = True) -> Dict[str, Any]:
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
@@ -195,6 +358,7 @@ def run_case(name: str, module: nn.Module, make: Callable, sites: int,
     row: Dict[str, Any] = {"model": name, "sites": sites}
     with torch.no_grad():
         want = module(*inputs)
+        exact = reference(module, inputs)
         torch._dynamo.reset()
         start = len(kiln.dynamo.reports)
         compiled = torch.compile(module, backend="kiln")
@@ -205,13 +369,18 @@ def run_case(name: str, module: nn.Module, make: Callable, sites: int,
         reasons = [e["fallback"] for e in entries if e["fallback"]]
         reasons += [r for e in entries for r in e["skipped"].values()]
         unfused = [u["reason"] for e in entries if e["report"] for u in e["report"]["unfused"]]
-        error = relative_error(got, want)
-        torch._dynamo.reset()
-        counters.clear()
-        inductor = torch.compile(module)
-        inductor(*inputs)
-        sdpa = int(counters["inductor"].get("fuse_attention", 0))
+        error = relative_error(got, exact)
+        eager_error = relative_error(want, exact)
+        sdpa = None
+        if inductor_too or timing:
+            torch._dynamo.reset()
+            counters.clear()
+            inductor = torch.compile(module)
+            inductor(*inputs)
+            sdpa = int(counters["inductor"].get("fuse_attention", 0))
         row.update(fused=fused, rewritten=rewritten, rel_err=error,
+                   eager_rel_err=eager_error,
+                   kiln_vs_eager=relative_error(got, want),
                    inductor_sdpa=sdpa, reasons=reasons, unfused=unfused)
         row["ok"] = rewritten == sites and error < 2e-2
         if timing:
@@ -221,19 +390,61 @@ def run_case(name: str, module: nn.Module, make: Callable, sites: int,
     return row
 
 
+def run_dynamic(name: str, module: nn.Module, makes: List[Callable],
+                sites: int) -> Dict[str, Any]:
+    """torch.compile(backend="kiln", dynamic=True) on inputs of several
+    lengths: one graph compiled for all of them (Kiln's sites and the
+    rewrite reused), every output within bf16 tolerance of eager."""
+    torch.manual_seed(0)
+    module = module.to(DEVICE, DTYPE).eval()
+    row: Dict[str, Any] = {"model": f"{name} (dynamic)", "sites": sites}
+    with torch.no_grad():
+        torch._dynamo.reset()
+        start = len(kiln.dynamo.reports)
+        compiled = torch.compile(module, backend="kiln", dynamic=True)
+        errors, graphs = [], []
+        for make in makes:
+            inputs = make()
+            errors.append(relative_error(compiled(*inputs), reference(module, inputs)))
+            graphs.append(len(kiln.dynamo.reports) - start)
+        entries = kiln.dynamo.reports[start:]
+    rewritten = sum(len(e["rewritten"]) for e in entries)
+    reasons = [e["fallback"] for e in entries if e["fallback"]]
+    reasons += [r for e in entries for r in e["skipped"].values()]
+    row.update(fused=sum(len(e["report"]["sites"]) for e in entries if e["report"]),
+               rewritten=rewritten, rel_err=max(errors), errors=errors,
+               graphs=graphs, dynamic=[e["dynamic"] for e in entries],
+               reasons=reasons, unfused=[], inductor_sdpa=None)
+    # One Kiln graph for every length: the later lengths compiled nothing.
+    row["ok"] = (rewritten == sites and max(errors) < 2e-2
+                 and graphs[-1] == graphs[0] and all(row["dynamic"]))
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
     parser.add_argument("--time", action="store_true")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=1000)
+    parser.add_argument("--no-inductor", action="store_true",
+                        help="skip torch.compile default (its SDPA count)")
+    parser.add_argument("--only", help="comma-separated module names")
+    parser.add_argument("--dynamic", default="causal-tril,bert-padding,alibi-baddbmm,"
+                        "gqa-expand,latent-values,cross-attention",
+                        help="modules also run under dynamic=True at three lengths")
     options = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cache "
           f"{kiln.transformers.cache_directory()}", flush=True)
     rows = []
+    only = set(options.only.split(",")) if options.only else None
     for name, module, make, sites in zoo(options.batch, options.seq):
+        if only and name not in only:
+            continue
+        began = time.perf_counter()
         try:
-            row = run_case(name, module, make, sites, options.time)
+            row = run_case(name, module, make, sites, options.time,
+                           not options.no_inductor)
         except Exception as error:  # noqa: BLE001
             row = {"model": name, "ok": False, "error": f"{type(error).__name__}: {error}"[:2000]}
         rows.append(row)
@@ -243,10 +454,31 @@ def main() -> int:
                      f"kiln {row['kiln_ms']:.3f} ({row['inductor_ms'] / row['kiln_ms']:.2f}x)")
         detail = row.get("error") or (
             f"sites {row['sites']} fused {row['fused']} rewritten {row['rewritten']} "
-            f"rel_err {row['rel_err']:.2e} inductor_sdpa {row['inductor_sdpa']}"
+            f"rel_err {row['rel_err']:.2e} (eager bf16 {row['eager_rel_err']:.2e}) "
+            f"inductor_sdpa {row['inductor_sdpa']}"
             + (f" reasons {row['reasons']}" if row["reasons"] else "")
             + (f" unfused {row['unfused']}" if row["unfused"] else ""))
-        print(f"{name}: {'PASS' if row['ok'] else 'FAIL'} {detail}{times}", flush=True)
+        row["wall_s"] = time.perf_counter() - began
+        print(f"{name}: {'PASS' if row['ok'] else 'FAIL'} {detail}{times} "
+              f"[{row['wall_s']:.0f} s]", flush=True)
+    lengths = [options.seq, options.seq - 37, options.seq + 129]
+    for name in filter(None, options.dynamic.split(",")):
+        began = time.perf_counter()
+        cases = [{c[0]: c for c in zoo(options.batch, n)}[name] for n in lengths]
+        _, module, _, sites = {c[0]: c for c in zoo(options.batch, max(lengths))}[name]
+        try:
+            row = run_dynamic(name, module, [case[2] for case in cases], sites)
+        except Exception as error:  # noqa: BLE001
+            row = {"model": f"{name} (dynamic)", "ok": False,
+                   "error": f"{type(error).__name__}: {error}"[:2000]}
+        rows.append(row)
+        detail = row.get("error") or (
+            f"lengths {lengths} rewritten {row['rewritten']} of {row['sites']} "
+            f"errors {[f'{e:.1e}' for e in row['errors']]} graphs after each "
+            f"length {row['graphs']} dynamic {row['dynamic']}"
+            + (f" reasons {row['reasons']}" if row["reasons"] else ""))
+        print(f"{row['model']}: {'PASS' if row['ok'] else 'FAIL'} {detail} "
+              f"[{time.perf_counter() - began:.0f} s]", flush=True)
     if options.out:
         Path(options.out).write_text(json.dumps(rows, indent=1))
     failed = sum(not row["ok"] for row in rows)

@@ -13,7 +13,11 @@ padding). Llama in f32: 32 greedy tokens from `generate` must equal eager's.
 Sliding windows, active: Mistral (every layer), Qwen2 (layer 1 of 2 through
 `use_sliding_window` / `max_window_layers`) and Gemma 3 (head dim 256, layer 0
 of 2 through `layer_types`), window 32 over 100 tokens, padded and unpadded.
-Kiln sees the window only through the boolean mask transformers builds; so
+Gemma 2 (soft-capping on Kiln's `softcap`, layer 0 of 2 sliding) likewise.
+The padded batch's window reaches Kiln through the boolean mask transformers
+builds; the unpadded one's on Kiln's `window` attribute (Kiln's mask
+function leaves out a mask that is exactly causal with the window), which
+the check asserts was used; so
 besides the logits, the output of the first sliding layer's attention must
 match eager's within 2e-2 and differ from that of the same weights with the
 window out of reach by more than 0.1 (else the check could not tell a kernel
@@ -48,7 +52,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM,  # noqa: E402
-                          BertConfig, GemmaConfig, GPT2Config, LlamaConfig,
+                          BertConfig, GemmaConfig, Gemma2Config, GPT2Config, LlamaConfig,
                           MistralConfig, Qwen2Config)
 
 import kiln.transformers as kt  # noqa: E402
@@ -147,6 +151,12 @@ def sliding_configs():
                                            sliding_window=w, max_window_layers=1)
                                for w in (WINDOW, WIDE)),
         "gemma3 d256": lambda: (gemma3(WINDOW), gemma3(WIDE)),
+        # Gemma 2: soft-capped scores (Kiln's softcap), sliding layers first.
+        "gemma2 softcap": lambda: tuple(
+            Gemma2Config(**COMMON, head_dim=64, sliding_window=w,
+                         attn_logit_softcapping=50.0,
+                         layer_types=["sliding_attention", "full_attention"])
+            for w in (WINDOW, WIDE)),
     }
 
 
@@ -174,6 +184,12 @@ def check_sliding_window(name, build, length=100):
     eager's and against that of the same weights without the window."""
     config, wide_config = build()
     before = dict(kt.fallbacks)
+    kinds = []  # the site kinds the calls ask for
+    site_for = kt.site_for
+
+    def spy(dtype, head_dim, value_dim, kind, scale):
+        kinds.append(kind)
+        return site_for(dtype, head_dim, value_dim, kind, scale)
     eager, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
     assert eager.config.sliding_window == WINDOW < length, (
         f"{name}: the model's sliding_window is {eager.config.sliding_window}")
@@ -190,7 +206,11 @@ def check_sliding_window(name, build, length=100):
     mask[1, :5] = 0
     logits, attention = {}, {}
     for key, model in (("eager", eager), ("kiln", kiln), ("wide", wide)):
-        padded, plain, output = run_with_attention(model, layer, ids, mask)
+        kt.site_for = spy
+        try:
+            padded, plain, output = run_with_attention(model, layer, ids, mask)
+        finally:
+            kt.site_for = site_for
         logits[key] = padded, plain
         attention[key] = output[WINDOW:]  # the positions the window cuts
 
@@ -207,6 +227,11 @@ def check_sliding_window(name, build, length=100):
           f"{layer}: logits rel err padded {rel_padded:.2e}, unpadded "
           f"{rel_plain:.2e}; attention rel err {rel_layer:.2e}, window's own "
           f"effect {window_effect:.2e}; fallbacks {fell_back or 'none'}")
+    # The unpadded batch's mask is exactly causal with the window: Kiln's
+    # mask function leaves it out and the layer runs on Kiln's `window`.
+    windowed = sorted({kind for kind in kinds if "_window" in kind})
+    print(f"  {name}: sites on Kiln's window: {windowed or 'none'}")
+    assert windowed, "no call ran on Kiln's window attribute"
     assert not fell_back, f"fell back to SDPA: {fell_back}"
     assert window_effect > 0.1, (
         f"the window changes eager's attention by only {window_effect:.2e}: "
@@ -225,6 +250,46 @@ def check_greedy():
     same = torch.equal(a, b)
     print(f"  llama f32: 32 greedy tokens identical: {same}")
     assert same
+
+
+def check_static_cache_compiled(batch=4, prompt=45, steps=6):
+    """transformers' compiled-decode recipe: Llama bf16 over a StaticCache,
+    the prompt run eagerly, then decode steps whose forward runs under
+    torch.compile(mode="reduce-overhead", fullgraph=True) (CUDA graphs),
+    Kiln's attention against eager's fed the same tokens: logits within
+    2e-2 at the prompt's last position and at every step."""
+    from transformers import StaticCache
+
+    config = LlamaConfig(**COMMON)
+    eager, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
+    ids = torch.randint(0, 1000, (batch, prompt), device="cuda")
+    length = prompt + steps + 3
+    logits = {}
+    for name, model in (("eager", eager), ("kiln", kiln)):
+        cache = StaticCache(config=model.config, max_cache_len=length)
+
+        def forward(input_ids, position_ids, model=model, cache=cache):
+            return model(input_ids=input_ids, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True).logits[:, -1].float()
+
+        torch._dynamo.reset()
+        decode = torch.compile(forward, mode="reduce-overhead", fullgraph=True)
+        out = []
+        with torch.no_grad():
+            positions = torch.arange(prompt, device="cuda").expand(batch, -1)
+            out.append(forward(ids, positions))
+            token = ids[:, -1:]  # the same tokens for both: eager's choice
+            for step in range(steps):
+                token = (logits["eager"][step].argmax(-1, keepdim=True)
+                         if name == "kiln" else out[-1].argmax(-1, keepdim=True))
+                position = torch.full((batch, 1), prompt + step, device="cuda")
+                torch.compiler.cudagraph_mark_step_begin()
+                out.append(decode(token, position).clone())
+        logits[name] = out
+    errors = [rel(a, b) for a, b in zip(logits["eager"], logits["kiln"])]
+    print(f"  llama bf16 StaticCache, compiled decode: logits rel err per step "
+          f"{[f'{e:.1e}' for e in errors]}")
+    assert max(errors) < 2e-2, errors
 
 
 def check_paged_cache():
@@ -413,6 +478,8 @@ def main() -> int:
         run(f"{name} sliding window {WINDOW} bf16 vs eager, no fallback",
             check_sliding_window, name, build)
     run("llama f32 greedy generation vs eager", check_greedy)
+    run("llama bf16 StaticCache, compiled decode (reduce-overhead) vs eager",
+        check_static_cache_compiled)
     run("llama bf16 over PagedKVCache vs eager", check_paged_cache)
     run("llama bf16 left-padded batch over PagedKVCache vs eager, no fallback",
         check_paged_padded)

@@ -57,8 +57,9 @@ def test_sites_without_names_are_not_rewritten() -> None:
     site["operands"]["key"]["value"] = None
     assert kd._unrewritable(site) == "its key is not a named graph value"
     [site] = report_of("gqa_repeat_kv.onnx")["sites"]
+    # A reshape to dynamic sizes is sized from the graph at rewrite time.
     site["output"]["transforms"] = [{"op": "reshape", "shape": [1, None, 64]}]
-    assert "dynamic shape" in kd._unrewritable(site)
+    assert kd._unrewritable(site) is None
     site["kv_cache"] = {"past_key": "a", "past_value": "b"}
     assert kd._unrewritable(site) == "it reads a KV cache input"
 

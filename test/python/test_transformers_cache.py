@@ -38,6 +38,23 @@ def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
     assert paged.paged and paged.page_size == 16 and paged.causal
 
 
+def test_softcap_and_window_kinds_are_kiln_attributes(cache: Path) -> None:
+    """Gemma 2's soft-cap and a sliding window run on Kiln's own attributes,
+    not on a fallback or a mask; the kinds without them keep their text."""
+    site = kt.site_for("bf16", 64, 64, kt._dense_kind("causal", 512, 50.0), 0.125)
+    assert site.causal and site.window == 512 and site.softcap == 50.0
+    assert site.mask == "none"
+    site = kt.site_for("bf16", 64, 64, kt._dense_kind("mask", softcap=30.0), 0.125)
+    assert site.mask == "boolean" and site.softcap == 30.0 and not site.window
+    assert kt._site_text("bf16", 64, 64, "causal", 0.125) == kt._source(
+        "bf16", 64, 64, "causal", 0.125)
+    assert "window" not in kt._site_text("bf16", 64, 64, "causal", 0.125)
+    with pytest.raises(kiln.KilnError, match="needs causal"):
+        kt._dense_kind("mask", 512)
+    with pytest.raises(kiln.KilnError, match="unknown site kind"):
+        kt.site_for("bf16", 64, 64, "mask_window512", 0.125)
+
+
 def test_a_cached_package_loads_without_kilnc(cache: Path, monkeypatch) -> None:
     kt.site_for("f16", 128, 128, "none", 128 ** -0.5)
     kt._sites.clear(); kt._sites_by_digest.clear()
@@ -338,8 +355,10 @@ def test_masks_other_than_left_padding_raise(paged) -> None:
         attempt(hf_mask(padding, 0, 8, window=3))
     with pytest.raises(kiln.KilnError, match="sliding window of 3"):
         attempt(hf_mask(padding, 0, 8), window=3)
-    with pytest.raises(kiln.KilnError, match="gave no mask"):
-        attempt(None, window=3)
+    # No mask on a windowed layer is causal with the window (what Kiln's
+    # mask function leaves out after checking it): accepted.
+    cache.forget_pads()
+    assert cache._check(0, 8, None, 3) is None
     with pytest.raises(kiln.KilnError, match="needs \\[2, 1, 8, 8\\]"):
         attempt(hf_mask(padding, 0, 9)[:, :, :8])
     # After a padded prefill every step needs its mask.
