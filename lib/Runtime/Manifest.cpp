@@ -59,12 +59,12 @@ const char *dimName(Dim dim) {
   return "?";
 }
 
-namespace {
-
 const char *tensorName(Tensor tensor) {
   static const char *names[] = {"q", "k", "v", "out", "mask", "bias"};
   return names[static_cast<int>(tensor)];
 }
+
+namespace {
 
 std::optional<Dim> parseDimName(const std::string &name) {
   for (int i = 0; i < kNumDims; ++i)
