@@ -5,6 +5,8 @@
 #include "Package.h"
 #include "SplitModel.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <iterator>
 #include <limits>
@@ -68,14 +70,15 @@ Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
                       const KernelArg &arg, const kiln_attention_args &args,
                       const std::string &where, CUtensorMap &map) {
   if (!driver || !driver->cuTensorMapEncodeTiled)
-    return {KILN_UNSUPPORTED, where + "kernel \"" + kernel.name +
-                                  "\" needs cuTensorMapEncodeTiled (CUDA 12+)"};
+    return {
+        KILN_UNSUPPORTED,
+        fmt::format("{}kernel \"{}\" needs cuTensorMapEncodeTiled (CUDA 12+)",
+                    where, kernel.name)};
   Tensor tensor = arg.tensor;
   kiln_dtype dtype = tensorDtype(args, tensor);
   if (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16)
-    return invalid(where + tensorName(tensor) + " has dtype " +
-                   dtypeName(dtype) + " but kernel \"" + kernel.name +
-                   "\" takes f16 or bf16");
+    return invalid("{}{} has dtype {} but kernel \"{}\" takes f16 or bf16",
+                   where, tensorName(tensor), dtypeName(dtype), kernel.name);
   const int64_t *strides = tensorStrides(args, tensor);
   bool isQuery = tensor == Tensor::Q;
   int64_t columns =
@@ -101,9 +104,10 @@ Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS)
     return {KILN_UNSUPPORTED,
-            where +
-                describeCudaError(*driver, "cuTensorMapEncodeTiled", result) +
-                " for " + tensorName(tensor)};
+            fmt::format(
+                "{}{} for {}", where,
+                describeCudaError(*driver, "cuTensorMapEncodeTiled", result),
+                tensorName(tensor))};
   return Error::ok();
 }
 
@@ -121,20 +125,20 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
   for (int axis = 0; axis < 3; ++axis) {
     const GridRule &rule = kernel.grid[axis];
     int64_t value = rule.constant;
-    std::string formula = rule.dims.empty() ? str(rule.constant) : "";
+    std::string formula =
+        rule.dims.empty() ? fmt::format("{}", rule.constant) : "";
     for (Dim dim : rule.dims) {
       int64_t factor = dimValue(args, dim);
       if (value > std::numeric_limits<int64_t>::max() / factor)
-        return invalid(where + "grid." + axisNames[axis] + " overflows");
+        return invalid("{}grid.{} overflows", where, axisNames[axis]);
       value *= factor;
       formula += (formula.empty() ? "" : "*") + std::string(dimName(dim));
     }
     for (Dim dim : rule.perDims) {
       int64_t divisor = dimValue(args, dim);
       if (divisor <= 0 || value % divisor != 0)
-        return invalid(where + "grid." + axisNames[axis] + ": " + formula +
-                       " = " + str(value) + " is not a multiple of " +
-                       dimName(dim) + " = " + str(divisor));
+        return invalid("{}grid.{}: {} = {} is not a multiple of {} = {}", where,
+                       axisNames[axis], formula, value, dimName(dim), divisor);
       value /= divisor;
       formula += "/" + std::string(dimName(dim));
     }
@@ -144,9 +148,9 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       formula += "*num_splits";
     }
     if (value > gridLimits[axis])
-      return invalid(where + "grid." + axisNames[axis] + " = ceil(" + formula +
-                     " / " + str(rule.ceilDiv) + ") = " + str(value) +
-                     " is over CUDA's limit of " + str(gridLimits[axis]));
+      return invalid(
+          "{}grid.{} = ceil({} / {}) = {} is over CUDA's limit of {}", where,
+          axisNames[axis], formula, rule.ceilDiv, value, gridLimits[axis]);
     plan.config.grid[axis] = static_cast<uint32_t>(value);
     plan.config.block[axis] = static_cast<uint32_t>(kernel.block[axis]);
   }
@@ -165,10 +169,9 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
     case ArgSource::Pointer: {
       if (arg.dtype != KILN_DTYPE_NONE &&
           tensorDtype(args, arg.tensor) != arg.dtype)
-        return invalid(where + arg.name + " has dtype " +
-                       dtypeName(tensorDtype(args, arg.tensor)) +
-                       " but kernel \"" + kernel.name + "\" takes " +
-                       dtypeName(arg.dtype));
+        return invalid("{}{} has dtype {} but kernel \"{}\" takes {}", where,
+                       arg.name, dtypeName(tensorDtype(args, arg.tensor)),
+                       kernel.name, dtypeName(arg.dtype));
       value.pointer = static_cast<uint64_t>(
           reinterpret_cast<uintptr_t>(tensorPointer(args, arg.tensor)));
       continue;
@@ -193,13 +196,13 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       break;
     case ArgSource::PagedPointer:
       if (!paged)
-        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+        return invalid("{}kernel \"{}\" is paged", where, kernel.name);
       value.pointer = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(
           arg.paged == 0 ? paged->pageTable : paged->kvLens));
       continue;
     case ArgSource::PagedDim: {
       if (!paged)
-        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+        return invalid("{}kernel \"{}\" is paged", where, kernel.name);
       const int64_t values[] = {paged->maxPages, paged->numPages,
                                 paged->pageSize};
       integer = values[arg.paged];
@@ -208,7 +211,7 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
     }
     case ArgSource::PageTableStride:
       if (!paged)
-        return invalid(where + "kernel \"" + kernel.name + "\" is paged");
+        return invalid("{}kernel \"{}\" is paged", where, kernel.name);
       integer = paged->pageTableStride;
       what = arg.name;
       break;
@@ -222,8 +225,8 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       continue;
     case ArgSource::TensorMap: {
       if (plan.numMaps == std::size(plan.maps))
-        return invalid(where + "kernel \"" + kernel.name +
-                       "\" takes more than 3 tensor maps");
+        return invalid("{}kernel \"{}\" takes more than 3 tensor maps", where,
+                       kernel.name);
       CUtensorMap &map = plan.maps[plan.numMaps++];
       if (Error error = encodeTensorMap(driver, kernel, arg, args, where, map))
         return error;
@@ -234,9 +237,9 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
     if (arg.kind == ArgKind::I32) {
       if (integer > std::numeric_limits<int32_t>::max() ||
           integer < std::numeric_limits<int32_t>::min())
-        return invalid(where + what + " = " + str(integer) +
-                       " does not fit kernel \"" + kernel.name +
-                       "\"'s 32-bit argument \"" + arg.name + "\"");
+        return invalid(
+            "{}{} = {} does not fit kernel \"{}\"'s 32-bit argument \"{}\"",
+            where, what, integer, kernel.name, arg.name);
       value.i32 = static_cast<int32_t>(integer);
     } else {
       value.i64 = integer;
@@ -266,9 +269,9 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
                                                 function, nullptr, &loaded))
     return error;
   if (!function)
-    return {KILN_UNSUPPORTED, "kernel \"" +
-                                  package.manifest.kernels[kernelIndex].name +
-                                  "\" is not in the loaded target's PTX"};
+    return {KILN_UNSUPPORTED,
+            fmt::format("kernel \"{}\" is not in the loaded target's PTX",
+                        package.manifest.kernels[kernelIndex].name)};
   const kiln_launch_config &c = plan.config;
   CUresult result;
   const char *call = "cuLaunchKernel";
@@ -297,12 +300,14 @@ Error launchPlanned(kiln_package &package, const CudaDriver &driver,
   }
   if (result != CUDA_SUCCESS)
     return {KILN_CUDA_ERROR,
-            describeCudaError(driver, call, result) + " for site \"" + s.name +
-                "\" (kernel \"" + package.manifest.kernels[kernelIndex].name +
-                "\", grid " + str(c.grid[0]) + "x" + str(c.grid[1]) + "x" +
-                str(c.grid[2]) + ", block " + str(c.block[0]) + "x" +
-                str(c.block[1]) + "x" + str(c.block[2]) +
-                (cluster > 1 ? ", clusters of " + str(cluster) : "") + ")"};
+            fmt::format("{} for site \"{}\" (kernel \"{}\", grid {}x{}x{}, "
+                        "block {}x{}x{}{})",
+                        describeCudaError(driver, call, result), s.name,
+                        package.manifest.kernels[kernelIndex].name, c.grid[0],
+                        c.grid[1], c.grid[2], c.block[0], c.block[1],
+                        c.block[2],
+                        cluster > 1 ? fmt::format(", clusters of {}", cluster)
+                                    : std::string())};
   return Error::ok();
 }
 
@@ -385,7 +390,7 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
   // A batch larger than one grid holds: its first launch's.
   int64_t most = sequencesPerLaunch(*launch.kernel, launch, splits);
   if (Error error = fillPlan(
-          *launch.kernel, s, "site \"" + s.name + "\": ",
+          *launch.kernel, s, messagePrefix(s),
           launch.args.batch > most ? sequenceRange(launch, 0, most) : launch,
           splits, plan))
     return error;
@@ -434,8 +439,7 @@ Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
   if (!function)
     return Error::ok();
   LaunchPlan plan;
-  Error error = fillPlan(kernel, s, "site \"" + s.name + "\": ", launch, 1,
-                         plan, &driver);
+  Error error = fillPlan(kernel, s, messagePrefix(s), launch, 1, plan, &driver);
   if (error.status == KILN_UNSUPPORTED)
     return Error::ok();
   if (error)
@@ -453,7 +457,7 @@ Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
 /// same stream.
 Error launchChecked(kiln_package &package, const Site &s,
                     const CheckedLaunch &launch, void *streamHandle) {
-  const std::string where = "site \"" + s.name + "\": ";
+  const std::string where = messagePrefix(s);
   auto stream = static_cast<CUstream>(streamHandle);
   // Every argument error is reported before the driver is touched.
   if (Error error = checkedConfig(s, launch, nullptr))

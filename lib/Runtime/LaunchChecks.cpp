@@ -11,6 +11,8 @@
 #include "PagedTableCheck.h"
 #include "SplitModel.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <tuple>
@@ -57,10 +59,8 @@ int64_t dimValue(const kiln_attention_args &args, Dim dim) {
   return values[static_cast<int>(dim)];
 }
 
-std::string str(int64_t value) { return std::to_string(value); }
-
-Error invalid(std::string message) {
-  return {KILN_INVALID_ARGUMENT, std::move(message)};
+std::string messagePrefix(const Site &site) {
+  return fmt::format("site \"{}\": ", site.name);
 }
 
 namespace {
@@ -75,71 +75,67 @@ Error checkAttention(const Kernel &kernel, const Site &site,
     Dim dim = static_cast<Dim>(i);
     int64_t value = dimValue(args, dim);
     if (value <= 0)
-      return invalid(where + dimName(dim) + " must be positive, got " +
-                     str(value));
+      return invalid("{}{} must be positive, got {}", where, dimName(dim),
+                     value);
     if (site.dims[i] && *site.dims[i] != value)
-      return invalid(where + dimName(dim) + " is " + str(value) +
-                     " but the site was compiled for " + dimName(dim) + " = " +
-                     str(*site.dims[i]));
+      return invalid("{}{} is {} but the site was compiled for {} = {}", where,
+                     dimName(dim), value, dimName(dim), *site.dims[i]);
   }
   if (kernel.headDim && *kernel.headDim != args.head_dim)
-    return invalid(where + "head_dim is " + str(args.head_dim) +
-                   " but kernel \"" + kernel.name + "\" is compiled for " +
-                   str(*kernel.headDim));
+    return invalid("{}head_dim is {} but kernel \"{}\" is compiled for {}",
+                   where, args.head_dim, kernel.name, *kernel.headDim);
   if (args.v_head_dim < 0)
-    return invalid(where + "v_head_dim must be positive (or 0 for head_dim), "
-                           "got " +
-                   str(args.v_head_dim));
+    return invalid("{}v_head_dim must be positive (or 0 for head_dim), got {}",
+                   where, args.v_head_dim);
   int64_t valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
   std::optional<int64_t> expectedValueHeadDim =
       kernel.valueHeadDim ? kernel.valueHeadDim : site.valueHeadDim;
   if (expectedValueHeadDim && *expectedValueHeadDim != valueHeadDim)
-    return invalid(where + "the head dim of v and out is " +
-                   str(valueHeadDim) + " but kernel \"" + kernel.name +
-                   "\" is compiled for " + str(*expectedValueHeadDim) +
-                   (args.v_head_dim ? "" : " (v_head_dim is 0: head_dim)"));
+    return invalid(
+        "{}the head dim of v and out is {} but kernel \"{}\" is compiled for "
+        "{}{}",
+        where, valueHeadDim, kernel.name, *expectedValueHeadDim,
+        args.v_head_dim ? "" : " (v_head_dim is 0: head_dim)");
   if (args.q_heads % args.kv_heads != 0)
-    return invalid(where + "q_heads (" + str(args.q_heads) +
-                   ") is not a multiple of kv_heads (" + str(args.kv_heads) +
-                   ")");
+    return invalid("{}q_heads ({}) is not a multiple of kv_heads ({})", where,
+                   args.q_heads, args.kv_heads);
 
   // Pointers and dtypes.
   for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
     const void *pointer = tensorPointer(args, tensor);
     kiln_dtype dtype = tensorDtype(args, tensor);
     if (!pointer)
-      return invalid(where + tensorName(tensor) + " is NULL");
+      return invalid("{}{} is NULL", where, tensorName(tensor));
     if (dtype != site.dtype)
-      return invalid(where + tensorName(tensor) + " has dtype " +
-                     dtypeName(dtype) + " but the site takes " +
+      return invalid("{}{} has dtype {} but the site takes {}", where,
+                     tensorName(tensor), dtypeName(dtype),
                      dtypeName(site.dtype));
   }
   if (site.mask == KILN_MASK_NONE && args.mask)
-    return invalid(where + "a mask was given but the site has no mask");
+    return invalid("{}a mask was given but the site has no mask", where);
   if (site.mask != KILN_MASK_NONE && !args.mask)
-    return invalid(where + "the site needs a " +
-                   (site.mask == KILN_MASK_BOOLEAN ? "boolean" : "additive") +
-                   " mask (" + dtypeName(site.maskDtype) +
-                   ") but none was given");
+    return invalid("{}the site needs a {} mask ({}) but none was given", where,
+                   site.mask == KILN_MASK_BOOLEAN ? "boolean" : "additive",
+                   dtypeName(site.maskDtype));
   if (args.mask && args.mask_dtype != site.maskDtype)
-    return invalid(where + "mask has dtype " + dtypeName(args.mask_dtype) +
-                   " but the site takes " + dtypeName(site.maskDtype));
+    return invalid("{}mask has dtype {} but the site takes {}", where,
+                   dtypeName(args.mask_dtype), dtypeName(site.maskDtype));
   if (!site.bias && args.bias)
-    return invalid(where + "a bias was given but the site has no bias");
+    return invalid("{}a bias was given but the site has no bias", where);
   if (site.bias && !args.bias)
-    return invalid(where + "the site needs a bias (" +
-                   dtypeName(site.biasDtype) + ") but none was given");
+    return invalid("{}the site needs a bias ({}) but none was given", where,
+                   dtypeName(site.biasDtype));
   if (args.bias && args.bias_dtype != site.biasDtype)
-    return invalid(where + "bias has dtype " + dtypeName(args.bias_dtype) +
-                   " but the site takes " + dtypeName(site.biasDtype));
+    return invalid("{}bias has dtype {} but the site takes {}", where,
+                   dtypeName(args.bias_dtype), dtypeName(site.biasDtype));
   for (int i = 0; i < kNumTensors; ++i) {
     Tensor tensor = static_cast<Tensor>(i);
     const void *pointer = tensorPointer(args, tensor);
     int64_t size = kiln_dtype_size(tensorDtype(args, tensor));
     if (pointer && size > 1 &&
         reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(size))
-      return invalid(where + tensorName(tensor) + " is not aligned to its " +
-                     str(size) + "-byte elements");
+      return invalid("{}{} is not aligned to its {}-byte elements", where,
+                     tensorName(tensor), size);
   }
 
   // Strides.
@@ -148,20 +144,19 @@ Error checkAttention(const Kernel &kernel, const Site &site,
   for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
     const int64_t *strides = tensorStrides(args, tensor);
     if (strides[3] != 1)
-      return invalid(where + tensorName(tensor) +
-                     " must be contiguous along head_dim (stride 1), got "
-                     "head_dim stride " +
-                     str(strides[3]));
+      return invalid("{}{} must be contiguous along head_dim (stride 1), got "
+                     "head_dim stride {}",
+                     where, tensorName(tensor), strides[3]);
     bool isKv = tensor == Tensor::K || tensor == Tensor::V;
     int64_t extents[3] = {args.batch, isKv ? args.kv_heads : args.q_heads,
                           isKv ? args.kv_len : args.q_len};
     for (int axis = 0; axis < 3; ++axis) {
       if (strides[axis] < 0)
-        return invalid(where + tensorName(tensor) + " has a negative " +
-                       qkvAxes[axis] + " stride (" + str(strides[axis]) + ")");
+        return invalid("{}{} has a negative {} stride ({})", where,
+                       tensorName(tensor), qkvAxes[axis], strides[axis]);
       if (tensor == Tensor::Out && strides[axis] == 0 && extents[axis] > 1)
-        return invalid(where + "out has a zero " + std::string(qkvAxes[axis]) +
-                       " stride: its elements would overlap");
+        return invalid("{}out has a zero {} stride: its elements would overlap",
+                       where, qkvAxes[axis]);
     }
   }
   for (Tensor tensor : {Tensor::Mask, Tensor::Bias}) {
@@ -170,8 +165,8 @@ Error checkAttention(const Kernel &kernel, const Site &site,
     const int64_t *strides = tensorStrides(args, tensor);
     for (int axis = 0; axis < 4; ++axis)
       if (strides[axis] < 0)
-        return invalid(where + tensorName(tensor) + " has a negative " +
-                       maskAxes[axis] + " stride (" + str(strides[axis]) + ")");
+        return invalid("{}{} has a negative {} stride ({})", where,
+                       tensorName(tensor), maskAxes[axis], strides[axis]);
   }
 
   return Error::ok();
@@ -183,24 +178,25 @@ Error checkSplits(const std::string &where, const CheckedLaunch &launch) {
   const kiln_attention_args &args = launch.args;
   const Kernel &kernel = *launch.kernel;
   if (args.num_splits < 0 || args.num_splits > kMaxSplits)
-    return invalid(where + "num_splits must be 0 (chosen at launch) to " +
-                   str(kMaxSplits) + ", got " + str(args.num_splits));
+    return invalid("{}num_splits must be 0 (chosen at launch) to {}, got {}",
+                   where, kMaxSplits, args.num_splits);
   if (args.workspace_bytes < 0)
-    return invalid(where + "workspace_bytes must not be negative, got " +
-                   str(args.workspace_bytes));
+    return invalid("{}workspace_bytes must not be negative, got {}", where,
+                   args.workspace_bytes);
   if (args.workspace && reinterpret_cast<uintptr_t>(args.workspace) % 16 != 0)
-    return invalid(where + "workspace must be 16-byte aligned");
+    return invalid("{}workspace must be 16-byte aligned", where);
   if (args.num_splits > 1) {
     if (!kernel.combineIndex)
-      return invalid(where + "num_splits is " + str(args.num_splits) +
-                     " but kernel \"" + kernel.name + "\" does not split keys");
+      return invalid("{}num_splits is {} but kernel \"{}\" does not split keys",
+                     where, args.num_splits, kernel.name);
     int64_t needed =
         splitWorkspaceBytes(args, launch.valueHeadDim, args.num_splits);
     if (!args.workspace || args.workspace_bytes < needed)
-      return invalid(where + str(args.num_splits) + " splits need a " +
-                     str(needed) + "-byte workspace; got " +
-                     (args.workspace ? str(args.workspace_bytes) + " bytes"
-                                     : std::string("none")));
+      return invalid("{}{} splits need a {}-byte workspace; got {}", where,
+                     args.num_splits, needed,
+                     args.workspace
+                         ? fmt::format("{} bytes", args.workspace_bytes)
+                         : std::string("none"));
   }
   return Error::ok();
 }
@@ -210,14 +206,15 @@ Error checkSplits(const std::string &where, const CheckedLaunch &launch) {
 Error checkLaunch(const Manifest &manifest, const Site &site,
                   const kiln_attention_args *argsPointer,
                   CheckedLaunch &launch) {
-  const std::string where = "site \"" + site.name + "\": ";
+  const std::string where = messagePrefix(site);
   if (!argsPointer)
-    return invalid(where + "the argument struct is NULL");
+    return invalid("{}the argument struct is NULL", where);
   const kiln_attention_args &args = *argsPointer;
   const Kernel &kernel = manifest.kernels[site.kernelIndex];
   if (site.paged)
-    return invalid(where + "a paged-attention site: launch it with "
-                           "kiln_site_launch_paged_attention");
+    return invalid("{}a paged-attention site: launch it with "
+                   "kiln_site_launch_paged_attention",
+                   where);
   launch.kernel = &kernel;
   if (args.batch == 0) {
     launch.empty = true;
@@ -235,12 +232,13 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
 Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                        const kiln_paged_attention_args *argsPointer,
                        CheckedLaunch &launch) {
-  const std::string where = "site \"" + site.name + "\": ";
+  const std::string where = messagePrefix(site);
   if (!argsPointer)
-    return invalid(where + "the argument struct is NULL");
+    return invalid("{}the argument struct is NULL", where);
   if (!site.paged)
-    return invalid(where + "not a paged-attention site: launch it with "
-                           "kiln_site_launch_attention");
+    return invalid("{}not a paged-attention site: launch it with "
+                   "kiln_site_launch_attention",
+                   where);
   const kiln_paged_attention_args &paged = *argsPointer;
   const Kernel &kernel = manifest.kernels[site.kernelIndex];
   launch.kernel = &kernel;
@@ -257,36 +255,34 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
       {"page_size", paged.page_size}, {"max_pages", paged.max_pages}};
   for (auto [name, value] : sizes)
     if (value <= 0)
-      return invalid(where + name + " must be positive, got " + str(value));
+      return invalid("{}{} must be positive, got {}", where, name, value);
   if (site.pageSize && *site.pageSize != paged.page_size)
     return invalid(
-        where + "page_size is " + str(paged.page_size) +
-        " but the site was compiled for page_size = " + str(*site.pageSize));
+        "{}page_size is {} but the site was compiled for page_size = {}", where,
+        paged.page_size, *site.pageSize);
   if (paged.page_size & (paged.page_size - 1))
-    return invalid(where + "page_size must be a power of two, got " +
-                   str(paged.page_size));
+    return invalid("{}page_size must be a power of two, got {}", where,
+                   paged.page_size);
   if (paged.max_pages > std::numeric_limits<int32_t>::max() / paged.page_size)
-    return invalid(where + "max_pages x page_size overflows 32 bits");
+    return invalid("{}max_pages x page_size overflows 32 bits", where);
   if (!paged.page_table || !paged.kv_lens)
-    return invalid(where +
-                   std::string(!paged.page_table ? "page_table" : "kv_lens") +
-                   " is NULL");
+    return invalid("{}{} is NULL", where,
+                   !paged.page_table ? "page_table" : "kv_lens");
   for (const void *pointer : {static_cast<const void *>(paged.page_table),
                               static_cast<const void *>(paged.kv_lens)})
     if (reinterpret_cast<uintptr_t>(pointer) % 4)
-      return invalid(where + "page_table and kv_lens must be aligned to their "
-                             "4-byte elements");
+      return invalid("{}page_table and kv_lens must be aligned to their "
+                     "4-byte elements",
+                     where);
   if (paged.page_table_strides[1] != 1)
-    return invalid(where +
-                   "page_table must be contiguous along its entries "
-                   "(stride 1), got " +
-                   str(paged.page_table_strides[1]));
+    return invalid("{}page_table must be contiguous along its entries "
+                   "(stride 1), got {}",
+                   where, paged.page_table_strides[1]);
   if (paged.page_table_strides[0] < paged.max_pages &&
       paged.page_table_strides[0] != 0)
-    return invalid(where + "page_table's batch stride (" +
-                   str(paged.page_table_strides[0]) +
-                   ") is smaller than max_pages (" + str(paged.max_pages) +
-                   "): rows would overlap");
+    return invalid("{}page_table's batch stride ({}) is smaller than "
+                   "max_pages ({}): rows would overlap",
+                   where, paged.page_table_strides[0], paged.max_pages);
   for (auto [name, pointer, dtype] :
        {std::tuple{"q", paged.q, paged.q_dtype},
         std::tuple{"key_cache", paged.key_cache, paged.key_cache_dtype},
@@ -294,18 +290,18 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
         std::tuple{"out", static_cast<const void *>(paged.out),
                    paged.out_dtype}}) {
     if (!pointer)
-      return invalid(where + name + " is NULL");
+      return invalid("{}{} is NULL", where, name);
     if (dtype != site.dtype)
-      return invalid(where + name + " has dtype " + dtypeName(dtype) +
-                     " but the site takes " + dtypeName(site.dtype));
+      return invalid("{}{} has dtype {} but the site takes {}", where, name,
+                     dtypeName(dtype), dtypeName(site.dtype));
   }
   for (auto [name, strides] :
        {std::pair{"key_cache", paged.key_cache_strides},
         std::pair{"value_cache", paged.value_cache_strides}})
     for (int axis = 0; axis < 3; ++axis)
       if (strides[axis] < 0)
-        return invalid(where + name + " has a negative stride (" +
-                       str(strides[axis]) + ")");
+        return invalid("{}{} has a negative stride ({})", where, name,
+                       strides[axis]);
 
   // The rest is an attention launch with the caches as K and V: the same
   // checks of dtypes, pointers, head dims and q/out strides.
@@ -348,10 +344,9 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   launch.maxKvLen = args.kv_len;
   if (paged.total_kv_len < 0 ||
       paged.total_kv_len > paged.batch * launch.maxKvLen)
-    return invalid(where + "total_kv_len must be 0 (unknown) to batch x " +
-                   "max_pages x page_size (" +
-                   str(paged.batch * launch.maxKvLen) + "), got " +
-                   str(paged.total_kv_len));
+    return invalid("{}total_kv_len must be 0 (unknown) to batch x max_pages x "
+                   "page_size ({}), got {}",
+                   where, paged.batch * launch.maxKvLen, paged.total_kv_len);
   launch.totalKvLen = paged.total_kv_len;
   launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
   return checkSplits(where, launch);
@@ -359,7 +354,7 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
 
 Error checkWorkspaceBounds(const Site &site, int64_t batch, int64_t qHeads,
                            int64_t kvHeads, int64_t qLen, int64_t maxKvLen) {
-  const std::string where = "site \"" + site.name + "\": ";
+  const std::string where = messagePrefix(site);
   const std::pair<const char *, int64_t> sizes[] = {{"batch", batch},
                                                     {"q_heads", qHeads},
                                                     {"kv_heads", kvHeads},
@@ -367,10 +362,10 @@ Error checkWorkspaceBounds(const Site &site, int64_t batch, int64_t qHeads,
                                                     {"max_kv_len", maxKvLen}};
   for (auto [name, value] : sizes)
     if (value <= 0)
-      return invalid(where + name + " must be positive, got " + str(value));
+      return invalid("{}{} must be positive, got {}", where, name, value);
   if (qHeads % kvHeads != 0)
-    return invalid(where + "q_heads (" + str(qHeads) +
-                   ") is not a multiple of kv_heads (" + str(kvHeads) + ")");
+    return invalid("{}q_heads ({}) is not a multiple of kv_heads ({})", where,
+                   qHeads, kvHeads);
   return Error::ok();
 }
 
@@ -392,7 +387,7 @@ Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
   tables.qLen = launch.args.q_len;
   tables.window = s.window.value_or(0);
   return checkPagedTables(*driver, tables, static_cast<CUstream>(stream),
-                          "site \"" + s.name + "\": ");
+                          messagePrefix(s));
 }
 
 } // namespace rt

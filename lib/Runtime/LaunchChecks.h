@@ -13,9 +13,12 @@
 
 #include "Manifest.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace kiln {
 namespace rt {
@@ -51,10 +54,16 @@ const int64_t *tensorStrides(const kiln_attention_args &args, Tensor tensor);
 /// The launch's size of `dim`.
 int64_t dimValue(const kiln_attention_args &args, Dim dim);
 
-std::string str(int64_t value);
+/// "site \"<name>\": ", which starts the messages of a launch of `site`.
+std::string messagePrefix(const Site &site);
 
-/// A KILN_INVALID_ARGUMENT error.
-Error invalid(std::string message);
+/// A KILN_INVALID_ARGUMENT error with the message fmt formats from `format`
+/// and `args`.
+template <typename... Args>
+Error invalid(fmt::format_string<Args...> format, Args &&...args) {
+  return {KILN_INVALID_ARGUMENT,
+          fmt::format(format, std::forward<Args>(args)...)};
+}
 
 /// Checks a launch of `site` with `args`. Never touches the CUDA driver.
 Error checkLaunch(const Manifest &manifest, const Site &site,

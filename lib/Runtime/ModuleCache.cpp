@@ -3,7 +3,8 @@
 #include "ModuleCache.h"
 
 #include "Launch.h"
-#include "LaunchChecks.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -28,14 +29,14 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
             describeCudaError(driver, "cuDeviceGetAttribute", result)};
   int targetIndex = selectTarget(manifest, major, minor);
   if (targetIndex < 0) {
-    std::string chips;
+    std::vector<std::string> chips;
     for (const Target &target : manifest.targets)
-      chips += (chips.empty() ? "" : ", ") + target.chip;
-    return {KILN_UNSUPPORTED, "package " + manifest.directory +
-                                  " has no PTX for a device of compute "
-                                  "capability " +
-                                  str(major) + "." + str(minor) +
-                                  " (targets: " + chips + ")"};
+      chips.push_back(target.chip);
+    return {KILN_UNSUPPORTED,
+            fmt::format("package {} has no PTX for a device of compute "
+                        "capability {}.{} (targets: {})",
+                        manifest.directory, major, minor,
+                        fmt::join(chips, ", "))};
   }
   const Target &target = manifest.targets[targetIndex];
 
@@ -51,10 +52,11 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
   if (result != CUDA_SUCCESS) {
     std::string log(errorLog.data());
     return {KILN_CUDA_ERROR,
-            describeCudaError(driver, "cuModuleLoadDataEx", result) +
-                " loading " + target.ptxFile + " (" + target.chip +
-                ") on a compute capability " + str(major) + "." + str(minor) +
-                " device" + (log.empty() ? "" : "; JIT log:\n" + log)};
+            fmt::format("{} loading {} ({}) on a compute capability {}.{} "
+                        "device{}{}",
+                        describeCudaError(driver, "cuModuleLoadDataEx", result),
+                        target.ptxFile, target.chip, major, minor,
+                        log.empty() ? "" : "; JIT log:\n", log)};
   }
 
   // Check the shared memory of every kernel before anything launches.
@@ -69,9 +71,9 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
     if (sharedOptIn > 0 && shared > sharedOptIn) {
       driver.cuModuleUnload(module);
       return {KILN_UNSUPPORTED,
-              "kernel \"" + kernel.name + "\" needs " + str(shared) +
-                  " bytes of shared memory; the device allows " +
-                  str(sharedOptIn)};
+              fmt::format("kernel \"{}\" needs {} bytes of shared memory; the "
+                          "device allows {}",
+                          kernel.name, shared, sharedOptIn)};
     }
   }
   modules.push_back({});
@@ -118,19 +120,22 @@ Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
     result =
         driver.cuModuleGetFunction(&found, loaded->module, kernel.name.c_str());
     if (result != CUDA_SUCCESS)
-      return {KILN_CUDA_ERROR,
-              describeCudaError(driver, "cuModuleGetFunction", result) +
-                  " for kernel \"" + kernel.name + "\""};
+      return {
+          KILN_CUDA_ERROR,
+          fmt::format("{} for kernel \"{}\"",
+                      describeCudaError(driver, "cuModuleGetFunction", result),
+                      kernel.name)};
     if (kernel.dynamicSharedBytes > 48 * 1024) {
       result = driver.cuFuncSetAttribute(
           found, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
           static_cast<int>(kernel.dynamicSharedBytes));
       if (result != CUDA_SUCCESS)
         return {KILN_CUDA_ERROR,
-                describeCudaError(driver, "cuFuncSetAttribute", result) +
-                    " setting " + str(kernel.dynamicSharedBytes) +
-                    " bytes of dynamic shared memory for kernel \"" +
-                    kernel.name + "\""};
+                fmt::format(
+                    "{} setting {} bytes of dynamic shared memory for kernel "
+                    "\"{}\"",
+                    describeCudaError(driver, "cuFuncSetAttribute", result),
+                    kernel.dynamicSharedBytes, kernel.name)};
     }
     cached = found;
   }
@@ -147,8 +152,9 @@ Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
                &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device)) !=
               CUDA_SUCCESS)
         return {KILN_CUDA_ERROR,
-                describeCudaError(driver, "cuDeviceGetAttribute", result) +
-                    " reading the SM count"};
+                fmt::format(
+                    "{} reading the SM count",
+                    describeCudaError(driver, "cuDeviceGetAttribute", result))};
       loaded->smCount = count;
       loaded->blocksPerSM.assign(manifest.kernels.size(), 0);
     }
@@ -160,10 +166,12 @@ Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
           static_cast<size_t>(kernel.dynamicSharedBytes));
       if (result != CUDA_SUCCESS)
         return {KILN_CUDA_ERROR,
-                describeCudaError(driver,
-                                  "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                                  result) +
-                    " for kernel \"" + kernel.name + "\""};
+                fmt::format("{} for kernel \"{}\"",
+                            describeCudaError(
+                                driver,
+                                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                                result),
+                            kernel.name)};
       blocks = std::max(blocks, 1);
     }
     residency->smCount = loaded->smCount;

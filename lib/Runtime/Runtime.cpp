@@ -18,6 +18,8 @@
 #include "PagedTableCheck.h"
 #include "SplitModel.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <memory>
 #include <new>
@@ -45,13 +47,13 @@ template <typename Fn> kiln_status guarded(const char *function, Fn &&body) {
     return body();
   } catch (const std::bad_alloc &) {
     return fail(KILN_INTERNAL_ERROR,
-                std::string(function) + ": out of host memory");
+                fmt::format("{}: out of host memory", function));
   } catch (const std::exception &error) {
-    return fail(KILN_INTERNAL_ERROR,
-                std::string(function) + ": unexpected error: " + error.what());
+    return fail(KILN_INTERNAL_ERROR, fmt::format("{}: unexpected error: {}",
+                                                 function, error.what()));
   } catch (...) {
     return fail(KILN_INTERNAL_ERROR,
-                std::string(function) + ": unexpected error");
+                fmt::format("{}: unexpected error", function));
   }
 }
 
@@ -165,8 +167,9 @@ kiln_status kiln_package_get_site(const kiln_package *package, int64_t index,
                   "kiln_package_get_site: NULL package or result pointer");
     if (index < 0 || index >= static_cast<int64_t>(package->sites.size()))
       return fail(KILN_INVALID_ARGUMENT,
-                  "site index " + str(index) + " is out of range (package " +
-                      "has " + str(package->sites.size()) + " sites)");
+                  fmt::format("site index {} is out of range (package has {} "
+                              "sites)",
+                              index, package->sites.size()));
     *site = &package->sites[index];
     return KILN_OK;
   });
@@ -189,9 +192,10 @@ kiln_status kiln_package_find_site(const kiln_package *package,
       }
       names += (names.empty() ? "" : ", ") + siteName;
     }
-    return fail(KILN_NOT_FOUND, "package " + package->manifest.directory +
-                                    " has no site \"" + name + "\" (sites: " +
-                                    (names.empty() ? "none" : names) + ")");
+    return fail(KILN_NOT_FOUND,
+                fmt::format("package {} has no site \"{}\" (sites: {})",
+                            package->manifest.directory, name,
+                            names.empty() ? "none" : names));
   });
 }
 
@@ -204,8 +208,9 @@ kiln_status kiln_package_get_kernel(const kiln_package *package, int64_t index,
     const auto &kernels = package->manifest.kernels;
     if (index < 0 || index >= static_cast<int64_t>(kernels.size()))
       return fail(KILN_INVALID_ARGUMENT,
-                  "kernel index " + str(index) + " is out of range (package " +
-                      "has " + str(kernels.size()) + " kernels)");
+                  fmt::format("kernel index {} is out of range (package has "
+                              "{} kernels)",
+                              index, kernels.size()));
     const Kernel &kernel = kernels[index];
     info->name = kernel.name.c_str();
     info->kind = kernel.kind.c_str();
@@ -229,7 +234,7 @@ kiln_status kiln_package_get_target(const kiln_package *package, int64_t index,
     const auto &targets = package->manifest.targets;
     if (index < 0 || index >= static_cast<int64_t>(targets.size()))
       return fail(KILN_INVALID_ARGUMENT,
-                  "target index " + str(index) + " is out of range");
+                  fmt::format("target index {} is out of range", index));
     *chip = targets[index].chip.c_str();
     return KILN_OK;
   });
@@ -245,9 +250,10 @@ kiln_status kiln_package_select_target(const kiln_package *package,
                   "pointer");
     int index = selectTarget(package->manifest, major, minor);
     if (index < 0)
-      return fail(KILN_UNSUPPORTED, "package " + package->manifest.directory +
-                                        " has no PTX for compute capability " +
-                                        str(major) + "." + str(minor));
+      return fail(KILN_UNSUPPORTED,
+                  fmt::format("package {} has no PTX for compute capability "
+                              "{}.{}",
+                              package->manifest.directory, major, minor));
     *chip = package->manifest.targets[index].chip.c_str();
     return KILN_OK;
   });
@@ -329,7 +335,8 @@ kiln_status kiln_contiguous_strides(kiln_layout layout, int64_t batch,
                   "kiln_contiguous_strides: dimensions must be positive");
     if (layout != KILN_LAYOUT_BHSD && layout != KILN_LAYOUT_BSHD)
       return fail(KILN_INVALID_ARGUMENT,
-                  "kiln_contiguous_strides: unknown layout " + str(layout));
+                  fmt::format("kiln_contiguous_strides: unknown layout {}",
+                              static_cast<int>(layout)));
     // Strides are {batch, head, seq, head_dim} whatever the layout.
     strides[3] = 1;
     if (layout == KILN_LAYOUT_BHSD) {
