@@ -9,6 +9,7 @@
 
 #include "Manifest.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <sys/stat.h>
@@ -95,8 +97,13 @@ public:
 
   [[noreturn]] void fail(const std::string &what,
                          kiln_status status = KILN_FORMAT_ERROR) const {
-    throw ParseFailure{status,
-                       file + ": " + (path.empty() ? "" : path + ": ") + what};
+    throw ParseFailure{status, fmt::format("{}: {}{}{}", file, path,
+                                           path.empty() ? "" : ": ", what)};
+  }
+
+  /// The path of the key `name` of this node.
+  std::string childPath(const std::string &name) const {
+    return path.empty() ? name : fmt::format("{}.{}", path, name);
   }
 
   const json &raw() const { return value; }
@@ -104,11 +111,11 @@ public:
 
   Node key(const std::string &name) const {
     if (!value.is_object())
-      fail("expected an object, got " + typeName(value));
+      fail(fmt::format("expected an object, got {}", typeName(value)));
     auto it = value.find(name);
     if (it == value.end())
-      fail("missing key \"" + name + "\"");
-    return Node(*it, path.empty() ? name : path + "." + name, file);
+      fail(fmt::format("missing key \"{}\"", name));
+    return Node(*it, childPath(name), file);
   }
   bool has(const std::string &name) const {
     return value.is_object() && value.contains(name);
@@ -118,42 +125,42 @@ public:
     static const json null;
     if (has(name))
       return key(name);
-    return Node(null, path.empty() ? name : path + "." + name, file);
+    return Node(null, childPath(name), file);
   }
 
   std::vector<Node> array() const {
     if (!value.is_array())
-      fail("expected an array, got " + typeName(value));
+      fail(fmt::format("expected an array, got {}", typeName(value)));
     std::vector<Node> items;
     for (size_t i = 0; i < value.size(); ++i)
-      items.emplace_back(value[i], path + "[" + std::to_string(i) + "]", file);
+      items.emplace_back(value[i], fmt::format("{}[{}]", path, i), file);
     return items;
   }
   std::string string() const {
     if (!value.is_string())
-      fail("expected a string, got " + typeName(value));
+      fail(fmt::format("expected a string, got {}", typeName(value)));
     return value.get<std::string>();
   }
   bool boolean() const {
     if (!value.is_boolean())
-      fail("expected a boolean, got " + typeName(value));
+      fail(fmt::format("expected a boolean, got {}", typeName(value)));
     return value.get<bool>();
   }
   int64_t integer(int64_t min = INT64_MIN, int64_t max = INT64_MAX) const {
     if (!value.is_number_integer())
-      fail("expected an integer, got " + typeName(value));
+      fail(fmt::format("expected an integer, got {}", typeName(value)));
     if (value.is_number_unsigned() &&
         value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       fail("integer out of range");
     int64_t result = value.get<int64_t>();
     if (result < min || result > max)
-      fail("expected an integer in [" + std::to_string(min) + ", " +
-           std::to_string(max) + "], got " + std::to_string(result));
+      fail(fmt::format("expected an integer in [{}, {}], got {}", min, max,
+                       result));
     return result;
   }
   double number() const {
     if (!value.is_number())
-      fail("expected a number, got " + typeName(value));
+      fail(fmt::format("expected a number, got {}", typeName(value)));
     return value.get<double>();
   }
   std::optional<int64_t> optionalInteger(int64_t min = INT64_MIN) const {
@@ -168,9 +175,10 @@ public:
     for (const char *choice : choices) {
       if (got == choice)
         return got;
-      list += (list.empty() ? "\"" : ", \"") + std::string(choice) + "\"";
+      fmt::format_to(std::back_inserter(list), "{}\"{}\"",
+                     list.empty() ? "" : ", ", choice);
     }
-    fail("expected one of " + list + ", got \"" + got + "\"");
+    fail(fmt::format("expected one of {}, got \"{}\"", list, got));
   }
 
   const json &value;
@@ -333,9 +341,11 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   Node nameNode = node.key("name");
   arg.name = nameNode.string();
   if (!resolveArgName(arg.name, arg))
-    nameNode.fail("unknown kernel argument \"" + arg.name +
-                  "\" (this runtime knows q, k, v, out, mask, bias, the "
-                  "dimensions, scale, softcap, window and <tensor>_stride_*)");
+    nameNode.fail(fmt::format(
+        "unknown kernel argument \"{}\" (this runtime knows q, k, v, out, "
+        "mask, bias, the dimensions, scale, softcap, window and "
+        "<tensor>_stride_*)",
+        arg.name));
   Node kindNode = node.key("kind");
   std::string kind =
       kindNode.oneOf({"pointer", "i32", "i64", "f32", "tensor_map"});
@@ -346,8 +356,8 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                                     : ArgKind::F32;
   auto expectKinds = [&](bool ok, const char *expected) {
     if (!ok)
-      kindNode.fail("argument \"" + arg.name + "\" must be " + expected +
-                    ", got \"" + kind + "\"");
+      kindNode.fail(fmt::format("argument \"{}\" must be {}, got \"{}\"",
+                                arg.name, expected, kind));
   };
   switch (arg.source) {
   case ArgSource::Pointer:
@@ -369,8 +379,8 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   case ArgSource::PagedDim:
   case ArgSource::PageTableStride:
     if (!kernel.paged)
-      nameNode.fail("argument \"" + arg.name +
-                    "\" belongs to paged-attention kernels");
+      nameNode.fail(fmt::format(
+          "argument \"{}\" belongs to paged-attention kernels", arg.name));
     expectKinds(arg.source == ArgSource::PagedPointer
                     ? arg.kind == ArgKind::Pointer
                     : arg.kind == ArgKind::I32 || arg.kind == ArgKind::I64,
@@ -380,9 +390,10 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   case ArgSource::NumSplits:
   case ArgSource::Workspace:
     if (!kernel.combine && !kernel.combineIndex)
-      nameNode.fail("argument \"" + arg.name +
-                    "\" belongs to kernels that split keys (with a "
-                    "\"split_combine\") and their combine kernels");
+      nameNode.fail(fmt::format("argument \"{}\" belongs to kernels that split "
+                                "keys (with a \"split_combine\") and their "
+                                "combine kernels",
+                                arg.name));
     expectKinds(arg.source == ArgSource::Workspace
                     ? arg.kind == ArgKind::Pointer
                     : arg.kind == ArgKind::I32,
@@ -397,8 +408,8 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
     Node boxNode = node.key("box");
     std::vector<Node> box = boxNode.array();
     if (box.size() != 2)
-      boxNode.fail("expected 2 entries (columns, rows), got " +
-                   std::to_string(box.size()));
+      boxNode.fail(fmt::format("expected 2 entries (columns, rows), got {}",
+                               box.size()));
     arg.boxColumns = box[0].integer(1, 256);
     arg.boxRows = box[1].integer(1, 256);
     if (arg.boxColumns != 64)
@@ -416,8 +427,8 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
     if (arg.source == ArgSource::Stride &&
         ((arg.tensor == Tensor::Mask && kernel.mask == KILN_MASK_NONE) ||
          (arg.tensor == Tensor::Bias && !kernel.bias)))
-      nameNode.fail("kernel takes \"" + arg.name + "\" but has no " +
-                    tensorName(arg.tensor));
+      nameNode.fail(fmt::format("kernel takes \"{}\" but has no {}", arg.name,
+                                tensorName(arg.tensor)));
     break;
   }
 }
@@ -437,9 +448,10 @@ void parseGridRule(const Node &node, GridRule &rule) {
       std::string name = nameNode.string();
       std::optional<Dim> dim = parseDimName(name);
       if (!dim)
-        nameNode.fail("unknown dimension \"" + name +
-                      "\" (expected batch, q_heads, kv_heads, q_len, kv_len "
-                      "or head_dim)");
+        nameNode.fail(fmt::format("unknown dimension \"{}\" (expected batch, "
+                                  "q_heads, kv_heads, q_len, kv_len or "
+                                  "head_dim)",
+                                  name));
       dims.push_back(*dim);
     }
   };
@@ -496,7 +508,7 @@ void parseKernel(const Node &node, Kernel &kernel) {
   Node blockNode = node.key("block");
   std::vector<Node> block = blockNode.array();
   if (block.size() != 3)
-    blockNode.fail("expected 3 entries, got " + std::to_string(block.size()));
+    blockNode.fail(fmt::format("expected 3 entries, got {}", block.size()));
   static const int64_t blockLimits[3] = {1024, 1024, 64};
   int64_t threads = 1;
   for (int i = 0; i < 3; ++i) {
@@ -504,14 +516,13 @@ void parseKernel(const Node &node, Kernel &kernel) {
     threads *= kernel.block[i];
   }
   if (threads > 1024)
-    blockNode.fail("a block of " + std::to_string(threads) +
-                   " threads is over CUDA's limit of 1024");
+    blockNode.fail(fmt::format(
+        "a block of {} threads is over CUDA's limit of 1024", threads));
 
   Node gridNode = node.key("grid");
   std::vector<Node> grid = gridNode.array();
   if (grid.empty() || grid.size() > 3)
-    gridNode.fail("expected 1 to 3 entries, got " +
-                  std::to_string(grid.size()));
+    gridNode.fail(fmt::format("expected 1 to 3 entries, got {}", grid.size()));
   for (size_t i = 0; i < grid.size(); ++i) {
     parseGridRule(grid[i], kernel.grid[i]);
     if (kernel.grid[i].timesSplits && !kernel.combineIndex)
@@ -541,13 +552,14 @@ void parseKernel(const Node &node, Kernel &kernel) {
   Node argsNode = node.key("args");
   std::vector<Node> args = argsNode.array();
   if (args.size() > kMaxKernelArgs)
-    argsNode.fail("more than " + std::to_string(kMaxKernelArgs) + " arguments");
+    argsNode.fail(fmt::format("more than {} arguments", kMaxKernelArgs));
   std::map<std::string, size_t> seen;
   for (const Node &argNode : args) {
     KernelArg arg;
     parseArg(argNode, kernel, arg);
     if (!seen.emplace(arg.name, seen.size()).second)
-      argNode.key("name").fail("duplicate argument \"" + arg.name + "\"");
+      argNode.key("name").fail(
+          fmt::format("duplicate argument \"{}\"", arg.name));
     kernel.args.push_back(std::move(arg));
   }
   std::vector<const char *> requiredArgs = {"q", "k", "v", "out"};
@@ -560,8 +572,8 @@ void parseKernel(const Node &node, Kernel &kernel) {
     requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
   for (const char *required : requiredArgs)
     if (!seen.count(required))
-      argsNode.fail(std::string("missing the \"") + required +
-                    "\" pointer argument");
+      argsNode.fail(
+          fmt::format("missing the \"{}\" pointer argument", required));
   if (kernel.mask != KILN_MASK_NONE && !seen.count("mask"))
     argsNode.fail("the kernel has a mask but no \"mask\" argument");
   if (kernel.bias && !seen.count("bias"))
@@ -584,16 +596,16 @@ void resolveCombineKernels(const Node &kernelsNode,
       if (kernels[j].name == name)
         found = j;
     if (found == kernels.size())
-      nameNode.fail("no kernel named \"" + name + "\"");
+      nameNode.fail(fmt::format("no kernel named \"{}\"", name));
     const Kernel &combine = kernels[found];
     if (!combine.combine)
-      nameNode.fail("kernel \"" + name +
-                    "\" is not a \"split_combine\" kernel");
+      nameNode.fail(
+          fmt::format("kernel \"{}\" is not a \"split_combine\" kernel", name));
     if (combine.dtype != kernel.dtype ||
         combine.valueHeadDim != kernel.valueHeadDim)
-      nameNode.fail("combine kernel \"" + name +
-                    "\" reduces another dtype or value head dim than \"" +
-                    kernel.name + "\"");
+      nameNode.fail(fmt::format("combine kernel \"{}\" reduces another dtype "
+                                "or value head dim than \"{}\"",
+                                name, kernel.name));
     kernel.combineIndex = found;
   }
 }
@@ -613,14 +625,16 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     }
   }
   if (!found)
-    kernelNode.fail("no kernel named \"" + site.kernelName + "\"");
+    kernelNode.fail(fmt::format("no kernel named \"{}\"", site.kernelName));
   const Kernel &kernel = kernels[site.kernelIndex];
   if (kernel.combine)
-    kernelNode.fail("kernel \"" + site.kernelName +
-                    "\" is a split-KV combine kernel, not an attention kernel");
+    kernelNode.fail(fmt::format(
+        "kernel \"{}\" is a split-KV combine kernel, not an attention kernel",
+        site.kernelName));
   if (!kernel.targets.empty())
-    kernelNode.fail("kernel \"" + site.kernelName +
-                    "\" is not in every target's PTX; a site's kernel must be");
+    kernelNode.fail(fmt::format(
+        "kernel \"{}\" is not in every target's PTX; a site's kernel must be",
+        site.kernelName));
   Node wsNode = node.optionalKey("warp_specialized_kernel");
   if (!wsNode.isNull()) {
     std::string wsName = wsNode.string();
@@ -628,15 +642,15 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
       if (kernels[i].name == wsName)
         site.warpSpecializedIndex = i;
     if (!site.warpSpecializedIndex)
-      wsNode.fail("no kernel named \"" + wsName + "\"");
+      wsNode.fail(fmt::format("no kernel named \"{}\"", wsName));
     const Kernel &ws = kernels[*site.warpSpecializedIndex];
     if (ws.kind != "attention" || ws.combineIndex || ws.targets.empty() ||
         ws.headDim != kernel.headDim ||
         ws.valueHeadDim != kernel.valueHeadDim || ws.dtype != kernel.dtype ||
         ws.causal != kernel.causal)
-      wsNode.fail("kernel \"" + wsName +
-                  "\" is not a target-specific attention kernel of the "
-                  "site's kind");
+      wsNode.fail(fmt::format("kernel \"{}\" is not a target-specific "
+                              "attention kernel of the site's kind",
+                              wsName));
   }
 
   Node function = node.optionalKey("function");
@@ -657,9 +671,10 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   // The warp-specialised kernels fold the scale into their exponents' FMAs,
   // which takes a positive one (kilnc never pairs them otherwise).
   if (site.warpSpecializedIndex && !(site.scale > 0.0f))
-    wsNode.fail("a warp-specialised kernel needs a positive scale; the "
-                "site's is " +
-                std::to_string(site.scale));
+    // Six decimals ({:f}), the form this message has always had.
+    wsNode.fail(fmt::format("a warp-specialised kernel needs a positive "
+                            "scale; the site's is {:f}",
+                            site.scale));
   Node causalNode = node.optionalKey("causal");
   site.causal = causalNode.isNull() ? false : causalNode.boolean();
   site.window = node.optionalKey("window").optionalInteger(1);
@@ -668,9 +683,9 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
       !kindNode.isNull() &&
       kindNode.oneOf({"attention", "paged_attention"}) == "paged_attention";
   if (site.paged != kernel.paged)
-    node.fail("site \"" + site.name + "\" is " +
-              (site.paged ? "paged" : "not paged") + " but its kernel \"" +
-              kernel.name + "\" is " + (kernel.paged ? "paged" : "not"));
+    node.fail(fmt::format("site \"{}\" is {} but its kernel \"{}\" is {}",
+                          site.name, site.paged ? "paged" : "not paged",
+                          kernel.name, kernel.paged ? "paged" : "not"));
   if (site.paged)
     site.pageSize = node.optionalKey("page_size").optionalInteger(1);
   Node softcapNode = node.optionalKey("softcap");
@@ -693,16 +708,15 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
 
   // The site must be launchable with its kernel.
   auto mismatch = [&](const std::string &what) {
-    node.fail("site \"" + site.name + "\" and its kernel \"" + kernel.name +
-              "\" disagree on " + what);
+    node.fail(fmt::format("site \"{}\" and its kernel \"{}\" disagree on {}",
+                          site.name, kernel.name, what));
   };
   if (site.dtype != kernel.dtype)
-    mismatch(std::string("dtype (") + dtypeName(site.dtype) + " vs " +
-             dtypeName(kernel.dtype) + ")");
+    mismatch(fmt::format("dtype ({} vs {})", dtypeName(site.dtype),
+                         dtypeName(kernel.dtype)));
   const auto &headDim = site.dims[static_cast<int>(Dim::HeadDim)];
   if (kernel.headDim && headDim && *kernel.headDim != *headDim)
-    mismatch("head_dim (" + std::to_string(*headDim) + " vs " +
-             std::to_string(*kernel.headDim) + ")");
+    mismatch(fmt::format("head_dim ({} vs {})", *headDim, *kernel.headDim));
   if (site.causal != kernel.causal)
     mismatch("causal");
   if (site.mask != kernel.mask || site.maskDtype != kernel.maskDtype)
@@ -726,9 +740,8 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   const auto &qHeads = site.dims[static_cast<int>(Dim::QHeads)];
   const auto &kvHeads = site.dims[static_cast<int>(Dim::KvHeads)];
   if (qHeads && kvHeads && *qHeads % *kvHeads != 0)
-    node.fail("q_heads (" + std::to_string(*qHeads) +
-              ") is not a multiple of kv_heads (" + std::to_string(*kvHeads) +
-              ")");
+    node.fail(fmt::format("q_heads ({}) is not a multiple of kv_heads ({})",
+                          *qHeads, *kvHeads));
 }
 
 bool parseChip(const std::string &chip, int &version, bool &archSpecific) {
@@ -755,18 +768,18 @@ Error readFile(const std::string &path, std::string &contents,
   if (::stat(path.c_str(), &info) != 0) {
     int err = errno;
     return {err == ENOENT ? KILN_NOT_FOUND : KILN_IO_ERROR,
-            what + " " + path + ": " + std::strerror(err)};
+            fmt::format("{} {}: {}", what, path, std::strerror(err))};
   }
   if (S_ISDIR(info.st_mode))
-    return {KILN_IO_ERROR, what + " " + path + " is a directory"};
+    return {KILN_IO_ERROR, fmt::format("{} {} is a directory", what, path)};
   std::ifstream stream(path, std::ios::binary);
   if (!stream)
-    return {KILN_IO_ERROR,
-            "cannot open " + what + " " + path + ": " + std::strerror(errno)};
+    return {KILN_IO_ERROR, fmt::format("cannot open {} {}: {}", what, path,
+                                       std::strerror(errno))};
   std::ostringstream buffer;
   buffer << stream.rdbuf();
   if (stream.bad())
-    return {KILN_IO_ERROR, "cannot read " + what + " " + path};
+    return {KILN_IO_ERROR, fmt::format("cannot read {} {}", what, path)};
   contents = buffer.str();
   return Error::ok();
 }
@@ -812,24 +825,25 @@ Error parseManifest(const std::string &text, const std::string &directory,
     std::string what = error.what();
     size_t colon = what.find("]: ");
     return {KILN_FORMAT_ERROR,
-            file + ": not valid JSON: " +
-                (colon == std::string::npos ? what : what.substr(colon + 3))};
+            fmt::format("{}: not valid JSON: {}", file,
+                        colon == std::string::npos ? what
+                                                   : what.substr(colon + 3))};
   }
   try {
     Node top(root, "", file);
     if (!root.is_object())
-      top.fail("expected a JSON object at the top level, got " +
-               typeName(root));
+      top.fail(fmt::format("expected a JSON object at the top level, got {}",
+                           typeName(root)));
     Node formatNode = top.key("format");
     if (formatNode.string() != "kiln-package")
-      formatNode.fail("expected \"kiln-package\", got \"" +
-                      formatNode.string() + "\"");
+      formatNode.fail(fmt::format("expected \"kiln-package\", got \"{}\"",
+                                  formatNode.string()));
     Node versionNode = top.key("format_version");
     int64_t version = versionNode.integer();
     if (version != KILN_MANIFEST_FORMAT_VERSION)
-      versionNode.fail("format version " + std::to_string(version) +
-                           " is not supported (this runtime reads version " +
-                           std::to_string(KILN_MANIFEST_FORMAT_VERSION) + ")",
+      versionNode.fail(fmt::format("format version {} is not supported (this "
+                                   "runtime reads version {})",
+                                   version, KILN_MANIFEST_FORMAT_VERSION),
                        KILN_UNSUPPORTED);
     manifest.directory = directory;
     Node producer = top.optionalKey("producer");
@@ -846,11 +860,12 @@ Error parseManifest(const std::string &text, const std::string &directory,
       Node chipNode = targetNode.key("chip");
       target.chip = chipNode.string();
       if (!parseChip(target.chip, target.smVersion, target.archSpecific))
-        chipNode.fail("expected a chip like \"sm_90a\" or \"sm_80\", got \"" +
-                      target.chip + "\"");
+        chipNode.fail(fmt::format(
+            "expected a chip like \"sm_90a\" or \"sm_80\", got \"{}\"",
+            target.chip));
       for (const Target &other : manifest.targets)
         if (other.chip == target.chip)
-          chipNode.fail("duplicate target \"" + target.chip + "\"");
+          chipNode.fail(fmt::format("duplicate target \"{}\"", target.chip));
       Node gridDependency = targetNode.optionalKey("grid_dependency");
       target.gridDependency =
           !gridDependency.isNull() && gridDependency.boolean();
@@ -879,8 +894,8 @@ Error parseManifest(const std::string &text, const std::string &directory,
       parseKernel(kernelNode, kernel);
       for (const Kernel &other : manifest.kernels)
         if (other.name == kernel.name)
-          kernelNode.key("name").fail("duplicate kernel \"" + kernel.name +
-                                      "\"");
+          kernelNode.key("name").fail(
+              fmt::format("duplicate kernel \"{}\"", kernel.name));
       manifest.kernels.push_back(std::move(kernel));
     }
     resolveCombineKernels(kernelsNode, manifest.kernels);
@@ -890,13 +905,14 @@ Error parseManifest(const std::string &text, const std::string &directory,
       parseSite(siteNode, manifest.kernels, site);
       for (const Site &other : manifest.sites)
         if (other.name == site.name)
-          siteNode.key("name").fail("duplicate site \"" + site.name + "\"");
+          siteNode.key("name").fail(
+              fmt::format("duplicate site \"{}\"", site.name));
       manifest.sites.push_back(std::move(site));
     }
   } catch (const ParseFailure &failure) {
     return {failure.status, failure.message};
   } catch (const json::exception &error) {
-    return {KILN_FORMAT_ERROR, file + ": " + error.what()};
+    return {KILN_FORMAT_ERROR, fmt::format("{}: {}", file, error.what())};
   }
   return Error::ok();
 }
@@ -905,11 +921,13 @@ Error loadManifest(const std::string &directory, Manifest &manifest) {
   struct stat info;
   if (::stat(directory.c_str(), &info) != 0) {
     int err = errno;
-    return {err == ENOENT ? KILN_NOT_FOUND : KILN_IO_ERROR,
-            "package directory " + directory + ": " + std::strerror(err)};
+    return {
+        err == ENOENT ? KILN_NOT_FOUND : KILN_IO_ERROR,
+        fmt::format("package directory {}: {}", directory, std::strerror(err))};
   }
   if (!S_ISDIR(info.st_mode))
-    return {KILN_IO_ERROR, "package path " + directory + " is not a directory"};
+    return {KILN_IO_ERROR,
+            fmt::format("package path {} is not a directory", directory)};
   std::string text;
   if (Error error =
           readFile(joinPath(directory, "manifest.json"), text, "manifest"))
