@@ -31,7 +31,7 @@ PACKAGES=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools clang-22
   libclang-rt-22-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
-  libgtest-dev nlohmann-json3-dev
+  libgtest-dev nlohmann-json3-dev libfmt-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev
   python3 python3-onnx python3-numpy python3-pytest
 )

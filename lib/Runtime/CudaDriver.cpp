@@ -2,6 +2,8 @@
 
 #include "CudaDriver.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
@@ -23,8 +25,8 @@ bool resolve(void *library, const char *name, Fn &slot, Error &error) {
   if (!symbol && !error) {
     const char *reason = ::dlerror();
     error = {KILN_CUDA_ERROR,
-             std::string("the CUDA driver lacks ") + name + ": " +
-                 (reason ? reason : "symbol not found")};
+             fmt::format("the CUDA driver lacks {}: {}", name,
+                         reason ? reason : "symbol not found")};
   }
   return symbol != nullptr;
 }
@@ -36,9 +38,9 @@ void loadDriver(DriverState &state) {
   if (!library) {
     const char *reason = ::dlerror();
     state.error = {KILN_CUDA_ERROR,
-                   std::string("cannot load the CUDA driver (") + name +
-                       "): " + (reason ? reason : "unknown reason") +
-                       "; is an NVIDIA driver installed?"};
+                   fmt::format("cannot load the CUDA driver ({}): {}; is an "
+                               "NVIDIA driver installed?",
+                               name, reason ? reason : "unknown reason")};
     return;
   }
   CudaDriver &d = state.driver;
@@ -99,11 +101,11 @@ std::string describeCudaError(const CudaDriver &driver, const char *call,
     driver.cuGetErrorName(result, &name);
   if (driver.cuGetErrorString)
     driver.cuGetErrorString(result, &text);
-  std::string message = std::string(call) + " failed: ";
-  message += name ? name : "CUDA error " + std::to_string(result);
-  if (text)
-    message += std::string(" (") + text + ")";
-  return message;
+  std::string error =
+      name ? name : fmt::format("CUDA error {}", static_cast<int>(result));
+  if (!text)
+    return fmt::format("{} failed: {}", call, error);
+  return fmt::format("{} failed: {} ({})", call, error, text);
 }
 
 namespace {

@@ -206,6 +206,8 @@ int selectTarget(const Manifest &manifest, int major, int minor);
 
 const char *dtypeName(kiln_dtype dtype);
 const char *dimName(Dim dim);
+/// "q", "k", "v", "out", "mask" or "bias".
+const char *tensorName(Tensor tensor);
 
 } // namespace rt
 } // namespace kiln

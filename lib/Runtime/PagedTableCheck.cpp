@@ -2,6 +2,8 @@
 
 #include "PagedTableCheck.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -38,15 +40,17 @@ Error checkFunction(const CudaDriver &driver, CUcontext context,
   CUresult result =
       driver.cuModuleLoadDataEx(&module, kCheckPtx, 0, nullptr, nullptr);
   if (result != CUDA_SUCCESS)
-    return {KILN_CUDA_ERROR,
-            describeCudaError(driver, "cuModuleLoadDataEx", result) +
-                " loading the paged-table check"};
+    return {
+        KILN_CUDA_ERROR,
+        fmt::format("{} loading the paged-table check",
+                    describeCudaError(driver, "cuModuleLoadDataEx", result))};
   result =
       driver.cuModuleGetFunction(&function, module, "kiln_check_paged_tables");
   if (result != CUDA_SUCCESS)
-    return {KILN_CUDA_ERROR,
-            describeCudaError(driver, "cuModuleGetFunction", result) +
-                " for the paged-table check"};
+    return {
+        KILN_CUDA_ERROR,
+        fmt::format("{} for the paged-table check",
+                    describeCudaError(driver, "cuModuleGetFunction", result))};
   loaded.emplace_back(id, function);
   return Error::ok();
 }
@@ -61,11 +65,10 @@ struct DeviceBuffer {
   }
 };
 
-std::string str(int64_t value) { return std::to_string(value); }
-
 Error cudaFailure(const CudaDriver &driver, const char *call, CUresult result) {
   return {KILN_CUDA_ERROR,
-          describeCudaError(driver, call, result) + " in the paged-table check"};
+          fmt::format("{} in the paged-table check",
+                      describeCudaError(driver, call, result))};
 }
 
 /// One int32 of device memory, read back synchronously.
@@ -92,9 +95,10 @@ Error checkPagedTables(const CudaDriver &driver, const PagedTables &tables,
   if (!driver.cuMemAlloc || !driver.cuMemFree || !driver.cuMemcpyDtoH ||
       !driver.cuMemsetD32Async || !driver.cuStreamSynchronize)
     return {KILN_UNSUPPORTED,
-            where + "the paged-table check needs the driver's cuMemAlloc, "
-                    "cuMemFree, cuMemcpyDtoH, cuMemsetD32Async and "
-                    "cuStreamSynchronize"};
+            fmt::format("{}the paged-table check needs the driver's "
+                        "cuMemAlloc, cuMemFree, cuMemcpyDtoH, "
+                        "cuMemsetD32Async and cuStreamSynchronize",
+                        where)};
   if (tables.batch <= 0)
     return Error::ok();
   if (driver.cuStreamIsCapturing) {
@@ -149,13 +153,13 @@ Error checkPagedTables(const CudaDriver &driver, const PagedTables &tables,
   if (Error error = readInt(driver, tables.kvLens + sequence, kvLen))
     return error;
   int64_t capacity = tables.maxPages * tables.pageSize;
-  std::string sequenceName = "sequence " + str(sequence) + ": ";
   if (place == 0)
     return {KILN_INVALID_ARGUMENT,
-            where + sequenceName + "kv_lens[" + str(sequence) +
-                "] = " + str(kvLen) + " is outside [0, " + str(capacity) +
-                "] (max_pages " + str(tables.maxPages) + " x page_size " +
-                str(tables.pageSize) + (kvLen < 0 ? ")" : "): past the table")};
+            fmt::format("{}sequence {}: kv_lens[{}] = {} is outside [0, {}] "
+                        "(max_pages {} x page_size {}{}",
+                        where, sequence, sequence, kvLen, capacity,
+                        tables.maxPages, tables.pageSize,
+                        kvLen < 0 ? ")" : "): past the table")};
   int64_t position = place - 1;
   int32_t entry = 0;
   if (Error error = readInt(
@@ -163,13 +167,15 @@ Error checkPagedTables(const CudaDriver &driver, const PagedTables &tables,
           tables.pageTable + sequence * tables.pageTableStride + position,
           entry))
     return error;
+  int64_t lastKey =
+      std::min<int64_t>(kvLen, (position + 1) * tables.pageSize) - 1;
   return {KILN_INVALID_ARGUMENT,
-          where + sequenceName + "page_table[" + str(sequence) + "][" +
-              str(position) + "] = " + str(entry) +
-              " is outside the cache's pages [0, " + str(tables.numPages) +
-              ") (the entry holds keys " + str(position * tables.pageSize) +
-              ".." + str(std::min<int64_t>(kvLen, (position + 1) * tables.pageSize) - 1) +
-              " of kv_lens[" + str(sequence) + "] = " + str(kvLen) + ")"};
+          fmt::format("{}sequence {}: page_table[{}][{}] = {} is outside the "
+                      "cache's pages [0, {}) (the entry holds keys {}..{} of "
+                      "kv_lens[{}] = {})",
+                      where, sequence, sequence, position, entry,
+                      tables.numPages, position * tables.pageSize, lastKey,
+                      sequence, kvLen)};
 }
 
 } // namespace rt

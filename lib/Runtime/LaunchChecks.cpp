@@ -1,0 +1,394 @@
+//===- LaunchChecks.cpp - Checks of a launch's arguments ------------------===//
+//
+// Every check here runs before the CUDA driver is touched (but the debug
+// check of paged tables, which runs a kernel of its own).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LaunchChecks.h"
+
+#include "CudaDriver.h"
+#include "PagedTableCheck.h"
+#include "SplitModel.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+namespace kiln {
+namespace rt {
+
+const void *tensorPointer(const kiln_attention_args &args, Tensor tensor) {
+  switch (tensor) {
+  case Tensor::Q:
+    return args.q;
+  case Tensor::K:
+    return args.k;
+  case Tensor::V:
+    return args.v;
+  case Tensor::Out:
+    return args.out;
+  case Tensor::Mask:
+    return args.mask;
+  case Tensor::Bias:
+    return args.bias;
+  }
+  return nullptr;
+}
+
+kiln_dtype tensorDtype(const kiln_attention_args &args, Tensor tensor) {
+  const kiln_dtype dtypes[] = {args.q_dtype,    args.k_dtype,
+                               args.v_dtype,    args.out_dtype,
+                               args.mask_dtype, args.bias_dtype};
+  return dtypes[static_cast<int>(tensor)];
+}
+
+const int64_t *tensorStrides(const kiln_attention_args &args, Tensor tensor) {
+  const int64_t *strides[] = {args.q_strides,    args.k_strides,
+                              args.v_strides,    args.out_strides,
+                              args.mask_strides, args.bias_strides};
+  return strides[static_cast<int>(tensor)];
+}
+
+int64_t dimValue(const kiln_attention_args &args, Dim dim) {
+  const int64_t values[] = {args.batch, args.q_heads, args.kv_heads,
+                            args.q_len, args.kv_len,  args.head_dim};
+  return values[static_cast<int>(dim)];
+}
+
+std::string messagePrefix(const Site &site) {
+  return fmt::format("site \"{}\": ", site.name);
+}
+
+namespace {
+
+/// The checks of an attention launch's dimensions, pointers, dtypes and
+/// strides against its site and kernel.
+Error checkAttention(const Kernel &kernel, const Site &site,
+                     const std::string &where,
+                     const kiln_attention_args &args) {
+  // Dimensions.
+  for (int i = 0; i < kNumDims; ++i) {
+    Dim dim = static_cast<Dim>(i);
+    int64_t value = dimValue(args, dim);
+    if (value <= 0)
+      return invalid("{}{} must be positive, got {}", where, dimName(dim),
+                     value);
+    if (site.dims[i] && *site.dims[i] != value)
+      return invalid("{}{} is {} but the site was compiled for {} = {}", where,
+                     dimName(dim), value, dimName(dim), *site.dims[i]);
+  }
+  if (kernel.headDim && *kernel.headDim != args.head_dim)
+    return invalid("{}head_dim is {} but kernel \"{}\" is compiled for {}",
+                   where, args.head_dim, kernel.name, *kernel.headDim);
+  if (args.v_head_dim < 0)
+    return invalid("{}v_head_dim must be positive (or 0 for head_dim), got {}",
+                   where, args.v_head_dim);
+  int64_t valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  std::optional<int64_t> expectedValueHeadDim =
+      kernel.valueHeadDim ? kernel.valueHeadDim : site.valueHeadDim;
+  if (expectedValueHeadDim && *expectedValueHeadDim != valueHeadDim)
+    return invalid(
+        "{}the head dim of v and out is {} but kernel \"{}\" is compiled for "
+        "{}{}",
+        where, valueHeadDim, kernel.name, *expectedValueHeadDim,
+        args.v_head_dim ? "" : " (v_head_dim is 0: head_dim)");
+  if (args.q_heads % args.kv_heads != 0)
+    return invalid("{}q_heads ({}) is not a multiple of kv_heads ({})", where,
+                   args.q_heads, args.kv_heads);
+
+  // Pointers and dtypes.
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    const void *pointer = tensorPointer(args, tensor);
+    kiln_dtype dtype = tensorDtype(args, tensor);
+    if (!pointer)
+      return invalid("{}{} is NULL", where, tensorName(tensor));
+    if (dtype != site.dtype)
+      return invalid("{}{} has dtype {} but the site takes {}", where,
+                     tensorName(tensor), dtypeName(dtype),
+                     dtypeName(site.dtype));
+  }
+  if (site.mask == KILN_MASK_NONE && args.mask)
+    return invalid("{}a mask was given but the site has no mask", where);
+  if (site.mask != KILN_MASK_NONE && !args.mask)
+    return invalid("{}the site needs a {} mask ({}) but none was given", where,
+                   site.mask == KILN_MASK_BOOLEAN ? "boolean" : "additive",
+                   dtypeName(site.maskDtype));
+  if (args.mask && args.mask_dtype != site.maskDtype)
+    return invalid("{}mask has dtype {} but the site takes {}", where,
+                   dtypeName(args.mask_dtype), dtypeName(site.maskDtype));
+  if (!site.bias && args.bias)
+    return invalid("{}a bias was given but the site has no bias", where);
+  if (site.bias && !args.bias)
+    return invalid("{}the site needs a bias ({}) but none was given", where,
+                   dtypeName(site.biasDtype));
+  if (args.bias && args.bias_dtype != site.biasDtype)
+    return invalid("{}bias has dtype {} but the site takes {}", where,
+                   dtypeName(args.bias_dtype), dtypeName(site.biasDtype));
+  for (int i = 0; i < kNumTensors; ++i) {
+    Tensor tensor = static_cast<Tensor>(i);
+    const void *pointer = tensorPointer(args, tensor);
+    int64_t size = kiln_dtype_size(tensorDtype(args, tensor));
+    if (pointer && size > 1 &&
+        reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(size))
+      return invalid("{}{} is not aligned to its {}-byte elements", where,
+                     tensorName(tensor), size);
+  }
+
+  // Strides.
+  static const char *qkvAxes[] = {"batch", "head", "seq", "head_dim"};
+  static const char *maskAxes[] = {"batch", "head", "q", "k"};
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    const int64_t *strides = tensorStrides(args, tensor);
+    if (strides[3] != 1)
+      return invalid("{}{} must be contiguous along head_dim (stride 1), got "
+                     "head_dim stride {}",
+                     where, tensorName(tensor), strides[3]);
+    bool isKv = tensor == Tensor::K || tensor == Tensor::V;
+    int64_t extents[3] = {args.batch, isKv ? args.kv_heads : args.q_heads,
+                          isKv ? args.kv_len : args.q_len};
+    for (int axis = 0; axis < 3; ++axis) {
+      if (strides[axis] < 0)
+        return invalid("{}{} has a negative {} stride ({})", where,
+                       tensorName(tensor), qkvAxes[axis], strides[axis]);
+      if (tensor == Tensor::Out && strides[axis] == 0 && extents[axis] > 1)
+        return invalid("{}out has a zero {} stride: its elements would overlap",
+                       where, qkvAxes[axis]);
+    }
+  }
+  for (Tensor tensor : {Tensor::Mask, Tensor::Bias}) {
+    if (!tensorPointer(args, tensor))
+      continue;
+    const int64_t *strides = tensorStrides(args, tensor);
+    for (int axis = 0; axis < 4; ++axis)
+      if (strides[axis] < 0)
+        return invalid("{}{} has a negative {} stride ({})", where,
+                       tensorName(tensor), maskAxes[axis], strides[axis]);
+  }
+
+  return Error::ok();
+}
+
+/// Checks the split-KV fields of a launch: a forced split count must be one
+/// the kernel can run and the workspace hold.
+Error checkSplits(const std::string &where, const CheckedLaunch &launch) {
+  const kiln_attention_args &args = launch.args;
+  const Kernel &kernel = *launch.kernel;
+  if (args.num_splits < 0 || args.num_splits > kMaxSplits)
+    return invalid("{}num_splits must be 0 (chosen at launch) to {}, got {}",
+                   where, kMaxSplits, args.num_splits);
+  if (args.workspace_bytes < 0)
+    return invalid("{}workspace_bytes must not be negative, got {}", where,
+                   args.workspace_bytes);
+  if (args.workspace && reinterpret_cast<uintptr_t>(args.workspace) % 16 != 0)
+    return invalid("{}workspace must be 16-byte aligned", where);
+  if (args.num_splits > 1) {
+    if (!kernel.combineIndex)
+      return invalid("{}num_splits is {} but kernel \"{}\" does not split keys",
+                     where, args.num_splits, kernel.name);
+    int64_t needed =
+        splitWorkspaceBytes(args, launch.valueHeadDim, args.num_splits);
+    if (!args.workspace || args.workspace_bytes < needed)
+      return invalid("{}{} splits need a {}-byte workspace; got {}", where,
+                     args.num_splits, needed,
+                     args.workspace
+                         ? fmt::format("{} bytes", args.workspace_bytes)
+                         : std::string("none"));
+  }
+  return Error::ok();
+}
+
+} // namespace
+
+Error checkLaunch(const Manifest &manifest, const Site &site,
+                  const kiln_attention_args *argsPointer,
+                  CheckedLaunch &launch) {
+  const std::string where = messagePrefix(site);
+  if (!argsPointer)
+    return invalid("{}the argument struct is NULL", where);
+  const kiln_attention_args &args = *argsPointer;
+  const Kernel &kernel = manifest.kernels[site.kernelIndex];
+  if (site.paged)
+    return invalid("{}a paged-attention site: launch it with "
+                   "kiln_site_launch_paged_attention",
+                   where);
+  launch.kernel = &kernel;
+  if (args.batch == 0) {
+    launch.empty = true;
+    return Error::ok();
+  }
+
+  if (Error error = checkAttention(kernel, site, where, args))
+    return error;
+  launch.args = args;
+  launch.maxKvLen = args.kv_len;
+  launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  return checkSplits(where, launch);
+}
+
+Error checkPagedLaunch(const Manifest &manifest, const Site &site,
+                       const kiln_paged_attention_args *argsPointer,
+                       CheckedLaunch &launch) {
+  const std::string where = messagePrefix(site);
+  if (!argsPointer)
+    return invalid("{}the argument struct is NULL", where);
+  if (!site.paged)
+    return invalid("{}not a paged-attention site: launch it with "
+                   "kiln_site_launch_attention",
+                   where);
+  const kiln_paged_attention_args &paged = *argsPointer;
+  const Kernel &kernel = manifest.kernels[site.kernelIndex];
+  launch.kernel = &kernel;
+  if (paged.batch == 0) {
+    launch.empty = true;
+    return Error::ok();
+  }
+
+  // The sizes only paged launches have.
+  const std::pair<const char *, int64_t> sizes[] = {
+      {"batch", paged.batch},         {"q_heads", paged.q_heads},
+      {"kv_heads", paged.kv_heads},   {"q_len", paged.q_len},
+      {"head_dim", paged.head_dim},   {"num_pages", paged.num_pages},
+      {"page_size", paged.page_size}, {"max_pages", paged.max_pages}};
+  for (auto [name, value] : sizes)
+    if (value <= 0)
+      return invalid("{}{} must be positive, got {}", where, name, value);
+  if (site.pageSize && *site.pageSize != paged.page_size)
+    return invalid(
+        "{}page_size is {} but the site was compiled for page_size = {}", where,
+        paged.page_size, *site.pageSize);
+  if (paged.page_size & (paged.page_size - 1))
+    return invalid("{}page_size must be a power of two, got {}", where,
+                   paged.page_size);
+  if (paged.max_pages > std::numeric_limits<int32_t>::max() / paged.page_size)
+    return invalid("{}max_pages x page_size overflows 32 bits", where);
+  if (!paged.page_table || !paged.kv_lens)
+    return invalid("{}{} is NULL", where,
+                   !paged.page_table ? "page_table" : "kv_lens");
+  for (const void *pointer : {static_cast<const void *>(paged.page_table),
+                              static_cast<const void *>(paged.kv_lens)})
+    if (reinterpret_cast<uintptr_t>(pointer) % 4)
+      return invalid("{}page_table and kv_lens must be aligned to their "
+                     "4-byte elements",
+                     where);
+  if (paged.page_table_strides[1] != 1)
+    return invalid("{}page_table must be contiguous along its entries "
+                   "(stride 1), got {}",
+                   where, paged.page_table_strides[1]);
+  if (paged.page_table_strides[0] < paged.max_pages &&
+      paged.page_table_strides[0] != 0)
+    return invalid("{}page_table's batch stride ({}) is smaller than "
+                   "max_pages ({}): rows would overlap",
+                   where, paged.page_table_strides[0], paged.max_pages);
+  for (auto [name, pointer, dtype] :
+       {std::tuple{"q", paged.q, paged.q_dtype},
+        std::tuple{"key_cache", paged.key_cache, paged.key_cache_dtype},
+        std::tuple{"value_cache", paged.value_cache, paged.value_cache_dtype},
+        std::tuple{"out", static_cast<const void *>(paged.out),
+                   paged.out_dtype}}) {
+    if (!pointer)
+      return invalid("{}{} is NULL", where, name);
+    if (dtype != site.dtype)
+      return invalid("{}{} has dtype {} but the site takes {}", where, name,
+                     dtypeName(dtype), dtypeName(site.dtype));
+  }
+  for (auto [name, strides] :
+       {std::pair{"key_cache", paged.key_cache_strides},
+        std::pair{"value_cache", paged.value_cache_strides}})
+    for (int axis = 0; axis < 3; ++axis)
+      if (strides[axis] < 0)
+        return invalid("{}{} has a negative stride ({})", where, name,
+                       strides[axis]);
+
+  // The rest is an attention launch with the caches as K and V: the same
+  // checks of dtypes, pointers, head dims and q/out strides.
+  kiln_attention_args args{};
+  args.q = paged.q;
+  args.k = paged.key_cache;
+  args.v = paged.value_cache;
+  args.out = paged.out;
+  args.q_dtype = paged.q_dtype;
+  args.k_dtype = paged.key_cache_dtype;
+  args.v_dtype = paged.value_cache_dtype;
+  args.out_dtype = paged.out_dtype;
+  args.mask_dtype = args.bias_dtype = KILN_DTYPE_NONE;
+  args.batch = paged.batch;
+  args.q_heads = paged.q_heads;
+  args.kv_heads = paged.kv_heads;
+  args.q_len = paged.q_len;
+  args.kv_len = paged.max_pages * paged.page_size;
+  args.head_dim = paged.head_dim;
+  args.v_head_dim = paged.v_head_dim;
+  std::memcpy(args.q_strides, paged.q_strides, sizeof(args.q_strides));
+  std::memcpy(args.k_strides, paged.key_cache_strides, sizeof(args.k_strides));
+  std::memcpy(args.v_strides, paged.value_cache_strides,
+              sizeof(args.v_strides));
+  std::memcpy(args.out_strides, paged.out_strides, sizeof(args.out_strides));
+  args.workspace = paged.workspace;
+  args.workspace_bytes = paged.workspace_bytes;
+  args.num_splits = paged.num_splits;
+  if (Error error = checkAttention(kernel, site, where, args))
+    return error;
+  PagedValues values;
+  values.pageTable = paged.page_table;
+  values.kvLens = paged.kv_lens;
+  values.maxPages = paged.max_pages;
+  values.numPages = paged.num_pages;
+  values.pageSize = paged.page_size;
+  values.pageTableStride = paged.page_table_strides[0];
+  launch.args = args;
+  launch.paged = values;
+  launch.maxKvLen = args.kv_len;
+  if (paged.total_kv_len < 0 ||
+      paged.total_kv_len > paged.batch * launch.maxKvLen)
+    return invalid("{}total_kv_len must be 0 (unknown) to batch x max_pages x "
+                   "page_size ({}), got {}",
+                   where, paged.batch * launch.maxKvLen, paged.total_kv_len);
+  launch.totalKvLen = paged.total_kv_len;
+  launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  return checkSplits(where, launch);
+}
+
+Error checkWorkspaceBounds(const Site &site, int64_t batch, int64_t qHeads,
+                           int64_t kvHeads, int64_t qLen, int64_t maxKvLen) {
+  const std::string where = messagePrefix(site);
+  const std::pair<const char *, int64_t> sizes[] = {{"batch", batch},
+                                                    {"q_heads", qHeads},
+                                                    {"kv_heads", kvHeads},
+                                                    {"q_len", qLen},
+                                                    {"max_kv_len", maxKvLen}};
+  for (auto [name, value] : sizes)
+    if (value <= 0)
+      return invalid("{}{} must be positive, got {}", where, name, value);
+  if (qHeads % kvHeads != 0)
+    return invalid("{}q_heads ({}) is not a multiple of kv_heads ({})", where,
+                   qHeads, kvHeads);
+  return Error::ok();
+}
+
+Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
+  if (launch.empty)
+    return Error::ok();
+  const CudaDriver *driver = nullptr;
+  if (Error error = getCudaDriver(driver))
+    return error;
+  const PagedValues &paged = *launch.paged;
+  PagedTables tables;
+  tables.pageTable = paged.pageTable;
+  tables.pageTableStride = paged.pageTableStride;
+  tables.kvLens = paged.kvLens;
+  tables.batch = launch.args.batch;
+  tables.maxPages = paged.maxPages;
+  tables.pageSize = paged.pageSize;
+  tables.numPages = paged.numPages;
+  tables.qLen = launch.args.q_len;
+  tables.window = s.window.value_or(0);
+  return checkPagedTables(*driver, tables, static_cast<CUstream>(stream),
+                          messagePrefix(s));
+}
+
+} // namespace rt
+} // namespace kiln

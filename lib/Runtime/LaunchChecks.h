@@ -1,0 +1,90 @@
+//===- LaunchChecks.h - Checks of a launch's arguments ----------*- C++ -*-===//
+//
+// The checks of an attention or paged-attention launch's sizes, pointers,
+// dtypes, strides and split-KV fields against its site and kernel, made
+// before the CUDA driver is touched, so that every argument error reads the
+// same with or without a GPU. A launch that passes becomes a CheckedLaunch,
+// which the launch and the split model take.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_RUNTIME_LAUNCHCHECKS_H
+#define KILN_LIB_RUNTIME_LAUNCHCHECKS_H
+
+#include "Manifest.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace kiln {
+namespace rt {
+
+/// The values of a paged launch that kiln_attention_args has no place for.
+struct PagedValues {
+  const int32_t *pageTable = nullptr;
+  const int32_t *kvLens = nullptr;
+  int64_t maxPages = 0, numPages = 0, pageSize = 0, pageTableStride = 0;
+};
+
+/// A checked launch, in the terms of an attention launch: a paged launch's
+/// caches stand as k and v, with its own values beside.
+struct CheckedLaunch {
+  const Kernel *kernel = nullptr;
+  kiln_attention_args args{};
+  std::optional<PagedValues> paged;
+  /// The most keys a sequence may have (kv_len, or max_pages x page_size).
+  int64_t maxKvLen = 0;
+  /// The sum of the sequences' key counts where the caller gave it (paged
+  /// launches' total_kv_len), else 0.
+  int64_t totalKvLen = 0;
+  int64_t valueHeadDim = 0;
+  /// A batch of 0: nothing to check further, compute or launch (an empty
+  /// tensor's data pointer may be NULL).
+  bool empty = false;
+};
+
+/// The argument tensor `tensor`'s device pointer, dtype and strides.
+const void *tensorPointer(const kiln_attention_args &args, Tensor tensor);
+kiln_dtype tensorDtype(const kiln_attention_args &args, Tensor tensor);
+const int64_t *tensorStrides(const kiln_attention_args &args, Tensor tensor);
+/// The launch's size of `dim`.
+int64_t dimValue(const kiln_attention_args &args, Dim dim);
+
+/// "site \"<name>\": ", which starts the messages of a launch of `site`.
+std::string messagePrefix(const Site &site);
+
+/// A KILN_INVALID_ARGUMENT error with the message fmt formats from `format`
+/// and `args`.
+template <typename... Args>
+Error invalid(fmt::format_string<Args...> format, Args &&...args) {
+  return {KILN_INVALID_ARGUMENT,
+          fmt::format(format, std::forward<Args>(args)...)};
+}
+
+/// Checks a launch of `site` with `args`. Never touches the CUDA driver.
+Error checkLaunch(const Manifest &manifest, const Site &site,
+                  const kiln_attention_args *argsPointer,
+                  CheckedLaunch &launch);
+
+/// Checks a paged launch of `site`. Never touches the CUDA driver.
+Error checkPagedLaunch(const Manifest &manifest, const Site &site,
+                       const kiln_paged_attention_args *argsPointer,
+                       CheckedLaunch &launch);
+
+/// Checks the bounds a workspace size is asked for (kiln_site_workspace_size)
+/// as a launch's sizes are checked.
+Error checkWorkspaceBounds(const Site &site, int64_t batch, int64_t qHeads,
+                           int64_t kvHeads, int64_t qLen, int64_t maxKvLen);
+
+/// The debug check of a paged launch's kv_lens and page table
+/// (PagedTableCheck.h), on `stream`.
+Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream);
+
+} // namespace rt
+} // namespace kiln
+
+#endif // KILN_LIB_RUNTIME_LAUNCHCHECKS_H

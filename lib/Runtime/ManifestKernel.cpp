@@ -1,0 +1,397 @@
+//===- ManifestKernel.cpp - Reading a manifest's kernels ------------------===//
+//
+// The "kernels" of manifest.json: each kernel's launch rules (block, grid),
+// shared memory, and its argument list, every argument resolved by name to
+// where its value comes from at launch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ManifestParser.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+
+namespace kiln {
+namespace rt {
+namespace parser {
+
+namespace {
+
+/// Resolves a kernel parameter name to where its value comes from.
+bool resolveArgName(const std::string &name, KernelArg &arg) {
+  static const std::pair<const char *, Tensor> pointers[] = {
+      {"q", Tensor::Q},     {"k", Tensor::K},       {"v", Tensor::V},
+      {"out", Tensor::Out}, {"mask", Tensor::Mask}, {"bias", Tensor::Bias}};
+  for (const auto &[pointerName, tensor] : pointers) {
+    if (name == pointerName) {
+      arg.source = ArgSource::Pointer;
+      arg.tensor = tensor;
+      return true;
+    }
+  }
+  // A paged site's caches stand where K and V stand.
+  if (name == "key_cache" || name == "value_cache") {
+    arg.source = ArgSource::Pointer;
+    arg.tensor = name == "key_cache" ? Tensor::K : Tensor::V;
+    return true;
+  }
+  if (std::optional<Dim> dim = parseDimName(name)) {
+    arg.source = ArgSource::Dim;
+    arg.dim = *dim;
+    return true;
+  }
+  if (name == "scale") {
+    arg.source = ArgSource::Scale;
+    return true;
+  }
+  if (name == "softcap") {
+    arg.source = ArgSource::Softcap;
+    return true;
+  }
+  if (name == "window") {
+    arg.source = ArgSource::Window;
+    return true;
+  }
+  static const char *pagedPointers[] = {"page_table", "kv_lens"};
+  for (int i = 0; i < 2; ++i)
+    if (name == pagedPointers[i]) {
+      arg.source = ArgSource::PagedPointer;
+      arg.paged = i;
+      return true;
+    }
+  static const char *pagedDims[] = {"max_pages", "num_pages", "page_size"};
+  for (int i = 0; i < 3; ++i)
+    if (name == pagedDims[i]) {
+      arg.source = ArgSource::PagedDim;
+      arg.paged = i;
+      return true;
+    }
+  if (name == "page_table_stride_batch") {
+    arg.source = ArgSource::PageTableStride;
+    return true;
+  }
+  if (name == "num_splits") {
+    arg.source = ArgSource::NumSplits;
+    return true;
+  }
+  if (name == "workspace") {
+    arg.source = ArgSource::Workspace;
+    return true;
+  }
+  for (auto [mapName, tensor] :
+       {std::pair{"q_map", Tensor::Q}, std::pair{"k_map", Tensor::K},
+        std::pair{"v_map", Tensor::V}})
+    if (name == mapName) {
+      arg.source = ArgSource::TensorMap;
+      arg.tensor = tensor;
+      return true;
+    }
+  // A paged cache's strides: {page, slot, head} of K and V.
+  static const char *cacheAxes[] = {"page", "slot", "head"};
+  for (auto [cacheName, tensor] :
+       {std::pair{"key_cache", Tensor::K}, std::pair{"value_cache", Tensor::V}})
+    for (int i = 0; i < 3; ++i)
+      if (name == std::string(cacheName) + "_stride_" + cacheAxes[i]) {
+        arg.source = ArgSource::Stride;
+        arg.tensor = tensor;
+        arg.axis = i;
+        return true;
+      }
+  static const char *qkvAxes[] = {"batch", "head", "seq"};
+  static const char *maskAxes[] = {"batch", "head", "q", "k"};
+  for (const auto &[pointerName, tensor] : pointers) {
+    std::string prefix = std::string(pointerName) + "_stride_";
+    if (name.compare(0, prefix.size(), prefix) != 0)
+      continue;
+    std::string axis = name.substr(prefix.size());
+    bool isMaskLike = tensor == Tensor::Mask || tensor == Tensor::Bias;
+    int numAxes = isMaskLike ? 4 : 3;
+    for (int i = 0; i < numAxes; ++i) {
+      if (axis == (isMaskLike ? maskAxes[i] : qkvAxes[i])) {
+        arg.source = ArgSource::Stride;
+        arg.tensor = tensor;
+        arg.axis = i;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
+  Node nameNode = node.key("name");
+  arg.name = nameNode.string();
+  if (!resolveArgName(arg.name, arg))
+    nameNode.fail(fmt::format(
+        "unknown kernel argument \"{}\" (this runtime knows q, k, v, out, "
+        "mask, bias, the dimensions, scale, softcap, window and "
+        "<tensor>_stride_*)",
+        arg.name));
+  Node kindNode = node.key("kind");
+  std::string kind =
+      kindNode.oneOf({"pointer", "i32", "i64", "f32", "tensor_map"});
+  arg.kind = kind == "pointer"      ? ArgKind::Pointer
+             : kind == "i32"        ? ArgKind::I32
+             : kind == "i64"        ? ArgKind::I64
+             : kind == "tensor_map" ? ArgKind::TensorMap
+                                    : ArgKind::F32;
+  auto expectKinds = [&](bool ok, const char *expected) {
+    if (!ok)
+      kindNode.fail(fmt::format("argument \"{}\" must be {}, got \"{}\"",
+                                arg.name, expected, kind));
+  };
+  switch (arg.source) {
+  case ArgSource::Pointer:
+    expectKinds(arg.kind == ArgKind::Pointer, "\"pointer\"");
+    if (arg.tensor == Tensor::Mask && kernel.mask == KILN_MASK_NONE)
+      nameNode.fail("kernel takes a \"mask\" argument but its \"mask\" is "
+                    "\"none\"");
+    if (arg.tensor == Tensor::Bias && !kernel.bias)
+      nameNode.fail("kernel takes a \"bias\" argument but its \"bias\" is "
+                    "false");
+    arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
+                                   /*allowBool=*/arg.tensor == Tensor::Mask);
+    break;
+  case ArgSource::Scale:
+  case ArgSource::Softcap:
+    expectKinds(arg.kind == ArgKind::F32, "\"f32\"");
+    break;
+  case ArgSource::PagedPointer:
+  case ArgSource::PagedDim:
+  case ArgSource::PageTableStride:
+    if (!kernel.paged)
+      nameNode.fail(fmt::format(
+          "argument \"{}\" belongs to paged-attention kernels", arg.name));
+    expectKinds(arg.source == ArgSource::PagedPointer
+                    ? arg.kind == ArgKind::Pointer
+                    : arg.kind == ArgKind::I32 || arg.kind == ArgKind::I64,
+                arg.source == ArgSource::PagedPointer ? "\"pointer\""
+                                                      : "\"i32\" or \"i64\"");
+    break;
+  case ArgSource::NumSplits:
+  case ArgSource::Workspace:
+    if (!kernel.combine && !kernel.combineIndex)
+      nameNode.fail(fmt::format("argument \"{}\" belongs to kernels that split "
+                                "keys (with a \"split_combine\") and their "
+                                "combine kernels",
+                                arg.name));
+    expectKinds(arg.source == ArgSource::Workspace
+                    ? arg.kind == ArgKind::Pointer
+                    : arg.kind == ArgKind::I32,
+                arg.source == ArgSource::Workspace ? "\"pointer\"" : "\"i32\"");
+    break;
+  case ArgSource::TensorMap: {
+    expectKinds(arg.kind == ArgKind::TensorMap, "\"tensor_map\"");
+    if (kernel.targets.empty())
+      nameNode.fail("tensor maps belong to kernels with \"targets\"");
+    arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
+                                   /*allowBool=*/false);
+    Node boxNode = node.key("box");
+    std::vector<Node> box = boxNode.array();
+    if (box.size() != 2)
+      boxNode.fail(fmt::format("expected 2 entries (columns, rows), got {}",
+                               box.size()));
+    arg.boxColumns = box[0].integer(1, 256);
+    arg.boxRows = box[1].integer(1, 256);
+    if (arg.boxColumns != 64)
+      box[0].fail("a 128-byte swizzled box is 64 two-byte columns wide");
+    Node swizzle = node.key("swizzle");
+    if (swizzle.integer(0, 1024) != 128)
+      swizzle.fail("only the 128-byte swizzle is supported");
+    break;
+  }
+  case ArgSource::Dim:
+  case ArgSource::Stride:
+  case ArgSource::Window:
+    expectKinds(arg.kind == ArgKind::I32 || arg.kind == ArgKind::I64,
+                "\"i32\" or \"i64\"");
+    if (arg.source == ArgSource::Stride &&
+        ((arg.tensor == Tensor::Mask && kernel.mask == KILN_MASK_NONE) ||
+         (arg.tensor == Tensor::Bias && !kernel.bias)))
+      nameNode.fail(fmt::format("kernel takes \"{}\" but has no {}", arg.name,
+                                tensorName(arg.tensor)));
+    break;
+  }
+}
+
+void parseGridRule(const Node &node, GridRule &rule) {
+  if (node.raw().is_number_integer()) {
+    rule.constant = node.integer(1, INT32_MAX);
+    return;
+  }
+  auto parseDims = [](const Node &dimNode, std::vector<Dim> &dims) {
+    std::vector<Node> names;
+    if (dimNode.raw().is_array())
+      names = dimNode.array();
+    else
+      names.push_back(dimNode);
+    for (const Node &nameNode : names) {
+      std::string name = nameNode.string();
+      std::optional<Dim> dim = parseDimName(name);
+      if (!dim)
+        nameNode.fail(fmt::format("unknown dimension \"{}\" (expected batch, "
+                                  "q_heads, kv_heads, q_len, kv_len or "
+                                  "head_dim)",
+                                  name));
+      dims.push_back(*dim);
+    }
+  };
+  if (node.has("dim")) {
+    parseDims(node.key("dim"), rule.dims);
+    Node perNode = node.optionalKey("per");
+    if (!perNode.isNull())
+      parseDims(perNode, rule.perDims);
+  } else if (node.has("value")) {
+    rule.constant = node.key("value").integer(1, INT32_MAX);
+  } else {
+    node.fail("a grid rule needs \"dim\" (or \"value\")");
+  }
+  Node divNode = node.optionalKey("ceil_div");
+  if (!divNode.isNull())
+    rule.ceilDiv = divNode.integer(1, INT32_MAX);
+  Node splitsNode = node.optionalKey("times_splits");
+  if (!splitsNode.isNull())
+    rule.timesSplits = splitsNode.boolean();
+}
+
+} // namespace
+
+void parseKernel(const Node &node, Kernel &kernel) {
+  kernel.name = node.key("name").string();
+  if (kernel.name.empty())
+    node.key("name").fail("must not be empty");
+  kernel.kind =
+      node.key("kind").oneOf({"attention", "paged_attention", "split_combine"});
+  kernel.paged = kernel.kind == "paged_attention";
+  kernel.combine = kernel.kind == "split_combine";
+  kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
+  kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
+  Node valueHeadDim = node.optionalKey("v_head_dim");
+  kernel.valueHeadDim =
+      valueHeadDim.isNull() ? kernel.headDim : valueHeadDim.optionalInteger(1);
+  Node causal = node.optionalKey("causal");
+  kernel.causal = causal.isNull() ? false : causal.boolean();
+  kernel.window = node.optionalKey("window").optionalInteger(1);
+  Node softcap = node.optionalKey("softcap");
+  if (!softcap.isNull())
+    kernel.softcap = static_cast<float>(softcap.number());
+  if (!kernel.combine) {
+    parseMask(node, kernel.mask, kernel.maskDtype);
+    parseBias(node, kernel.bias, kernel.biasDtype);
+  }
+  // Resolved to an index once every kernel is read (see
+  // resolveCombineKernels); marks the kernel as splitting keys meanwhile.
+  Node combineNode = node.optionalKey("split_combine");
+  if (!combineNode.isNull() && !kernel.combine) {
+    if (combineNode.string().empty())
+      combineNode.fail("must name a kernel");
+    kernel.combineIndex = 0;
+  }
+
+  Node blockNode = node.key("block");
+  std::vector<Node> block = blockNode.array();
+  if (block.size() != 3)
+    blockNode.fail(fmt::format("expected 3 entries, got {}", block.size()));
+  static const int64_t blockLimits[3] = {1024, 1024, 64};
+  int64_t threads = 1;
+  for (int i = 0; i < 3; ++i) {
+    kernel.block[i] = static_cast<int32_t>(block[i].integer(1, blockLimits[i]));
+    threads *= kernel.block[i];
+  }
+  if (threads > 1024)
+    blockNode.fail(fmt::format(
+        "a block of {} threads is over CUDA's limit of 1024", threads));
+
+  Node gridNode = node.key("grid");
+  std::vector<Node> grid = gridNode.array();
+  if (grid.empty() || grid.size() > 3)
+    gridNode.fail(fmt::format("expected 1 to 3 entries, got {}", grid.size()));
+  for (size_t i = 0; i < grid.size(); ++i) {
+    parseGridRule(grid[i], kernel.grid[i]);
+    if (kernel.grid[i].timesSplits && !kernel.combineIndex)
+      grid[i].fail("\"times_splits\" needs a kernel that splits keys (with "
+                   "a \"split_combine\")");
+  }
+
+  Node kvBlock = node.optionalKey("kv_block_size");
+  if (!kvBlock.isNull())
+    kernel.kvBlockSize = std::max<int64_t>(kvBlock.integer(0, 1 << 20), 1);
+  Node staticShared = node.optionalKey("static_shared_bytes");
+  kernel.staticSharedBytes =
+      staticShared.isNull() ? 0 : staticShared.integer(0, 1 << 30);
+  Node dynamicShared = node.optionalKey("dynamic_shared_bytes");
+  kernel.dynamicSharedBytes =
+      dynamicShared.isNull() ? 0 : dynamicShared.integer(0, 1 << 30);
+
+  Node targetsNode = node.optionalKey("targets");
+  if (!targetsNode.isNull()) {
+    std::vector<Node> targets = targetsNode.array();
+    if (targets.empty())
+      targetsNode.fail("must name at least one chip");
+    for (const Node &chip : targets)
+      kernel.targets.push_back(chip.string());
+  }
+
+  Node argsNode = node.key("args");
+  std::vector<Node> args = argsNode.array();
+  if (args.size() > kMaxKernelArgs)
+    argsNode.fail(fmt::format("more than {} arguments", kMaxKernelArgs));
+  std::map<std::string, size_t> seen;
+  for (const Node &argNode : args) {
+    KernelArg arg;
+    parseArg(argNode, kernel, arg);
+    if (!seen.emplace(arg.name, seen.size()).second)
+      argNode.key("name").fail(
+          fmt::format("duplicate argument \"{}\"", arg.name));
+    kernel.args.push_back(std::move(arg));
+  }
+  std::vector<const char *> requiredArgs = {"q", "k", "v", "out"};
+  if (kernel.paged)
+    requiredArgs = {"q",   "key_cache",  "value_cache",
+                    "out", "page_table", "kv_lens"};
+  if (kernel.combine)
+    requiredArgs = {"workspace", "out", "num_splits"};
+  else if (kernel.combineIndex)
+    requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
+  for (const char *required : requiredArgs)
+    if (!seen.count(required))
+      argsNode.fail(
+          fmt::format("missing the \"{}\" pointer argument", required));
+  if (kernel.mask != KILN_MASK_NONE && !seen.count("mask"))
+    argsNode.fail("the kernel has a mask but no \"mask\" argument");
+  if (kernel.bias && !seen.count("bias"))
+    argsNode.fail("the kernel has a bias but no \"bias\" argument");
+}
+
+void resolveCombineKernels(const Node &kernelsNode,
+                           std::vector<Kernel> &kernels) {
+  std::vector<Node> nodes = kernelsNode.array();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Kernel &kernel = kernels[i];
+    if (!kernel.combineIndex)
+      continue;
+    Node nameNode = nodes[i].key("split_combine");
+    std::string name = nameNode.string();
+    size_t found = kernels.size();
+    for (size_t j = 0; j < kernels.size(); ++j)
+      if (kernels[j].name == name)
+        found = j;
+    if (found == kernels.size())
+      nameNode.fail(fmt::format("no kernel named \"{}\"", name));
+    const Kernel &combine = kernels[found];
+    if (!combine.combine)
+      nameNode.fail(
+          fmt::format("kernel \"{}\" is not a \"split_combine\" kernel", name));
+    if (combine.dtype != kernel.dtype ||
+        combine.valueHeadDim != kernel.valueHeadDim)
+      nameNode.fail(fmt::format("combine kernel \"{}\" reduces another dtype "
+                                "or value head dim than \"{}\"",
+                                name, kernel.name));
+    kernel.combineIndex = found;
+  }
+}
+
+} // namespace parser
+} // namespace rt
+} // namespace kiln

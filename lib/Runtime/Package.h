@@ -1,0 +1,30 @@
+//===- Package.h - The C API's package and site handles ---------*- C++ -*-===//
+//
+// What a kiln_package handle holds: the parsed manifest, a handle for each of
+// its sites, and the modules loaded from its PTX.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_RUNTIME_PACKAGE_H
+#define KILN_LIB_RUNTIME_PACKAGE_H
+
+#include "kiln-c/Runtime.h"
+
+#include "Manifest.h"
+#include "ModuleCache.h"
+
+#include <cstddef>
+#include <vector>
+
+struct kiln_site {
+  kiln_package *package = nullptr;
+  size_t index = 0;
+};
+
+struct kiln_package {
+  kiln::rt::Manifest manifest;
+  std::vector<kiln_site> sites;
+  kiln::rt::ModuleCache modules{manifest};
+};
+
+#endif // KILN_LIB_RUNTIME_PACKAGE_H
