@@ -90,7 +90,8 @@ public:
   /// and the launch's clusters all fit on the device at once; else 0 (the
   /// combine kernel reduces the splits). A grid of clusters that does not
   /// fit runs in two waves, which costs far more than the combine kernel
-  /// saves (docs/performance.md).
+  /// saves (docs/perf-log/2026-12-01-decode-clusters.md, "decode: splits
+  /// that reduce themselves in a cluster").
   Error clusterOfSplits(const CudaDriver &driver, size_t kernelIndex,
                         const kiln_launch_config &launchConfig, CUstream stream,
                         int64_t splits, int64_t &cluster);

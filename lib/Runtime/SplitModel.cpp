@@ -49,7 +49,9 @@ int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 /// `kvBlocks`, the longest) is costed at its mean, plus the longest
 /// sequence's excess over the mean, a split's share of it: the part that
 /// runs after the rest of the batch is done, which more splits shorten.
-/// Fitted to forced split counts on the H200 (docs/performance.md).
+/// Fitted to forced split counts on the H200 (docs/perf-log/
+/// 2026-12-01-decode-paged-copies.md, "decode: split counts for batches of
+/// uneven lengths").
 int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
                      int64_t kvBlocks, int64_t batch, int64_t saturating,
                      int64_t meanKvBlocks = 0) {

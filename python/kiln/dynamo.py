@@ -25,8 +25,12 @@ graph uses Kiln (the cache directory may be copied between machines).
 
 ``kiln.dynamo.reports`` holds, per compiled graph, the fusion report, the
 sites rewritten and why any other was not; ``kiln.explain`` prints them.
-``KILN_VERIFY=1`` runs each rewritten graph beside the original on its first
-inputs and raises on a mismatch, naming the site. ``KILN_KEEP_GRAPHS=1``
+Each rewritten graph is run beside the original on its first inputs: where
+a floating output differs beyond the dtype's rounding (3e-2 relative in
+bf16/f16, 1e-3 in f32) the graph runs on Inductor alone, with a warning and
+the reason in its report. ``KILN_VERIFY=1`` raises instead, naming the
+sites; ``KILN_VERIFY=0`` skips the check (it costs one eager run of each
+graph when it is compiled). ``KILN_KEEP_GRAPHS=1``
 keeps each graph's ONNX beside its report in the cache's ``graphs/`` (to
 run ``kilnc --verify`` on it by hand).
 """
@@ -368,9 +372,24 @@ def _result_shape(site: Dict[str, Any], operands: Dict[str, Any],
     return shape[:-1] + [value_dim]
 
 
-def _compare(original: Callable, inputs: Sequence[Any], rewritten: Callable,
-             rewritten_inputs: Sequence[Any], entry: Dict[str, Any]) -> None:
-    """KILN_VERIFY: the rewritten graph against the original on `inputs`."""
+#: Relative (Frobenius) error a rewritten graph's floating outputs may show
+#: against the graph's own: bf16 and f16 differ from eager by under 1e-2
+#: when exact (the rounding of the materialised scores), f32 by far less.
+_TOLERANCE = {"torch.float16": 3e-2, "torch.bfloat16": 3e-2}
+
+
+def _verify_mode() -> str:
+    """KILN_VERIFY: unset, each rewritten graph is checked on its first
+    inputs and a mismatch falls back to Inductor alone with a warning; 1,
+    a mismatch raises; 0, no check."""
+    value = os.environ.get("KILN_VERIFY", "")
+    return {"": "check", "0": "off"}.get(value, "raise")
+
+
+def _mismatch(original: Callable, inputs: Sequence[Any], rewritten: Callable,
+              rewritten_inputs: Sequence[Any]) -> Optional[str]:
+    """The rewritten graph against the original on `inputs`: None when
+    every floating output agrees within its tolerance, else what differs."""
     import torch
 
     def flat(values: Any) -> List[Any]:
@@ -380,16 +399,22 @@ def _compare(original: Callable, inputs: Sequence[Any], rewritten: Callable,
     with torch.no_grad():
         want = flat(original(*inputs))
         got = flat(rewritten(*rewritten_inputs))
+    if len(want) != len(got):
+        return f"{len(got)} outputs where the graph has {len(want)}"
     for position, (a, b) in enumerate(zip(want, got)):
-        tolerance = 1e-2 if a.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        if not a.dtype.is_floating_point:
+            continue  # indices may part at near ties
+        tolerance = _TOLERANCE.get(str(a.dtype), 1e-3)
         a64, b64 = a.double(), b.double()
+        finite = torch.isfinite(a64)
+        if not torch.equal(finite, torch.isfinite(b64)):
+            return f"output {position} is not finite where the graph's is"
+        a64, b64 = a64[finite], b64[finite]
         error = float((a64 - b64).norm() / max(float(a64.norm()), 1e-30))
         if not error <= tolerance:
-            raise KilnError(
-                Status.INTERNAL_ERROR,
-                f"KILN_VERIFY: output {position} of a graph with Kiln sites "
-                f"{entry['rewritten']} differs from the graph without them "
-                f"(relative error {error:.3e} > {tolerance})")
+            return (f"output {position} differs from the graph without Kiln "
+                    f"(relative error {error:.3e} > {tolerance})")
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -472,7 +497,9 @@ def _sizes_from_tensors(gm: Any, example_inputs: Sequence[Any]) -> Any:
         positions.append(position)
         dynamic = {}
         for dim, size in enumerate(value.shape):
-            if isinstance(size, torch.SymInt):
+            # A size Dynamo made symbolic and then specialised (a hidden
+            # size a weight fixes) is static.
+            if isinstance(size, torch.SymInt) and not size.node.expr.is_number:
                 dynamic[dim] = torch.export.Dim.AUTO
                 if size.node.expr.is_Symbol:
                     dims.setdefault(size.node.expr, (node, dim))
@@ -513,22 +540,26 @@ def _outside_dynamo() -> Any:
 
 def _taking(compiled: Callable, positions: List[int], count: int) -> Callable:
     """`compiled`, which takes the tensor inputs at `positions`, as a
-    callable taking all `count` inputs of Dynamo's graph."""
+    callable taking all `count` inputs of Dynamo's graph (Dynamo calls it
+    as it calls what compile_fx returns: with the inputs as arguments)."""
     if positions == list(range(count)):
         return compiled
-    if getattr(compiled, "_boxed_call", False):
-        def boxed(args: List[Any]) -> Any:
-            tensors = [args[i] for i in positions]
-            args.clear()
-            return compiled(tensors)
-
-        boxed._boxed_call = True  # type: ignore[attr-defined]
-        return boxed
 
     def call(*args: Any) -> Any:
         return compiled(*[args[i] for i in positions])
 
     return call
+
+
+def _restarts(error: BaseException) -> bool:
+    """Whether `error` is Dynamo asking to trace the frame again (raised by
+    Inductor, e.g. to turn a float input into a tensor): it must reach
+    Dynamo, not become a fallback."""
+    try:
+        from torch._dynamo.exc import RestartAnalysis
+    except ImportError:
+        return False
+    return isinstance(error, RestartAnalysis)
 
 
 def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
@@ -549,7 +580,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     if "padded_rows" in kwargs:
         kiln_options["padded_rows"] = kwargs["padded_rows"]
     entry: Dict[str, Any] = {"key": None, "report": None, "rewritten": [],
-                             "skipped": {}, "fallback": None, "dynamic": False}
+                             "skipped": {}, "fallback": None, "dynamic": False,
+                             "verified": None}
     reports.append(entry)
 
     def fallback(reason: str) -> Callable:
@@ -599,11 +631,30 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         module = _bind_lifted(module, exported)
     except Exception as error:  # noqa: BLE001 (never break the model)
         return fallback(f"cannot bind the graph's constants: {error}")
-    if os.environ.get("KILN_VERIFY", "") not in ("", "0"):
-        _compare(gm, example_inputs, module, tensors, entry)
+    verify = _verify_mode()
+    if verify != "off":
+        try:
+            wrong = _mismatch(gm, example_inputs, module, tensors)
+        except torch.cuda.OutOfMemoryError:
+            wrong, entry["verified"] = None, "not checked: out of memory"
+        except Exception as error:  # noqa: BLE001 (never break the model)
+            if _restarts(error):
+                raise
+            return fallback(f"cannot run the rewritten graph: "
+                            f"{type(error).__name__}: {error}")
+        if wrong is not None:
+            message = f"Kiln sites {entry['rewritten']}: {wrong}"
+            if verify == "raise":
+                raise KilnError(Status.INTERNAL_ERROR, f"KILN_VERIFY: {message}")
+            warnings.warn(f"kiln: {message}; this graph runs on Inductor alone")
+            return fallback(f"checked on its first inputs and not kept: {message}")
+        if entry["verified"] is None:
+            entry["verified"] = "checked on its first inputs"
     try:
         compiled = _inductor(module, tensors, options)
     except Exception as error:  # noqa: BLE001 (never break the model)
+        if _restarts(error):
+            raise
         return fallback(f"Inductor failed on the rewritten graph: "
                         f"{type(error).__name__}: {str(error)[:500]}")
     return _taking(compiled, positions, len(example_inputs))
@@ -638,7 +689,8 @@ def explain(model: Any, *example_inputs: Any) -> str:
         report = entry["report"] or {"sites": [], "unfused": []}
         lines.append(f"graph {number}: {len(report['sites'])} sites fused, "
                      f"{len(entry['rewritten'])} rewritten"
-                     + (f" ({entry['fallback']})" if entry["fallback"] else ""))
+                     + (f" ({entry['fallback']})" if entry["fallback"] else "")
+                     + (f", {entry['verified']}" if entry.get("verified") else ""))
         for index, site in enumerate(report["sites"]):
             state = ("rewritten" if index in entry["rewritten"]
                      else f"not rewritten: {entry['skipped'].get(index)}")

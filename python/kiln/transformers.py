@@ -363,12 +363,22 @@ def attention_forward(module, query, key, value, attention_mask,
     else:
         causal = is_causal if is_causal is not None else getattr(
             module, "is_causal", True)
-        # No mask on a layer with a sliding window: either the keys are
-        # fewer than the window, or Kiln's mask function (_mask) found the
-        # mask to be exactly causal with that window, bottom-right aligned;
-        # Kiln's `window` then skips the tiles outside it.
-        window = _sliding_window(module, kwargs) if causal else None
-        kind = _dense_kind("causal" if causal else "none", window, softcap)
+        queries, keys = query.shape[2], key.shape[2]
+        if causal and queries > 1 and queries != keys:
+            # transformers leaves out the mask where SDPA's own causal
+            # serves, which is aligned top-left (query i sees keys up to
+            # i): a static cache's first prompt, whose keys run past it.
+            # Kiln's causal is aligned bottom-right; say top-left as a mask.
+            mask = torch.ones(queries, keys, dtype=torch.bool,
+                              device=query.device).tril()
+            kind = _dense_kind("mask", softcap=softcap)
+        else:
+            # No mask on a layer with a sliding window: either the keys are
+            # fewer than the window, or Kiln's mask function (_mask) found
+            # the mask to be exactly causal with that window, aligned with
+            # the last key; Kiln's `window` then skips the tiles outside it.
+            window = _sliding_window(module, kwargs) if causal else None
+            kind = _dense_kind("causal" if causal else "none", window, softcap)
     index = _site_handle(dtype, head_dim, value_dim, kind, scale)
     if index < 0:
         error = _site_errors[(dtype, head_dim, value_dim, kind, scale)]

@@ -70,7 +70,8 @@ struct KernelSpec {
   /// Launched with programmatic stream serialization, the combine's launch
   /// then overlaps the split kernel's last blocks. (Signalled at the start
   /// instead, the combine's blocks were placed beside running split blocks
-  /// and decode got up to 9% slower: docs/performance.md.)
+  /// and decode got up to 9% slower: docs/perf-log/
+  /// 2026-12-01-decode-profile-l2.md, "The combine kernel launched early".)
   bool launchDependents = false;
   /// sm_90: the kernel waits for the grids before it on its stream
   /// (griddepcontrol.wait) before its first global memory access, so that
@@ -434,7 +435,8 @@ struct WarpSpecializedSchedule {
 /// The schedule of `spec`'s warp-specialised kernel: the shipped table's row
 /// for its head dim and causality (measured on an H200 by
 /// bench/tune_warp_schedules.py) where there is one, else the rules (from
-/// the measurements in docs/performance.md).
+/// the measurements in docs/perf-log/2026-11-30-warp-specialised.md, "masks
+/// and bias on the warp-specialised kernel; its schedule table").
 WarpSpecializedSchedule chooseWarpSpecializedSchedule(const KernelSpec &spec);
 /// The schedule a warp-specialised `spec` was built with (its warp* fields,
 /// overlapSoftmax and pingPong; the turns need the overlap and two
