@@ -77,3 +77,14 @@ def test_pending_graphs_compile_offline(cache: Path) -> None:
     # The site is in the cache: the next process finds it without kilnc.
     assert [p for p in cache.iterdir() if p.name.startswith("graph_f32_d16_")
             and p.is_dir()]
+
+
+def test_rewritten_graphs_are_checked_unless_asked_not_to(monkeypatch) -> None:
+    """Unset, KILN_VERIFY checks each rewritten graph and falls back on a
+    mismatch; 1 raises; 0 skips the check."""
+    monkeypatch.delenv("KILN_VERIFY", raising=False)
+    assert kd._verify_mode() == "check"
+    monkeypatch.setenv("KILN_VERIFY", "1")
+    assert kd._verify_mode() == "raise"
+    monkeypatch.setenv("KILN_VERIFY", "0")
+    assert kd._verify_mode() == "off"
