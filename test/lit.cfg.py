@@ -22,6 +22,10 @@ config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
 config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
 config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
 config.substitutions.append(("%kiln_lib_dir", config.kiln_lib_dir))
+# test/gpu/attention_sites.mlir compiled once by the build (test/CMakeLists.txt).
+config.substitutions.append(
+    ("%attention_sites",
+     os.path.join(config.kiln_obj_root, "test", "packages", "attention_sites")))
 config.substitutions.append(("%python", config.python_executable))
 # The reference docs are generated with this LLVM's mlir-tblgen.
 config.substitutions.append(
