@@ -22,10 +22,11 @@ config.substitutions.append(("%kiln_src_root", config.kiln_src_root))
 config.substitutions.append(("%kiln_obj_root", config.kiln_obj_root))
 config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
 config.substitutions.append(("%kiln_lib_dir", config.kiln_lib_dir))
-# test/gpu/attention_sites.mlir compiled once by the build (test/CMakeLists.txt).
-config.substitutions.append(
-    ("%attention_sites",
-     os.path.join(config.kiln_obj_root, "test", "packages", "attention_sites")))
+# Site packages compiled once by the build (test/CMakeLists.txt).
+for substitution, package in (("%attention_sites", "attention_sites"),
+                              ("%head_dims_sites", "head_dims")):
+    config.substitutions.append(
+        (substitution, os.path.join(config.kiln_obj_root, "test", "packages", package)))
 config.substitutions.append(("%python", config.python_executable))
 # The reference docs are generated with this LLVM's mlir-tblgen.
 config.substitutions.append(
