@@ -88,3 +88,22 @@ def test_rewritten_graphs_are_checked_unless_asked_not_to(monkeypatch) -> None:
     assert kd._verify_mode() == "raise"
     monkeypatch.setenv("KILN_VERIFY", "0")
     assert kd._verify_mode() == "off"
+
+
+def test_graphs_that_write_in_place_are_not_run_twice() -> None:
+    """The check runs a graph again: not one that writes its tensors in
+    place (a cache's index_copy_, item assignment), whose writes would be
+    applied again."""
+    import operator
+    import types
+
+    def graph(*targets):
+        nodes = [types.SimpleNamespace(
+            op="call_method" if isinstance(t, str) else "call_function", target=t)
+            for t in targets]
+        return types.SimpleNamespace(graph=types.SimpleNamespace(nodes=nodes))
+
+    assert not kd._writes_in_place(graph("view", "transpose", operator.add))
+    assert kd._writes_in_place(graph("view", "index_copy_"))
+    assert kd._writes_in_place(graph(operator.setitem))
+    assert not kd._writes_in_place(graph(operator.__add__))
