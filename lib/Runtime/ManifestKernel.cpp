@@ -41,17 +41,19 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.dim = *dim;
     return true;
   }
-  if (name == "scale") {
-    arg.source = ArgSource::Scale;
-    return true;
-  }
-  if (name == "softcap") {
-    arg.source = ArgSource::Softcap;
-    return true;
-  }
-  if (name == "window") {
-    arg.source = ArgSource::Window;
-    return true;
+  // Scalars named by themselves alone.
+  static const std::pair<const char *, ArgSource> scalars[] = {
+      {"scale", ArgSource::Scale},
+      {"softcap", ArgSource::Softcap},
+      {"window", ArgSource::Window},
+      {"page_table_stride_batch", ArgSource::PageTableStride},
+      {"num_splits", ArgSource::NumSplits},
+      {"workspace", ArgSource::Workspace}};
+  for (const auto &[scalarName, source] : scalars) {
+    if (name == scalarName) {
+      arg.source = source;
+      return true;
+    }
   }
   static const char *pagedPointers[] = {"page_table", "kv_lens"};
   for (int i = 0; i < 2; ++i)
@@ -67,18 +69,6 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
       arg.paged = i;
       return true;
     }
-  if (name == "page_table_stride_batch") {
-    arg.source = ArgSource::PageTableStride;
-    return true;
-  }
-  if (name == "num_splits") {
-    arg.source = ArgSource::NumSplits;
-    return true;
-  }
-  if (name == "workspace") {
-    arg.source = ArgSource::Workspace;
-    return true;
-  }
   for (auto [mapName, tensor] :
        {std::pair{"q_map", Tensor::Q}, std::pair{"k_map", Tensor::K},
         std::pair{"v_map", Tensor::V}})
