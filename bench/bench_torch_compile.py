@@ -106,9 +106,7 @@ def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
     import check_torch_compile as zoo
 
     if name in zoo.NAMES:
-        for case_name, module, make, _ in zoo.zoo(batch, seq):
-            if case_name == name:
-                return make()
+        return zoo.case(name, batch, seq)[2]()
     ids = torch.randint(0, 1024, (batch, seq), device=DEVICE)
     padding = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
     padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
@@ -131,10 +129,9 @@ def build(name: str, batch: int, seq: int) -> torch.nn.Module:
         return models[name]().to(DEVICE).eval()
     import check_torch_compile as zoo
 
-    for case_name, module, _, _ in zoo.zoo(batch, seq):
-        if case_name == name:
-            return module.to(DEVICE, DTYPE).eval()
-    raise SystemExit(f"unknown model {name}")
+    if name not in zoo.NAMES:
+        raise SystemExit(f"unknown model {name}")
+    return zoo.case(name, batch, seq)[1].to(DEVICE, DTYPE).eval()
 
 
 def tensor_of(output: Any) -> torch.Tensor:

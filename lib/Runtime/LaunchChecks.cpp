@@ -22,21 +22,9 @@ namespace kiln {
 namespace rt {
 
 const void *tensorPointer(const kiln_attention_args &args, Tensor tensor) {
-  switch (tensor) {
-  case Tensor::Q:
-    return args.q;
-  case Tensor::K:
-    return args.k;
-  case Tensor::V:
-    return args.v;
-  case Tensor::Out:
-    return args.out;
-  case Tensor::Mask:
-    return args.mask;
-  case Tensor::Bias:
-    return args.bias;
-  }
-  return nullptr;
+  const void *pointers[] = {args.q,   args.k,    args.v,
+                            args.out, args.mask, args.bias};
+  return pointers[static_cast<int>(tensor)];
 }
 
 kiln_dtype tensorDtype(const kiln_attention_args &args, Tensor tensor) {

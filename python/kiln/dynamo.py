@@ -45,7 +45,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .compiler import find_kilnc
 from .runtime import KilnError, Status
@@ -218,34 +218,33 @@ def _shape_of(node: Any) -> Optional[List[Any]]:
 
 
 def _dynamic_sizes(graph: Any, node: Any, shape: Optional[List[Any]],
-                   target: List[Optional[int]]) -> List[Any]:
+                   target: List[Optional[int]]) -> Tuple[List[Any], Optional[List[Any]]]:
     """A report's reshape target (None where the size is dynamic) as sizes
-    FX can trace: each dynamic size is one of the input's dynamic sizes,
-    taken in order, and the element counts must then agree symbolically;
-    a single dynamic size with no such match is inferred (-1)."""
+    FX can trace, and the sizes of the result where known: each dynamic
+    size is one of the input's dynamic sizes, taken in order, and the
+    element counts must then agree symbolically; a single dynamic size with
+    no such match is inferred (-1)."""
     import math
 
     import torch
 
     unknown = [i for i, size in enumerate(target) if size is None]
     if not unknown:
-        return list(target)
+        return list(target), list(target)
     if shape is not None:
         dynamic = [i for i, size in enumerate(shape) if isinstance(size, torch.SymInt)]
         if len(dynamic) == len(unknown):
             sizes: List[Any] = list(target)
             for position, source in zip(unknown, dynamic):
                 sizes[position] = shape[source]
-            before = math.prod(shape[i] for i in range(len(shape)))
-            after = math.prod(sizes)
-            if _same_size(before, after):
-                result: List[Any] = list(target)
+            if _same_size(math.prod(shape), math.prod(sizes)):
+                traced: List[Any] = list(target)
                 for position, source in zip(unknown, dynamic):
-                    result[position] = graph.call_function(
+                    traced[position] = graph.call_function(
                         torch.ops.aten.sym_size.int, (node, source))
-                return result
+                return traced, sizes
     if len(unknown) == 1:
-        return [-1 if size is None else size for size in target]
+        return [-1 if size is None else size for size in target], None
     raise KilnError(Status.UNSUPPORTED,
                     f"cannot size a reshape to {target} from {shape}")
 
@@ -262,9 +261,9 @@ def _same_size(a: Any, b: Any) -> bool:
 
 
 def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
-           shape: Optional[List[Any]] = None) -> Any:
+           shape: Optional[List[Any]] = None) -> Tuple[Any, Optional[List[Any]]]:
     """`node` (of sizes `shape` when known) through a report's layout ops,
-    as aten calls."""
+    as aten calls; returns the last node and its sizes where known."""
     import torch
 
     aten = torch.ops.aten
@@ -277,15 +276,9 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
             node = graph.call_function(aten.permute.default, (node, perms))
             shape = None if shape is None else [shape[i] for i in perms]
         elif op == "reshape":
-            target = list(transform["shape"])
-            sizes = _dynamic_sizes(graph, node, shape, target)
+            sizes, shape = _dynamic_sizes(graph, node, shape,
+                                          list(transform["shape"]))
             node = graph.call_function(aten.reshape.default, (node, sizes))
-            if shape is not None and None in target:
-                shape = None if -1 in sizes else [
-                    size if isinstance(size, int) else shape[size.args[1]]
-                    for size in sizes]
-            else:
-                shape = target
         elif op == "cast":
             node = graph.call_function(
                 torch.ops.prims.convert_element_type.default,
@@ -294,7 +287,7 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
             node = graph.call_function(aten.logical_not.default, (node,))
         else:
             raise KilnError(Status.UNSUPPORTED, f"unknown transform {op!r}")
-    return node
+    return node, shape
 
 
 def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
@@ -327,17 +320,24 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
         before = set(graph.nodes)
         try:
             with graph.inserting_before(output):
-                operands = {}
+                operands: Dict[str, Any] = {}
+                shapes: Dict[str, Any] = {}
                 for role, operand in site["operands"].items():
-                    source = None if operand is None else nodes[operand["value"]]
-                    operands[role] = None if source is None else _apply(
+                    if operand is None:
+                        operands[role] = None
+                        continue
+                    source = nodes[operand["value"]]
+                    operands[role], shapes[role] = _apply(
                         graph, source, operand["transforms"], _shape_of(source))
                 call = graph.call_function(
                     torch.ops.kiln.attention.default,
                     (operands["query"], operands["key"], operands["value"],
                      operands.get("mask"), operands.get("bias"), None, handle, 0))
-                result = _apply(graph, call, site["output"]["transforms"],
-                                _result_shape(site, operands, nodes))
+                # The result has the query's sizes with the value's head dim.
+                query = shapes["query"]
+                value_dim = int(site.get("v_head_dim") or site["head_dim"])
+                result, _ = _apply(graph, call, site["output"]["transforms"],
+                                   None if query is None else query[:-1] + [value_dim])
         except KilnError as error:
             inserted = [n for n in graph.nodes if n not in before]
             for node in reversed(inserted):
@@ -351,25 +351,6 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
     graph.lint()
     module.recompile()
     return replaced
-
-
-def _result_shape(site: Dict[str, Any], operands: Dict[str, Any],
-                  nodes: Dict[str, Any]) -> Optional[List[Any]]:
-    """The sizes of a site's result where the graph records them: the
-    query operand's sizes with the value's head dim."""
-    query = site["operands"]["query"]
-    shape = _shape_of(nodes[query["value"]])
-    if shape is None:
-        return None
-    for transform in query["transforms"]:
-        if transform["op"] == "transpose":
-            shape = [shape[i] for i in transform["perms"]]
-        elif transform["op"] == "reshape":
-            if any(size is None for size in transform["shape"]):
-                return None
-            shape = list(transform["shape"])
-    value_dim = int(site.get("v_head_dim") or site["head_dim"])
-    return shape[:-1] + [value_dim]
 
 
 #: Relative (Frobenius) error a rewritten graph's floating outputs may show

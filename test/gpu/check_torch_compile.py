@@ -313,7 +313,13 @@ def zoo(batch: int, seq: int) -> List[Case]:
     ]
 
 
-#: The names of the hand-written modules, in zoo order.
+def case(name: str, batch: int, seq: int) -> Case:
+    """The zoo's case `name` at `batch` × `seq`."""
+    return next(c for c in zoo(batch, seq) if c[0] == name)
+
+
+#: The names of the hand-written modules, in zoo order (main() checks it
+#: against the zoo).
 NAMES = [
     "causal-tril", "bert-padding", "bert-masked-fill", "t5-relative-bias",
     "alibi-baddbmm", "softcap-window", "fused-qkv-chunk", "fused-qkv-split",
@@ -437,8 +443,10 @@ def main() -> int:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cache "
           f"{kiln.transformers.cache_directory()}", flush=True)
     rows = []
+    cases = zoo(options.batch, options.seq)
+    assert [c[0] for c in cases] == NAMES, "NAMES is not the zoo's names"
     only = set(options.only.split(",")) if options.only else None
-    for name, module, make, sites in zoo(options.batch, options.seq):
+    for name, module, make, sites in cases:
         if only and name not in only:
             continue
         began = time.perf_counter()
@@ -464,8 +472,8 @@ def main() -> int:
     lengths = [options.seq, options.seq - 37, options.seq + 129]
     for name in filter(None, options.dynamic.split(",")):
         began = time.perf_counter()
-        cases = [{c[0]: c for c in zoo(options.batch, n)}[name] for n in lengths]
-        _, module, _, sites = {c[0]: c for c in zoo(options.batch, max(lengths))}[name]
+        cases = [case(name, options.batch, n) for n in lengths]
+        _, module, _, sites = case(name, options.batch, max(lengths))
         try:
             row = run_dynamic(name, module, [case[2] for case in cases], sites)
         except Exception as error:  # noqa: BLE001
