@@ -1622,8 +1622,18 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     rewriter.replaceOp(resultOp, replacement);
 
     // Factors folded into the scale: their products now feed the layout
-    // ops that lead to the site directly.
+    // ops that lead to the site directly. Those ops no longer compute the
+    // graph values they are named after (a reshape of q·c is now one of
+    // q), so they lose the names; the report then names q.
     for (OuterScale outer : match->outerScales) {
+      for (Value value = outer.mul.getOutput(); value.hasOneUse();) {
+        Operation *user = *value.user_begin();
+        if (!isa<tosa::ReshapeOp, tosa::TransposeOp>(user))
+          break;
+        rewriter.modifyOpInPlace(user,
+                                 [&] { user->removeAttr(kGraphValueAttrName); });
+        value = user->getResult(0);
+      }
       rewriter.replaceAllUsesWith(outer.mul.getOutput(), outer.input);
       rewriter.eraseOp(outer.mul);
     }
