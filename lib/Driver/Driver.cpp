@@ -213,6 +213,7 @@ OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
   }
   for (const ImportReport::UnsupportedOp &op : importReport.unsupportedOps)
     report.opaque.push_back({op.nodeName, op.opType, op.reason});
+  report.boundDims = importReport.boundDims;
   return module;
 }
 

@@ -235,9 +235,13 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
     opaqueArray.push_back(llvm::json::Object{{"node", entry.node},
                                              {"op_type", entry.opType},
                                              {"reason", entry.reason}});
+  llvm::json::Object bound;
+  for (const auto &[name, size] : boundDims)
+    bound[name] = size;
   return llvm::json::Object{{"sites", std::move(sites)},
                             {"unfused", std::move(unfusedArray)},
-                            {"opaque", std::move(opaqueArray)}};
+                            {"opaque", std::move(opaqueArray)},
+                            {"bound_dims", std::move(bound)}};
 }
 
 void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {

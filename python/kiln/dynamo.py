@@ -689,58 +689,95 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         raise
 
 
+class _Fallback(Exception):
+    """A graph Kiln leaves to Inductor alone, and why."""
+
+
 def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
              kiln_options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
     """The backend's work on Dynamo's graph `gm`, recorded in `entry`."""
     import torch
 
-    def fallback(reason: str) -> Callable:
-        entry["fallback"] = reason
+    try:
+        if torch.is_grad_enabled() and any(
+                x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
+            raise _Fallback("the graph needs gradients: Kiln's sites run forward only")
+        try:
+            source, positions, dynamic_shapes = _sizes_from_tensors(gm, example_inputs)
+        except Exception as error:  # noqa: BLE001 (never break the model)
+            raise _Fallback(f"cannot export the graph's inputs: {error}") from error
+        dynamic = any(shape for shape in dynamic_shapes)
+        entry["dynamic"] = dynamic
+        tensors = [example_inputs[i] for i in positions]
+        exported, report = _exported(source, tensors, dynamic_shapes if dynamic else None,
+                                     gm, example_inputs, kiln_options, entry)
+        if dynamic and report.get("bound_dims"):
+            # The graph's shape computations need static sizes: its report
+            # holds for these sizes only, so each new shape is exported and
+            # rewritten again (the sites themselves serve every size).
+            entry["dynamic"] = False
+            entry["per_shape"] = (f"sizes {sorted(report['bound_dims'])} bound by "
+                                  f"kilnc: one rewrite per input shape")
+            return _per_shape(gm, source, positions, len(example_inputs), options,
+                              kiln_options, entry, example_inputs)
+        compiled = _finish(exported, report, gm, example_inputs, tensors, options, entry)
+        return _taking(compiled, positions, len(example_inputs))
+    except _Fallback as reason:
+        entry["fallback"] = str(reason)
         entry["rewritten"] = []
         return _inductor(gm, example_inputs, options)
 
-    if torch.is_grad_enabled() and any(
-            x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
-        return fallback("the graph needs gradients: Kiln's sites run forward only")
-    try:
-        source, positions, dynamic_shapes = _sizes_from_tensors(gm, example_inputs)
-    except Exception as error:  # noqa: BLE001 (never break the model)
-        return fallback(f"cannot export the graph's inputs: {error}")
-    tensors = [example_inputs[i] for i in positions]
-    dynamic = any(shape for shape in dynamic_shapes)
-    entry["dynamic"] = dynamic
+
+def _exported(source: Any, tensors: Sequence[Any], dynamic_shapes: Any, gm: Any,
+              example_inputs: Sequence[Any], kiln_options: Dict[str, Any],
+              entry: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """`source` exported through torch's ONNX exporter (with
+    `dynamic_shapes`, or static), and kilnc's report of it."""
+    import torch
+
     try:
         # Copies: exporting with dynamic sizes marks its inputs' dimensions
         # dynamic, which would fail the guards Dynamo made on the real ones.
         copies = tuple(t.detach().clone() for t in tensors)
         with warnings.catch_warnings(), _outside_dynamo():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                source, copies, dynamo=True, verbose=False,
-                dynamic_shapes=dynamic_shapes if dynamic else None)
+            program = torch.onnx.export(source, copies, dynamo=True, verbose=False,
+                                        dynamic_shapes=dynamic_shapes)
         exported = program.exported_program
         module = _graph_of(exported)
         key = _graph_key(module, [
             node.meta.get("example_value") for node in gm.graph.nodes
-            if node.op == "placeholder"] if dynamic else example_inputs)
+            if node.op == "placeholder"] if dynamic_shapes else tensors)
         entry["key"] = key
         report = _report_for(key, program, kiln_options, module)
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
-        return fallback(f"export to ONNX failed: {type(error).__name__}: {error}")
+        raise _Fallback(f"export to ONNX failed: {type(error).__name__}: {error}") from error
     if report is None:
-        return fallback("no kilnc here and no cached report: the graph is kept "
+        raise _Fallback("no kilnc here and no cached report: the graph is kept "
                         "for `python3 -m kiln.dynamo --compile-pending`")
     entry["report"] = report
+    return exported, report
+
+
+def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequence[Any],
+            tensors: Sequence[Any], options: Dict[str, Any],
+            entry: Dict[str, Any]) -> Callable:
+    """The exported graph with the report's sites rewritten, checked against
+    Dynamo's graph `gm` on its inputs and compiled by Inductor: a callable
+    taking `tensors`."""
+    import torch
+
+    module = _graph_of(exported)
     try:
         rewritten = bool(report["sites"]) and _rewrite(module, report, entry)
     except Exception as error:  # noqa: BLE001 (never break the model)
-        return fallback(f"rewrite failed: {type(error).__name__}: {error}")
+        raise _Fallback(f"rewrite failed: {type(error).__name__}: {error}") from error
     if not rewritten:
-        return fallback(entry["fallback"] or "no site rewritten")
+        raise _Fallback(entry["fallback"] or "no site rewritten")
     try:
         module = _bind_lifted(module, exported)
     except Exception as error:  # noqa: BLE001 (never break the model)
-        return fallback(f"cannot bind the graph's constants: {error}")
+        raise _Fallback(f"cannot bind the graph's constants: {error}") from error
     devices = {t.device for t in tensors if t.device.type != "cpu"}
     if len(devices) == 1:
         _scalars_on(module, devices.pop())
@@ -755,24 +792,69 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         except Exception as error:  # noqa: BLE001 (never break the model)
             if _restarts(error):
                 raise
-            return fallback(f"cannot run the rewritten graph: "
-                            f"{type(error).__name__}: {error}")
+            raise _Fallback(f"cannot run the rewritten graph: "
+                            f"{type(error).__name__}: {error}") from error
         if wrong is not None:
             message = f"Kiln sites {entry['rewritten']}: {wrong}"
             if verify == "raise":
                 raise KilnError(Status.INTERNAL_ERROR, f"KILN_VERIFY: {message}")
             warnings.warn(f"kiln: {message}; this graph runs on Inductor alone")
-            return fallback(f"checked on its first inputs and not kept: {message}")
+            raise _Fallback(f"checked on its first inputs and not kept: {message}")
         if entry["verified"] is None:
             entry["verified"] = "checked on its first inputs"
     try:
-        compiled = _inductor(module, tensors, options)
+        return _inductor(module, tensors, options)
     except Exception as error:  # noqa: BLE001 (never break the model)
         if _restarts(error):
             raise
-        return fallback(f"Inductor failed on the rewritten graph: "
-                        f"{type(error).__name__}: {str(error)[:500]}")
-    return _taking(compiled, positions, len(example_inputs))
+        raise _Fallback(f"Inductor failed on the rewritten graph: "
+                        f"{type(error).__name__}: {str(error)[:500]}") from error
+
+
+def _per_shape(gm: Any, source: Any, positions: List[int], count: int,
+               options: Dict[str, Any], kiln_options: Dict[str, Any],
+               entry: Dict[str, Any], example_inputs: Sequence[Any]) -> Callable:
+    """Dynamo's dynamic graph `gm` as a callable that exports, rewrites and
+    compiles it for each new shape of its tensor inputs (static), the first
+    now on `example_inputs`; a shape Kiln cannot serve runs on Inductor
+    alone, compiled for that shape."""
+    compiled: Dict[Any, Callable] = {}
+
+    def signature(args: Sequence[Any]) -> Any:
+        return tuple((tuple(args[i].shape), tuple(args[i].stride()), args[i].dtype)
+                     for i in positions)
+
+    def build(args: Sequence[Any]) -> Callable:
+        args = _concrete(args)
+        tensors = [args[i] for i in positions]
+        shape_entry: Dict[str, Any] = {
+            "key": None, "report": None, "rewritten": [], "skipped": {},
+            "fallback": None, "dynamic": False, "verified": None,
+            "shape": [list(t.shape) for t in tensors]}
+        try:
+            exported, report = _exported(source, tensors, None, gm, args,
+                                         kiln_options, shape_entry)
+            function = _finish(exported, report, gm, args, tensors, options, shape_entry)
+        except _Fallback as reason:
+            shape_entry["fallback"] = str(reason)
+            shape_entry["rewritten"] = []
+            function = _inductor(source, tensors, options)
+        entry.setdefault("shapes", []).append(shape_entry)
+        if len(entry["shapes"]) == 1:
+            for name in ("key", "report", "rewritten", "skipped", "fallback", "verified"):
+                entry[name] = shape_entry[name]
+        return _taking(function, positions, count)
+
+    def call(*args: Any) -> Any:
+        key = signature(args)
+        function = compiled.get(key)
+        if function is None:
+            with _outside_dynamo():
+                function = compiled[key] = build(args)
+        return function(*args)
+
+    compiled[signature(example_inputs)] = build(example_inputs)
+    return call
 
 
 def optimize(model: Any, *example_inputs: Any, **options: Any) -> Callable:

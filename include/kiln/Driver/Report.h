@@ -34,8 +34,13 @@ struct OpaqueNode {
 struct FusionReport {
   std::vector<UnfusedSoftmax> unfused;
   std::vector<OpaqueNode> opaque;
+  /// The symbolic input dimensions given static sizes to import the graph
+  /// (`--bind-dims`, or kilnc's own choice when shape computations need
+  /// them): every size in the report is then for those values only.
+  std::vector<std::pair<std::string, int64_t>> boundDims;
 
-  /// The report as JSON: {"sites": [...], "unfused": [...], "opaque": [...]}.
+  /// The report as JSON: {"sites": [...], "unfused": [...], "opaque": [...],
+  /// "bound_dims": {name: size}}.
   llvm::json::Object toJSON(ModuleOp fused) const;
   /// The report as readable tables.
   void printText(ModuleOp fused, llvm::raw_ostream &os) const;
