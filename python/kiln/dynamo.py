@@ -145,17 +145,72 @@ def _graph_key(module: Any, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _run_kilnc(onnx_path: Path, options: Dict[str, Any]) -> Dict[str, Any]:
-    """kilnc's JSON fusion report of an ONNX file (no package)."""
+def _run_kilnc(onnx_path: Path, options: Dict[str, Any],
+               bind: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+    """kilnc's JSON fusion report of an ONNX file (no package), its symbolic
+    dimensions bound to `bind`'s sizes where given. Where kilnc had to bind
+    sizes itself, the report is made size-free where it can be (see
+    _free_sizes)."""
     command = [find_kilnc(), str(onnx_path), "--report=json"]
     if options.get("padded_rows"):
         command.append(f"--padded-rows={options['padded_rows']}")
+    if bind:
+        command.append("--bind-dims=" + ",".join(f"{k}={v}" for k, v in bind.items()))
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise KilnError(Status.FORMAT_ERROR,
                         f"kilnc failed on {onnx_path}: {result.stderr.strip()}")
     report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    if bind is None and report.get("bound_dims"):
+        report = _free_sizes(report, onnx_path, options)
     return report
+
+
+#: Report keys whose integers are sizes, which may follow the bound sizes.
+_SIZE_KEYS = {"shape", "mask_shape", "batch", "q_len", "kv_len"}
+
+
+def _free_sizes(report: Dict[str, Any], onnx_path: Path,
+                options: Dict[str, Any]) -> Dict[str, Any]:
+    """A report kilnc made with symbolic sizes bound (the exporter's shape
+    computations need them) checked against a second report with other
+    sizes: where the two agree on everything but sizes, the sizes that
+    moved are the symbolic ones and become null (the rewrite then takes
+    them from the graph), and the report holds for every size
+    (`sizes_free`). Otherwise it holds for the bound sizes only."""
+    bound = report["bound_dims"]
+    other_sizes = {name: 192 if size != 192 else 256 for name, size in bound.items()}
+    try:
+        other = _run_kilnc(onnx_path, options, other_sizes)
+    except KilnError:
+        return report
+
+    class Differs(Exception):
+        pass
+
+    def merge(a: Any, b: Any, sized: bool) -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                raise Differs
+            return {k: merge(a[k], b[k], sized or k in _SIZE_KEYS) for k in a}
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                raise Differs
+            return [merge(x, y, sized) for x, y in zip(a, b)]
+        if a == b and type(a) is type(b):
+            return a
+        if sized and isinstance(a, int) and isinstance(b, int):
+            return None
+        raise Differs
+
+    try:
+        merged = merge({k: v for k, v in report.items() if k != "bound_dims"},
+                       {k: v for k, v in other.items() if k != "bound_dims"}, False)
+    except Differs:
+        return report
+    merged["bound_dims"] = bound
+    merged["sizes_free"] = True
+    return merged
 
 
 def _report_for(key: str, program: Any, options: Dict[str, Any],
@@ -711,7 +766,7 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         tensors = [example_inputs[i] for i in positions]
         exported, report = _exported(source, tensors, dynamic_shapes if dynamic else None,
                                      gm, example_inputs, kiln_options, entry)
-        if dynamic and report.get("bound_dims"):
+        if dynamic and report.get("bound_dims") and not report.get("sizes_free"):
             # The graph's shape computations need static sizes: its report
             # holds for these sizes only, so each new shape is exported and
             # rewritten again (the sites themselves serve every size).
@@ -853,7 +908,8 @@ def _per_shape(gm: Any, source: Any, positions: List[int], count: int,
                 function = compiled[key] = build(args)
         return function(*args)
 
-    compiled[signature(example_inputs)] = build(example_inputs)
+    with _outside_dynamo():  # a static compile must not guard Dynamo's frame
+        compiled[signature(example_inputs)] = build(example_inputs)
     return call
 
 

@@ -5,6 +5,7 @@ compilation of graphs kept without a report."""
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,37 @@ def test_graphs_that_write_in_place_are_not_run_twice() -> None:
     assert kd._writes_in_place(graph("view", "index_copy_"))
     assert kd._writes_in_place(graph(operator.setitem))
     assert not kd._writes_in_place(graph(operator.__add__))
+
+
+def test_reports_of_bound_sizes_are_freed_where_they_agree() -> None:
+    """torch's exporter writes a dynamic graph's shape computations, which
+    kilnc imports only with the sizes bound (to 128): a second report with
+    other sizes shows which sizes follow them, and those become null."""
+    onnx = FUSION_INPUTS / "torch_dynamic_tril.onnx"  # a tril buffer sliced to s
+    bound = json.loads(subprocess.run(
+        [kiln.find_kilnc(), str(onnx), "--report=json"], capture_output=True,
+        text=True, check=True).stdout)
+    assert bound["bound_dims"] == {"s31": 128, "s81": 128}
+    [site] = bound["sites"]
+    assert site["operands"]["mask"]["transforms"] == [
+        {"op": "reshape", "shape": [1, 1, 128, 128]}]
+    report = kd._run_kilnc(onnx, {})
+    assert report["sizes_free"] and report["bound_dims"] == bound["bound_dims"]
+    [site] = report["sites"]
+    assert site["operands"]["mask"]["transforms"] == [
+        {"op": "reshape", "shape": [1, 1, None, None]}]
+    assert site["q_len"] is None and site["head_dim"] == 64
+
+
+def test_reports_that_hold_for_their_bound_sizes_only_say_so(tmp_path: Path) -> None:
+    """An export that baked its traced batch into constants imports with
+    batch 1 only: the report keeps its bound sizes, without sizes_free."""
+    models = Path(__file__).resolve().parents[3] / "shared" / "models"
+    if not (models / "vit_eager.onnx").exists():
+        pytest.skip("no shared models")
+    onnx = tmp_path / "vit.onnx"
+    subprocess.run([sys.executable, str(FUSION_INPUTS.parent / "make_dynamic.py"),
+                    str(models / "vit_eager.onnx"), str(onnx)], check=True)
+    report = kd._run_kilnc(onnx, {})
+    assert report["bound_dims"] == {"batch": 1}
+    assert "sizes_free" not in report
