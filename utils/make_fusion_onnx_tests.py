@@ -486,14 +486,18 @@ def sliding_window(name, built):
 # -- Biases ------------------------------------------------------------------
 
 
-def t5_bias(name, combined):
+def t5_bias(name, combined, zero=False):
     """T5: no scale; a relative position bias [1,H,S,S] and the padding mask.
     `combined`: HF T5 adds them first (position_bias + mask) and the scores
-    once; otherwise two Adds on the scores."""
+    once; otherwise two Adds on the scores. `zero`: the bias is a zeros
+    constant (T5's cross-attention, which has no relative bias)."""
     g = Graph(name)
     q, k, v = qkv_inputs(g)
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    bias = g.weight("position_bias", [1, H, S, S])
+    if zero:
+        bias = g.const("position_bias", np.zeros([1, H, S, S], np.float32))
+    else:
+        bias = g.weight("position_bias", [1, H, S, S])
     mask = hf_padding_mask(g)
     if combined:
         both = g.op("Add", [bias, mask], "position_bias_add")
@@ -1079,6 +1083,7 @@ def main():
     sliding_window("window_initializer", built=False)
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
+    t5_bias("t5_zero_bias", combined=False, zero=True)
     alibi()
     softcap()
     softcap_half("softcap_f16", 50.0, 50.0)

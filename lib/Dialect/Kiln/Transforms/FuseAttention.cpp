@@ -1248,7 +1248,15 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
       if (splat && *splat == 0.0)
         continue; // the select's other side adds nothing
     }
-    kept.push_back(useBands ? remaining[index] : term);
+    const MaskTerm &operand = useBands ? remaining[index] : term;
+    // A zero tensor added to the scores (T5's cross-attention adds a
+    // `zeros` position bias) changes nothing: no bias operand for it.
+    if (!operand.isBoolean) {
+      std::optional<double> splat = getSplatFloat(operand.value);
+      if (splat && *splat == 0.0)
+        continue;
+    }
+    kept.push_back(operand);
   }
   match.maskedScore = maskedScore;
   match.masking = masking;
