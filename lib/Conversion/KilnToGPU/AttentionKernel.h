@@ -223,6 +223,12 @@ protected:
   /// The f32 pair (low, high) as two values of `elementType` (f16 or bf16)
   /// in one i32, low in the low half: an mma operand register.
   Value packPair(Value low, Value high, Type elementType);
+  /// P's A fragments for O += P·V on m16n8k16: the probabilities of key
+  /// blocks 2j and 2j + 1 (four each, in the accumulator layout) packed to
+  /// `elementType`, four registers for each 16-key chunk j. Defined in
+  /// Parts/PackP.cpp.
+  SmallVector<Value> packAFragments(ArrayRef<Value> probabilities,
+                                    Type elementType);
   /// Inline PTX `text` with `constraints` on `operands`, with side effects;
   /// its one result of `resultType`, or none when that is null.
   Value inlinePtx(Type resultType, ValueRange operands, StringRef text,
@@ -336,6 +342,20 @@ protected:
   /// masked_score).
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase, bool raw = false);
+  /// Whether the key tile [kvStart, kvStart + tileKeys) needs masking for
+  /// rows whose causal diagonals run from `firstDiagonal` to
+  /// `lastDiagonal()` (i1): it reaches past kv_len, past the first row's
+  /// band, or (with a window) before the last row's window; the others only
+  /// scale. `lastDiagonal` is called only with a window. Defined in
+  /// Parts/KeyRange.cpp.
+  Value tileNeedsMask(Value kvStart, int64_t tileKeys, Value firstDiagonal,
+                      llvm::function_ref<Value()> lastDiagonal);
+  /// A tile's `count` finished scores: `finish(true)` (masked) where
+  /// `needsMask`, else `finish(false)`, from one scf.if. Defined in
+  /// Parts/Score.cpp.
+  SmallVector<Value>
+  finishIf(Value needsMask, size_t count,
+           llvm::function_ref<SmallVector<Value>(bool masked)> finish);
 
   const KernelSpec &spec;
 

@@ -375,44 +375,14 @@ SmallVector<Value> WarpSpecializedKernel::buildConsumerLoop(Value shared,
     // A score function or a mask tensor touches every score.
     if (spec.softcap || spec.maskType || spec.biasType)
       return finishAll(true);
-    Value tileEnd = add(kvStart, constIndex(tileKeys));
-    Value needsMask =
-        arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, tileEnd, kvLen);
-    if (std::optional<int64_t> right = spec.rightBound()) {
-      Value crosses = arith::CmpIOp::create(
-          *b, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
-          add(firstDiagonal, constIndex(*right)));
-      needsMask = arith::OrIOp::create(*b, needsMask, crosses);
-      if (spec.window) {
-        Value oldest = sub(lastDiagonal, constIndex(*spec.window));
-        Value before = arith::CmpIOp::create(*b, arith::CmpIPredicate::sle,
-                                             kvStart, oldest);
-        needsMask = arith::OrIOp::create(*b, needsMask, before);
-      }
-    }
-    SmallVector<Type> types(scores.size(), b->getF32Type());
-    auto ifOp = scf::IfOp::create(*b, types, needsMask, true);
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    scf::YieldOp::create(*b, finishAll(true));
-    b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-    scf::YieldOp::create(*b, finishAll(false));
-    return SmallVector<Value>(ifOp.getResults().begin(),
-                              ifOp.getResults().end());
+    Value needsMask = tileNeedsMask(kvStart, tileKeys, firstDiagonal,
+                                    [&] { return lastDiagonal; });
+    return finishIf(needsMask, scores.size(), finishAll);
   };
   // The S accumulators of key blocks 2j and 2j + 1 are the A fragment of
   // key chunk j, four registers each (all packed before the next fence).
   auto packProbabilities = [&](ArrayRef<Value> probabilities) {
-    SmallVector<Value> fragments;
-    Type type = spec.elementType;
-    for (int64_t j = 0; j < keyBlocks / 2; ++j) {
-      ArrayRef<Value> low = probabilities.slice(4 * (2 * j), 4);
-      ArrayRef<Value> high = probabilities.slice(4 * (2 * j + 1), 4);
-      fragments.append(
-          {packPair(low[0], low[1], type), packPair(low[2], low[3], type),
-           packPair(high[0], high[1], type), packPair(high[2], high[3], type)});
-    }
-    return fragments;
+    return packAFragments(probabilities, spec.elementType);
   };
 
   // A tile's scores and softmax step from `state`: waits for its K, issues
