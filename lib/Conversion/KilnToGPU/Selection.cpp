@@ -1,8 +1,9 @@
 //===- Selection.cpp - Which tensor-core kernel a site runs ---------------===//
 //
-// The head dims each tensor-core kernel supports, and the schedule (mma.sync
-// or wgmma, blocks per SM) of a site: the shipped table of measured
-// schedules where it has a row, the rules otherwise.
+// The head dims each tensor-core kernel supports, the schedule (mma.sync or
+// wgmma, blocks per SM) of a site, and the schedule of its warp-specialised
+// kernel (consumers, tile keys, overlap, turns): the shipped tables of
+// measured schedules where they have a row, the rules otherwise.
 //
 //===----------------------------------------------------------------------===//
 
@@ -82,4 +83,66 @@ bool mlir::kiln::detail::mmaKernelSupports(Type elementType, int64_t headDim,
   // Multiples of 8 up to 256, for the query/key head dim and the value one
   // alike (multi-head latent attention has them differ).
   return fits(headDim, 256) && fits(valueHeadDim, 256);
+}
+
+namespace {
+/// A measured schedule: KILN_WARP_SCHEDULE(head dim, causal, consumers, tile
+/// keys, overlap, ping-pong, TFLOP/s of the choice, of the rules' schedule).
+struct WarpScheduleRow {
+  int64_t headDim;
+  bool causal;
+  int64_t consumers;
+  int64_t tileKeys;
+  bool overlap;
+  bool pingPong;
+};
+constexpr WarpScheduleRow kWarpScheduleTable[] = {
+#define KILN_WARP_SCHEDULE(headDim, causal, consumers, tileKeys, overlap,      \
+                           pingPong, ...)                                      \
+  {headDim, causal, consumers, tileKeys, overlap, pingPong},
+#include "WarpScheduleTable.inc"
+#undef KILN_WARP_SCHEDULE
+    // (Head dim 0 matches nothing: the table may have no rows.)
+    {0, false, 2, 128, false, false},
+};
+} // namespace
+
+WarpSpecializedSchedule
+mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
+  // The rules: 128-key tiles while two stages of K and V fit beside Q (64
+  // past head dim 128); three consumers of 160 registers at head dim 64
+  // (+11%), two of 240 past it for their accumulators; the overlap past
+  // head dim 64 (+6-8% at 128, -3 to -5% at 64); no turns (neutral).
+  WarpSpecializedSchedule schedule;
+  schedule.tileKeys = spec.headDim <= 128 ? 128 : 64;
+  schedule.consumers = spec.headDim <= 64 ? 3 : 2;
+  schedule.overlap = spec.headDim > 64;
+  schedule.pingPong = false;
+  // Rows for the head dim and causality; windows, masks and the rest take
+  // the row of their causality.
+  for (const WarpScheduleRow &row : kWarpScheduleTable) {
+    if (row.headDim != spec.headDim || row.causal != spec.causal)
+      continue;
+    WarpSpecializedSchedule measured;
+    measured.consumers = row.consumers;
+    measured.tileKeys = row.tileKeys;
+    measured.overlap = row.overlap;
+    measured.pingPong = row.pingPong;
+    measured.from = "table";
+    std::string why;
+    if (warpSpecializedScheduleFits(spec, measured, why))
+      schedule = measured;
+  }
+  return schedule;
+}
+
+WarpSpecializedSchedule
+mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
+  WarpSpecializedSchedule schedule;
+  schedule.tileKeys = spec.warpTileKeys;
+  schedule.consumers = spec.warpConsumers;
+  schedule.overlap = spec.overlapSoftmax;
+  schedule.pingPong =
+      schedule.overlap && spec.pingPong && schedule.consumers == 2;
+  return schedule;
 }
