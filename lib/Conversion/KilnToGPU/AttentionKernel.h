@@ -359,7 +359,7 @@ protected:
 
   const KernelSpec &spec;
 
-  // Bound by the prologue.
+  // Bound by the prologue (Parts/Prologue.cpp).
   Value q, k, v, out, maskPtr, biasPtr;
   /// Paged sites: the page table and key counts, and the sizes that bound
   /// their entries; kStrides and vStrides are then {page, slot, head}.
@@ -393,6 +393,29 @@ protected:
   /// Key range the block can see: key blocks past the causal diagonal of its
   /// last row, and before the window of its first row, are never visited.
   Value kvBegin, kvEnd;
+
+private:
+  // The prologue's parts (Parts/Prologue.cpp, Parts/KeyRange.cpp).
+  /// The gpu.func with the kernel's argument types and launch attributes.
+  gpu::GPUFuncOp createFunction(OpBuilder &moduleBuilder, Location loc);
+  /// Binds the arguments by ABI position, and the scale in log2 units.
+  void bindArguments(ValueRange args);
+  /// The block's query block and grid-y head index: causal grids run their
+  /// heaviest blocks first; split-KV grids take the split and the sequence
+  /// from grid z. Binds batch, splitIndex and clustered.
+  std::pair<Value, Value> scheduleBlock();
+  /// Causal warp-specialised kernels: renumbers the blocks heaviest first
+  /// over sections of heads whose K and V stay in L2.
+  void orderHeaviestFirst(Value &queryBlock, Value &headIndex);
+  /// Binds the thread's warp and lane, the heads and the tensors' bases.
+  void bindHeads(Value headIndex);
+  /// Binds the block's queries.
+  void bindQueries(Value queryBlock);
+  /// The keys the block visits, [begin, end), of a sequence of `keys` keys:
+  /// key blocks past the causal diagonal of its last row, and before the
+  /// window of its first row, are never visited; split-KV launches take
+  /// their split's share.
+  std::pair<Value, Value> keyRange(Value keys);
 };
 
 /// The scalar kernel: f32 FMAs, any element type, rows-per-warp rows a warp.

@@ -9,10 +9,24 @@
 #include "AttentionKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 using namespace mlir;
 using namespace mlir::kiln::detail;
+
+Value KernelBuilderBase::packPair(Value low, Value high, Type elementType) {
+  Type i32 = b->getI32Type();
+  auto pairF32 = VectorType::get({2}, b->getF32Type());
+  Value pair = LLVM::PoisonOp::create(*b, pairF32);
+  pair = LLVM::InsertElementOp::create(
+      *b, pair, low, arith::ConstantIntOp::create(*b, i32, 0));
+  pair = LLVM::InsertElementOp::create(
+      *b, pair, high, arith::ConstantIntOp::create(*b, i32, 1));
+  Value narrow =
+      LLVM::FPTruncOp::create(*b, VectorType::get({2}, elementType), pair);
+  return LLVM::BitcastOp::create(*b, i32, narrow);
+}
 
 SmallVector<Value>
 KernelBuilderBase::packAFragments(ArrayRef<Value> probabilities,

@@ -12,6 +12,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <array>
+
 using namespace mlir;
 using namespace mlir::kiln::detail;
 using namespace mlir::kiln::detail::mma;
@@ -63,4 +65,20 @@ void MmaKernel::asyncProxyFence() {
         *b, NVVM::ProxyKind::async_shared,
         NVVM::SharedSpaceAttr::get(b->getContext(),
                                    NVVM::SharedSpace::shared_cta));
+}
+
+void KernelBuilderBase::mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                                MutableArrayRef<Value> acc, int64_t k,
+                                NVVM::MMATypes type) {
+  Type f32 = b->getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
+  Value result = NVVM::MmaOp::create(
+      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
+      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, k}, std::nullopt,
+      std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
 }
