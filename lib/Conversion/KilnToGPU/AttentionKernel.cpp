@@ -196,6 +196,20 @@ KernelBuilderBase::ifElse(Value condition, TypeRange types,
   return SmallVector<Value>(ifOp.getResults());
 }
 
+scf::ForOp KernelBuilderBase::forLoop(
+    Value begin, Value end, Value step, ValueRange init,
+    llvm::function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+  ImplicitLocOpBuilder *outer = b;
+  return scf::ForOp::create(
+      *b, begin, end, step, init,
+      [&](OpBuilder &nested, Location loc, Value iv, ValueRange carried) {
+        ImplicitLocOpBuilder inner(loc, nested);
+        b = &inner;
+        scf::YieldOp::create(inner, body(iv, carried));
+        b = outer;
+      });
+}
+
 Value KernelBuilderBase::exp2(Value x) {
   return LLVM::CallIntrinsicOp::create(
              *b, b->getF32Type(),
@@ -283,15 +297,6 @@ void AttentionKernelBuilder::emitClusterCombine() {
     // Lanes past the value head dim hold copies: not stored.
     ifBelow(column, valueDim, store);
   }
-}
-
-void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
-  if (!spec.elementType.isF32())
-    value = arith::TruncFOp::create(*b, spec.elementType, value);
-  auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
-  Value address = LLVM::GEPOp::create(*b, ptrType, spec.elementType, out,
-                                      ValueRange{offset});
-  LLVM::StoreOp::create(*b, value, address);
 }
 
 void mlir::kiln::detail::declareDynamicShared(OpBuilder &moduleBuilder,

@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -179,6 +180,12 @@ protected:
   ifElse(Value condition, TypeRange types,
          llvm::function_ref<SmallVector<Value>()> thenValues,
          llvm::function_ref<SmallVector<Value>()> elseValues = nullptr);
+  /// scf.for from `begin` to `end` by `step` carrying `init`: `body(iv,
+  /// carried)` is built with `b` on the loop body and gives the values
+  /// yielded.
+  scf::ForOp
+  forLoop(Value begin, Value end, Value step, ValueRange init,
+          llvm::function_ref<SmallVector<Value>(Value, ValueRange)> body);
   /// 2^x with the hardware's ex2.approx.ftz.f32 (about 2 ulp; 2^-inf = +0;
   /// results below 2^-126 flush to +0). One MUFU.EX2: without .ftz, ptxas
   /// wraps each ex2 in a range test and two multiplies for subnormal
@@ -326,6 +333,16 @@ protected:
   /// Stores the f32 `value` as the kernel's element type at element
   /// `offset` of the output.
   void storeOutput(Value value, Value offset);
+  /// out = O / sum for a thread's rows g and g + 8 (`queryRows`, heads not
+  /// packed) of the m16n8 accumulator layout, from a final `results` state
+  /// (max and sum of each row, then the accumulators): rows that saw no
+  /// key are zeros, rows past q_len are not stored, and `storeRow(r,
+  /// inverse, rowOffset)` stores row r's columns. Defined in
+  /// Parts/Epilogue.cpp.
+  void storeNormalisedRows(
+      ValueRange results, ArrayRef<Value> queryRows,
+      llvm::function_ref<void(int64_t r, Value inverse, Value rowOffset)>
+          storeRow);
   /// Element offset of (batch, headIndex) in a tensor with these strides.
   Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
 
@@ -495,8 +512,7 @@ bool warpSpecializedScheduleFits(const KernelSpec &spec,
 int64_t warpSpecializedSharedLimit();
 
 /// Whether the tensor-core kernel supports the element type and head dim.
-bool mmaKernelSupports(Type elementType, int64_t headDim,
-                       int64_t valueHeadDim);
+bool mmaKernelSupports(Type elementType, int64_t headDim, int64_t valueHeadDim);
 /// Whether the tensor-core kernel has an sm_90a (wgmma) variant for these
 /// head dims: those of the mma.sync kernel, padded inside the kernel to
 /// multiples of 64 (whole 128-byte swizzle atoms).

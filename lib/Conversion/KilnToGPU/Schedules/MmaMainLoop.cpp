@@ -44,13 +44,10 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
   if (carryPages)
     init.append(
         loadPages(add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
-  ImplicitLocOpBuilder *outer = b;
-  auto loop = scf::ForOp::create(
-      *b, loopBegin, loopEnd, constIndex(kTileKeys), init,
-      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
-          ValueRange carried) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
+  scf::ForOp loop = forLoop(
+      loopBegin, loopEnd, constIndex(kTileKeys), init,
+      [&](Value kvStart, ValueRange carried) {
+        ImplicitLocOpBuilder &ib = *b;
         ValueRange state = carried.take_front(loopInit.size());
         // This tile's K has landed (its V and the next tile may still be in
         // flight).
@@ -112,8 +109,7 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
 
         newState.append(acc.begin(), acc.end());
         newState.append(laterPages);
-        scf::YieldOp::create(ib, newState);
-        b = outer;
+        return newState;
       });
   return SmallVector<Value>(loop.getResults().take_front(loopInit.size()));
 }

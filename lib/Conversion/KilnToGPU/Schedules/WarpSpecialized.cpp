@@ -249,7 +249,6 @@ private:
 };
 
 void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
-  ImplicitLocOpBuilder &builder = *b;
   Value barriers = add32(sharedBase, barrierOffset());
   auto barrierAt = [&](int64_t index, Value stage) -> Value {
     Value address = add32(barriers, 8 * index);
@@ -264,41 +263,39 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
   copySlabs(qMap, sharedBase, blockRows(), firstQuery, head, qFull);
 
   Value tilesBase = add32(sharedBase, qBytes());
-  scf::ForOp::create(
-      builder, constIndex(0), numTiles, constIndex(1), ValueRange{},
-      [&](OpBuilder &nested, Location loc, Value tile, ValueRange) {
-        ImplicitLocOpBuilder ib(loc, nested);
-        b = &ib;
-        Value tile32 = toI32(tile);
-        Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
-        Value round = arith::ShRUIOp::create(ib, tile32, constI32(1));
-        // The consumers released this stage's previous tile (round - 1):
-        // that phase's parity.
-        Value parity = arith::AndIOp::create(
-            ib, arith::AddIOp::create(ib, round, constI32(1)), constI32(1));
-        Value reused = arith::CmpIOp::create(ib, arith::CmpIPredicate::uge,
-                                             tile32, constI32(kStages));
-        Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
-        Value stageBytes =
-            arith::MulIOp::create(ib, stage, constI32(tileBytes()));
-        for (auto [tensorMap, fullIndex, emptyIndex, firstTile] :
-             {std::tuple{kMap, kKFull, kKEmpty, int64_t(0)},
-              std::tuple{vMap, kVFull, kVEmpty, int64_t(kStages)}}) {
-          auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
-          {
-            OpBuilder::InsertionGuard guard(ib);
-            ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
-            wait(barrierAt(emptyIndex, stage), parity);
-          }
-          Value full = barrierAt(fullIndex, stage);
-          expectBytes(full, tileBytes());
-          Value destination = arith::AddIOp::create(
-              ib, add32(tilesBase, firstTile * tileBytes()), stageBytes);
-          copySlabs(tensorMap, destination, tileKeys, kvStart, kvHead, full);
-        }
-        scf::YieldOp::create(ib);
-        b = &builder;
-      });
+  forLoop(constIndex(0), numTiles, constIndex(1), ValueRange{},
+          [&](Value tile, ValueRange) {
+            ImplicitLocOpBuilder &ib = *b;
+            Value tile32 = toI32(tile);
+            Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
+            Value round = arith::ShRUIOp::create(ib, tile32, constI32(1));
+            // The consumers released this stage's previous tile (round - 1):
+            // that phase's parity.
+            Value parity = arith::AndIOp::create(
+                ib, arith::AddIOp::create(ib, round, constI32(1)), constI32(1));
+            Value reused = arith::CmpIOp::create(ib, arith::CmpIPredicate::uge,
+                                                 tile32, constI32(kStages));
+            Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
+            Value stageBytes =
+                arith::MulIOp::create(ib, stage, constI32(tileBytes()));
+            for (auto [tensorMap, fullIndex, emptyIndex, firstTile] :
+                 {std::tuple{kMap, kKFull, kKEmpty, int64_t(0)},
+                  std::tuple{vMap, kVFull, kVEmpty, int64_t(kStages)}}) {
+              auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
+              {
+                OpBuilder::InsertionGuard guard(ib);
+                ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+                wait(barrierAt(emptyIndex, stage), parity);
+              }
+              Value full = barrierAt(fullIndex, stage);
+              expectBytes(full, tileBytes());
+              Value destination = arith::AddIOp::create(
+                  ib, add32(tilesBase, firstTile * tileBytes()), stageBytes);
+              copySlabs(tensorMap, destination, tileKeys, kvStart, kvHead,
+                        full);
+            }
+            return SmallVector<Value>();
+          });
 }
 
 WarpSpecializedKernel::TileRef WarpSpecializedKernel::tileRef(Value tile) {
@@ -441,26 +438,21 @@ WarpSpecializedKernel::softmaxOfTile(const TileRef &ref, ValueRange state,
 SmallVector<Value>
 WarpSpecializedKernel::runSerialLoop(Value numTiles,
                                      ArrayRef<Value> initState) {
-  ImplicitLocOpBuilder *outer = b;
-  auto loop = scf::ForOp::create(
-      *b, constIndex(0), numTiles, constIndex(1), initState,
-      [&](OpBuilder &nested, Location loc, Value tile, ValueRange state) {
-        ImplicitLocOpBuilder ib(loc, nested);
-        b = &ib;
-        TileRef ref = tileRef(tile);
-        SmallVector<Value> newState, acc;
-        SmallVector<Value> probabilities =
-            softmaxOfTile(ref, state, newState, acc);
-        SmallVector<Value> pFragments =
-            packAFragments(probabilities, spec.elementType);
-        wait(stageBarrier(kVFull, ref.stage), ref.parity);
-        acc = issueValues(acc, pFragments, ref.stage);
-        waitProducts(0, acc);
-        release(kVEmpty, ref.stage);
-        newState.append(acc.begin(), acc.end());
-        scf::YieldOp::create(ib, newState);
-        b = outer;
-      });
+  scf::ForOp loop = forLoop(constIndex(0), numTiles, constIndex(1), initState,
+                            [&](Value tile, ValueRange state) {
+                              TileRef ref = tileRef(tile);
+                              SmallVector<Value> newState, acc;
+                              SmallVector<Value> probabilities =
+                                  softmaxOfTile(ref, state, newState, acc);
+                              SmallVector<Value> pFragments = packAFragments(
+                                  probabilities, spec.elementType);
+                              wait(stageBarrier(kVFull, ref.stage), ref.parity);
+                              acc = issueValues(acc, pFragments, ref.stage);
+                              waitProducts(0, acc);
+                              release(kVEmpty, ref.stage);
+                              newState.append(acc.begin(), acc.end());
+                              return newState;
+                            });
   return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
 }
 
@@ -490,47 +482,43 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
   SmallVector<Value> loopInit = newState;
   loopInit.append(acc.begin(), acc.end());
   loopInit.append(packAFragments(probabilities, spec.elementType));
-  ImplicitLocOpBuilder *outer = b;
-  auto loop = scf::ForOp::create(
-      *b, constIndex(1), numTiles, constIndex(1), loopInit,
-      [&](OpBuilder &nested, Location loc, Value tile, ValueRange carried) {
-        ImplicitLocOpBuilder ib(loc, nested);
-        b = &ib;
-        TileRef ref = tileRef(tile);
-        TileRef previous = tileRef(sub(tile, constIndex(1)));
-        SmallVector<Value> acc(carried.begin() + 4,
-                               carried.begin() + stateSize);
-        SmallVector<Value> pFragments(carried.begin() + stateSize,
-                                      carried.end());
-        // (With turns, both tiles have landed before this consumer takes
-        // its turn.)
-        wait(stageBarrier(kKFull, ref.stage), ref.parity);
-        if (pingPong)
-          wait(stageBarrier(kVFull, previous.stage), previous.parity);
-        awaitTurn();
-        SmallVector<Value> scores = issueScores(ref.stage);
-        if (!pingPong)
-          wait(stageBarrier(kVFull, previous.stage), previous.parity);
-        acc = issueValues(acc, pFragments, previous.stage);
-        passTurn();
-        waitProducts(1, scores);
-        release(kKEmpty, ref.stage);
-        SmallVector<Value> newState, unused, alphas;
-        SmallVector<Value> probabilities = onlineSoftmaxStep(
-            finishScores(scores, ref.kvStart), carried.take_front(4), newState,
-            unused, &alphas, softmaxScale);
-        SmallVector<Value> nextFragments =
-            packAFragments(probabilities, spec.elementType);
-        waitProducts(0, acc);
-        release(kVEmpty, previous.stage);
-        for (int64_t i = 0; i < int64_t(acc.size()); ++i)
-          acc[i] = fmul(acc[i], alphas[(i % 4) / 2]);
-        SmallVector<Value> next = newState;
-        next.append(acc.begin(), acc.end());
-        next.append(nextFragments.begin(), nextFragments.end());
-        scf::YieldOp::create(ib, next);
-        b = outer;
-      });
+  scf::ForOp loop =
+      forLoop(constIndex(1), numTiles, constIndex(1), loopInit,
+              [&](Value tile, ValueRange carried) {
+                TileRef ref = tileRef(tile);
+                TileRef previous = tileRef(sub(tile, constIndex(1)));
+                SmallVector<Value> acc(carried.begin() + 4,
+                                       carried.begin() + stateSize);
+                SmallVector<Value> pFragments(carried.begin() + stateSize,
+                                              carried.end());
+                // (With turns, both tiles have landed before this consumer
+                // takes its turn.)
+                wait(stageBarrier(kKFull, ref.stage), ref.parity);
+                if (pingPong)
+                  wait(stageBarrier(kVFull, previous.stage), previous.parity);
+                awaitTurn();
+                SmallVector<Value> scores = issueScores(ref.stage);
+                if (!pingPong)
+                  wait(stageBarrier(kVFull, previous.stage), previous.parity);
+                acc = issueValues(acc, pFragments, previous.stage);
+                passTurn();
+                waitProducts(1, scores);
+                release(kKEmpty, ref.stage);
+                SmallVector<Value> newState, unused, alphas;
+                SmallVector<Value> probabilities = onlineSoftmaxStep(
+                    finishScores(scores, ref.kvStart), carried.take_front(4),
+                    newState, unused, &alphas, softmaxScale);
+                SmallVector<Value> nextFragments =
+                    packAFragments(probabilities, spec.elementType);
+                waitProducts(0, acc);
+                release(kVEmpty, previous.stage);
+                for (int64_t i = 0; i < int64_t(acc.size()); ++i)
+                  acc[i] = fmul(acc[i], alphas[(i % 4) / 2]);
+                SmallVector<Value> next = newState;
+                next.append(acc.begin(), acc.end());
+                next.append(nextFragments.begin(), nextFragments.end());
+                return next;
+              });
   ValueRange carried = loop.getResults();
   SmallVector<Value> output(carried.begin() + 4, carried.begin() + stateSize);
   SmallVector<Value> pFragments(carried.begin() + stateSize,
@@ -557,26 +545,21 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
 // rows past q_len are not stored.
 void WarpSpecializedKernel::writeConsumerOutput(ValueRange results) {
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
-  for (int64_t r = 0; r < 2; ++r) {
-    Value inverse =
-        reciprocalOrZero(butterfly(results[2 + r], /*isMax=*/false, 2));
-    Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                           queryRows[r], qLen);
-    auto ifOp = scf::IfOp::create(*b, inBounds, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
-    for (int64_t block = 0; block < headDim / 8; ++block) {
-      Value column = add(constIndex(8 * block), mul(quadLane, constIndex(2)));
-      Value pair = packPair(fmul(results[4 + 4 * block + 2 * r], inverse),
-                            fmul(results[4 + 4 * block + 2 * r + 1], inverse),
-                            spec.elementType);
-      Value address =
-          LLVM::GEPOp::create(*b, globalPtr, spec.elementType, out,
-                              ValueRange{add(rowOffset, toI64(column))});
-      LLVM::StoreOp::create(*b, pair, address, /*alignment=*/4);
-    }
-  }
+  storeNormalisedRows(
+      results, queryRows, [&](int64_t r, Value inverse, Value rowOffset) {
+        for (int64_t block = 0; block < headDim / 8; ++block) {
+          Value column =
+              add(constIndex(8 * block), mul(quadLane, constIndex(2)));
+          Value pair =
+              packPair(fmul(results[4 + 4 * block + 2 * r], inverse),
+                       fmul(results[4 + 4 * block + 2 * r + 1], inverse),
+                       spec.elementType);
+          Value address =
+              LLVM::GEPOp::create(*b, globalPtr, spec.elementType, out,
+                                  ValueRange{add(rowOffset, toI64(column))});
+          LLVM::StoreOp::create(*b, pair, address, /*alignment=*/4);
+        }
+      });
 }
 
 SmallVector<Value>
