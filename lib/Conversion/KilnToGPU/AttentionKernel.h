@@ -101,7 +101,7 @@ struct KernelSpec {
   /// grid and shared-memory size of the portable kernel, so that one
   /// manifest describes both (not part of name()).
   bool wgmma = false;
-  /// The sm_90a-only warp-specialised kernel (WarpSpecialized.cpp): a
+  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized.cpp): a
   /// producer warp brings Q, K and V tiles in with TMA through tensor maps
   /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
   /// Its own kernel beside the site's portable one, for launches whose
@@ -254,11 +254,11 @@ protected:
     Value total;
   };
   /// Reduces row `row` (of `rows` a split) of a split-KV workspace (see
-  /// writePartial in MmaKernel.cpp) with `numSplits` splits, at most
+  /// writePartial in Parts/MmaEpilogue.cpp) with `numSplits` splits, at most
   /// `maxSplits`: w_s = l_s·2^(m_s - M) with M the largest max, over the
   /// warp's splits firstSplit + stride·j (firstSplit < stride, stride
   /// dividing 32). Every lane of the warp takes part; the branches are
-  /// uniform. Defined in CombineKernel.cpp.
+  /// uniform. Defined in Parts/SplitSums.cpp.
   SplitSums sumSplits(Value workspace, Value row, Value rows, Value numSplits,
                       int64_t valueDim, Value lane, Value firstSplit,
                       int64_t stride, int64_t maxSplits);

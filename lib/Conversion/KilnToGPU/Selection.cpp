@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
-#include "Wgmma.h"
+#include "Products/Wgmma.h"
 
 using namespace mlir;
 using namespace mlir::kiln::detail;

@@ -1,4 +1,4 @@
-//===- DecodeMerge.cpp - Merging the warps' states in decode mode -------===//
+//===- DecodeMerge.cpp - Merging the warps' states in decode mode ---------===//
 //
 // Decode shapes split each tile's keys over the four warps, which share the
 // block's rows; at the end their online-softmax states are merged through

@@ -1,4 +1,4 @@
-//===- PagedAddress.cpp - Page-table addressing of K and V tiles --------===//
+//===- PagedAddress.cpp - Page-table addressing of K and V tiles ----------===//
 //
 // Where a key of a paged cache lives (kiln.paged_attention): its page-table
 // entry, page and slot, in 32-bit arithmetic, and the table entries a

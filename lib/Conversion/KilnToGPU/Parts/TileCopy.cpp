@@ -1,4 +1,4 @@
-//===- TileCopy.cpp - Copies of K, V and Q tiles into shared memory -----===//
+//===- TileCopy.cpp - Copies of K, V and Q tiles into shared memory -------===//
 //
 // How the tensor-core kernel's threads share a tile's 16-byte chunks (by
 // chunks, or by whole 128-byte lines), and the copies themselves: cp.async

@@ -1,4 +1,4 @@
-//===- MmaSync.cpp - The mma.sync product of the tensor-core kernel -----===//
+//===- MmaSync.cpp - The mma.sync product of the tensor-core kernel -------===//
 //
 // m16n8k16 mma.sync on f16 or bf16 fragments read from shared tiles with
 // ldmatrix (PTX ISA, "Matrix Fragments for mma.m16n8k16").

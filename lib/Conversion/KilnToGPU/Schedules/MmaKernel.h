@@ -12,7 +12,7 @@
 #define KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
 
 #include "AttentionKernel.h"
-#include "Wgmma.h"
+#include "Products/Wgmma.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 

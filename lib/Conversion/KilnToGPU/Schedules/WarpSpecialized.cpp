@@ -30,7 +30,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
-#include "Wgmma.h"
+#include "Products/Wgmma.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

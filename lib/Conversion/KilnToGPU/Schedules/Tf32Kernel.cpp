@@ -1,5 +1,4 @@
-//===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites -*- C++
-//-*-===//
+//===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites ---------===//
 //
 // The kernel of f32 sites on tensor cores: S = Q·Kᵀ and O += P·V on
 // mma.sync.m16n8k8 with TF32 operands (10 explicit mantissa bits, rounded to
