@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -100,7 +101,7 @@ struct KernelSpec {
   /// grid and shared-memory size of the portable kernel, so that one
   /// manifest describes both (not part of name()).
   bool wgmma = false;
-  /// The sm_90a-only warp-specialised kernel (WarpSpecialized.cpp): a
+  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized.cpp): a
   /// producer warp brings Q, K and V tiles in with TMA through tensor maps
   /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
   /// Its own kernel beside the site's portable one, for launches whose
@@ -179,6 +180,12 @@ protected:
   ifElse(Value condition, TypeRange types,
          llvm::function_ref<SmallVector<Value>()> thenValues,
          llvm::function_ref<SmallVector<Value>()> elseValues = nullptr);
+  /// scf.for from `begin` to `end` by `step` carrying `init`: `body(iv,
+  /// carried)` is built with `b` on the loop body and gives the values
+  /// yielded.
+  scf::ForOp
+  forLoop(Value begin, Value end, Value step, ValueRange init,
+          llvm::function_ref<SmallVector<Value>(Value, ValueRange)> body);
   /// 2^x with the hardware's ex2.approx.ftz.f32 (about 2 ulp; 2^-inf = +0;
   /// results below 2^-126 flush to +0). One MUFU.EX2: without .ftz, ptxas
   /// wraps each ex2 in a range test and two multiplies for subnormal
@@ -223,6 +230,12 @@ protected:
   /// The f32 pair (low, high) as two values of `elementType` (f16 or bf16)
   /// in one i32, low in the low half: an mma operand register.
   Value packPair(Value low, Value high, Type elementType);
+  /// P's A fragments for O += P·V on m16n8k16: the probabilities of key
+  /// blocks 2j and 2j + 1 (four each, in the accumulator layout) packed to
+  /// `elementType`, four registers for each 16-key chunk j. Defined in
+  /// Parts/PackP.cpp.
+  SmallVector<Value> packAFragments(ArrayRef<Value> probabilities,
+                                    Type elementType);
   /// Inline PTX `text` with `constraints` on `operands`, with side effects;
   /// its one result of `resultType`, or none when that is null.
   Value inlinePtx(Type resultType, ValueRange operands, StringRef text,
@@ -241,11 +254,11 @@ protected:
     Value total;
   };
   /// Reduces row `row` (of `rows` a split) of a split-KV workspace (see
-  /// writePartial in MmaKernel.cpp) with `numSplits` splits, at most
+  /// writePartial in Parts/MmaEpilogue.cpp) with `numSplits` splits, at most
   /// `maxSplits`: w_s = l_s·2^(m_s - M) with M the largest max, over the
   /// warp's splits firstSplit + stride·j (firstSplit < stride, stride
   /// dividing 32). Every lane of the warp takes part; the branches are
-  /// uniform. Defined in CombineKernel.cpp.
+  /// uniform. Defined in Parts/SplitSums.cpp.
   SplitSums sumSplits(Value workspace, Value row, Value rows, Value numSplits,
                       int64_t valueDim, Value lane, Value firstSplit,
                       int64_t stride, int64_t maxSplits);
@@ -320,6 +333,16 @@ protected:
   /// Stores the f32 `value` as the kernel's element type at element
   /// `offset` of the output.
   void storeOutput(Value value, Value offset);
+  /// out = O / sum for a thread's rows g and g + 8 (`queryRows`, heads not
+  /// packed) of the m16n8 accumulator layout, from a final `results` state
+  /// (max and sum of each row, then the accumulators): rows that saw no
+  /// key are zeros, rows past q_len are not stored, and `storeRow(r,
+  /// inverse, rowOffset)` stores row r's columns. Defined in
+  /// Parts/Epilogue.cpp.
+  void storeNormalisedRows(
+      ValueRange results, ArrayRef<Value> queryRows,
+      llvm::function_ref<void(int64_t r, Value inverse, Value rowOffset)>
+          storeRow);
   /// Element offset of (batch, headIndex) in a tensor with these strides.
   Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
 
@@ -336,10 +359,24 @@ protected:
   /// masked_score).
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase, bool raw = false);
+  /// Whether the key tile [kvStart, kvStart + tileKeys) needs masking for
+  /// rows whose causal diagonals run from `firstDiagonal` to
+  /// `lastDiagonal()` (i1): it reaches past kv_len, past the first row's
+  /// band, or (with a window) before the last row's window; the others only
+  /// scale. `lastDiagonal` is called only with a window. Defined in
+  /// Parts/KeyRange.cpp.
+  Value tileNeedsMask(Value kvStart, int64_t tileKeys, Value firstDiagonal,
+                      llvm::function_ref<Value()> lastDiagonal);
+  /// A tile's `count` finished scores: `finish(true)` (masked) where
+  /// `needsMask`, else `finish(false)`, from one scf.if. Defined in
+  /// Parts/Score.cpp.
+  SmallVector<Value>
+  finishIf(Value needsMask, size_t count,
+           llvm::function_ref<SmallVector<Value>(bool masked)> finish);
 
   const KernelSpec &spec;
 
-  // Bound by the prologue.
+  // Bound by the prologue (Parts/Prologue.cpp).
   Value q, k, v, out, maskPtr, biasPtr;
   /// Paged sites: the page table and key counts, and the sizes that bound
   /// their entries; kStrides and vStrides are then {page, slot, head}.
@@ -373,6 +410,29 @@ protected:
   /// Key range the block can see: key blocks past the causal diagonal of its
   /// last row, and before the window of its first row, are never visited.
   Value kvBegin, kvEnd;
+
+private:
+  // The prologue's parts (Parts/Prologue.cpp, Parts/KeyRange.cpp).
+  /// The gpu.func with the kernel's argument types and launch attributes.
+  gpu::GPUFuncOp createFunction(OpBuilder &moduleBuilder, Location loc);
+  /// Binds the arguments by ABI position, and the scale in log2 units.
+  void bindArguments(ValueRange args);
+  /// The block's query block and grid-y head index: causal grids run their
+  /// heaviest blocks first; split-KV grids take the split and the sequence
+  /// from grid z. Binds batch, splitIndex and clustered.
+  std::pair<Value, Value> scheduleBlock();
+  /// Causal warp-specialised kernels: renumbers the blocks heaviest first
+  /// over sections of heads whose K and V stay in L2.
+  void orderHeaviestFirst(Value &queryBlock, Value &headIndex);
+  /// Binds the thread's warp and lane, the heads and the tensors' bases.
+  void bindHeads(Value headIndex);
+  /// Binds the block's queries.
+  void bindQueries(Value queryBlock);
+  /// The keys the block visits, [begin, end), of a sequence of `keys` keys:
+  /// key blocks past the causal diagonal of its last row, and before the
+  /// window of its first row, are never visited; split-KV launches take
+  /// their split's share.
+  std::pair<Value, Value> keyRange(Value keys);
 };
 
 /// The scalar kernel: f32 FMAs, any element type, rows-per-warp rows a warp.
@@ -452,8 +512,7 @@ bool warpSpecializedScheduleFits(const KernelSpec &spec,
 int64_t warpSpecializedSharedLimit();
 
 /// Whether the tensor-core kernel supports the element type and head dim.
-bool mmaKernelSupports(Type elementType, int64_t headDim,
-                       int64_t valueHeadDim);
+bool mmaKernelSupports(Type elementType, int64_t headDim, int64_t valueHeadDim);
 /// Whether the tensor-core kernel has an sm_90a (wgmma) variant for these
 /// head dims: those of the mma.sync kernel, padded inside the kernel to
 /// multiples of 64 (whole 128-byte swizzle atoms).

@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KILN_LIB_CONVERSION_KILNTOGPU_WGMMA_H
-#define KILN_LIB_CONVERSION_KILNTOGPU_WGMMA_H
+#ifndef KILN_LIB_CONVERSION_KILNTOGPU_PRODUCTS_WGMMA_H
+#define KILN_LIB_CONVERSION_KILNTOGPU_PRODUCTS_WGMMA_H
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -42,4 +42,4 @@ SmallVector<Value> wgmmaProduct(ImplicitLocOpBuilder &b, Type elementType,
 
 } // namespace mlir::kiln::detail
 
-#endif // KILN_LIB_CONVERSION_KILNTOGPU_WGMMA_H
+#endif // KILN_LIB_CONVERSION_KILNTOGPU_PRODUCTS_WGMMA_H

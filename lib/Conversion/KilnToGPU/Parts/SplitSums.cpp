@@ -1,6 +1,6 @@
 //===- SplitSums.cpp - Sums of split-KV partial results ----------*- C++ -*-===//
 //
-// The split reduction shared by the combine kernel (CombineKernel.cpp) and
+// The split reduction shared by the combine kernel (Schedules/) and
 // the split kernels that reduce their own splits in a cluster
 // (AttentionKernel.cpp): for one row, the splits' statistics and the
 // weighted sum of their partial outputs, read from the workspace.

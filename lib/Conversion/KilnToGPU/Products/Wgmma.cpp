@@ -1,6 +1,6 @@
 //===- Wgmma.cpp - Hopper warpgroup matrix products -------------*- C++ -*-===//
 
-#include "Wgmma.h"
+#include "Products/Wgmma.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

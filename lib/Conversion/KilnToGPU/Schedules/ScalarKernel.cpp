@@ -144,12 +144,10 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
     initState.append(dimsPerLane, zero);
   }
 
-  auto kvLoop = scf::ForOp::create(
-      builder, kvBegin, kvEnd, constIndex(kvBlock), initState,
-      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
-          ValueRange state) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
+  scf::ForOp kvLoop = forLoop(
+      kvBegin, kvEnd, constIndex(kvBlock), initState,
+      [&](Value kvStart, ValueRange state) {
+        ImplicitLocOpBuilder &ib = *b;
         // Everyone is done with the previous tile before it is overwritten.
         gpu::BarrierOp::create(ib);
         basePointer = k;
@@ -248,9 +246,8 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
           newState.insert(newState.begin() + 2 * (row + 1),
                           acc.begin() + row * dimsPerLane,
                           acc.begin() + (row + 1) * dimsPerLane);
-        scf::YieldOp::create(ib, newState);
+        return newState;
       });
-  b = &builder;
 
   // out = acc / sum; rows that saw no key are written as zeros.
   for (int64_t row = 0; row < rowsPerWarp; ++row) {

@@ -1,4 +1,4 @@
-//===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites -*- C++ -*-===//
+//===- Tf32Kernel.cpp - The TF32 tensor-core kernel for f32 sites ---------===//
 //
 // The kernel of f32 sites on tensor cores: S = Q·Kᵀ and O += P·V on
 // mma.sync.m16n8k8 with TF32 operands (10 explicit mantissa bits, rounded to
@@ -135,8 +135,30 @@ private:
   Value loadRow(Value pointer, Value base, Value rowStride, Value row,
                 Value rows, Value column);
 
+  int64_t keyBlocks() const { return kTileKeys / 8; }
+  int64_t dimBlocks() const { return dim / 8; }
+  /// Q's A fragments, one per 8 head dims, into qFragments.
+  void loadQFragments();
+  /// S = Q·Kᵀ of the tile in `kTile`.
+  SmallVector<Value> computeScores(Value kTile);
+  /// acc += P·V of the tile in `vTile`.
+  void accumulateValues(SmallVector<Value> &acc, ArrayRef<Value> probabilities,
+                        Value vTile);
+  /// One iteration of the loop over key tiles: its copies, scores, softmax
+  /// step and P·V; returns the new state.
+  SmallVector<Value> tileStep(Value kvStart, ValueRange state);
+
   int64_t dim, rowElements;
   bool split;
+
+  // Bound by buildBody for its parts.
+  /// The two stages' K and V tiles: K0, V0, K1, V1.
+  Value tiles[4];
+  /// lane = 4·laneGroup + laneInGroup, and the f32 zero of the state.
+  Value laneGroup, laneInGroup, zero;
+  /// This thread's rows g and g + 8 of the warp's 16.
+  Value queryRows[2];
+  SmallVector<SmallVector<Operand>> qFragments;
 };
 
 void Tf32Kernel::issueTiles(Value kTile, Value vTile, Value kvStart) {
@@ -170,43 +192,19 @@ void Tf32Kernel::issueTiles(Value kTile, Value vTile, Value kvStart) {
   }
 }
 
-Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride,
-                          Value row, Value rows, Value column) {
+Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride, Value row,
+                          Value rows, Value column) {
   Value inBounds =
       arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, row, rows);
   Value clamped = arith::MinSIOp::create(*b, row, sub(rows, constIndex(1)));
   clamped = arith::MaxSIOp::create(*b, clamped, constIndex(0));
-  Value offset =
-      add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+  Value offset = add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
   Value value = loadGlobalAsF32(pointer, spec.elementType, offset);
   return arith::SelectOp::create(*b, inBounds, value, constF32(0.0f));
 }
 
-void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
-  ImplicitLocOpBuilder &builder = *b;
-  // Dynamic shared memory: stage 0's K and V tiles, then stage 1's.
-  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  Value shared =
-      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
-  Value tiles[4];
-  for (int64_t t = 0; t < 4; ++t)
-    tiles[t] = LLVM::GEPOp::create(
-        builder, sharedPtr, builder.getI8Type(), shared,
-        ArrayRef<LLVM::GEPArg>{int32_t(t * tileBytes())});
-  Value laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
-  Value laneInGroup = arith::RemUIOp::create(builder, lane, constIndex(4));
-  int64_t dimBlocks = dim / 8;
-
-  // This thread's rows g and g + 8 of the warp's 16.
-  Value queryRows[2];
-  for (int64_t r = 0; r < 2; ++r)
-    queryRows[r] =
-        add(firstQuery, add(mul(warp, constIndex(kRowsPerWarp)),
-                            add(laneGroup, constIndex(8 * r))));
-
-  // Q's A fragments, one per 8 head dims: rows g, g + 8 at columns t, t + 4.
-  SmallVector<SmallVector<Operand>> qFragments;
-  for (int64_t s = 0; s < dimBlocks; ++s) {
+void Tf32Kernel::loadQFragments() {
+  for (int64_t s = 0; s < dimBlocks(); ++s) {
     SmallVector<Operand> fragment;
     for (int64_t half = 0; half < 2; ++half)
       for (int64_t r = 0; r < 2; ++r) {
@@ -217,14 +215,133 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
     // Registers a0..a3: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
     qFragments.push_back(fragment);
   }
+}
+
+// S = Q·Kᵀ, 8 keys a block: B holds K[8n + g][8s + t (+4)]. Four scores per
+// 8-key block, in the accumulator layout.
+SmallVector<Value> Tf32Kernel::computeScores(Value kTile) {
+  SmallVector<Value> scores(4 * keyBlocks(), zero);
+  for (int64_t n = 0; n < keyBlocks(); ++n) {
+    Value key = add(laneGroup, constIndex(8 * n));
+    for (int64_t s = 0; s < dimBlocks(); ++s) {
+      SmallVector<Operand> bFragment;
+      for (int64_t half = 0; half < 2; ++half)
+        bFragment.push_back(tileOperand(
+            kTile, key, add(laneInGroup, constIndex(8 * s + 4 * half))));
+      product(qFragments[s], bFragment,
+              MutableArrayRef<Value>(&scores[4 * n], 4));
+    }
+  }
+  return scores;
+}
+
+// O += P·V: key block n's probabilities are the A fragment, (g, 2t),
+// (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)][8j + g].
+void Tf32Kernel::accumulateValues(SmallVector<Value> &acc,
+                                  ArrayRef<Value> probabilities, Value vTile) {
+  for (int64_t n = 0; n < keyBlocks(); ++n) {
+    ArrayRef<Value> p(&probabilities[4 * n], 4);
+    SmallVector<Operand> pFragment = {operand(p[0]), operand(p[2]),
+                                      operand(p[1]), operand(p[3])};
+    Value key = add(mul(laneInGroup, constIndex(2)), constIndex(8 * n));
+    for (int64_t j = 0; j < dimBlocks(); ++j) {
+      Value column = add(laneGroup, constIndex(8 * j));
+      SmallVector<Operand> bFragment = {
+          tileOperand(vTile, key, column),
+          tileOperand(vTile, add(key, constIndex(1)), column)};
+      MutableArrayRef<Value> blockAcc(&acc[4 * j], 4);
+      if (!split) {
+        product(pFragment, bFragment, blockAcc);
+        continue;
+      }
+      // The tensor cores' f32 sums are not rounded as f32 adds are, and
+      // their error grows with the number of keys summed: each 8-key block's
+      // product starts from zero and is added to O with an f32 add.
+      SmallVector<Value> partial(4, zero);
+      product(pFragment, bFragment, partial);
+      for (int64_t e = 0; e < 4; ++e)
+        blockAcc[e] = fadd(blockAcc[e], partial[e]);
+    }
+  }
+}
+
+SmallVector<Value> Tf32Kernel::tileStep(Value kvStart, ValueRange state) {
+  // Tile i is in stage i % 2: the next tile's copies go to the other stage
+  // (free since the barrier that ended the last iteration) and stay in
+  // flight while this one computes.
+  Value odd = arith::TruncIOp::create(
+      *b, b->getI1Type(),
+      toI32(arith::DivUIOp::create(*b, sub(kvStart, kvBegin),
+                                   constIndex(kTileKeys))));
+  Value kTile = arith::SelectOp::create(*b, odd, tiles[2], tiles[0]);
+  Value vTile = arith::SelectOp::create(*b, odd, tiles[3], tiles[1]);
+  Value nextStart = add(kvStart, constIndex(kTileKeys));
+  auto hasNext = scf::IfOp::create(
+      *b,
+      arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, nextStart, kvEnd),
+      /*withElse=*/false);
+  {
+    OpBuilder::InsertionGuard guard(*b);
+    b->setInsertionPointToStart(&hasNext.getThenRegion().front());
+    issueTiles(arith::SelectOp::create(*b, odd, tiles[0], tiles[2]),
+               arith::SelectOp::create(*b, odd, tiles[1], tiles[3]), nextStart);
+  }
+  NVVM::CpAsyncCommitGroupOp::create(*b);
+  // This tile's copies have landed (the next tile's may not have).
+  NVVM::CpAsyncWaitGroupOp::create(*b, 1);
+  gpu::BarrierOp::create(*b);
+
+  SmallVector<Value> scores = computeScores(kTile);
+  // Scale, mask, bias, softcap: the scores in log2 units. Element e of key
+  // block n is row g + 8·(e / 2), key 8n + 2t + e % 2. (Every tile is
+  // masked: this kernel skips no masking.)
+  for (int64_t n = 0; n < keyBlocks(); ++n)
+    for (int64_t e = 0; e < 4; ++e) {
+      Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
+                                   constIndex(8 * n + e % 2)));
+      scores[4 * n + e] = finishScore(scores[4 * n + e], queryRows[e / 2], key,
+                                      maskBase, biasBase);
+    }
+
+  // The online softmax of rows g and g + 8 over the quad that holds them.
+  SmallVector<Value> newState, acc;
+  SmallVector<Value> probabilities =
+      onlineSoftmaxStep(scores, state, newState, acc);
+  accumulateValues(acc, probabilities, vTile);
+  // Every warp is done with this stage before the next iteration's copies
+  // refill it.
+  gpu::BarrierOp::create(*b);
+  newState.append(acc.begin(), acc.end());
+  return newState;
+}
+
+void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder &builder = *b;
+  // Dynamic shared memory: stage 0's K and V tiles, then stage 1's.
+  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
+  Value shared =
+      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  for (int64_t t = 0; t < 4; ++t)
+    tiles[t] =
+        LLVM::GEPOp::create(builder, sharedPtr, builder.getI8Type(), shared,
+                            ArrayRef<LLVM::GEPArg>{int32_t(t * tileBytes())});
+  laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
+  laneInGroup = arith::RemUIOp::create(builder, lane, constIndex(4));
+
+  // This thread's rows g and g + 8 of the warp's 16.
+  for (int64_t r = 0; r < 2; ++r)
+    queryRows[r] = add(firstQuery, add(mul(warp, constIndex(kRowsPerWarp)),
+                                       add(laneGroup, constIndex(8 * r))));
+  // Q's A fragments, one per 8 head dims: rows g, g + 8 at columns t, t + 4.
+  loadQFragments();
 
   // State: max and sum of rows g and g + 8 (the sum is this thread's share,
   // reduced over the quad at the end), then four accumulators per 8-column
   // block of the head dim.
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
-  Value zero = constF32(0.0f);
+  zero = constF32(0.0f);
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
-  initState.append(dimBlocks * 4, zero);
+  initState.append(dimBlocks() * 4, zero);
 
   // The first tile's copies, before the loop.
   {
@@ -238,128 +355,23 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
     issueTiles(tiles[0], tiles[1], kvBegin);
   }
   NVVM::CpAsyncCommitGroupOp::create(builder);
-  auto loop = scf::ForOp::create(
-      builder, kvBegin, kvEnd, constIndex(kTileKeys), initState,
-      [&](OpBuilder &nested, Location nestedLoc, Value kvStart,
-          ValueRange state) {
-        ImplicitLocOpBuilder ib(nestedLoc, nested);
-        b = &ib;
-        // Tile i is in stage i % 2: the next tile's copies go to the other
-        // stage (free since the barrier that ended the last iteration) and
-        // stay in flight while this one computes.
-        Value odd = arith::TruncIOp::create(
-            ib, ib.getI1Type(),
-            toI32(arith::DivUIOp::create(ib, sub(kvStart, kvBegin),
-                                         constIndex(kTileKeys))));
-        Value kTile = arith::SelectOp::create(ib, odd, tiles[2], tiles[0]);
-        Value vTile = arith::SelectOp::create(ib, odd, tiles[3], tiles[1]);
-        Value nextStart = add(kvStart, constIndex(kTileKeys));
-        auto hasNext = scf::IfOp::create(
-            ib,
-            arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, nextStart,
-                                  kvEnd),
-            /*withElse=*/false);
-        {
-          OpBuilder::InsertionGuard guard(ib);
-          ib.setInsertionPointToStart(&hasNext.getThenRegion().front());
-          issueTiles(arith::SelectOp::create(ib, odd, tiles[0], tiles[2]),
-                     arith::SelectOp::create(ib, odd, tiles[1], tiles[3]),
-                     nextStart);
-        }
-        NVVM::CpAsyncCommitGroupOp::create(ib);
-        // This tile's copies have landed (the next tile's may not have).
-        NVVM::CpAsyncWaitGroupOp::create(ib, 1);
-        gpu::BarrierOp::create(ib);
-
-        // S = Q·Kᵀ, 8 keys a block: B holds K[8n + g][8s + t (+4)].
-        int64_t keyBlocks = kTileKeys / 8;
-        // Four scores per 8-key block, in the accumulator layout.
-        SmallVector<Value> scores(4 * keyBlocks, zero);
-        for (int64_t n = 0; n < keyBlocks; ++n) {
-          Value key = add(laneGroup, constIndex(8 * n));
-          for (int64_t s = 0; s < dimBlocks; ++s) {
-            SmallVector<Operand> bFragment;
-            for (int64_t half = 0; half < 2; ++half)
-              bFragment.push_back(tileOperand(
-                  kTile, key, add(laneInGroup, constIndex(8 * s + 4 * half))));
-            product(qFragments[s], bFragment,
-                    MutableArrayRef<Value>(&scores[4 * n], 4));
-          }
-        }
-
-        // Scale, mask, bias, softcap: the scores in log2 units. Element e of
-        // key block n is row g + 8·(e / 2), key 8n + 2t + e % 2.
-        for (int64_t n = 0; n < keyBlocks; ++n)
-          for (int64_t e = 0; e < 4; ++e) {
-            Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
-                                         constIndex(8 * n + e % 2)));
-            scores[4 * n + e] = finishScore(scores[4 * n + e],
-                                            queryRows[e / 2], key, maskBase,
-                                            biasBase);
-          }
-
-        // The online softmax of rows g and g + 8 over the quad that holds
-        // them.
-        SmallVector<Value> newState, acc;
-        SmallVector<Value> probabilities =
-            onlineSoftmaxStep(scores, state, newState, acc);
-
-        // O += P·V: key block n's probabilities are the A fragment, (g, 2t),
-        // (g + 8, 2t), (g, 2t + 1), (g + 8, 2t + 1); B holds V[8n + 2t (+1)]
-        // [8j + g].
-        for (int64_t n = 0; n < keyBlocks; ++n) {
-          ArrayRef<Value> p(&probabilities[4 * n], 4);
-          SmallVector<Operand> pFragment = {operand(p[0]), operand(p[2]),
-                                            operand(p[1]), operand(p[3])};
-          Value key = add(mul(laneInGroup, constIndex(2)), constIndex(8 * n));
-          for (int64_t j = 0; j < dimBlocks; ++j) {
-            Value column = add(laneGroup, constIndex(8 * j));
-            SmallVector<Operand> bFragment = {
-                tileOperand(vTile, key, column),
-                tileOperand(vTile, add(key, constIndex(1)), column)};
-            MutableArrayRef<Value> blockAcc(&acc[4 * j], 4);
-            if (!split) {
-              product(pFragment, bFragment, blockAcc);
-              continue;
-            }
-            // The tensor cores' f32 sums are not rounded as f32 adds are,
-            // and their error grows with the number of keys summed: each
-            // 8-key block's product starts from zero and is added to O with
-            // an f32 add.
-            SmallVector<Value> partial(4, zero);
-            product(pFragment, bFragment, partial);
-            for (int64_t e = 0; e < 4; ++e)
-              blockAcc[e] = fadd(blockAcc[e], partial[e]);
-          }
-        }
-        // Every warp is done with this stage before the next iteration's
-        // copies refill it.
-        gpu::BarrierOp::create(ib);
-        newState.append(acc.begin(), acc.end());
-        scf::YieldOp::create(ib, newState);
-        b = &builder;
-      });
+  scf::ForOp loop = forLoop(kvBegin, kvEnd, constIndex(kTileKeys), initState,
+                            [&](Value kvStart, ValueRange state) {
+                              return tileStep(kvStart, state);
+                            });
 
   NVVM::CpAsyncWaitGroupOp::create(builder, 0);
-  // out = O / sum; rows that saw no key are written as zeros.
-  ValueRange results = loop.getResults();
-  for (int64_t r = 0; r < 2; ++r) {
-    Value inverse =
-        reciprocalOrZero(butterfly(results[2 + r], /*isMax=*/false, 2));
-    Value inBounds = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
-                                           queryRows[r], qLen);
-    auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
-    for (int64_t j = 0; j < dimBlocks; ++j)
-      for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
-        Value column = add(mul(laneInGroup, constIndex(2)),
-                           constIndex(8 * j + e % 2));
-        storeOutput(fmul(results[4 + 4 * j + e], inverse),
-                    add(rowOffset, toI64(column)));
-      }
-  }
+  storeNormalisedRows(
+      loop.getResults(), queryRows,
+      [&](int64_t r, Value inverse, Value rowOffset) {
+        for (int64_t j = 0; j < dimBlocks(); ++j)
+          for (int64_t e = 2 * r; e < 2 * r + 2; ++e) {
+            Value column =
+                add(mul(laneInGroup, constIndex(2)), constIndex(8 * j + e % 2));
+            storeOutput(fmul(loop.getResults()[4 + 4 * j + e], inverse),
+                        add(rowOffset, toI64(column)));
+          }
+      });
 }
 
 } // namespace

@@ -1,0 +1,84 @@
+//===- MmaSync.cpp - The mma.sync product of the tensor-core kernel -------===//
+//
+// m16n8k16 mma.sync on f16 or bf16 fragments read from shared tiles with
+// ldmatrix (PTX ISA, "Matrix Fragments for mma.m16n8k16").
+//
+//===----------------------------------------------------------------------===//
+
+#include "Schedules/MmaKernel.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <array>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+using namespace mlir::kiln::detail::mma;
+
+SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
+  MLIRContext *ctx = b->getContext();
+  Type i32Type = i32();
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      ctx, {i32Type, i32Type, i32Type, i32Type});
+  Value result = NVVM::LdMatrixOp::create(
+      *b, structType, address, /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value> registers;
+  for (int64_t i = 0; i < 4; ++i)
+    registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
+  return registers;
+}
+
+void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                    MutableArrayRef<Value> acc) {
+  bool isBF16 = spec.elementType.isBF16();
+  // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
+  auto operand = [&](Value reg) -> Value {
+    if (isBF16)
+      return reg;
+    return LLVM::BitcastOp::create(*b, VectorType::get({2}, b->getF16Type()),
+                                   reg);
+  };
+  SmallVector<Value> aOperands, bOperands;
+  for (Value reg : a)
+    aOperands.push_back(operand(reg));
+  for (Value reg : bFragment)
+    bOperands.push_back(operand(reg));
+  mmaSync(aOperands, bOperands, acc, 16,
+          isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16);
+}
+
+Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
+                              Value rowHalf, Value columnHalf) {
+  Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
+  Value column = add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
+  return tileAddress(tile, row, column);
+}
+
+void MmaKernel::asyncProxyFence() {
+  if (wgmma)
+    NVVM::FenceProxyOp::create(
+        *b, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b->getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+}
+
+void KernelBuilderBase::mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+                                MutableArrayRef<Value> acc, int64_t k,
+                                NVVM::MMATypes type) {
+  Type f32 = b->getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
+  Value result = NVVM::MmaOp::create(
+      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
+      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, k}, std::nullopt,
+      std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
+}

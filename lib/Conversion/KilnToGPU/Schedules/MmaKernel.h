@@ -1,0 +1,376 @@
+//===- MmaKernel.h - The tensor-core attention kernel -----------*- C++ -*-===//
+//
+// The f16/bf16 tensor-core kernel (mma.sync, with an sm_90a wgmma variant):
+// its tile layout and the builder whose parts live in Parts/ (tile copies,
+// paged addressing, the decode merge, the epilogue), Products/ (mma.sync)
+// and Schedules/ (the prologue, the main loop). See MmaKernel.cpp for how
+// the kernel runs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
+#define KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
+
+#include "AttentionKernel.h"
+#include "Products/Wgmma.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+namespace mlir::kiln::detail::mma {
+
+/// Query rows per warp: the M of one mma.
+inline constexpr int64_t kRowsPerWarp = 16;
+/// Keys per tile.
+inline constexpr int64_t kTileKeys = 64;
+/// Elements of padding per shared-memory row: with it the eight 16-byte rows
+/// an ldmatrix reads fall in different bank groups.
+inline constexpr int64_t kRowPadding = 8;
+/// Elements per 16-byte global load.
+inline constexpr int64_t kChunk = 8;
+/// 16-byte chunks of a 128-byte line.
+inline constexpr int64_t kLineChunks = 8;
+/// Rows a thread copies of a tile laid out by lines (see planLineChunks).
+inline constexpr int64_t kLineRows = kTileKeys * kLineChunks / kThreadsPerBlock;
+/// Keys of a tile each warp takes in decode mode (the warps split a tile's
+/// keys; warp w takes keys kDecodeWarpKeys·w on).
+inline constexpr int64_t kDecodeWarpKeys = kTileKeys / kWarpsPerBlock;
+/// Head dims past this keep Q in shared memory rather than in registers
+/// (a warp's Q fragments take D / 4 registers a thread beside D / 2 of O
+/// accumulators), and run with one stage of K and V so that Q and the tiles
+/// fit the sm_80 shared-memory limit.
+inline constexpr int64_t kLargestRegisterQ = 128;
+
+/// Bytes of a 128-byte-swizzled slab of a tile: 64 rows of 128 bytes.
+inline constexpr int64_t kSlabBytes = kTileKeys * 128;
+
+/// How a kernel keeps its tiles in shared memory.
+struct TileLayout {
+  /// Elements a tile row takes: the padded head dim, plus kRowPadding in
+  /// the portable layout (the wgmma layout swizzles instead).
+  int64_t rowElements;
+  /// Whether Q stays in a shared tile of its own, read into A fragments one
+  /// 16-column chunk at a time (or by wgmma from its descriptor), rather
+  /// than in registers.
+  bool residentQ;
+  /// K and V tiles in flight: with two stages, while the tensor cores work
+  /// on tile i the copies of the rest of tile i and of tile i + 1 are
+  /// outstanding; with one, K of tile i + 1 loads during the softmax and
+  /// P·V of tile i, and its V during its own S = Q·Kᵀ.
+  int64_t stages;
+
+  /// Head dims run as the next multiple of 16 (the mma's k) or, with wgmma,
+  /// of 64 (whole 128-byte swizzle atoms): the extra columns of the shared
+  /// tiles are zero, and the output's extra columns are not stored.
+  static int64_t padded(int64_t dim, bool wgmma) {
+    return llvm::alignTo(dim, wgmma ? kSwizzleElements : 16);
+  }
+  static TileLayout of(const KernelSpec &spec, bool wgmma) {
+    int64_t widest =
+        std::max(padded(spec.headDim, wgmma), padded(spec.valueDim(), wgmma));
+    TileLayout layout;
+    layout.rowElements = wgmma ? widest : widest + kRowPadding;
+    layout.residentQ = wgmma || widest > kLargestRegisterQ;
+    layout.stages = widest > kLargestRegisterQ ? 1 : 2;
+    return layout;
+  }
+  int64_t tileBytes() const { return kTileKeys * rowElements * 2; }
+  int64_t bytes() const {
+    return (2 * stages + (residentQ ? 1 : 0)) * tileBytes();
+  }
+};
+
+class MmaKernel : public AttentionKernelBuilder {
+public:
+  explicit MmaKernel(const KernelSpec &spec);
+
+  int64_t rowsPerBlock() const override {
+    return kRowsPerWarp * kWarpsPerBlock;
+  }
+  int64_t kvBlockSize() const override { return kTileKeys; }
+  /// The stages of K and V tiles, and the resident Q tile of large head
+  /// dims, in dynamic shared memory (more than the 48 KiB of static shared
+  /// memory at head dim 128).
+  /// Where a site has both variants, the larger of the two, so that one
+  /// manifest describes the kernel on every target.
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override;
+
+protected:
+  /// From the kernel's schedule (see chooseSchedule).
+  int64_t minBlocksPerSM() const override { return spec.blocksPerSM; }
+  bool revisitsSkippedKeys() const override { return true; }
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
+  void buildBody(gpu::GPUFuncOp func) override;
+  void readAhead(Value firstKey, Value fullRow) override;
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Arithmetic and layout helpers.
+  //===--------------------------------------------------------------------===//
+
+  /// The head dim `dim` runs as (see TileLayout::padded).
+  int64_t padded(int64_t dim) const { return TileLayout::padded(dim, wgmma); }
+  int64_t elementBytes() const { return 2; }
+  int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
+  /// See wgmmaDescriptor and wgmmaProduct (Wgmma.h).
+  Value matrixDescriptor(Value tile, int64_t offset, int64_t leading,
+                         int64_t stride) {
+    return wgmmaDescriptor(*b, tile, offset, leading, stride);
+  }
+  SmallVector<Value> wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
+                               ArrayRef<Value> aFragment, Value bDescriptor,
+                               bool transposeB) {
+    return wgmmaProduct(*b, spec.elementType, n, acc, a, aFragment, bDescriptor,
+                        transposeB);
+  }
+  Type i32() { return b->getI32Type(); }
+  Value constI32(int64_t value);
+  /// Address of element (row, column) of a shared tile.
+  Value tileAddress(Value tile, Value row, Value column);
+
+  //===--------------------------------------------------------------------===//
+  // Tile copies (Parts/TileCopy.cpp) and paged addressing
+  // (Parts/PagedAddress.cpp).
+  //===--------------------------------------------------------------------===//
+
+  /// This thread's 16-byte chunks of a 64-row tile of a [*, D] global
+  /// tensor starting at row `firstRow`: for each, the element offset in the
+  /// tensor (rows at or past `numRows` clamped to the last one), whether the
+  /// row exists, and the row and column in the shared tile.
+  struct ChunkPlan {
+    SmallVector<Value> offsets, inBounds, rows, columns;
+    /// Whether the chunk exists at all (null: always): a tile of D / 8
+    /// chunks a row need not split evenly over the threads.
+    SmallVector<Value> exists;
+  };
+  /// The chunks of a tile of a paged cache: key `firstRow + r` lives in
+  /// page `page_table[b, key / page_size]`, slot `key % page_size`
+  /// (`cacheStrides` = {page, slot, head}); table entries are clamped to the
+  /// cache, keys past `numRows` read the last one and are zero-filled.
+  /// Head dims of whole lines are laid out by planLineChunks, and a thread
+  /// reads the table entries of its kLineRows rows (loadPages), which can
+  /// be given read ahead in `prefetched`. Other head dims are laid out by
+  /// planChunks, an entry a chunk.
+  ChunkPlan planPagedChunks(int64_t dim, ArrayRef<Value> cacheStrides,
+                            Value base, Value firstRow, Value numRows,
+                            ArrayRef<Value> prefetched = {});
+  /// Whether rows of head dim `dim` are whole 128-byte lines.
+  static bool byLines(int64_t dim) { return dim % (kLineChunks * kChunk) == 0; }
+  /// What a paged tile's lookups share: the tile's first key, the
+  /// sequence's key count and last key, the table's last entry, the page
+  /// size's shift and mask (i32), the cache's last page (index) and the
+  /// sequence's table row (i64).
+  struct PageLookup {
+    Value firstRow, numRows, lastRow, lastEntry, lastPage, shift, mask,
+        tableRow;
+  };
+  PageLookup pageLookup(Value firstRow, Value numRows);
+  /// The keys of the kLineRows rows from `rowInTile` of the tile, and each
+  /// clamped to the sequence's last key.
+  struct LineKeys {
+    SmallVector<Value> keys, clamped;
+  };
+  LineKeys lineKeys(const PageLookup &lookup, Value rowInTile);
+  /// The page-table entry of a key clamped to its sequence, as loaded (i32;
+  /// clamped to the cache where used).
+  Value loadEntry(const PageLookup &lookup, Value clampedKey);
+  /// This thread's table entries of a paged tile laid out by lines, one a
+  /// row: one address where the rows share a page (an L1 hit). A single
+  /// load shared through a branch was slower: its result was copied into
+  /// the branch's results right after the load, so the warp waited for the
+  /// entry there (a quarter of a profile's stall samples at pages of 16).
+  SmallVector<Value> loadPages(Value firstRow, Value numRows);
+  /// Runs `body` only for chunk `index` of `plan` that exists.
+  void ifChunkExists(const ChunkPlan &plan, size_t index,
+                     llvm::function_ref<void()> body);
+  ChunkPlan planChunks(int64_t dim, Value base, Value rowStride, Value firstRow,
+                       Value numRows);
+  /// The same for the first `rows` rows of a tile whose row r starts at
+  /// element offset `rowStart(r).first` and exists when
+  /// `rowStart(r).second`.
+  ChunkPlan
+  planChunks(int64_t dim,
+             llvm::function_ref<std::pair<Value, Value>(Value)> rowStart,
+             int64_t rows = kTileKeys);
+  /// The same laid out by lines, for head dims of whole 128-byte lines:
+  /// each group of kLineChunks threads copies the lines of kLineRows
+  /// consecutive rows (group G rows kLineRows·G on), a line an instruction,
+  /// so that a warp instruction reads four whole lines and a thread's row
+  /// starts are computed once for all its chunks. `rowStarts` gives them
+  /// from the thread's first row (offset and whether the row exists, for
+  /// each of its rows). For tiles whose row starts cost a load.
+  ChunkPlan
+  planLineChunks(int64_t dim,
+                 llvm::function_ref<SmallVector<std::pair<Value, Value>>(Value)>
+                     rowStarts);
+  /// The first of this thread's rows of a tile laid out by lines.
+  Value lineFirstRow();
+  /// Loads the planned chunks element by element (for views whose rows are
+  /// not 16-byte aligned; aligned ones are copied with cp.async).
+  SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan);
+  /// Stores loaded chunks into a shared tile, zeros for missing rows.
+  void storeChunks(Value tile, const ChunkPlan &plan, ArrayRef<Value> chunks);
+  /// Starts the copy of planned chunks into a shared tile: cp.async (16
+  /// bytes, zero-filled for rows out of bounds) when `aligned`, element
+  /// loads and stores otherwise. Completion is awaited with
+  /// cp.async.wait_group and a barrier.
+  void copyChunks(Value tile, Value global, const ChunkPlan &plan,
+                  Value aligned);
+  /// Starts the copy of a K or V tile (copyChunks). A paged tile's pages
+  /// may come `prefetched` (see planPagedChunks).
+  void issueTile(int64_t dim, Value tile, Value global, Value base,
+                 Value rowStride, Value firstRow, Value numRows, Value aligned,
+                 ArrayRef<Value> prefetched = {});
+  /// Zeroes columns [headDim, padded(headDim)) of every shared tile once
+  /// (K copies only write the first headDim columns).
+  void zeroPadColumns();
+
+  //===--------------------------------------------------------------------===//
+  // The mma.sync product (Products/MmaSync.cpp).
+  //===--------------------------------------------------------------------===//
+
+  /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
+  /// l % 8 of matrix l / 8.
+  SmallVector<Value> loadMatrices(Value address, bool transpose);
+  /// D += A·B on one m16n8k16 tile; `acc` holds the four f32 accumulators.
+  void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
+           MutableArrayRef<Value> acc);
+  /// The address this lane gives ldmatrix.x4 for the 16×16 block at
+  /// (firstRow, firstColumn) of a tile: matrix m covers rows firstRow +
+  /// 8·rowHalf(m) and columns firstColumn + 8·columnHalf(m), where each half
+  /// is one bit of m (matrixLow or matrixHigh).
+  Value blockAddress(Value tile, Value firstRow, int64_t firstColumn,
+                     Value rowHalf, Value columnHalf);
+  /// With wgmma: orders this thread's generic-proxy writes of shared memory
+  /// (stores, cp.async) before wgmma's async-proxy reads that follow the
+  /// next barrier. Nothing otherwise.
+  void asyncProxyFence();
+
+  //===--------------------------------------------------------------------===//
+  // The schedule: prologue (Schedules/MmaKernel.cpp) and main loop
+  // (Schedules/MmaMainLoop.cpp).
+  //===--------------------------------------------------------------------===//
+
+  /// The shared tile at `index` tiles into dynamic shared memory.
+  Value stageTile(int64_t index);
+  /// Whether masked_score may revisit the keys past the band.
+  bool revisits() const {
+    return spec.maskedScore.has_value() && spec.rightBound().has_value();
+  }
+  /// Binds `shared`, the K and V stages and Q's tile.
+  void allocateTiles();
+  /// Whether every view's rows are 16-byte aligned (i1).
+  Value checkAlignment();
+  /// Binds this lane's place in the fragments and in ldmatrix.x4.
+  void bindLaneLayout();
+  /// Starts the copy of a K or V tile under `condition`.
+  void issueIf(Value condition, Value tile, Value global, Value base,
+               Value rowStride, Value firstRow,
+               ArrayRef<Value> prefetched = {});
+  /// Starts the copy of the first `rows` rows of Q into its tile.
+  void copyQ(int64_t rows, Value lastQuery);
+  /// The rest of a loop's prologue, after its first K tile (see
+  /// MmaKernel.cpp).
+  void issueRestOfPrologue(Value hasFirst, Value first, Value hasNext,
+                           Value next);
+  /// Copies Q and the first tiles, and loads Q's fragments where they stay
+  /// in registers.
+  void startPipeline();
+  /// Q's A fragment of head-dim chunk `c` from its shared tile.
+  SmallVector<Value> loadQFragment(int64_t c);
+  /// Binds this thread's rows' queries, heads and mask and bias bases.
+  void bindRows();
+  /// Runs the main loop in decode or prefill mode; returns the state.
+  SmallVector<Value> runModes(ArrayRef<Value> initState, int64_t shareBlocks);
+  /// With masked_score: revisits the keys past the band for blocks with a
+  /// row that saw no key; returns the state.
+  SmallVector<Value> revisitSkippedTiles(ValueRange results);
+  /// The loop over key tiles; each warp takes `keyBlocks` blocks of 8 keys
+  /// of every tile, from key `keyOffset` of the tile. Returns the state
+  /// after it.
+  SmallVector<Value> emitLoop(int64_t keyBlocks, Value keyOffset,
+                              Value loopBegin, Value loopEnd,
+                              ValueRange loopInit);
+  /// Waits for a tile's arrival or a stage's reuse: the block, or the warp
+  /// alone where it copies the rows it reads.
+  void syncTile(bool warpOwnsRows);
+  /// S = Q·Kᵀ of the tile in `kTile`: blocks of 8 keys, 4 accumulators each.
+  SmallVector<SmallVector<Value>> computeScores(Value kTile, Value keyOffset,
+                                                int64_t keyBlocks);
+  /// The tile's scores in log2 units, masked where the tile needs it.
+  SmallVector<Value> finishTileScores(ArrayRef<SmallVector<Value>> scores,
+                                      Value kvStart, Value keyOffset);
+  /// acc += P·V of the tile in `vTile`.
+  void accumulateValues(SmallVector<Value> &acc, ArrayRef<Value> probabilities,
+                        Value vTile, Value keyOffset, int64_t keyBlocks);
+
+  //===--------------------------------------------------------------------===//
+  // Decode merge (Parts/DecodeMerge.cpp) and the epilogue
+  // (Parts/MmaEpilogue.cpp).
+  //===--------------------------------------------------------------------===//
+
+  /// Decode mode: merges the four warps' online-softmax states (max and sum
+  /// of rows g and g + 8, then the O accumulators) for the same rows through
+  /// shared memory (two regions of two warps' states each, free once the
+  /// loop is done). Every warp gets the merged max and sum; with
+  /// `shareBlocks` 0 every warp gets all the merged O accumulators, else
+  /// warp w only those of its share, 8-column blocks w · shareBlocks on, in
+  /// the slots of blocks 0 to shareBlocks - 1 (the rest are zeros).
+  SmallVector<Value> mergeWarps(ValueRange state, Value firstRegion,
+                                Value secondRegion, int64_t shareBlocks);
+  /// out = O / sum for this thread's rows (or, split, the partials).
+  void writeOutput(ValueRange results, int64_t shareBlocks);
+  /// Split-KV: stores a row's partial output (through `storeRow`, which
+  /// passes each of the thread's values and its column) and, from the
+  /// quad's first lane where `writesStatistics`, the row's max and sum, in
+  /// the layout the combine kernel reads.
+  void
+  writePartial(Value rowHead, Value query, Value max, Value sum, Value quadLane,
+               Value writesStatistics,
+               llvm::function_ref<void(llvm::function_ref<void(Value, Value)>)>
+                   storeRow);
+
+  int64_t rowElements, dimChunks;
+  /// The sm_90a variant: swizzled tiles, wgmma for the full-tile products.
+  bool wgmma;
+  /// See TileLayout.
+  bool residentQ;
+  int64_t stages;
+  /// The table entries of the first tile read ahead (readAhead), and the
+  /// key they were read from; empty where tiles are not copied by lines.
+  Value aheadBegin;
+  SmallVector<Value> aheadPages;
+
+  // Bound by buildBody for its parts.
+  /// Dynamic shared memory: the K stages, the V stages, then the resident Q
+  /// tile if there is one.
+  Value shared;
+  SmallVector<Value> kTiles, vTiles;
+  Value qTile;
+  /// Whether 16-byte copies may be used (see checkAlignment).
+  Value aligned;
+  /// lane = 4·laneGroup + quadLane; the warp's first row; and the lane's
+  /// row in its matrix and that matrix's bits in an ldmatrix.x4.
+  Value laneGroup, quadLane, warpRow, matrixRow, matrixLow, matrixHigh;
+  /// Decode shapes (see startPipeline), and the first row of a warp's.
+  Value isDecode, rowBase;
+  /// The first tile's table entries (paged caches laid out by lines).
+  SmallVector<Value> firstPages;
+  /// Q's A fragments where they stay in registers.
+  SmallVector<SmallVector<Value>> qFragments;
+  /// V's 8-column blocks (padded), and the f32 constants of the state.
+  int64_t outBlocks = 0;
+  Value negInf, zero;
+  /// This thread's rows g and g + 8: their queries, and their mask and bias
+  /// bases (each row has its own head).
+  Value queryRows[2], rowHeads[2], rowMaskBases[2], rowBiasBases[2];
+  /// kvOffset + the block's first row: the smallest causal diagonal.
+  Value firstDiagonal;
+  /// Whether every tile is masked, and whether paged tiles' table entries
+  /// are carried through the loop (see emitLoop).
+  bool alwaysFinish = false, carryPages = false;
+};
+
+} // namespace mlir::kiln::detail::mma
+
+#endif // KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H

@@ -1,0 +1,714 @@
+//===- WarpSpecialized.cpp - The warp-specialised sm_90a kernel -*- C++ -*-===//
+//
+// The f16/bf16 prefill kernel for sm_90a, in the schedule FlashAttention-3
+// published: a block of three warpgroups owns 128 query rows of one head.
+//
+// - Warpgroup 0 is the producer. It gives its registers back (setmaxnreg)
+//   and one thread issues every copy: Q once, then each K and V tile, as TMA
+//   copies (cp.async.bulk.tensor) through the tensor maps the runtime encodes
+//   at launch and passes as grid-constant parameters. Tiles land in a ring of
+//   two stages in wgmma's 128-byte swizzled layout (slabs of 64 columns, the
+//   layout TMA's 128-byte swizzle writes); each copy completes a transaction
+//   count on the stage's "full" mbarrier.
+// - Warpgroups 1 and 2 are consumers of 64 rows each, with 240 registers a
+//   thread. For each tile: wait for K, S = Q·Kᵀ on wgmma (Q and K from
+//   descriptors), release K's stage, mask and scale, the shared online-
+//   softmax step, wait for V, O += P·V on wgmma with P from registers,
+//   release V's stage. The stage's "empty" mbarrier counts the consumer
+//   warps' releases, and the producer waits on it before it reuses a stage.
+//
+// Keys past kv_len, and query rows past q_len, are outside the tensor maps'
+// bounds: TMA fills them with zeros, and the masking hides those keys. The
+// block's key range is the prologue's (causal and window tile skipping,
+// bottom-right alignment); both consumer warpgroups walk all of it.
+//
+// Mask and bias tensors are read per score, as in the portable kernel (every
+// tile takes the masked path). With masked_score no tile is skipped: hidden
+// keys score the fill. MLA head dims, paged sites and views TMA cannot
+// describe keep the portable kernel (the runtime chooses at launch).
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttentionKernel.h"
+#include "Products/Wgmma.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <limits>
+#include <tuple>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+
+namespace {
+
+/// Query rows of a consumer warpgroup (wgmma's M) and of a block.
+constexpr int64_t kConsumerRows = 64;
+constexpr int64_t kWarpgroupThreads = 4 * kWarpSize;
+/// Stages of the K and V ring.
+constexpr int64_t kStages = 2;
+/// Registers a thread of the producer keeps after setmaxnreg; the consumers
+/// take what is left of the SM's 65536 (see consumerRegisters).
+constexpr int64_t kProducerRegisters = 24;
+/// Dynamic shared memory a block may use on sm_90 (227 KiB).
+constexpr int64_t kHopperSharedLimit = 227 * 1024;
+
+/// The mbarriers, 8 bytes each, after the tiles: Q's, then per stage K full,
+/// V full, K empty, V empty.
+enum Barrier : int64_t {
+  kQFull = 0,
+  kKFull = 1,
+  kVFull = 1 + kStages,
+  kKEmpty = 1 + 2 * kStages,
+  kVEmpty = 1 + 3 * kStages,
+  kNumBarriers = 1 + 4 * kStages,
+};
+
+class WarpSpecializedKernel : public AttentionKernelBuilder {
+public:
+  explicit WarpSpecializedKernel(const KernelSpec &spec)
+      : AttentionKernelBuilder(spec), headDim(spec.headDim),
+        tileKeys(warpSpecializedSchedule(spec).tileKeys),
+        consumers(warpSpecializedSchedule(spec).consumers),
+        overlap(warpSpecializedSchedule(spec).overlap),
+        pingPong(warpSpecializedSchedule(spec).pingPong) {
+    assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
+  }
+
+  int64_t rowsPerBlock() const override { return blockRows(); }
+  int64_t kvBlockSize() const override { return tileKeys; }
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override {
+    return barrierOffset() + kNumBarriers * 8;
+  }
+  int64_t threadsPerBlock() const override {
+    return (1 + consumers) * kWarpgroupThreads;
+  }
+
+protected:
+  int64_t minBlocksPerSM() const override { return 1; }
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
+    declareDynamicShared(moduleBuilder, loc);
+  }
+  void buildBody(gpu::GPUFuncOp func) override;
+
+private:
+  int64_t slabs() const { return headDim / kSwizzleElements; }
+  int64_t blockRows() const { return consumers * kConsumerRows; }
+  /// 128 · 24 + 256 · 240 = 64512 with two consumers, 128 · 24 + 384 · 160
+  /// with three (multiples of 8, as setmaxnreg takes).
+  int64_t consumerRegisters() const {
+    int64_t left = (65536 - kWarpgroupThreads * kProducerRegisters) /
+                   (consumers * kWarpgroupThreads);
+    return std::min<int64_t>(240, left / 8 * 8);
+  }
+  int64_t qBytes() const { return blockRows() * headDim * 2; }
+  int64_t tileBytes() const { return tileKeys * headDim * 2; }
+  int64_t barrierOffset() const { return qBytes() + 2 * kStages * tileBytes(); }
+
+  Value constI32(int64_t value) {
+    return arith::ConstantIntOp::create(*b, b->getI32Type(), value);
+  }
+  /// The 32-bit shared-window address of a shared pointer.
+  Value sharedAddress(Value pointer) {
+    return LLVM::PtrToIntOp::create(*b, b->getI32Type(), pointer);
+  }
+  Value offsetPointer(Value pointer, Value bytes) {
+    auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+    return LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), pointer,
+                               ValueRange{bytes});
+  }
+
+  void initBarrier(Value barrier, int64_t count) {
+    inlinePtx({}, {barrier, constI32(count)},
+              "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r");
+  }
+  void expectBytes(Value barrier, int64_t bytes) {
+    inlinePtx({}, {barrier, constI32(bytes)},
+              "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r");
+  }
+  void arrive(Value barrier) {
+    inlinePtx({}, {barrier}, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r");
+  }
+  /// Spins until the barrier's phase of parity `parity` (i32) completes.
+  void wait(Value barrier, Value parity) {
+    inlinePtx({}, {barrier, parity},
+              "{\n.reg .pred done;\nkiln_wait_${:uid}:\n"
+              "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+              "@!done bra kiln_wait_${:uid};\n}",
+              "r,r");
+  }
+  /// TMA copy of the box at (column, row, head, batch) of `map` into the
+  /// shared `destination`, completing bytes on `barrier`.
+  void copyTile(Value map, Value destination, ArrayRef<Value> coordinates,
+                Value barrier) {
+    SmallVector<Value> operands = {destination, map};
+    operands.append(coordinates.begin(), coordinates.end());
+    operands.push_back(barrier);
+    inlinePtx({}, operands,
+              "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::"
+              "complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+              "r,l,r,r,r,r,r");
+  }
+  /// The tile's slabs of 64 columns, rows [row, row + rows) of (head,
+  /// batch), into `destination` (a slab after another).
+  void copySlabs(Value map, Value destination, int64_t rows, Value row,
+                 Value headIndex, Value barrier) {
+    for (int64_t slab = 0; slab < slabs(); ++slab)
+      copyTile(map, add32(destination, slab * rows * 128),
+               {constI32(slab * kSwizzleElements), toI32(row), toI32(headIndex),
+                toI32(batch)},
+               barrier);
+  }
+  Value add32(Value x, int64_t y) {
+    return arith::AddIOp::create(*b, x, constI32(y));
+  }
+
+  void buildProducer(Value sharedBase, Value numTiles);
+  /// A consumer warpgroup (`consumerIndex` 0 or 1, or 2): binds its values
+  /// below, runs its loop over the tiles and writes its rows; returns its
+  /// final state.
+  SmallVector<Value> buildConsumerLoop(Value shared, Value sharedBase,
+                                       Value numTiles, Value consumerIndex);
+
+  //===--------------------------------------------------------------------===//
+  // The consumer's parts.
+  //===--------------------------------------------------------------------===//
+
+  int64_t keyBlocks() const { return tileKeys / 8; }
+  /// A tile's stage, the parity of its round, and its first key.
+  struct TileRef {
+    Value stage, parity, kvStart;
+  };
+  TileRef tileRef(Value tile);
+  /// Barrier `index` of `stage` (see Barrier).
+  Value stageBarrier(int64_t index, Value stage);
+  /// The K (`first` 0) or V (`first` kStages) tile of `stage`.
+  Value stageTile(Value stage, int64_t first);
+  /// This warp is done with a stage's K or V: its leader arrives.
+  void release(int64_t barrier, Value stage);
+  /// Issues S = Q·Kᵀ for the K tile of `stage` (not waited for).
+  SmallVector<Value> issueScores(Value stage);
+  /// Issues O += P·V for the V tile of `stage`.
+  SmallVector<Value> issueValues(SmallVector<Value> acc,
+                                 ArrayRef<Value> pFragments, Value stage);
+  /// Waits until at most `pending` wgmma groups are in flight, and ties the
+  /// accumulators `values` to that point (later reads stay after the wait).
+  void waitProducts(int64_t pending, SmallVector<Value> &values);
+  /// A tile's scores in log2 units, masked where the tile needs it.
+  SmallVector<Value> finishScores(ArrayRef<Value> scores, Value kvStart);
+  /// Ping-pong: a consumer waits for its turn (its barrier, 1 + consumer)
+  /// before it issues products and passes the turn on after.
+  void awaitTurn();
+  void arriveAtTurn(Value barrier);
+  void passTurn();
+  /// Consumer `which` alone passes the turn to barrier `barrier`.
+  void passTurnFrom(int64_t which, int64_t barrier);
+  /// A tile's scores and softmax step from `state`: waits for its K, issues
+  /// and waits for S, releases K; returns the probabilities.
+  SmallVector<Value> softmaxOfTile(const TileRef &ref, ValueRange state,
+                                   SmallVector<Value> &newState,
+                                   SmallVector<Value> &acc);
+  /// The loop over the tiles without and with the overlap; return the
+  /// final state.
+  SmallVector<Value> runSerialLoop(Value numTiles, ArrayRef<Value> initState);
+  SmallVector<Value> runOverlappedLoop(Value numTiles,
+                                       ArrayRef<Value> initState);
+  /// out = O / sum for this thread's rows.
+  void writeConsumerOutput(ValueRange results);
+
+  int64_t headDim;
+  /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
+  int64_t tileKeys;
+  /// Consumer warpgroups of 64 rows (see chooseWarpSpecializedSchedule):
+  /// with three, 160 registers a thread, with two, 240.
+  int64_t consumers;
+  /// The softmax of tile i overlaps P·V of tile i - 1 in each warpgroup.
+  bool overlap;
+  /// With the overlap and two consumers: the consumers take turns to issue
+  /// their products (named barriers 1 and 2), so that one's softmax runs
+  /// while the other's products do.
+  bool pingPong;
+
+  // Bound by buildConsumerLoop for its parts.
+  /// The consumer's index, the mbarriers' address, this lane's column pair
+  /// in a quad, whether it leads its warp, and the shared Q rows and tiles.
+  Value consumer, barriers, quadLane, isLeader, qTile, tilesStart;
+  /// This thread's rows g and g + 8 of its warp's 16.
+  Value queryRows[2];
+  /// The warpgroup's first and last diagonals (bottom-right aligned).
+  Value firstDiagonal, lastDiagonal;
+  /// Whether the softmax step folds the scale (softmaxScale, else null).
+  bool foldScale = false;
+  Value softmaxScale, zero;
+};
+
+void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
+  Value barriers = add32(sharedBase, barrierOffset());
+  auto barrierAt = [&](int64_t index, Value stage) -> Value {
+    Value address = add32(barriers, 8 * index);
+    if (!stage)
+      return address;
+    return arith::AddIOp::create(*b, address,
+                                 arith::MulIOp::create(*b, stage, constI32(8)));
+  };
+  // Q, once.
+  Value qFull = barrierAt(kQFull, Value());
+  expectBytes(qFull, qBytes());
+  copySlabs(qMap, sharedBase, blockRows(), firstQuery, head, qFull);
+
+  Value tilesBase = add32(sharedBase, qBytes());
+  forLoop(constIndex(0), numTiles, constIndex(1), ValueRange{},
+          [&](Value tile, ValueRange) {
+            ImplicitLocOpBuilder &ib = *b;
+            Value tile32 = toI32(tile);
+            Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
+            Value round = arith::ShRUIOp::create(ib, tile32, constI32(1));
+            // The consumers released this stage's previous tile (round - 1):
+            // that phase's parity.
+            Value parity = arith::AndIOp::create(
+                ib, arith::AddIOp::create(ib, round, constI32(1)), constI32(1));
+            Value reused = arith::CmpIOp::create(ib, arith::CmpIPredicate::uge,
+                                                 tile32, constI32(kStages));
+            Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
+            Value stageBytes =
+                arith::MulIOp::create(ib, stage, constI32(tileBytes()));
+            for (auto [tensorMap, fullIndex, emptyIndex, firstTile] :
+                 {std::tuple{kMap, kKFull, kKEmpty, int64_t(0)},
+                  std::tuple{vMap, kVFull, kVEmpty, int64_t(kStages)}}) {
+              auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
+              {
+                OpBuilder::InsertionGuard guard(ib);
+                ib.setInsertionPointToStart(&ifOp.getThenRegion().front());
+                wait(barrierAt(emptyIndex, stage), parity);
+              }
+              Value full = barrierAt(fullIndex, stage);
+              expectBytes(full, tileBytes());
+              Value destination = arith::AddIOp::create(
+                  ib, add32(tilesBase, firstTile * tileBytes()), stageBytes);
+              copySlabs(tensorMap, destination, tileKeys, kvStart, kvHead,
+                        full);
+            }
+            return SmallVector<Value>();
+          });
+}
+
+WarpSpecializedKernel::TileRef WarpSpecializedKernel::tileRef(Value tile) {
+  Value tile32 = toI32(tile);
+  return TileRef{
+      arith::AndIOp::create(*b, tile32, constI32(1)),
+      arith::AndIOp::create(*b, arith::ShRUIOp::create(*b, tile32, constI32(1)),
+                            constI32(1)),
+      add(kvBegin, mul(tile, constIndex(tileKeys)))};
+}
+
+Value WarpSpecializedKernel::stageBarrier(int64_t index, Value stage) {
+  return arith::AddIOp::create(*b, add32(barriers, 8 * index),
+                               arith::MulIOp::create(*b, stage, constI32(8)));
+}
+
+Value WarpSpecializedKernel::stageTile(Value stage, int64_t first) {
+  return offsetPointer(
+      tilesStart, add32(arith::MulIOp::create(*b, stage, constI32(tileBytes())),
+                        first * tileBytes()));
+}
+
+void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
+  auto ifOp = scf::IfOp::create(*b, isLeader, /*withElse=*/false);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  arrive(stageBarrier(barrier, stage));
+}
+
+// K-major operands, 16 head dims an instruction (32 bytes along a swizzled
+// row, a slab every 64).
+SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
+  Value kTile = stageTile(stage, 0);
+  SmallVector<Value> scores(keyBlocks() * 4, zero);
+  NVVM::WgmmaFenceAlignedOp::create(*b);
+  for (int64_t c = 0; c < headDim / 16; ++c) {
+    int64_t slab = 16 * c / kSwizzleElements;
+    int64_t inRow = (16 * c % kSwizzleElements) * 2;
+    scores = wgmmaProduct(
+        *b, spec.elementType, tileKeys, scores,
+        wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16, 1024),
+        {}, wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024),
+        /*transposeB=*/false);
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+  return scores;
+}
+
+// V is B, MN-major (head dims contiguous): slabs of 64 dims a tile's rows
+// apart, 8-key groups 1024 bytes apart, a 16-key step two groups.
+SmallVector<Value>
+WarpSpecializedKernel::issueValues(SmallVector<Value> acc,
+                                   ArrayRef<Value> pFragments, Value stage) {
+  Value vTile = stageTile(stage, kStages);
+  NVVM::WgmmaFenceAlignedOp::create(*b);
+  for (int64_t j = 0; j < keyBlocks() / 2; ++j)
+    acc = wgmmaProduct(
+        *b, spec.elementType, headDim, acc, Value(), pFragments.slice(4 * j, 4),
+        wgmmaDescriptor(*b, vTile, 16 * j * 128, tileKeys * 128, 1024),
+        /*transposeB=*/true);
+  NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+  return acc;
+}
+
+void WarpSpecializedKernel::waitProducts(int64_t pending,
+                                         SmallVector<Value> &values) {
+  NVVM::WgmmaWaitGroupSyncOp::create(*b, pending);
+  for (Value &value : values)
+    value = inlinePtx(b->getF32Type(), {value}, "", "=f,0");
+}
+
+// Scale into log2 units; tiles that cross kv_len, the diagonal or the
+// window's edge for any of the warpgroup's rows also mask.
+SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
+                                                       Value kvStart) {
+  auto finishAll = [&](bool masked) {
+    SmallVector<Value> result;
+    for (int64_t block = 0; block < keyBlocks(); ++block)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value score = scores[4 * block + e];
+        if (!masked) {
+          result.push_back(foldScale ? score : fmul(score, scaleLog2));
+          continue;
+        }
+        Value key = add(kvStart, add(constIndex(8 * block + e % 2),
+                                     mul(quadLane, constIndex(2))));
+        result.push_back(finishScore(score, queryRows[e / 2], key, maskBase,
+                                     biasBase,
+                                     /*raw=*/foldScale));
+      }
+    return result;
+  };
+  // A score function or a mask tensor touches every score.
+  if (spec.softcap || spec.maskType || spec.biasType)
+    return finishAll(true);
+  Value needsMask = tileNeedsMask(kvStart, tileKeys, firstDiagonal,
+                                  [&] { return lastDiagonal; });
+  return finishIf(needsMask, scores.size(), finishAll);
+}
+
+void WarpSpecializedKernel::awaitTurn() {
+  if (pingPong)
+    inlinePtx({}, {toI32(add(consumer, constIndex(1))), constI32(256)},
+              "bar.sync $0, $1;", "r,r");
+}
+
+void WarpSpecializedKernel::arriveAtTurn(Value barrier) {
+  inlinePtx({}, {barrier, constI32(256)}, "bar.arrive $0, $1;", "r,r");
+}
+
+void WarpSpecializedKernel::passTurn() {
+  if (pingPong)
+    arriveAtTurn(toI32(sub(constIndex(2), consumer)));
+}
+
+void WarpSpecializedKernel::passTurnFrom(int64_t which, int64_t barrier) {
+  Value isWhich = arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, consumer,
+                                        constIndex(which));
+  auto ifOp = scf::IfOp::create(*b, isWhich, /*withElse=*/false);
+  OpBuilder::InsertionGuard turnGuard(*b);
+  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+  arriveAtTurn(constI32(barrier));
+}
+
+SmallVector<Value>
+WarpSpecializedKernel::softmaxOfTile(const TileRef &ref, ValueRange state,
+                                     SmallVector<Value> &newState,
+                                     SmallVector<Value> &acc) {
+  wait(stageBarrier(kKFull, ref.stage), ref.parity);
+  awaitTurn();
+  SmallVector<Value> scores = issueScores(ref.stage);
+  passTurn();
+  waitProducts(0, scores);
+  release(kKEmpty, ref.stage);
+  return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state, newState,
+                           acc, nullptr, softmaxScale);
+}
+
+// Each tile in turn: S, its softmax, then P·V.
+SmallVector<Value>
+WarpSpecializedKernel::runSerialLoop(Value numTiles,
+                                     ArrayRef<Value> initState) {
+  scf::ForOp loop = forLoop(constIndex(0), numTiles, constIndex(1), initState,
+                            [&](Value tile, ValueRange state) {
+                              TileRef ref = tileRef(tile);
+                              SmallVector<Value> newState, acc;
+                              SmallVector<Value> probabilities =
+                                  softmaxOfTile(ref, state, newState, acc);
+                              SmallVector<Value> pFragments = packAFragments(
+                                  probabilities, spec.elementType);
+                              wait(stageBarrier(kVFull, ref.stage), ref.parity);
+                              acc = issueValues(acc, pFragments, ref.stage);
+                              waitProducts(0, acc);
+                              release(kVEmpty, ref.stage);
+                              newState.append(acc.begin(), acc.end());
+                              return newState;
+                            });
+  return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+}
+
+// The softmax of tile i overlaps the product P·V of tile i - 1: each
+// iteration issues S_i and then O += P_{i-1}·V_{i-1}, waits for S_i only,
+// runs the softmax of S_i, and then waits for P·V before it rescales O. The
+// first tile's S and softmax come before the loop, the last tile's P·V
+// after it.
+SmallVector<Value>
+WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
+                                         ArrayRef<Value> initState) {
+  SmallVector<Type> stateTypes(initState.size(), b->getF32Type());
+  int64_t stateSize = initState.size();
+  int64_t fragmentCount = keyBlocks() * 2;
+  Value hasTiles = arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt,
+                                         numTiles, constIndex(0));
+  auto ifTiles = scf::IfOp::create(*b, stateTypes, hasTiles,
+                                   /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(*b);
+  b->setInsertionPointToStart(&ifTiles.getThenRegion().front());
+  // Consumer 0 issues first.
+  if (pingPong)
+    passTurnFrom(1, 1);
+  SmallVector<Value> newState, acc;
+  SmallVector<Value> probabilities =
+      softmaxOfTile(tileRef(constIndex(0)), initState, newState, acc);
+  SmallVector<Value> loopInit = newState;
+  loopInit.append(acc.begin(), acc.end());
+  loopInit.append(packAFragments(probabilities, spec.elementType));
+  scf::ForOp loop =
+      forLoop(constIndex(1), numTiles, constIndex(1), loopInit,
+              [&](Value tile, ValueRange carried) {
+                TileRef ref = tileRef(tile);
+                TileRef previous = tileRef(sub(tile, constIndex(1)));
+                SmallVector<Value> acc(carried.begin() + 4,
+                                       carried.begin() + stateSize);
+                SmallVector<Value> pFragments(carried.begin() + stateSize,
+                                              carried.end());
+                // (With turns, both tiles have landed before this consumer
+                // takes its turn.)
+                wait(stageBarrier(kKFull, ref.stage), ref.parity);
+                if (pingPong)
+                  wait(stageBarrier(kVFull, previous.stage), previous.parity);
+                awaitTurn();
+                SmallVector<Value> scores = issueScores(ref.stage);
+                if (!pingPong)
+                  wait(stageBarrier(kVFull, previous.stage), previous.parity);
+                acc = issueValues(acc, pFragments, previous.stage);
+                passTurn();
+                waitProducts(1, scores);
+                release(kKEmpty, ref.stage);
+                SmallVector<Value> newState, unused, alphas;
+                SmallVector<Value> probabilities = onlineSoftmaxStep(
+                    finishScores(scores, ref.kvStart), carried.take_front(4),
+                    newState, unused, &alphas, softmaxScale);
+                SmallVector<Value> nextFragments =
+                    packAFragments(probabilities, spec.elementType);
+                waitProducts(0, acc);
+                release(kVEmpty, previous.stage);
+                for (int64_t i = 0; i < int64_t(acc.size()); ++i)
+                  acc[i] = fmul(acc[i], alphas[(i % 4) / 2]);
+                SmallVector<Value> next = newState;
+                next.append(acc.begin(), acc.end());
+                next.append(nextFragments.begin(), nextFragments.end());
+                return next;
+              });
+  ValueRange carried = loop.getResults();
+  SmallVector<Value> output(carried.begin() + 4, carried.begin() + stateSize);
+  SmallVector<Value> pFragments(carried.begin() + stateSize,
+                                carried.begin() + stateSize + fragmentCount);
+  TileRef last = tileRef(sub(numTiles, constIndex(1)));
+  wait(stageBarrier(kVFull, last.stage), last.parity);
+  awaitTurn();
+  output = issueValues(output, pFragments, last.stage);
+  // Consumer 1's last turn is the last: nobody waits for another.
+  if (pingPong)
+    passTurnFrom(0, 2);
+  waitProducts(0, output);
+  release(kVEmpty, last.stage);
+  SmallVector<Value> finalState(carried.begin(), carried.begin() + 4);
+  finalState.append(output.begin(), output.end());
+  scf::YieldOp::create(*b, finalState);
+  b->setInsertionPointToStart(&ifTiles.getElseRegion().front());
+  scf::YieldOp::create(*b, initState);
+  return SmallVector<Value>(ifTiles.getResults().begin(),
+                            ifTiles.getResults().end());
+}
+
+// out = O / sum, two columns a 32-bit store; rows that saw no key are zeros,
+// rows past q_len are not stored.
+void WarpSpecializedKernel::writeConsumerOutput(ValueRange results) {
+  auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  storeNormalisedRows(
+      results, queryRows, [&](int64_t r, Value inverse, Value rowOffset) {
+        for (int64_t block = 0; block < headDim / 8; ++block) {
+          Value column =
+              add(constIndex(8 * block), mul(quadLane, constIndex(2)));
+          Value pair =
+              packPair(fmul(results[4 + 4 * block + 2 * r], inverse),
+                       fmul(results[4 + 4 * block + 2 * r + 1], inverse),
+                       spec.elementType);
+          Value address =
+              LLVM::GEPOp::create(*b, globalPtr, spec.elementType, out,
+                                  ValueRange{add(rowOffset, toI64(column))});
+          LLVM::StoreOp::create(*b, pair, address, /*alignment=*/4);
+        }
+      });
+}
+
+SmallVector<Value>
+WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
+                                         Value numTiles, Value consumerIndex) {
+  consumer = consumerIndex;
+  zero = constF32(0.0f);
+  Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  barriers = add32(sharedBase, barrierOffset());
+  Value warpInGroup = arith::RemUIOp::create(*b, warp, constIndex(4));
+  Value laneGroup = arith::DivUIOp::create(*b, lane, constIndex(4));
+  quadLane = arith::RemUIOp::create(*b, lane, constIndex(4));
+  Value groupRow = mul(consumer, constIndex(kConsumerRows));
+  // This thread's rows g and g + 8 of its warp's 16.
+  for (int64_t r = 0; r < 2; ++r)
+    queryRows[r] =
+        add(add(firstQuery, groupRow), add(mul(warpInGroup, constIndex(16)),
+                                           add(laneGroup, constIndex(8 * r))));
+  isLeader =
+      arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, lane, constIndex(0));
+  // The warpgroup's Q rows: 64 rows into each 128-row slab.
+  qTile = offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
+  tilesStart = offsetPointer(shared, constI32(qBytes()));
+
+  // The warpgroup's first and last diagonals (bottom-right aligned).
+  firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
+  lastDiagonal = add(firstDiagonal, constIndex(kConsumerRows - 1));
+
+  // Without a softcap, additive terms or masked_score the scores stay raw
+  // dot products until the softmax step folds the scale into its
+  // exponents' FMAs (the site's scale is positive: see ConvertKilnToGPU).
+  foldScale = !spec.softcap && !spec.addsToScores() && !spec.maskedScore;
+  softmaxScale = foldScale ? scaleLog2 : Value();
+
+  SmallVector<Value> initState = {negInf, negInf, zero, zero};
+  initState.append(headDim / 8 * 4, zero);
+
+  wait(add32(barriers, 8 * kQFull), constI32(0));
+  SmallVector<Value> results = overlap ? runOverlappedLoop(numTiles, initState)
+                                       : runSerialLoop(numTiles, initState);
+  writeConsumerOutput(results);
+  return results;
+}
+
+void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
+  ImplicitLocOpBuilder &builder = *b;
+  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
+  Value shared =
+      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  Value sharedBase = sharedAddress(shared);
+  Value barriers = add32(sharedBase, barrierOffset());
+
+  // One thread initialises the barriers: a full barrier waits for the
+  // producer's arrival and its copies' bytes, an empty one for the four
+  // warps of each consumer warpgroup.
+  Value isFirst = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                        threadId, constIndex(0));
+  {
+    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    for (int64_t index = 0; index < kNumBarriers; ++index)
+      initBarrier(add32(barriers, 8 * index),
+                  index >= kKEmpty ? 4 * consumers : 1);
+    inlinePtx({}, {}, "fence.mbarrier_init.release.cluster;", "");
+  }
+  gpu::BarrierOp::create(builder);
+
+  Value span =
+      arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
+  Value numTiles =
+      arith::CeilDivUIOp::create(builder, span, constIndex(tileKeys));
+  Value warpgroup =
+      arith::DivUIOp::create(builder, threadId, constIndex(kWarpgroupThreads));
+  Value isProducer = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                           warpgroup, constIndex(0));
+  auto roles = scf::IfOp::create(builder, isProducer, /*withElse=*/true);
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(&roles.getThenRegion().front());
+  inlinePtx(
+      {}, {},
+      llvm::formatv("setmaxnreg.dec.sync.aligned.u32 {0};", kProducerRegisters)
+          .str(),
+      "");
+  {
+    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
+    OpBuilder::InsertionGuard innerGuard(builder);
+    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    buildProducer(sharedBase, numTiles);
+  }
+  builder.setInsertionPointToStart(&roles.getElseRegion().front());
+  inlinePtx(
+      {}, {},
+      llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};", consumerRegisters())
+          .str(),
+      "");
+  buildConsumerLoop(shared, sharedBase, numTiles,
+                    sub(warpgroup, constIndex(1)));
+}
+
+} // namespace
+
+bool mlir::kiln::detail::warpSpecializedScheduleFits(
+    const KernelSpec &spec, const WarpSpecializedSchedule &schedule,
+    std::string &why) {
+  if (schedule.consumers != 2 && schedule.consumers != 3) {
+    why = "two or three consumer warpgroups, not " +
+          std::to_string(schedule.consumers);
+    return false;
+  }
+  if (schedule.tileKeys != 64 && schedule.tileKeys != 128) {
+    why = "tiles of 64 or 128 keys, not " + std::to_string(schedule.tileKeys);
+    return false;
+  }
+  // With three consumers a thread has 128 registers at launch (160 after
+  // setmaxnreg), and ptxas allocates wgmma's accumulators within the launch
+  // cap: head dim 256's O (128 a thread) and S do not fit.
+  if (schedule.consumers == 3 && spec.headDim > 192) {
+    why = "three consumers have too few registers for head dim " +
+          std::to_string(spec.headDim) + "'s accumulators (at most 192)";
+    return false;
+  }
+  // The kernel's own layout: Q's rows, the stages of K and V, the mbarriers.
+  KernelSpec scheduled = spec;
+  scheduled.warpConsumers = schedule.consumers;
+  scheduled.warpTileKeys = schedule.tileKeys;
+  int64_t bytes = WarpSpecializedKernel(scheduled).dynamicSharedBytes();
+  if (bytes > kHopperSharedLimit) {
+    why = std::to_string(schedule.consumers) + " consumers and " +
+          std::to_string(schedule.tileKeys) + "-key tiles at head dim " +
+          std::to_string(spec.headDim) + " need " + std::to_string(bytes) +
+          " bytes of shared memory, more than sm_90's " +
+          std::to_string(kHopperSharedLimit);
+    return false;
+  }
+  return true;
+}
+
+bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
+  return (spec.elementType.isF16() || spec.elementType.isBF16()) &&
+         !spec.paged && !spec.valueHeadDim &&
+         spec.headDim % kSwizzleElements == 0 && spec.headDim <= 256;
+}
+
+std::unique_ptr<AttentionKernelBuilder>
+mlir::kiln::detail::createWarpSpecializedKernel(const KernelSpec &spec) {
+  return std::make_unique<WarpSpecializedKernel>(spec);
+}
+
+int64_t mlir::kiln::detail::warpSpecializedSharedLimit() {
+  return kHopperSharedLimit;
+}
