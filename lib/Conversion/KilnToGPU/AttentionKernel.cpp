@@ -2,9 +2,9 @@
 //
 // What every kernel shares that is not a part of its own: the
 // specialisation name, the argument ABI's names and kinds, the builder's
-// arithmetic, the cluster reduction of split-KV kernels and the output
-// store. The prologue, the score function and the online softmax are in
-// Parts/.
+// arithmetic and the cluster reduction of split-KV kernels. The prologue,
+// the score function, the online softmax and the output store are in
+// Parts/ (README.md).
 //
 //===----------------------------------------------------------------------===//
 

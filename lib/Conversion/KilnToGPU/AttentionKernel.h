@@ -1,9 +1,10 @@
 //===- AttentionKernel.h - Attention kernel builders ------------*- C++ -*-===//
 //
 // What every generated attention kernel shares: the specialisation key, the
-// argument ABI, the prologue that binds arguments to per-block values, and
-// the per-score masking. The scalar (FMA) and tensor-core (mma.sync) kernels
-// derive from AttentionKernelBuilder and build only their main loop.
+// argument ABI and the builder base. Every schedule (Schedules/: scalar,
+// mma.sync/wgmma, TF32, warp-specialised) derives from
+// AttentionKernelBuilder and builds only its main loop from the parts
+// (Parts/, Products/; README.md).
 //
 //===----------------------------------------------------------------------===//
 
