@@ -114,7 +114,7 @@ def test_reports_of_bound_sizes_are_freed_where_they_agree() -> None:
     """torch's exporter writes a dynamic graph's shape computations, which
     kilnc imports only with the sizes bound (to 128): a second report with
     other sizes shows which sizes follow them, and those become null."""
-    onnx = FUSION_INPUTS / "torch_dynamic_tril.onnx"  # a tril buffer sliced to s
+    onnx = FUSION_INPUTS.parent / "torch_dynamic_tril.onnx"  # a tril buffer sliced to s
     bound = json.loads(subprocess.run(
         [kiln.find_kilnc(), str(onnx), "--report=json"], capture_output=True,
         text=True, check=True).stdout)
