@@ -42,7 +42,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -713,6 +712,12 @@ def _restarts(error: BaseException) -> bool:
     return isinstance(error, RestartAnalysis)
 
 
+def _new_entry(**fields: Any) -> Dict[str, Any]:
+    """The record of one graph (or one shape of it) in `reports`."""
+    return {"key": None, "report": None, "rewritten": [], "skipped": {},
+            "fallback": None, "dynamic": False, "verified": None, **fields}
+
+
 def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     """The ``torch.compile`` backend (``backend="kiln"``). Options, as
     ``options={"kiln": {...}, ...}`` or keyword arguments: ``padded_rows``
@@ -730,9 +735,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         options = {**torch._inductor.list_mode_options(mode), **options}
     if "padded_rows" in kwargs:
         kiln_options["padded_rows"] = kwargs["padded_rows"]
-    entry: Dict[str, Any] = {"key": None, "report": None, "rewritten": [],
-                             "skipped": {}, "fallback": None, "dynamic": False,
-                             "verified": None}
+    entry = _new_entry()
     reports.append(entry)
     try:
         return _compile(gm, example_inputs, options, kiln_options, entry)
@@ -882,10 +885,7 @@ def _per_shape(gm: Any, source: Any, positions: List[int], count: int,
     def build(args: Sequence[Any]) -> Callable:
         args = _concrete(args)
         tensors = [args[i] for i in positions]
-        shape_entry: Dict[str, Any] = {
-            "key": None, "report": None, "rewritten": [], "skipped": {},
-            "fallback": None, "dynamic": False, "verified": None,
-            "shape": [list(t.shape) for t in tensors]}
+        shape_entry = _new_entry(shape=[list(t.shape) for t in tensors])
         try:
             exported, report = _exported(source, tensors, None, gm, args,
                                          kiln_options, shape_entry)
