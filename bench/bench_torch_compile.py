@@ -14,8 +14,10 @@ the last hidden state or logits, bf16 bound 3e-2): against the float64
 output for the hand-written modules up to 4k tokens, else against eager. Rows:
 ``{model, s, impl: "eager"|"inductor"|"kiln", ms, sites, fused}`` with
 `sites` the sites Kiln's fusion found, `fused` the sites it rewrote (kiln)
-or the SDPA calls Inductor's own patterns made (inductor). Times: CUDA
-events around 10 calls after 3 warm-ups.
+or the SDPA calls Inductor's own patterns made (inductor), and `compile_s`
+the wall time of the first call (Dynamo, Inductor, and for Kiln its sites'
+kilnc runs unless KILN_CACHE already holds them). Times: CUDA events around
+10 calls after 3 warm-ups.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -165,13 +168,19 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
         torch._dynamo.reset()
         counters.clear()
         inductor = torch.compile(model)
+        began = time.perf_counter()
         got = tensor_of(inductor(*inputs))
+        torch.cuda.synchronize()
+        inductor_compile_s = time.perf_counter() - began
         sdpa = int(counters["inductor"].get("fuse_attention", 0))
         inductor_error = relative_error(got, against)
         torch._dynamo.reset()
         start = len(kiln.dynamo.reports)
         compiled = torch.compile(model, backend="kiln")
+        began = time.perf_counter()
         got = tensor_of(compiled(*inputs))
+        torch.cuda.synchronize()
+        kiln_compile_s = time.perf_counter() - began
         entries = kiln.dynamo.reports[start:]
         sites = sum(len(e["report"]["sites"]) for e in entries if e["report"])
         fused = sum(len(e["rewritten"]) for e in entries)
@@ -191,10 +200,11 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
                      "kiln": time_ms(lambda: compiled(*inputs), 10)}
         rows.append(dict(base, impl="eager", ms=times.get("eager"), sites=sites, fused=0))
         rows.append(dict(base, impl="inductor", ms=times.get("inductor"), sites=sites,
-                         fused=sdpa, rel_err=inductor_error))
+                         fused=sdpa, rel_err=inductor_error,
+                         compile_s=inductor_compile_s))
         rows.append(dict(base, impl="kiln", ms=times.get("kiln"), sites=sites, fused=fused,
                          rel_err=kiln_error, ok=kiln_error < 3e-2, notes=notes,
-                         unfused=unfused))
+                         unfused=unfused, compile_s=kiln_compile_s))
     del model
     torch.cuda.empty_cache()
     return rows
@@ -231,7 +241,8 @@ def main() -> int:
                          f"inductor)")
             print(f"{name} s={seq} b={kiln_row['batch']}: sites {kiln_row['sites']} "
                   f"kiln {kiln_row['fused']} inductor-sdpa {inductor['fused']} "
-                  f"err {kiln_row['rel_err']:.1e}{speed}"
+                  f"err {kiln_row['rel_err']:.1e}{speed} first call: inductor "
+                  f"{inductor['compile_s']:.1f} s, kiln {kiln_row['compile_s']:.1f} s"
                   + (f" notes {kiln_row['notes']}" if kiln_row["notes"] else "")
                   + (f" unfused {kiln_row['unfused'][:2]}" if kiln_row["unfused"] else ""),
                   flush=True)
