@@ -27,39 +27,41 @@ using namespace mlir::kiln;
 using namespace mlir::kiln::detail;
 
 std::string KernelSpec::name() const {
-  std::string result = llvm::formatv("kiln_attention_{0}{1}_d{2}",
-                                     warpSpecialized ? "ws_"
-                                     : tensorCores   ? "mma_"
-                                     : tf32 ? (tf32Split ? "3xtf32_" : "tf32_")
-                                            : "",
-                                     getElementTypeName(elementType), headDim);
-  if (paged)
+  std::string result =
+      llvm::formatv("kiln_attention_{0}{1}_d{2}",
+                    variant.warpSpecialized ? "ws_"
+                    : variant.tensorCores   ? "mma_"
+                    : variant.tf32 ? (variant.tf32Split ? "3xtf32_" : "tf32_")
+                                   : "",
+                    getElementTypeName(problem.elementType), problem.headDim);
+  if (problem.paged)
     result = "kiln_paged_attention" +
              result.substr(std::string("kiln_attention").size());
-  if (valueHeadDim)
-    result += llvm::formatv("_dv{0}", *valueHeadDim).str();
-  if (causal)
+  if (problem.valueHeadDim)
+    result += llvm::formatv("_dv{0}", *problem.valueHeadDim).str();
+  if (problem.causal)
     result += "_causal";
-  if (window)
-    result += llvm::formatv("_w{0}", *window).str();
-  if (windowRight)
-    result += llvm::formatv("_r{0}", *windowRight).str();
-  if (softcap)
+  if (problem.window)
+    result += llvm::formatv("_w{0}", *problem.window).str();
+  if (problem.windowRight)
+    result += llvm::formatv("_r{0}", *problem.windowRight).str();
+  if (problem.softcap)
     result +=
-        llvm::formatv("_cap{0:x}", llvm::bit_cast<uint32_t>(*softcap)).str();
-  if (maskType)
-    result += "_mask" + getElementTypeName(maskType);
-  if (biasType)
-    result += "_bias" + getElementTypeName(biasType);
-  if (maskedScore)
-    result +=
-        llvm::formatv("_fill{0:x}", llvm::bit_cast<uint32_t>(*maskedScore))
+        llvm::formatv("_cap{0:x}", llvm::bit_cast<uint32_t>(*problem.softcap))
             .str();
+  if (problem.maskType)
+    result += "_mask" + getElementTypeName(problem.maskType);
+  if (problem.biasType)
+    result += "_bias" + getElementTypeName(problem.biasType);
+  if (problem.maskedScore)
+    result += llvm::formatv("_fill{0:x}",
+                            llvm::bit_cast<uint32_t>(*problem.maskedScore))
+                  .str();
   return result;
 }
 
 SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
-  if (spec.paged) {
+  if (spec.problem.paged) {
     SmallVector<std::string> names = {
         "q",         "key_cache", "value_cache", "out",      "page_table",
         "kv_lens",   "batch",     "q_heads",     "kv_heads", "q_len",
@@ -71,14 +73,14 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
     }
     names.push_back("page_table_stride_batch");
-    if (spec.splitKV)
+    if (spec.launch.splitKV)
       names.append({"num_splits", "workspace"});
     return names;
   }
   SmallVector<std::string> names = {"q", "k", "v", "out"};
-  if (spec.maskType)
+  if (spec.problem.maskType)
     names.push_back("mask");
-  if (spec.biasType)
+  if (spec.problem.biasType)
     names.push_back("bias");
   for (const char *name : {"batch", "q_heads", "kv_heads", "q_len", "kv_len"})
     names.push_back(name);
@@ -86,36 +88,40 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
   for (const char *tensor : {"q", "k", "v", "out"})
     for (const char *axis : {"batch", "head", "seq"})
       names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
-  for (auto [present, tensor] : {std::pair{bool(spec.maskType), "mask"},
-                                 std::pair{bool(spec.biasType), "bias"}})
+  for (auto [present, tensor] :
+       {std::pair{bool(spec.problem.maskType), "mask"},
+        std::pair{bool(spec.problem.biasType), "bias"}})
     if (present)
       for (const char *axis : {"batch", "head", "q", "k"})
         names.push_back(llvm::formatv("{0}_stride_{1}", tensor, axis));
-  if (spec.splitKV)
+  if (spec.launch.splitKV)
     names.append({"num_splits", "workspace"});
-  if (spec.warpSpecialized)
+  if (spec.variant.warpSpecialized)
     names.append({"q_map", "k_map", "v_map"});
   return names;
 }
 
 SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
-  if (spec.paged) {
+  if (spec.problem.paged) {
     SmallVector<std::string> kinds(6, "pointer");
     kinds.append(7, "i32");
     kinds.push_back("f32");
     kinds.append(13, "i64");
-    if (spec.splitKV)
+    if (spec.launch.splitKV)
       kinds.append({"i32", "pointer"});
     return kinds;
   }
-  int64_t numPointers = 4 + bool(spec.maskType) + bool(spec.biasType);
+  int64_t numPointers =
+      4 + bool(spec.problem.maskType) + bool(spec.problem.biasType);
   SmallVector<std::string> kinds(numPointers, "pointer");
   kinds.append(5, "i32");
   kinds.push_back("f32");
-  kinds.append(12 + 4 * (bool(spec.maskType) + bool(spec.biasType)), "i64");
-  if (spec.splitKV)
+  kinds.append(
+      12 + 4 * (bool(spec.problem.maskType) + bool(spec.problem.biasType)),
+      "i64");
+  if (spec.launch.splitKV)
     kinds.append({"i32", "pointer"});
-  if (spec.warpSpecialized)
+  if (spec.variant.warpSpecialized)
     kinds.append(3, "tensor_map");
   return kinds;
 }
@@ -254,7 +260,8 @@ std::pair<Value, Value> AttentionKernelBuilder::packedRow(Value rowInBlock) {
 }
 
 void AttentionKernelBuilder::emitClusterCombine() {
-  assert(spec.splitKV && spec.packQueryHeads && "packed split kernels");
+  assert(spec.launch.splitKV && spec.launch.packQueryHeads &&
+         "packed split kernels");
   ImplicitLocOpBuilder &builder = *b;
   auto ifClustered = scf::IfOp::create(builder, clustered, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(builder);
@@ -272,7 +279,7 @@ void AttentionKernelBuilder::emitClusterCombine() {
       constIndex(rowsPerBlock()));
   Value rowsPerSplit = mul(mul(batchSize, numQueryHeads), qLen);
   int64_t warps = threadsPerBlock() / kWarpSize;
-  int64_t valueDim = spec.valueDim();
+  int64_t valueDim = spec.problem.valueDim();
   auto loop = scf::ForOp::create(builder, add(splitIndex, mul(numSplits, warp)),
                                  rowsHere, mul(numSplits, constIndex(warps)));
   builder.setInsertionPointToStart(loop.getBody());

@@ -34,8 +34,9 @@ inline constexpr int64_t kStaticSharedLimit = 48 * 1024;
 /// allows 163 KiB, sm_90 227 KiB; kernels stay within the smaller).
 inline constexpr int64_t kDynamicSharedLimit = 163 * 1024;
 
-/// Everything that makes two attention sites need different kernels.
-struct KernelSpec {
+/// The attention a site computes, as far as its kernel depends on it: what
+/// KernelSpec::name() spells beside the kernel family.
+struct AttentionProblem {
   Type elementType;
   int64_t headDim;
   /// V's and the output's head dim when it differs from headDim (MLA).
@@ -51,12 +52,69 @@ struct KernelSpec {
   /// The score of a key hidden by the boolean mask, causal or window (the
   /// op's masked_score); -inf when unset.
   std::optional<float> maskedScore;
-  /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
-  bool tensorCores = false;
   /// K and V are read through a page table from caches laid out
   /// `[num_pages, page_size, Hkv, D]` (kiln.paged_attention), with each
   /// sequence's key count from `kv_lens`.
   bool paged = false;
+
+  /// The head dim of V and the output.
+  int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
+  /// A bias or a float (additive) mask adds to the scores.
+  bool addsToScores() const {
+    return biasType || (maskType && !maskType.isInteger(1));
+  }
+  /// The right bound of the band of visible keys: 0 for causal.
+  std::optional<int64_t> rightBound() const {
+    if (causal)
+      return 0;
+    return windowRight;
+  }
+};
+
+/// Which kernel computes the problem (the family is the prefix of
+/// KernelSpec::name()), and the schedule it runs; the schedule's fields are
+/// not part of the name, so that one manifest describes every target.
+struct KernelVariant {
+  /// Built on mma.sync tensor-core instructions rather than scalar FMAs.
+  bool tensorCores = false;
+  /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
+  /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
+  bool tf32 = false;
+  /// With tf32: every operand split into a TF32 high part and a TF32 low
+  /// part (what the rounding left), each product three mma (high·high,
+  /// high·low, low·high): about f32's accuracy on tensor cores.
+  bool tf32Split = false;
+  /// The sm_90a variant of the tensor-core kernel: S = Q·Kᵀ and O += P·V on
+  /// wgmma from 128-byte-swizzled shared tiles. It has the name, arguments,
+  /// grid and shared-memory size of the portable kernel, so that one
+  /// manifest describes both (not part of name()).
+  bool wgmma = false;
+  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized.cpp): a
+  /// producer warp brings Q, K and V tiles in with TMA through tensor maps
+  /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
+  /// Its own kernel beside the site's portable one, for launches whose
+  /// views TMA can describe.
+  bool warpSpecialized = false;
+  /// With warpSpecialized: each consumer warpgroup issues S of tile i and
+  /// P·V of tile i - 1 together and runs the softmax of tile i while P·V
+  /// runs (not part of name()).
+  bool overlapSoftmax = false;
+  /// With overlapSoftmax and two consumers: they take turns to issue their
+  /// products (not part of name()).
+  bool pingPong = false;
+  /// With warpSpecialized: consumer warpgroups of 64 rows and keys a K/V
+  /// tile, from its schedule (not part of name()).
+  int64_t warpConsumers = 2;
+  int64_t warpTileKeys = 128;
+  /// Blocks per SM the tensor-core kernel's registers must leave room for
+  /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
+  int64_t blocksPerSM = 0;
+};
+
+/// How the kernel is launched and works with the kernels launched around
+/// it: the grid's meaning, the split-KV reduction and the sm_90 launch
+/// overlap. The runtime learns these from the manifest, not the name.
+struct LaunchProtocol {
   /// A block's rows are (query, head) pairs of one KV head's group rather
   /// than the queries of one head, so K and V tiles serve the whole group
   /// (grid y runs over KV heads).
@@ -90,52 +148,17 @@ struct KernelSpec {
   /// without a cluster it behaves as without this. At most
   /// kMaxClusterSplits splits.
   bool clusterSplits = false;
-  /// An f32 site on the TF32 tensor-core kernel (allow-tf32): mma.sync
-  /// m16n8k8 with operands rounded to TF32 and f32 accumulation.
-  bool tf32 = false;
-  /// With tf32: every operand split into a TF32 high part and a TF32 low
-  /// part (what the rounding left), each product three mma (high·high,
-  /// high·low, low·high): about f32's accuracy on tensor cores.
-  bool tf32Split = false;
-  /// The sm_90a variant of the tensor-core kernel: S = Q·Kᵀ and O += P·V on
-  /// wgmma from 128-byte-swizzled shared tiles. It has the name, arguments,
-  /// grid and shared-memory size of the portable kernel, so that one
-  /// manifest describes both (not part of name()).
-  bool wgmma = false;
-  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized.cpp): a
-  /// producer warp brings Q, K and V tiles in with TMA through tensor maps
-  /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
-  /// Its own kernel beside the site's portable one, for launches whose
-  /// views TMA can describe.
-  bool warpSpecialized = false;
-  /// With warpSpecialized: each consumer warpgroup issues S of tile i and
-  /// P·V of tile i - 1 together and runs the softmax of tile i while P·V
-  /// runs (not part of name()).
-  bool overlapSoftmax = false;
-  /// With overlapSoftmax and two consumers: they take turns to issue their
-  /// products (not part of name()).
-  bool pingPong = false;
-  /// With warpSpecialized: consumer warpgroups of 64 rows and keys a K/V
-  /// tile, from its schedule (not part of name()).
-  int64_t warpConsumers = 2;
-  int64_t warpTileKeys = 128;
-  /// Blocks per SM the tensor-core kernel's registers must leave room for
-  /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
-  int64_t blocksPerSM = 0;
+};
 
+/// Everything that makes two attention sites need different kernels: the
+/// problem, the kernel that computes it and how that kernel is launched.
+struct KernelSpec {
+  AttentionProblem problem;
+  KernelVariant variant;
+  LaunchProtocol launch;
+
+  /// The kernel's symbol: the family, then the problem.
   std::string name() const;
-  /// The head dim of V and the output.
-  int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
-  /// A bias or a float (additive) mask adds to the scores.
-  bool addsToScores() const {
-    return biasType || (maskType && !maskType.isInteger(1));
-  }
-  /// The right bound of the band of visible keys: 0 for causal.
-  std::optional<int64_t> rightBound() const {
-    if (causal)
-      return 0;
-    return windowRight;
-  }
 };
 
 /// The gpu.func attribute listing the arguments that are tensor maps: after
@@ -285,8 +308,8 @@ public:
   virtual int64_t dynamicSharedBytes() const { return 0; }
   virtual int64_t threadsPerBlock() const { return kThreadsPerBlock; }
   /// Whether grid y runs over KV heads with a group's query heads packed
-  /// into each block's rows (see KernelSpec::packQueryHeads).
-  bool packsQueryHeads() const { return spec.packQueryHeads; }
+  /// into each block's rows (see LaunchProtocol::packQueryHeads).
+  bool packsQueryHeads() const { return spec.launch.packQueryHeads; }
 
   /// Names of the kernel arguments, in order.
   SmallVector<std::string> argumentNames() const;
@@ -326,7 +349,7 @@ protected:
   /// With packed heads: the query and head of row `rowInBlock` of the
   /// block.
   std::pair<Value, Value> packedRow(Value rowInBlock);
-  /// KernelSpec::clusterSplits: when launched with a cluster, waits for the
+  /// LaunchProtocol::clusterSplits: when launched with a cluster, waits for the
   /// cluster's splits and reduces this block's share of their rows (row i
   /// of the block by warp i / num_splits % warps of split i % num_splits).
   void emitClusterCombine();
@@ -391,7 +414,7 @@ protected:
   /// Split-KV kernels: the launch's batch size and split count, this
   /// block's split, and the f32 workspace of partial results.
   Value batchSize, numSplits, splitIndex, workspace;
-  /// KernelSpec::clusterSplits: whether this launch has clusters (i1).
+  /// LaunchProtocol::clusterSplits: whether this launch has clusters (i1).
   Value clustered;
   /// Warp-specialised kernels: the tensor maps of Q, K and V (generic
   /// addresses of grid-constant parameters).
@@ -441,7 +464,7 @@ std::unique_ptr<AttentionKernelBuilder>
 createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
                    int64_t rowsPerWarp);
 
-/// The TF32 tensor-core kernel for f32 sites (KernelSpec::tf32).
+/// The TF32 tensor-core kernel for f32 sites (KernelVariant::tf32).
 std::unique_ptr<AttentionKernelBuilder>
 createTf32Kernel(const KernelSpec &spec);
 /// Whether the TF32 kernel supports these head dims (multiples of 8 up to
@@ -470,12 +493,12 @@ SmallVector<std::string> splitCombineArgumentKinds();
 /// gpu.module): grid x covers batch·q_heads·q_len rows, kCombineRowsPerBlock
 /// a block.
 /// With `waitForGrid` (sm_90) it first waits for the kernel before it
-/// (griddepcontrol.wait; see KernelSpec::launchDependents).
+/// (griddepcontrol.wait; see LaunchProtocol::launchDependents).
 gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
                                        Type elementType, int64_t valueDim,
                                        bool waitForGrid);
 
-/// The warp-specialised sm_90a kernel (KernelSpec::warpSpecialized).
+/// The warp-specialised sm_90a kernel (KernelVariant::warpSpecialized).
 std::unique_ptr<AttentionKernelBuilder>
 createWarpSpecializedKernel(const KernelSpec &spec);
 /// Whether a site of `spec` (a kiln.attention site on the tensor-core

@@ -124,11 +124,12 @@ struct ConvertKilnToGPUPass
         return signalPassFailure();
       }
       Schedule chosen;
-      if (spec.tensorCores) {
+      if (spec.variant.tensorCores) {
         chosen = chooseSchedule(spec, hopper);
         if (schedule != "table") {
           chosen.wgmma = hopper && schedule == "wgmma" &&
-                         wgmmaKernelSupports(spec.headDim, spec.valueDim());
+                         wgmmaKernelSupports(spec.problem.headDim,
+                                             spec.problem.valueDim());
           chosen.from = "option";
         }
         if (blocksPerSM >= 0) {
@@ -140,7 +141,7 @@ struct ConvertKilnToGPUPass
         // assemble.
         if (chosen.wgmma && chosen.blocksPerSM > 0) {
           int64_t cap = 65536 / (kThreadsPerBlock * chosen.blocksPerSM);
-          int64_t needed = llvm::alignTo(spec.valueDim(), 64) / 2 + 32;
+          int64_t needed = llvm::alignTo(spec.problem.valueDim(), 64) / 2 + 32;
           if (cap < needed) {
             op->emitOpError("blocks-per-sm ")
                 << chosen.blocksPerSM << " leaves " << cap
@@ -150,18 +151,19 @@ struct ConvertKilnToGPUPass
             return signalPassFailure();
           }
         }
-        spec.wgmma = chosen.wgmma;
-        spec.blocksPerSM = chosen.blocksPerSM;
+        spec.variant.wgmma = chosen.wgmma;
+        spec.variant.blocksPerSM = chosen.blocksPerSM;
       }
-      spec.launchDependents = hopper && spec.splitKV;
-      spec.clusterSplits = hopper && spec.splitKV;
-      spec.waitForGrid = hopper;
+      spec.launch.launchDependents = hopper && spec.launch.splitKV;
+      spec.launch.clusterSplits = hopper && spec.launch.splitKV;
+      spec.launch.waitForGrid = hopper;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
-            spec.tensorCores ? createMmaKernel(spec)
-            : spec.tf32      ? createTf32Kernel(spec)
-                             : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
+            spec.variant.tensorCores ? createMmaKernel(spec)
+            : spec.variant.tf32
+                ? createTf32Kernel(spec)
+                : createScalarKernel(spec, kvBlockSize, rowsPerWarp);
         if (kernel->sharedBytes() > kStaticSharedLimit ||
             kernel->sharedBytes() + kernel->dynamicSharedBytes() >
                 kDynamicSharedLimit) {
@@ -175,14 +177,14 @@ struct ConvertKilnToGPUPass
         gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
         DictionaryAttr info = makeKernelInfo(builder, *kernel);
-        if (spec.tf32) {
+        if (spec.variant.tf32) {
           // The products' precision, for the manifest.
           NamedAttrList fields(info);
-          fields.set("math",
-                     builder.getStringAttr(spec.tf32Split ? "3xtf32" : "tf32"));
+          fields.set("math", builder.getStringAttr(
+                                 spec.variant.tf32Split ? "3xtf32" : "tf32"));
           info = fields.getDictionary(builder.getContext());
         }
-        if (spec.tensorCores) {
+        if (spec.variant.tensorCores) {
           // The schedule, for the manifest.
           NamedAttrList fields(info);
           fields.set(
@@ -199,14 +201,15 @@ struct ConvertKilnToGPUPass
               }));
           info = fields.getDictionary(builder.getContext());
         }
-        if (spec.splitKV) {
+        if (spec.launch.splitKV) {
           // The kernel that reduces its splits, shared by every kernel with
           // the same output type.
-          std::string combineName =
-              splitCombineKernelName(spec.elementType, spec.valueDim());
+          std::string combineName = splitCombineKernelName(
+              spec.problem.elementType, spec.problem.valueDim());
           if (!kernels.lookup(combineName)) {
             gpu::GPUFuncOp combine = buildSplitCombineKernel(
-                kernelBuilder, op->getLoc(), spec.elementType, spec.valueDim(),
+                kernelBuilder, op->getLoc(), spec.problem.elementType,
+                spec.problem.valueDim(),
                 /*waitForGrid=*/hopper);
             kernels.insert(combine);
             combine->setAttr(kKernelInfoAttrName,
@@ -222,7 +225,7 @@ struct ConvertKilnToGPUPass
       // FMAs, which takes a positive scale (a row's largest score then
       // comes from its largest dot product).
       auto attention = dyn_cast<AttentionOp>(site);
-      if (hopper && warpSpecialize && spec.tensorCores && attention &&
+      if (hopper && warpSpecialize && spec.variant.tensorCores && attention &&
           attention.getScale().convertToFloat() > 0.0f &&
           warpSpecializedKernelSupports(spec)) {
         FailureOr<std::string> wsName =
@@ -253,13 +256,13 @@ struct ConvertKilnToGPUPass
                                               gpu::GPUModuleOp gpuModule,
                                               SymbolTable &kernels) {
     KernelSpec spec = siteSpec;
-    spec.packQueryHeads = false;
-    spec.splitKV = false;
-    spec.launchDependents = false;
-    spec.clusterSplits = false;
-    spec.wgmma = false;
-    spec.blocksPerSM = 0;
-    spec.warpSpecialized = true;
+    spec.launch.packQueryHeads = false;
+    spec.launch.splitKV = false;
+    spec.launch.launchDependents = false;
+    spec.launch.clusterSplits = false;
+    spec.variant.wgmma = false;
+    spec.variant.blocksPerSM = 0;
+    spec.variant.warpSpecialized = true;
     // The table's schedule or the rules', then what the options force.
     WarpSpecializedSchedule schedule = chooseWarpSpecializedSchedule(spec);
     auto force = [&](int64_t option, auto &field) {
@@ -275,10 +278,10 @@ struct ConvertKilnToGPUPass
     std::string why;
     if (!warpSpecializedScheduleFits(spec, schedule, why))
       return op->emitOpError("warp-specialised kernel: ") << why;
-    spec.warpConsumers = schedule.consumers;
-    spec.warpTileKeys = schedule.tileKeys;
-    spec.overlapSoftmax = schedule.overlap;
-    spec.pingPong = schedule.pingPong;
+    spec.variant.warpConsumers = schedule.consumers;
+    spec.variant.warpTileKeys = schedule.tileKeys;
+    spec.variant.overlapSoftmax = schedule.overlap;
+    spec.variant.pingPong = schedule.pingPong;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;
@@ -317,38 +320,41 @@ struct ConvertKilnToGPUPass
   LogicalResult attentionSpec(AttentionOp op, KernelSpec &spec) {
     if (failed(checkSupported(op, tensorCores, allowTf32)))
       return failure();
-    spec.elementType = op.getElementType();
-    spec.headDim = op.getHeadDim();
-    if (op.getValueHeadDim() != spec.headDim)
-      spec.valueHeadDim = op.getValueHeadDim();
-    spec.causal = op.getCausal();
-    spec.window = op.getWindow();
+    AttentionProblem &problem = spec.problem;
+    problem.elementType = op.getElementType();
+    problem.headDim = op.getHeadDim();
+    if (op.getValueHeadDim() != problem.headDim)
+      problem.valueHeadDim = op.getValueHeadDim();
+    problem.causal = op.getCausal();
+    problem.window = op.getWindow();
     if (std::optional<uint64_t> right = op.getWindowRight())
-      spec.windowRight = static_cast<int64_t>(*right);
+      problem.windowRight = static_cast<int64_t>(*right);
     if (std::optional<APFloat> cap = op.getSoftcap())
-      spec.softcap = cap->convertToFloat();
+      problem.softcap = cap->convertToFloat();
     if (std::optional<APFloat> fill = op.getMaskedScore())
-      spec.maskedScore = fill->convertToFloat();
+      problem.maskedScore = fill->convertToFloat();
     if (Value mask = op.getMask())
-      spec.maskType = cast<ShapedType>(mask.getType()).getElementType();
+      problem.maskType = cast<ShapedType>(mask.getType()).getElementType();
     if (Value bias = op.getBias())
-      spec.biasType = cast<ShapedType>(bias.getType()).getElementType();
+      problem.biasType = cast<ShapedType>(bias.getType()).getElementType();
 
-    spec.tensorCores =
-        tensorCores &&
-        mmaKernelSupports(spec.elementType, spec.headDim, spec.valueDim());
+    spec.variant.tensorCores =
+        tensorCores && mmaKernelSupports(problem.elementType, problem.headDim,
+                                         problem.valueDim());
     // f32 sites on tensor cores: TF32 products with operands split into a
     // high and a low part (f32's accuracy) by default, plain TF32 when
     // allowed.
-    spec.tf32 = (tensorCores || allowTf32) && spec.elementType.isF32() &&
-                tf32KernelSupports(spec.headDim, spec.valueDim());
-    spec.tf32Split = spec.tf32 && !allowTf32;
+    spec.variant.tf32 = (tensorCores || allowTf32) &&
+                        problem.elementType.isF32() &&
+                        tf32KernelSupports(problem.headDim, problem.valueDim());
+    spec.variant.tf32Split = spec.variant.tf32 && !allowTf32;
     // The tensor-core kernel serves a KV head's whole query group per
     // block.
-    spec.packQueryHeads = spec.tensorCores;
+    spec.launch.packQueryHeads = spec.variant.tensorCores;
     // Keys split over blocks, except where a row that sees no key in the
     // band revisits the keys outside it (masked_score with a band).
-    spec.splitKV = spec.tensorCores && !(spec.maskedScore && spec.rightBound());
+    spec.launch.splitKV = spec.variant.tensorCores &&
+                          !(problem.maskedScore && problem.rightBound());
 
     return success();
   }
@@ -356,37 +362,38 @@ struct ConvertKilnToGPUPass
   /// The kernel of a kiln.paged_attention site: the tensor-core kernel with K
   /// and V read through the page table.
   LogicalResult pagedSpec(PagedAttentionOp op, KernelSpec &spec) {
+    AttentionProblem &problem = spec.problem;
     auto queryType = cast<RankedTensorType>(op.getQuery().getType());
     auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
-    spec.elementType = op.getElementType();
-    spec.headDim = queryType.getDimSize(3);
+    problem.elementType = op.getElementType();
+    problem.headDim = queryType.getDimSize(3);
     int64_t valueHeadDim = valueType.getDimSize(3);
-    if (ShapedType::isDynamic(spec.headDim) ||
+    if (ShapedType::isDynamic(problem.headDim) ||
         ShapedType::isDynamic(valueHeadDim))
       return op.emitOpError("GPU lowering needs static head dims");
     if (!tensorCores ||
-        !mmaKernelSupports(spec.elementType, spec.headDim, valueHeadDim))
+        !mmaKernelSupports(problem.elementType, problem.headDim, valueHeadDim))
       return op.emitOpError("paged attention runs on the tensor-core kernel "
                             "only: f16/bf16 caches, head dims multiples of 8 "
                             "up to 256, got ")
-             << spec.elementType << " with head dims " << spec.headDim << "/"
-             << valueHeadDim;
-    if (valueHeadDim != spec.headDim)
-      spec.valueHeadDim = valueHeadDim;
+             << problem.elementType << " with head dims " << problem.headDim
+             << "/" << valueHeadDim;
+    if (valueHeadDim != problem.headDim)
+      problem.valueHeadDim = valueHeadDim;
     int64_t pageSize =
         cast<RankedTensorType>(op.getKeyCache().getType()).getDimSize(1);
     if (!ShapedType::isDynamic(pageSize) && !llvm::isPowerOf2_64(pageSize))
       return op.emitOpError("the GPU kernels take pages of a power of two "
                             "keys, got ")
              << pageSize;
-    spec.causal = op.getCausal();
-    spec.window = op.getWindow();
+    problem.causal = op.getCausal();
+    problem.window = op.getWindow();
     if (std::optional<APFloat> cap = op.getSoftcap())
-      spec.softcap = cap->convertToFloat();
-    spec.paged = true;
-    spec.tensorCores = true;
-    spec.packQueryHeads = true;
-    spec.splitKV = true;
+      problem.softcap = cap->convertToFloat();
+    problem.paged = true;
+    spec.variant.tensorCores = true;
+    spec.launch.packQueryHeads = true;
+    spec.launch.splitKV = true;
     return success();
   }
 
@@ -419,9 +426,10 @@ struct ConvertKilnToGPUPass
     fields.push_back(
         builder.getNamedAttr("kind", builder.getStringAttr("split_combine")));
     fields.push_back(builder.getNamedAttr(
-        "dtype", builder.getStringAttr(getElementTypeName(spec.elementType))));
+        "dtype",
+        builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
     fields.push_back(builder.getNamedAttr(
-        "v_head_dim", builder.getI64IntegerAttr(spec.valueDim())));
+        "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
     return builder.getDictionaryAttr(fields);
   }
 

@@ -53,20 +53,22 @@ Schedule mlir::kiln::detail::chooseSchedule(const KernelSpec &spec,
   // two); larger head dims use up to 255 registers, two blocks whatever is
   // asked. wgmma where it pads the head dims by at most a third.
   Schedule schedule;
-  schedule.blocksPerSM = spec.headDim <= 64 ? 3 : 0;
+  schedule.blocksPerSM = spec.problem.headDim <= 64 ? 3 : 0;
   if (!hopper)
     return schedule;
-  schedule.wgmma = wgmmaKernelSupports(spec.headDim, spec.valueDim());
+  schedule.wgmma =
+      wgmmaKernelSupports(spec.problem.headDim, spec.problem.valueDim());
   // The table, measured on an H200 (bench/tune_schedules.py): rows for
   // equal head dims, causal or not; masks, windows and paged sites take
   // the row of their causality.
-  if (spec.valueDim() != spec.headDim)
+  if (spec.problem.valueDim() != spec.problem.headDim)
     return schedule;
   for (const ScheduleRow &row : kScheduleTable) {
-    if (row.headDim != spec.headDim || row.causal != spec.causal)
+    if (row.headDim != spec.problem.headDim ||
+        row.causal != spec.problem.causal)
       continue;
-    schedule.wgmma =
-        row.wgmma && wgmmaKernelSupports(spec.headDim, spec.valueDim());
+    schedule.wgmma = row.wgmma && wgmmaKernelSupports(spec.problem.headDim,
+                                                      spec.problem.valueDim());
     schedule.blocksPerSM = row.blocksPerSM;
     schedule.from = "table";
   }
@@ -114,14 +116,15 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
   // (+11%), two of 240 past it for their accumulators; the overlap past
   // head dim 64 (+6-8% at 128, -3 to -5% at 64); no turns (neutral).
   WarpSpecializedSchedule schedule;
-  schedule.tileKeys = spec.headDim <= 128 ? 128 : 64;
-  schedule.consumers = spec.headDim <= 64 ? 3 : 2;
-  schedule.overlap = spec.headDim > 64;
+  schedule.tileKeys = spec.problem.headDim <= 128 ? 128 : 64;
+  schedule.consumers = spec.problem.headDim <= 64 ? 3 : 2;
+  schedule.overlap = spec.problem.headDim > 64;
   schedule.pingPong = false;
   // Rows for the head dim and causality; windows, masks and the rest take
   // the row of their causality.
   for (const WarpScheduleRow &row : kWarpScheduleTable) {
-    if (row.headDim != spec.headDim || row.causal != spec.causal)
+    if (row.headDim != spec.problem.headDim ||
+        row.causal != spec.problem.causal)
       continue;
     WarpSpecializedSchedule measured;
     measured.consumers = row.consumers;
@@ -139,10 +142,10 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
 WarpSpecializedSchedule
 mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
   WarpSpecializedSchedule schedule;
-  schedule.tileKeys = spec.warpTileKeys;
-  schedule.consumers = spec.warpConsumers;
-  schedule.overlap = spec.overlapSoftmax;
+  schedule.tileKeys = spec.variant.warpTileKeys;
+  schedule.consumers = spec.variant.warpConsumers;
+  schedule.overlap = spec.variant.overlapSoftmax;
   schedule.pingPong =
-      schedule.overlap && spec.pingPong && schedule.consumers == 2;
+      schedule.overlap && spec.variant.pingPong && schedule.consumers == 2;
   return schedule;
 }

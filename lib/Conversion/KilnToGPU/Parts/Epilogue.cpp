@@ -17,11 +17,11 @@ using namespace mlir;
 using namespace mlir::kiln::detail;
 
 void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
-  if (!spec.elementType.isF32())
-    value = arith::TruncFOp::create(*b, spec.elementType, value);
+  if (!spec.problem.elementType.isF32())
+    value = arith::TruncFOp::create(*b, spec.problem.elementType, value);
   auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
-  Value address = LLVM::GEPOp::create(*b, ptrType, spec.elementType, out,
-                                      ValueRange{offset});
+  Value address = LLVM::GEPOp::create(*b, ptrType, spec.problem.elementType,
+                                      out, ValueRange{offset});
   LLVM::StoreOp::create(*b, value, address);
 }
 

@@ -20,16 +20,16 @@ Value AttentionKernelBuilder::tileNeedsMask(
   Value tileEnd = add(kvStart, constIndex(tileKeys));
   Value needsMask =
       arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, tileEnd, kvLen);
-  if (std::optional<int64_t> right = spec.rightBound()) {
+  if (std::optional<int64_t> right = spec.problem.rightBound()) {
     // The tile's last key is past the first row's band.
     Value crosses = arith::CmpIOp::create(
         *b, arith::CmpIPredicate::sgt, sub(tileEnd, constIndex(1)),
         add(firstDiagonal, constIndex(*right)));
     needsMask = arith::OrIOp::create(*b, needsMask, crosses);
-    if (spec.window) {
+    if (spec.problem.window) {
       // The tile's first key is outside the last row's window.
       Value last = lastDiagonal();
-      Value oldest = sub(last, constIndex(*spec.window));
+      Value oldest = sub(last, constIndex(*spec.problem.window));
       Value before =
           arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, kvStart, oldest);
       needsMask = arith::OrIOp::create(*b, needsMask, before);
@@ -45,23 +45,25 @@ std::pair<Value, Value> AttentionKernelBuilder::keyRange(Value keys) {
   Value begin = constIndex(0), end = keys;
   // With masked_score, hidden keys still count for a row that sees no key:
   // key blocks are skipped only by kernels that revisit them for such rows.
-  if (spec.rightBound() && (!spec.maskedScore || revisitsSkippedKeys())) {
-    Value last = add(add(endQuery, offset), constIndex(*spec.rightBound()));
+  if (spec.problem.rightBound() &&
+      (!spec.problem.maskedScore || revisitsSkippedKeys())) {
+    Value last =
+        add(add(endQuery, offset), constIndex(*spec.problem.rightBound()));
     last = arith::MaxSIOp::create(builder, last, constIndex(0));
     end = arith::MinSIOp::create(builder, last, keys);
-    if (spec.window) {
+    if (spec.problem.window) {
       Value first = sub(add(add(firstQuery, offset), constIndex(1)),
-                        constIndex(*spec.window));
+                        constIndex(*spec.problem.window));
       begin = arith::MaxSIOp::create(builder, first, constIndex(0));
       // A kernel that revisits the keys before the band does so in whole
       // blocks from key 0: the band starts on a block boundary.
-      if (spec.maskedScore)
+      if (spec.problem.maskedScore)
         begin = mul(
             arith::DivUIOp::create(builder, begin, constIndex(kvBlockSize())),
             constIndex(kvBlockSize()));
     }
   }
-  if (spec.splitKV) {
+  if (spec.launch.splitKV) {
     // Split s of n takes tiles [s·t, (s + 1)·t) of the block's key range,
     // t = ceil(tiles / n): whole tiles, so only the range's ends are
     // partial. (32 bits: a sequence's keys are an i32.)

@@ -46,7 +46,7 @@ void MmaKernel::writeOutput(ValueRange results, int64_t shareBlocks) {
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
     // Blocks of the padded columns past the value head dim are not stored.
-    int64_t valueBlocks = spec.valueDim() / 8;
+    int64_t valueBlocks = spec.problem.valueDim() / 8;
     auto storeBlock = [&](llvm::function_ref<void(Value, Value)> store,
                           int64_t slot, Value block) {
       for (int64_t e = 0; e < 2; ++e) {
@@ -81,7 +81,7 @@ void MmaKernel::writeOutput(ValueRange results, int64_t shareBlocks) {
         storeOutput(value, add(rowOffset, toI64(column)));
       });
     };
-    if (!spec.splitKV) {
+    if (!spec.launch.splitKV) {
       storeOut();
       continue;
     }
@@ -111,7 +111,7 @@ void MmaKernel::writePartial(
   Value row =
       add(mul(splitIndex, rowsPerSplit),
           add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query));
-  Value dim = constIndex(spec.valueDim());
+  Value dim = constIndex(spec.problem.valueDim());
   Value rowStart = toI64(mul(row, dim));
   storeRow([&](Value value, Value column) {
     Value address =

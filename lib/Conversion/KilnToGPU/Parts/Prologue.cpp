@@ -59,17 +59,17 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
   k = args[next++];
   v = args[next++];
   out = args[next++];
-  if (spec.paged) {
+  if (spec.problem.paged) {
     pageTable = args[next++];
     kvLens = args[next++];
   }
-  maskPtr = spec.maskType ? args[next++] : Value();
-  biasPtr = spec.biasType ? args[next++] : Value();
+  maskPtr = spec.problem.maskType ? args[next++] : Value();
+  biasPtr = spec.problem.biasType ? args[next++] : Value();
   batchSize = toIndex(args[next++]);
   numQueryHeads = toIndex(args[next++]);
   numKvHeads = toIndex(args[next++]);
   qLen = toIndex(args[next++]);
-  if (spec.paged) {
+  if (spec.problem.paged) {
     maxPages = toIndex(args[next++]);
     numPages = toIndex(args[next++]);
     Value pageSizeArg = args[next++];
@@ -96,17 +96,17 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
   vStrides = strides(3);
   outStrides = strides(3);
   head = Value();
-  if (spec.paged)
+  if (spec.problem.paged)
     pageTableStride = strides(1).front();
-  if (spec.maskType)
+  if (spec.problem.maskType)
     maskStrides = strides(4);
-  if (spec.biasType)
+  if (spec.problem.biasType)
     biasStrides = strides(4);
-  if (spec.splitKV) {
+  if (spec.launch.splitKV) {
     numSplits = toIndex(args[next++]);
     workspace = args[next++];
   }
-  if (spec.warpSpecialized) {
+  if (spec.variant.warpSpecialized) {
     qMap = args[next++];
     kMap = args[next++];
     vMap = args[next++];
@@ -155,7 +155,7 @@ void AttentionKernelBuilder::orderHeaviestFirst(Value &queryBlock,
   Value headKiB = arith::MaxUIOp::create(
       builder,
       div32(mul32(arith::MaxSIOp::create(builder, i32(kvLen), const32(1)),
-                  const32(4 * spec.headDim / 16)),
+                  const32(4 * spec.problem.headDim / 16)),
             const32(64)),
       const32(1));
   Value sectionHeads = arith::MinUIOp::create(
@@ -182,16 +182,16 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
   Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
   batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
-  if (spec.causal && spec.warpSpecialized) {
+  if (spec.problem.causal && spec.variant.warpSpecialized) {
     orderHeaviestFirst(queryBlock, headIndex);
-  } else if (spec.causal) {
+  } else if (spec.problem.causal) {
     // Under a causal mask the last query blocks see the most keys; the
     // hardware starts blocks roughly in x order, so run those first and let
     // the short ones fill the tail of the grid.
     Value blocks = gpu::GridDimOp::create(builder, gpu::Dimension::x);
     queryBlock = sub(sub(blocks, constIndex(1)), queryBlock);
   }
-  if (spec.splitKV) {
+  if (spec.launch.splitKV) {
     // Grid z is split-major: block z works on split z / batch of sequence
     // z % batch; launched with clusters of the splits along z, split-minor.
     // 32-bit divisions: a grid's z fits, and a 64-bit one is a branch and
@@ -199,7 +199,7 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
     Value z = batch;
     splitIndex = divU32(z, batchSize);
     batch = remU32(z, batchSize);
-    if (spec.clusterSplits) {
+    if (spec.launch.clusterSplits) {
       Value clusterBlocks = NVVM::ClusterDim::create(
           builder, builder.getI32Type(), LLVM::ConstantRangeAttr());
       clustered = arith::CmpIOp::create(
@@ -223,14 +223,14 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
   // grid does): a 64-bit one is a branch, which keeps the key count's load
   // behind it.
   group = divU32(numQueryHeads, numKvHeads);
-  if (spec.packQueryHeads) {
+  if (spec.launch.packQueryHeads) {
     // Grid y runs over KV heads; the block's rows are (query, head) pairs.
     kvHead = headIndex;
   } else {
     head = headIndex;
     kvHead = divU32(head, group);
   }
-  if (spec.paged) {
+  if (spec.problem.paged) {
     // Cache offsets of a KV head; a key's page and slot are added per row.
     kBase = mul(toI64(kvHead), kStrides[2]);
     vBase = mul(toI64(kvHead), vStrides[2]);
@@ -238,20 +238,20 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
     kBase = tensorBase(kStrides, kvHead);
     vBase = tensorBase(vStrides, kvHead);
   }
-  if (spec.maskType) {
+  if (spec.problem.maskType) {
     maskStrideQ = maskStrides[2];
     maskStrideK = maskStrides[3];
   }
-  if (spec.biasType) {
+  if (spec.problem.biasType) {
     biasStrideQ = biasStrides[2];
     biasStrideK = biasStrides[3];
   }
   if (head) {
     qBase = tensorBase(qStrides, head);
     outBase = tensorBase(outStrides, head);
-    if (spec.maskType)
+    if (spec.problem.maskType)
       maskBase = tensorBase(maskStrides, head);
-    if (spec.biasType)
+    if (spec.problem.biasType)
       biasBase = tensorBase(biasStrides, head);
     // (Kept only where heads are packed.)
     maskStrides.clear();
@@ -264,7 +264,7 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
 void AttentionKernelBuilder::bindQueries(Value queryBlock) {
   Value firstRow = mul(queryBlock, constIndex(rowsPerBlock()));
   Value endRow = add(firstRow, constIndex(rowsPerBlock()));
-  if (spec.packQueryHeads) {
+  if (spec.launch.packQueryHeads) {
     firstPackedRow = firstRow;
     firstQuery = divU32(firstRow, group);
     endQuery = ceilDivU32(endRow, group);
@@ -289,9 +289,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // is clamped where first used, after the reads that need not wait for it.
   Value keyCount;
   // Nothing above reads global memory (the parameters are constants).
-  if (spec.waitForGrid)
+  if (spec.launch.waitForGrid)
     NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
-  if (spec.paged) {
+  if (spec.problem.paged) {
     auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
     Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),
                                         kvLens, ValueRange{toI64(batch)});
@@ -299,7 +299,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   }
   bindHeads(headIndex);
   bindQueries(queryBlock);
-  if (spec.paged) {
+  if (spec.problem.paged) {
     // The range the block would have if its sequence filled its row of the
     // page table: reads of it (readAhead) go out while the key count is in
     // flight. Then the count, clamped to what the row can address (a bad
@@ -315,9 +315,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   std::tie(kvBegin, kvEnd) = keyRange(kvLen);
 
   buildBody(func);
-  if (spec.clusterSplits)
+  if (spec.launch.clusterSplits)
     emitClusterCombine();
-  if (spec.launchDependents)
+  if (spec.launch.launchDependents)
     NVVM::GriddepcontrolOp::create(builder,
                                    NVVM::GridDepActionKind::launch_dependents);
   gpu::ReturnOp::create(builder);

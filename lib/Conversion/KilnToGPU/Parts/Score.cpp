@@ -34,17 +34,19 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
                                           Value rowBiasBase, bool raw) {
   const float log2e = 1.4426950408889634f;
-  bool additive = spec.addsToScores();
-  assert((!raw || (!spec.softcap && !additive && !spec.maskedScore)) &&
+  bool additive = spec.problem.addsToScores();
+  assert((!raw ||
+          (!spec.problem.softcap && !additive && !spec.problem.maskedScore)) &&
          "raw scores take no score function or additive terms");
   if (raw) {
     // Scaled in the softmax step.
-  } else if (spec.softcap) {
+  } else if (spec.problem.softcap) {
     // softcap·tanh(scale·dot / softcap), in natural units when additive
     // terms follow, else straight into log2 units.
     Value scaled = fmul(score, scaleNatural);
-    Value capped = tanh(fmul(scaled, constF32(1.0f / *spec.softcap)));
-    score = fmul(capped, constF32(*spec.softcap * (additive ? 1.0f : log2e)));
+    Value capped = tanh(fmul(scaled, constF32(1.0f / *spec.problem.softcap)));
+    score = fmul(capped,
+                 constF32(*spec.problem.softcap * (additive ? 1.0f : log2e)));
   } else if (additive) {
     score = fmul(score, scaleNatural);
   } else {
@@ -66,29 +68,30 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                   ? arith::AndIOp::create(*b, visible, condition).getResult()
                   : condition;
   };
-  if (spec.biasType) {
+  if (spec.problem.biasType) {
     Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
                                         mul(safeKey, biasStrideK)));
-    score = fadd(score, loadGlobalAsF32(biasPtr, spec.biasType, offset));
+    score =
+        fadd(score, loadGlobalAsF32(biasPtr, spec.problem.biasType, offset));
   }
-  if (spec.maskType) {
+  if (spec.problem.maskType) {
     Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
                                         mul(safeKey, maskStrideK)));
-    Value mask = loadGlobalAsF32(maskPtr, spec.maskType, offset);
-    if (spec.maskType.isInteger(1))
+    Value mask = loadGlobalAsF32(maskPtr, spec.problem.maskType, offset);
+    if (spec.problem.maskType.isInteger(1))
       andVisible(mask);
     else
       score = fadd(score, mask);
   }
   if (additive)
     score = toLog2Saturated(score);
-  if (std::optional<int64_t> right = spec.rightBound()) {
+  if (std::optional<int64_t> right = spec.problem.rightBound()) {
     // Bottom-right aligned: key <= row + (kvLen - qLen) + right.
     Value diagonal = add(queryRow, kvOffset);
     andVisible(arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key,
                                      add(diagonal, constIndex(*right))));
-    if (spec.window) {
-      Value oldest = sub(diagonal, constIndex(*spec.window));
+    if (spec.problem.window) {
+      Value oldest = sub(diagonal, constIndex(*spec.problem.window));
       andVisible(
           arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, key, oldest));
     }
@@ -96,8 +99,9 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
   if (visible) {
     // A hidden key scores -inf, or the graph's fill (see masked_score).
-    Value hiddenScore =
-        spec.maskedScore ? constF32(saturatedLog2(*spec.maskedScore)) : negInf;
+    Value hiddenScore = spec.problem.maskedScore
+                            ? constF32(saturatedLog2(*spec.problem.maskedScore))
+                            : negInf;
     score = arith::SelectOp::create(*b, visible, score, hiddenScore);
   }
   return arith::SelectOp::create(*b, inRange, score, negInf);

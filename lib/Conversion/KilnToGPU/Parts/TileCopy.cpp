@@ -22,7 +22,7 @@ Value MmaKernel::tileAddress(Value tile, Value row, Value column) {
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
   if (!wgmma) {
     Value offset = toI32(add(mul(row, constIndex(rowElements)), column));
-    return LLVM::GEPOp::create(*b, sharedPtr, spec.elementType, tile,
+    return LLVM::GEPOp::create(*b, sharedPtr, spec.problem.elementType, tile,
                                ValueRange{offset});
   }
   // wgmma's 128-byte swizzle (every access is a whole 16-byte chunk:
@@ -106,17 +106,18 @@ MmaKernel::ChunkPlan MmaKernel::planLineChunks(
 }
 
 SmallVector<Value> MmaKernel::loadChunks(Value global, const ChunkPlan &plan) {
-  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto vectorType = VectorType::get({kChunk}, spec.problem.elementType);
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   SmallVector<Value> chunks;
   for (Value offset : plan.offsets) {
     Value chunk = LLVM::PoisonOp::create(*b, vectorType);
     for (int64_t e = 0; e < kChunk; ++e) {
       Value address = LLVM::GEPOp::create(
-          *b, globalPtr, spec.elementType, global,
+          *b, globalPtr, spec.problem.elementType, global,
           ValueRange{add(
               offset, arith::ConstantIntOp::create(*b, b->getI64Type(), e))});
-      Value element = LLVM::LoadOp::create(*b, spec.elementType, address);
+      Value element =
+          LLVM::LoadOp::create(*b, spec.problem.elementType, address);
       chunk = LLVM::InsertElementOp::create(*b, chunk, element, constI32(e));
     }
     chunks.push_back(chunk);
@@ -138,10 +139,11 @@ void MmaKernel::ifChunkExists(const ChunkPlan &plan, size_t index,
 
 void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
                             ArrayRef<Value> chunks) {
-  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto vectorType = VectorType::get({kChunk}, spec.problem.elementType);
   Value zeros = arith::ConstantOp::create(
       *b, vectorType,
-      DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
+      DenseElementsAttr::get(vectorType,
+                             b->getFloatAttr(spec.problem.elementType, 0)));
   for (auto [i, chunk] : llvm::enumerate(chunks)) {
     Value value = arith::SelectOp::create(*b, plan.inBounds[i], chunk, zeros);
     ifChunkExists(plan, i, [&] {
@@ -155,7 +157,7 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
 void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                           Value rowStride, Value firstRow, Value numRows,
                           Value aligned, ArrayRef<Value> prefetched) {
-  ChunkPlan plan = spec.paged
+  ChunkPlan plan = spec.problem.paged
                        ? planPagedChunks(dim, global == v ? vStrides : kStrides,
                                          base, firstRow, numRows, prefetched)
                        : planChunks(dim, base, rowStride, firstRow, numRows);
@@ -169,8 +171,8 @@ void MmaKernel::copyChunks(Value tile, Value global, const ChunkPlan &plan,
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   for (auto [i, offset] : llvm::enumerate(plan.offsets)) {
-    Value source = LLVM::GEPOp::create(*b, globalPtr, spec.elementType, global,
-                                       ValueRange{offset});
+    Value source = LLVM::GEPOp::create(*b, globalPtr, spec.problem.elementType,
+                                       global, ValueRange{offset});
     // Source size 0 fills the 16 bytes with zeros.
     Value bytes = arith::SelectOp::create(*b, plan.inBounds[i], constI32(16),
                                           constI32(0));
@@ -195,15 +197,16 @@ Value MmaKernel::lineFirstRow() {
 // of them. (Padded V columns only reach output columns that are not
 // stored.) The V copies that may write these columns start after a barrier.
 void MmaKernel::zeroPadColumns() {
-  int64_t padFrom = spec.headDim;
-  int64_t padTo = padded(spec.headDim);
+  int64_t padFrom = spec.problem.headDim;
+  int64_t padTo = padded(spec.problem.headDim);
   if (padFrom == padTo)
     return;
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
-  auto vectorType = VectorType::get({kChunk}, spec.elementType);
+  auto vectorType = VectorType::get({kChunk}, spec.problem.elementType);
   Value zeros = arith::ConstantOp::create(
       *b, vectorType,
-      DenseElementsAttr::get(vectorType, b->getFloatAttr(spec.elementType, 0)));
+      DenseElementsAttr::get(vectorType,
+                             b->getFloatAttr(spec.problem.elementType, 0)));
   int64_t chunksPerRow = (padTo - padFrom) / kChunk;
   int64_t numTiles = 2 * stages + (residentQ ? 1 : 0);
   int64_t numChunks = numTiles * kTileKeys * chunksPerRow;

@@ -35,7 +35,7 @@ SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
 
 void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
                     MutableArrayRef<Value> acc) {
-  bool isBF16 = spec.elementType.isBF16();
+  bool isBF16 = spec.problem.elementType.isBF16();
   // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
   auto operand = [&](Value reg) -> Value {
     if (isBF16)

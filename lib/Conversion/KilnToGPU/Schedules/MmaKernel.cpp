@@ -16,8 +16,8 @@
 // warps share those rows and split each tile's keys instead, and merge their
 // states at the end.
 //
-// The sm_90a variant (KernelSpec::wgmma; head dims padded to multiples of 64;
-// chosen by chooseSchedule) keeps the same block, grid, copies and softmax,
+// The sm_90a variant (KernelVariant::wgmma; head dims padded to multiples of
+// 64; chosen by chooseSchedule) keeps the same block, grid, copies and softmax,
 // with its tiles in wgmma's 128-byte swizzled layout (slabs of 64 columns)
 // and Q resident in shared memory: the four warps are one warpgroup, which
 // computes each tile's 64 × 64 scores and its P·V product with
@@ -54,9 +54,11 @@ using namespace mlir::kiln::detail::mma;
 
 MmaKernel::MmaKernel(const KernelSpec &spec)
     : AttentionKernelBuilder(spec),
-      dimChunks(TileLayout::padded(spec.headDim, spec.wgmma) / 16),
-      wgmma(spec.wgmma) {
-  assert(spec.packQueryHeads && "the tensor-core kernel packs query heads");
+      dimChunks(TileLayout::padded(spec.problem.headDim, spec.variant.wgmma) /
+                16),
+      wgmma(spec.variant.wgmma) {
+  assert(spec.launch.packQueryHeads &&
+         "the tensor-core kernel packs query heads");
   TileLayout layout = TileLayout::of(spec, wgmma);
   rowElements = layout.rowElements;
   residentQ = layout.residentQ;
@@ -65,7 +67,7 @@ MmaKernel::MmaKernel(const KernelSpec &spec)
 
 int64_t MmaKernel::dynamicSharedBytes() const {
   int64_t bytes = TileLayout::of(spec, false).bytes();
-  if (wgmmaKernelSupports(spec.headDim, spec.valueDim()))
+  if (wgmmaKernelSupports(spec.problem.headDim, spec.problem.valueDim()))
     bytes = std::max(bytes, TileLayout::of(spec, true).bytes());
   return bytes;
 }
@@ -142,7 +144,7 @@ void MmaKernel::issueIf(Value condition, Value tile, Value global, Value base,
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
   // V rows have the value head dim (MLA), K rows the query/key one.
-  int64_t dim = global == v ? spec.valueDim() : spec.headDim;
+  int64_t dim = global == v ? spec.problem.valueDim() : spec.problem.headDim;
   issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
             prefetched);
 }
@@ -151,7 +153,7 @@ void MmaKernel::issueIf(Value condition, Value tile, Value global, Value base,
 // the last query are zero-filled (their clamped address is not read).
 void MmaKernel::copyQ(int64_t rows, Value lastQuery) {
   ChunkPlan qPlan = planChunks(
-      spec.headDim,
+      spec.problem.headDim,
       [&](Value row) {
         auto [query, rowHead] = packedRow(row);
         Value clamped = arith::MinSIOp::create(*b, query, lastQuery);
@@ -170,7 +172,7 @@ void MmaKernel::copyQ(int64_t rows, Value lastQuery) {
 // order the loop waits on).
 void MmaKernel::issueRestOfPrologue(Value hasFirst, Value first, Value hasNext,
                                     Value next) {
-  bool sameRows = first == kvBegin && byLines(spec.valueDim());
+  bool sameRows = first == kvBegin && byLines(spec.problem.valueDim());
   issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first,
           sameRows ? ArrayRef<Value>(firstPages) : ArrayRef<Value>());
   NVVM::CpAsyncCommitGroupOp::create(*b);
@@ -243,8 +245,9 @@ void MmaKernel::startPipeline() {
   NVVM::CpAsyncCommitGroupOp::create(*b);
   // (V copies wider than the query/key head dim write columns the padding
   // stores zero; those wait for the barrier as well.)
-  bool restBeforeQ = residentQ && (spec.headDim == padded(spec.headDim) ||
-                                   spec.valueDim() <= spec.headDim);
+  bool restBeforeQ =
+      residentQ && (spec.problem.headDim == padded(spec.problem.headDim) ||
+                    spec.problem.valueDim() <= spec.problem.headDim);
   if (restBeforeQ)
     issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
   // Q's group is done when at most the groups committed after it are not.
@@ -267,9 +270,9 @@ void MmaKernel::bindRows() {
   for (int64_t r = 0; r < 2; ++r) {
     std::tie(queryRows[r], rowHeads[r]) =
         packedRow(add(rowBase, add(laneGroup, constIndex(8 * r))));
-    if (spec.maskType)
+    if (spec.problem.maskType)
       rowMaskBases[r] = tensorBase(maskStrides, rowHeads[r]);
-    if (spec.biasType)
+    if (spec.problem.biasType)
       rowBiasBases[r] = tensorBase(biasStrides, rowHeads[r]);
   }
 }
@@ -315,7 +318,7 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
   // State: max and sum of rows g and g + 8, then the O accumulators, four
   // per 8-column block of the head dim.
-  outBlocks = padded(spec.valueDim()) / 8;
+  outBlocks = padded(spec.problem.valueDim()) / 8;
   negInf = constF32(-std::numeric_limits<float>::infinity());
   zero = constF32(0.0f);
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
@@ -323,7 +326,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
 
   bindRows();
   firstDiagonal = add(firstQuery, kvOffset);
-  alwaysFinish = spec.maskType || spec.biasType || spec.softcap;
+  alwaysFinish =
+      spec.problem.maskType || spec.problem.biasType || spec.problem.softcap;
   // Paged caches: the table entries of the rows a thread copies of the tile
   // an iteration issues (K's and V's alike) are read an iteration earlier
   // and carried, so that their L2 or memory read passes during a whole tile
@@ -334,8 +338,8 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   // and the warp waited for the entries there. Only where the registers
   // they hold cost no spills (ptxas: the wgmma variant at head dims 64 to
   // 128; at 256, and on mma.sync, they spill).
-  carryPages = spec.paged && wgmma && spec.headDim >= 64 &&
-               spec.headDim <= 128 && byLines(spec.headDim);
+  carryPages = spec.problem.paged && wgmma && spec.problem.headDim >= 64 &&
+               spec.problem.headDim <= 128 && byLines(spec.problem.headDim);
 
   int64_t shareBlocks =
       revisits() ? 0 : llvm::divideCeil(outBlocks, kWarpsPerBlock);

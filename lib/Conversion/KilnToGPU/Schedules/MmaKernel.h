@@ -65,8 +65,8 @@ struct TileLayout {
     return llvm::alignTo(dim, wgmma ? kSwizzleElements : 16);
   }
   static TileLayout of(const KernelSpec &spec, bool wgmma) {
-    int64_t widest =
-        std::max(padded(spec.headDim, wgmma), padded(spec.valueDim(), wgmma));
+    int64_t widest = std::max(padded(spec.problem.headDim, wgmma),
+                              padded(spec.problem.valueDim(), wgmma));
     TileLayout layout;
     layout.rowElements = wgmma ? widest : widest + kRowPadding;
     layout.residentQ = wgmma || widest > kLargestRegisterQ;
@@ -97,7 +97,7 @@ public:
 
 protected:
   /// From the kernel's schedule (see chooseSchedule).
-  int64_t minBlocksPerSM() const override { return spec.blocksPerSM; }
+  int64_t minBlocksPerSM() const override { return spec.variant.blocksPerSM; }
   bool revisitsSkippedKeys() const override { return true; }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override;
   void buildBody(gpu::GPUFuncOp func) override;
@@ -120,8 +120,8 @@ private:
   SmallVector<Value> wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
                                ArrayRef<Value> aFragment, Value bDescriptor,
                                bool transposeB) {
-    return wgmmaProduct(*b, spec.elementType, n, acc, a, aFragment, bDescriptor,
-                        transposeB);
+    return wgmmaProduct(*b, spec.problem.elementType, n, acc, a, aFragment,
+                        bDescriptor, transposeB);
   }
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value);
@@ -255,7 +255,8 @@ private:
   Value stageTile(int64_t index);
   /// Whether masked_score may revisit the keys past the band.
   bool revisits() const {
-    return spec.maskedScore.has_value() && spec.rightBound().has_value();
+    return spec.problem.maskedScore.has_value() &&
+           spec.problem.rightBound().has_value();
   }
   /// Binds `shared`, the K and V stages and Q's tile.
   void allocateTiles();

@@ -39,8 +39,9 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
   // and each warp runs its own pipeline.
   static_assert(kLineRows * (kWarpSize / kLineChunks) == kDecodeWarpKeys,
                 "a warp copies by lines the keys it reads in decode mode");
-  bool warpOwnsRows = keyBlocks < kTileKeys / 8 && spec.paged &&
-                      byLines(spec.headDim) && byLines(spec.valueDim());
+  bool warpOwnsRows = keyBlocks < kTileKeys / 8 && spec.problem.paged &&
+                      byLines(spec.problem.headDim) &&
+                      byLines(spec.problem.valueDim());
   if (carryPages)
     init.append(
         loadPages(add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
@@ -103,8 +104,8 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         // V's rows are K's: the same entries where both are laid out by
         // lines.
         issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,
-                byLines(spec.valueDim()) ? ArrayRef<Value>(nextPages)
-                                         : ArrayRef<Value>());
+                byLines(spec.problem.valueDim()) ? ArrayRef<Value>(nextPages)
+                                                 : ArrayRef<Value>());
         NVVM::CpAsyncCommitGroupOp::create(ib);
 
         newState.append(acc.begin(), acc.end());
@@ -205,7 +206,7 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
                                  Value keyOffset, int64_t keyBlocks) {
   bool fullTile = keyBlocks == kTileKeys / 8;
   SmallVector<Value> pFragments =
-      packAFragments(probabilities, spec.elementType);
+      packAFragments(probabilities, spec.problem.elementType);
   // (Every fragment is packed before the fence, so that no wgmma waits for
   // registers written after it.)
   if (wgmma && fullTile)
@@ -245,7 +246,7 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
 // warp holds the same merged rows, so each takes whole tiles.
 SmallVector<Value> MmaKernel::revisitSkippedTiles(ValueRange results) {
   SmallVector<Type> stateTypes(results.size(), b->getF32Type());
-  Value hiddenScore = constF32(saturatedLog2(*spec.maskedScore));
+  Value hiddenScore = constF32(saturatedLog2(*spec.problem.maskedScore));
   Value sawNoKey =
       arith::OrIOp::create(*b,
                            arith::CmpFOp::create(*b, arith::CmpFPredicate::OLE,

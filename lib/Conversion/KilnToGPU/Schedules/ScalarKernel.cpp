@@ -27,14 +27,15 @@ class ScalarKernel : public AttentionKernelBuilder {
 public:
   ScalarKernel(const KernelSpec &spec, int64_t kvBlock, int64_t rowsPerWarp)
       : AttentionKernelBuilder(spec), kvBlock(kvBlock),
-        rowsPerWarp(rowsPerWarp), dimsPerLane(spec.headDim / kWarpSize),
+        rowsPerWarp(rowsPerWarp), dimsPerLane(spec.problem.headDim / kWarpSize),
         keysPerLane(kvBlock / kWarpSize) {}
 
   int64_t rowsPerBlock() const override { return rowsPerWarp * kWarpsPerBlock; }
   int64_t kvBlockSize() const override { return kvBlock; }
   int64_t sharedBytes() const override {
-    return 4 * (rowsPerBlock() * spec.headDim + kvBlock * (spec.headDim + 1) +
-                kvBlock * spec.headDim);
+    return 4 * (rowsPerBlock() * spec.problem.headDim +
+                kvBlock * (spec.problem.headDim + 1) +
+                kvBlock * spec.problem.headDim);
   }
 
 protected:
@@ -62,17 +63,19 @@ SmallVector<Type> ScalarKernel::workgroupBuffers(MLIRContext *ctx) const {
       gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
   // K rows are padded by one element: lanes read K[lane][d], and the padding
   // spreads those reads over all 32 banks.
-  return {
-      MemRefType::get({rowsPerBlock(), spec.headDim}, f32, nullptr, workgroup),
-      MemRefType::get({kvBlock, spec.headDim + 1}, f32, nullptr, workgroup),
-      MemRefType::get({kvBlock, spec.headDim}, f32, nullptr, workgroup)};
+  return {MemRefType::get({rowsPerBlock(), spec.problem.headDim}, f32, nullptr,
+                          workgroup),
+          MemRefType::get({kvBlock, spec.problem.headDim + 1}, f32, nullptr,
+                          workgroup),
+          MemRefType::get({kvBlock, spec.problem.headDim}, f32, nullptr,
+                          workgroup)};
 }
 
 void ScalarKernel::stageTile(Value buffer, Value base, Value rowStride,
                              Value firstRow, Value numRows, int64_t rows) {
-  int64_t elements = rows * spec.headDim;
+  int64_t elements = rows * spec.problem.headDim;
   Value threadId = gpu::ThreadIdOp::create(*b, gpu::Dimension::x);
-  Value headDim = constIndex(spec.headDim);
+  Value headDim = constIndex(spec.problem.headDim);
   Value zero = constF32(0.0f);
   for (int64_t first = 0; first < elements; first += kThreadsPerBlock) {
     Value linear = add(threadId, constIndex(first));
@@ -88,7 +91,8 @@ void ScalarKernel::stageTile(Value buffer, Value base, Value rowStride,
     clampedRow = arith::MaxSIOp::create(*b, clampedRow, constIndex(0));
     Value offset = add(mul(toI64(clampedRow), rowStride), toI64(column));
     offset = add(base, offset);
-    Value value = loadGlobalAsF32(basePointer, spec.elementType, offset);
+    Value value =
+        loadGlobalAsF32(basePointer, spec.problem.elementType, offset);
     value = arith::SelectOp::create(*b, inBounds, value, zero);
     memref::StoreOp::create(*b, value, buffer, ValueRange{row, column});
   }
@@ -102,7 +106,8 @@ SmallVector<Value> ScalarKernel::dotRows(ArrayRef<Value> rowsInBlock,
   Value zero = constF32(0.0f);
   SmallVector<Value> init(rowsInBlock.size(), zero);
   auto dotLoop = scf::ForOp::create(
-      *b, constIndex(0), constIndex(spec.headDim), constIndex(kDotUnroll), init,
+      *b, constIndex(0), constIndex(spec.problem.headDim),
+      constIndex(kDotUnroll), init,
       [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
         ImplicitLocOpBuilder ib(loc, nested);
         SmallVector<Value> acc(args.begin(), args.end());

@@ -3,7 +3,7 @@
 // The kernel of f32 sites on tensor cores: S = Q·Kᵀ and O += P·V on
 // mma.sync.m16n8k8 with TF32 operands (10 explicit mantissa bits, rounded to
 // nearest from f32) and f32 accumulators; the scale, masks, bias, softcap and
-// the online softmax stay in f32. By default (KernelSpec::tf32Split) every
+// the online softmax stay in f32. By default (KernelVariant::tf32Split) every
 // operand is split into a high and a low TF32 part and each product is three
 // mma, with each 8-key block's P·V added to O in f32: f32's accuracy.
 // `allow-tf32` keeps one mma a product. A block owns 64 query rows of one
@@ -51,8 +51,9 @@ constexpr int64_t kLargestHeadDim = 128;
 class Tf32Kernel : public AttentionKernelBuilder {
 public:
   explicit Tf32Kernel(const KernelSpec &spec)
-      : AttentionKernelBuilder(spec), dim(spec.headDim),
-        rowElements(spec.headDim + kRowPadding), split(spec.tf32Split) {}
+      : AttentionKernelBuilder(spec), dim(spec.problem.headDim),
+        rowElements(spec.problem.headDim + kRowPadding),
+        split(spec.variant.tf32Split) {}
 
   int64_t rowsPerBlock() const override {
     return kRowsPerWarp * kWarpsPerBlock;
@@ -199,7 +200,7 @@ Value Tf32Kernel::loadRow(Value pointer, Value base, Value rowStride, Value row,
   Value clamped = arith::MinSIOp::create(*b, row, sub(rows, constIndex(1)));
   clamped = arith::MaxSIOp::create(*b, clamped, constIndex(0));
   Value offset = add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
-  Value value = loadGlobalAsF32(pointer, spec.elementType, offset);
+  Value value = loadGlobalAsF32(pointer, spec.problem.elementType, offset);
   return arith::SelectOp::create(*b, inBounds, value, constF32(0.0f));
 }
 

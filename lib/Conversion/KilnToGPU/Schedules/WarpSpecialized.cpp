@@ -72,7 +72,7 @@ enum Barrier : int64_t {
 class WarpSpecializedKernel : public AttentionKernelBuilder {
 public:
   explicit WarpSpecializedKernel(const KernelSpec &spec)
-      : AttentionKernelBuilder(spec), headDim(spec.headDim),
+      : AttentionKernelBuilder(spec), headDim(spec.problem.headDim),
         tileKeys(warpSpecializedSchedule(spec).tileKeys),
         consumers(warpSpecializedSchedule(spec).consumers),
         overlap(warpSpecializedSchedule(spec).overlap),
@@ -335,7 +335,7 @@ SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
     int64_t slab = 16 * c / kSwizzleElements;
     int64_t inRow = (16 * c % kSwizzleElements) * 2;
     scores = wgmmaProduct(
-        *b, spec.elementType, tileKeys, scores,
+        *b, spec.problem.elementType, tileKeys, scores,
         wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16, 1024),
         {}, wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024),
         /*transposeB=*/false);
@@ -353,7 +353,8 @@ WarpSpecializedKernel::issueValues(SmallVector<Value> acc,
   NVVM::WgmmaFenceAlignedOp::create(*b);
   for (int64_t j = 0; j < keyBlocks() / 2; ++j)
     acc = wgmmaProduct(
-        *b, spec.elementType, headDim, acc, Value(), pFragments.slice(4 * j, 4),
+        *b, spec.problem.elementType, headDim, acc, Value(),
+        pFragments.slice(4 * j, 4),
         wgmmaDescriptor(*b, vTile, 16 * j * 128, tileKeys * 128, 1024),
         /*transposeB=*/true);
   NVVM::WgmmaGroupSyncAlignedOp::create(*b);
@@ -389,7 +390,7 @@ SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
     return result;
   };
   // A score function or a mask tensor touches every score.
-  if (spec.softcap || spec.maskType || spec.biasType)
+  if (spec.problem.softcap || spec.problem.maskType || spec.problem.biasType)
     return finishAll(true);
   Value needsMask = tileNeedsMask(kvStart, tileKeys, firstDiagonal,
                                   [&] { return lastDiagonal; });
@@ -445,7 +446,7 @@ WarpSpecializedKernel::runSerialLoop(Value numTiles,
                               SmallVector<Value> probabilities =
                                   softmaxOfTile(ref, state, newState, acc);
                               SmallVector<Value> pFragments = packAFragments(
-                                  probabilities, spec.elementType);
+                                  probabilities, spec.problem.elementType);
                               wait(stageBarrier(kVFull, ref.stage), ref.parity);
                               acc = issueValues(acc, pFragments, ref.stage);
                               waitProducts(0, acc);
@@ -481,7 +482,7 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
       softmaxOfTile(tileRef(constIndex(0)), initState, newState, acc);
   SmallVector<Value> loopInit = newState;
   loopInit.append(acc.begin(), acc.end());
-  loopInit.append(packAFragments(probabilities, spec.elementType));
+  loopInit.append(packAFragments(probabilities, spec.problem.elementType));
   scf::ForOp loop =
       forLoop(constIndex(1), numTiles, constIndex(1), loopInit,
               [&](Value tile, ValueRange carried) {
@@ -509,7 +510,7 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
                     finishScores(scores, ref.kvStart), carried.take_front(4),
                     newState, unused, &alphas, softmaxScale);
                 SmallVector<Value> nextFragments =
-                    packAFragments(probabilities, spec.elementType);
+                    packAFragments(probabilities, spec.problem.elementType);
                 waitProducts(0, acc);
                 release(kVEmpty, previous.stage);
                 for (int64_t i = 0; i < int64_t(acc.size()); ++i)
@@ -553,9 +554,9 @@ void WarpSpecializedKernel::writeConsumerOutput(ValueRange results) {
           Value pair =
               packPair(fmul(results[4 + 4 * block + 2 * r], inverse),
                        fmul(results[4 + 4 * block + 2 * r + 1], inverse),
-                       spec.elementType);
+                       spec.problem.elementType);
           Value address =
-              LLVM::GEPOp::create(*b, globalPtr, spec.elementType, out,
+              LLVM::GEPOp::create(*b, globalPtr, spec.problem.elementType, out,
                                   ValueRange{add(rowOffset, toI64(column))});
           LLVM::StoreOp::create(*b, pair, address, /*alignment=*/4);
         }
@@ -591,7 +592,8 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   // Without a softcap, additive terms or masked_score the scores stay raw
   // dot products until the softmax step folds the scale into its
   // exponents' FMAs (the site's scale is positive: see ConvertKilnToGPU).
-  foldScale = !spec.softcap && !spec.addsToScores() && !spec.maskedScore;
+  foldScale = !spec.problem.softcap && !spec.problem.addsToScores() &&
+              !spec.problem.maskedScore;
   softmaxScale = foldScale ? scaleLog2 : Value();
 
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
@@ -677,20 +679,22 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
   // With three consumers a thread has 128 registers at launch (160 after
   // setmaxnreg), and ptxas allocates wgmma's accumulators within the launch
   // cap: head dim 256's O (128 a thread) and S do not fit.
-  if (schedule.consumers == 3 && spec.headDim > 192) {
+  if (schedule.consumers == 3 && spec.problem.headDim > 192) {
     why = "three consumers have too few registers for head dim " +
-          std::to_string(spec.headDim) + "'s accumulators (at most 192)";
+          std::to_string(spec.problem.headDim) +
+          "'s accumulators (at most 192)";
     return false;
   }
   // The kernel's own layout: Q's rows, the stages of K and V, the mbarriers.
   KernelSpec scheduled = spec;
-  scheduled.warpConsumers = schedule.consumers;
-  scheduled.warpTileKeys = schedule.tileKeys;
+  scheduled.variant.warpConsumers = schedule.consumers;
+  scheduled.variant.warpTileKeys = schedule.tileKeys;
   int64_t bytes = WarpSpecializedKernel(scheduled).dynamicSharedBytes();
   if (bytes > kHopperSharedLimit) {
     why = std::to_string(schedule.consumers) + " consumers and " +
           std::to_string(schedule.tileKeys) + "-key tiles at head dim " +
-          std::to_string(spec.headDim) + " need " + std::to_string(bytes) +
+          std::to_string(spec.problem.headDim) + " need " +
+          std::to_string(bytes) +
           " bytes of shared memory, more than sm_90's " +
           std::to_string(kHopperSharedLimit);
     return false;
@@ -699,9 +703,11 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
 }
 
 bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
-  return (spec.elementType.isF16() || spec.elementType.isBF16()) &&
-         !spec.paged && !spec.valueHeadDim &&
-         spec.headDim % kSwizzleElements == 0 && spec.headDim <= 256;
+  return (spec.problem.elementType.isF16() ||
+          spec.problem.elementType.isBF16()) &&
+         !spec.problem.paged && !spec.problem.valueHeadDim &&
+         spec.problem.headDim % kSwizzleElements == 0 &&
+         spec.problem.headDim <= 256;
 }
 
 std::unique_ptr<AttentionKernelBuilder>
