@@ -509,6 +509,24 @@ def t5_bias(name, combined, zero=False):
     g.save()
 
 
+def t5_bias_float_mask_sum():
+    """position_bias + (1 - m) * min with m = sigmoid(x) a float: (1 - m) is
+    not an integer, so the fusion cannot prove the sum adds only zeros or
+    absorbing fills, and it stays one additive mask (not split into bias and
+    mask)."""
+    g = Graph("t5_bias_float_mask_sum")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    bias = g.weight("position_bias", [1, H, S, S])
+    keep = g.op("Sigmoid", [g.input("x", F32, [B, 1, 1, S])], "keep")
+    m = g.op("Sub", [g.const("one", np.array(1.0, np.float32)), keep], "keep/Sub")
+    m = g.op("Mul", [m, g.const("fmin", np.array(FINFO_MIN, np.float32))], "keep/Mul")
+    both = g.op("Add", [bias, m], "position_bias_add")
+    scores = g.op("Add", [scores, both], "scores_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def alibi():
     """BLOOM: scores * inv_norm + alibi[1,H,1,S] (slope_h * j), then a
     constant causal bool mask through Where(.., min)."""
@@ -1084,6 +1102,7 @@ def main():
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
     t5_bias("t5_zero_bias", combined=False, zero=True)
+    t5_bias_float_mask_sum()
     alibi()
     softcap()
     softcap_half("softcap_f16", 50.0, 50.0)

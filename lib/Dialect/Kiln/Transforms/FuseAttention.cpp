@@ -141,6 +141,55 @@ bool isFloatCast(Operation *op) {
          isa<FloatType>(getElementTypeOrSelf(cast.getOutput()));
 }
 
+/// Whether every element of `value` is an integer (or ±inf, or NaN): an
+/// integer tensor cast to float, integer constants, and sums, differences
+/// and products of such values. A float format represents every integer
+/// below its precision exactly and has no fractions above it, so casts keep
+/// the property.
+bool isIntegerValued(Value value, int depth = 8) {
+  if (isa<IntegerType>(getElementTypeOrSelf(value.getType())))
+    return true;
+  if (std::optional<double> splat = getSplatFloat(value))
+    return std::isfinite(*splat) && *splat == std::trunc(*splat);
+  Operation *def = value.getDefiningOp();
+  if (!def || depth == 0 ||
+      !isa<tosa::CastOp, tosa::AddOp, tosa::SubOp, tosa::MulOp>(def))
+    return false;
+  // tosa.mul's third operand is the shift of integer products.
+  unsigned operands = isa<tosa::MulOp>(def) ? 2 : def->getNumOperands();
+  return llvm::all_of(def->getOperands().take_front(operands),
+                      [&](Value operand) {
+                        return isIntegerValued(operand, depth - 1);
+                      });
+}
+
+/// Whether `value` adds only zeros or fills that absorb a score (`fill`
+/// with isAbsorbingMask, an integer times such a fill, a select between
+/// such values): added to a score s and a bias b, it gives the same in
+/// either order, s + (b + m) == (s + b) + m, for every finite s and b far
+/// below the fill (under half its ulp: about 4e22 at 1e30 in f32). Zero
+/// times an infinite fill is NaN in both orders.
+bool addsZeroOrAbsorbing(Value value, int depth = 8) {
+  if (std::optional<double> splat = getSplatFloat(value))
+    return *splat == 0.0 || isAbsorbingMask(*splat);
+  Operation *def = value.getDefiningOp();
+  if (!def || depth == 0)
+    return false;
+  if (isFloatCast(def))
+    return addsZeroOrAbsorbing(def->getOperand(0), depth - 1);
+  if (auto select = dyn_cast<tosa::SelectOp>(def))
+    return addsZeroOrAbsorbing(select.getOnTrue(), depth - 1) &&
+           addsZeroOrAbsorbing(select.getOnFalse(), depth - 1);
+  if (auto mul = dyn_cast<tosa::MulOp>(def))
+    for (auto [factor, fill] : {std::pair(mul.getInput1(), mul.getInput2()),
+                                std::pair(mul.getInput2(), mul.getInput1())}) {
+      std::optional<double> fillValue = getSplatFloat(fill);
+      if (fillValue && isAbsorbingMask(*fillValue) && isIntegerValued(factor))
+        return true;
+    }
+  return false;
+}
+
 //===----------------------------------------------------------------------===//
 // The match
 //===----------------------------------------------------------------------===//
@@ -520,6 +569,19 @@ LeadingFit fitLeading(RankedTensorType type, int64_t batch, int64_t heads) {
       llvm::count_if(trailing, ShapedType::isDynamic) > 1)
     return LeadingFit::Impossible;
   return LeadingFit::Reshape;
+}
+
+/// A float term `b + m` (neither reaching the scores) where `m` adds only
+/// zeros or absorbing fills and `b` does not: (b, m).
+std::optional<std::pair<Value, Value>> splitBiasAndMask(Value term) {
+  auto sum = term.getDefiningOp<tosa::AddOp>();
+  if (!sum || reachesMatmul(sum.getInput1()) || reachesMatmul(sum.getInput2()))
+    return std::nullopt;
+  for (auto [bias, mask] : {std::pair(sum.getInput1(), sum.getInput2()),
+                            std::pair(sum.getInput2(), sum.getInput1())})
+    if (addsZeroOrAbsorbing(mask) && !addsZeroOrAbsorbing(bias))
+      return std::pair(bias, mask);
+  return std::nullopt;
 }
 
 /// Reads the scores backwards from the softmax input to the QKᵀ matmul.
@@ -1261,6 +1323,19 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
   match.maskedScore = maskedScore;
   match.masking = masking;
 
+  // One float term that is a bias plus a mask adding only zeros or
+  // absorbing fills (T5: position_bias + the extended padding mask):
+  // s + (b + m) equals (s + b) + m, the op's order, so the two become the
+  // op's bias and mask and the dense sum is not read (the sum stays in the
+  // graph for its other users; unused, it is dropped with the site).
+  if (kept.size() == 1 && !kept[0].isBoolean)
+    if (std::optional<std::pair<Value, Value>> parts =
+            splitBiasAndMask(kept[0].value)) {
+      MaskTerm bias = kept[0];
+      bias.value = parts->first;
+      kept[0].value = parts->second;
+      kept.push_back(bias); // nearest the matmul: last before the reverse
+    }
   // A mask the graph broadcast to [.., Sq, Sk] itself (Expand of a padding
   // mask): the op broadcasts, so it takes the unexpanded tensor.
   for (MaskTerm &term : kept)
