@@ -490,11 +490,17 @@ def t5_bias(name, combined, zero=False):
     """T5: no scale; a relative position bias [1,H,S,S] and the padding mask.
     `combined`: HF T5 adds them first (position_bias + mask) and the scores
     once; otherwise two Adds on the scores. `zero`: the bias is a zeros
-    constant (T5's cross-attention, which has no relative bias)."""
+    constant (T5's cross-attention, which has no relative bias); "expand":
+    a scalar 0 expanded to [1, H, S, S]."""
     g = Graph(name)
     q, k, v = qkv_inputs(g)
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
-    if zero:
+    if zero == "expand":
+        # torch.zeros([1, H, S, S]) as torch's exporter writes it.
+        bias = g.op("Expand", [g.const("zero", np.array(0.0, np.float32)),
+                               g.const("bias_shape", np.array([1, H, S, S], np.int64))],
+                    "position_bias")
+    elif zero:
         bias = g.const("position_bias", np.zeros([1, H, S, S], np.float32))
     else:
         bias = g.weight("position_bias", [1, H, S, S])
@@ -1102,6 +1108,7 @@ def main():
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
     t5_bias("t5_zero_bias", combined=False, zero=True)
+    t5_bias("t5_zero_bias_expand", combined=False, zero="expand")
     t5_bias_float_mask_sum()
     alibi()
     softcap()

@@ -141,6 +141,20 @@ bool isFloatCast(Operation *op) {
          isa<FloatType>(getElementTypeOrSelf(cast.getOutput()));
 }
 
+/// Whether every element of `value` is zero: a zero splat, or one
+/// broadcast, reshaped or cast (ONNX `Expand` of a scalar 0 imports as a
+/// reshape and a tile: torch's `zeros` exported with its sizes).
+bool isZeroTensor(Value value, int depth = 8) {
+  if (std::optional<double> splat = getSplatFloat(value))
+    return *splat == 0.0;
+  Operation *def = value.getDefiningOp();
+  if (!def || depth == 0)
+    return false;
+  if (isa<tosa::TileOp, tosa::ReshapeOp>(def) || isFloatCast(def))
+    return isZeroTensor(def->getOperand(0), depth - 1);
+  return false;
+}
+
 /// Whether every element of `value` is an integer (or ±inf, or NaN): an
 /// integer tensor cast to float, integer constants, and sums, differences
 /// and products of such values. A float format represents every integer
@@ -654,8 +668,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       term.value =
           *chain == add.getInput1() ? add.getInput2() : add.getInput1();
       term.scoresRank = resultType.getRank();
-      std::optional<double> splat = getSplatFloat(term.value);
-      if (splat && *splat == 0.0) {
+      if (isZeroTensor(term.value)) {
         // Adding zeros changes nothing.
         match.ops.insert(def);
         current = *chain;
@@ -1305,19 +1318,14 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
         match.ops.insert(def);
       continue;
     }
-    if (useBands && isInsideSelect[index]) {
-      std::optional<double> splat = getSplatFloat(remaining[index].value);
-      if (splat && *splat == 0.0)
-        continue; // the select's other side adds nothing
-    }
+    if (useBands && isInsideSelect[index] &&
+        isZeroTensor(remaining[index].value))
+      continue; // the select's other side adds nothing
     const MaskTerm &operand = useBands ? remaining[index] : term;
     // A zero tensor added to the scores (T5's cross-attention adds a
     // `zeros` position bias) changes nothing: no bias operand for it.
-    if (!operand.isBoolean) {
-      std::optional<double> splat = getSplatFloat(operand.value);
-      if (splat && *splat == 0.0)
-        continue;
-    }
+    if (!operand.isBoolean && isZeroTensor(operand.value))
+      continue;
     kept.push_back(operand);
   }
   match.maskedScore = maskedScore;
