@@ -40,11 +40,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .compiler import find_kilnc
 from .runtime import KilnError, Status
@@ -344,6 +345,52 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
     return node, shape
 
 
+_FX_ORIGIN = re.compile(r"%([A-Za-z0-9_.]+)\s*:")
+
+
+def onnx_aliases(onnx_nodes: Iterable[Any], fx_names: Iterable[str]) -> Dict[str, str]:
+    """ONNX value name -> FX node name, for values the exporter named other
+    than the FX node they compute (the optimizer keeps an inner name such as
+    `val_31` where it removed the node that carried the FX name). Each ONNX
+    node records the FX node it came from (metadata
+    `pkg.torch.onnx.fx_node`, "%name : ..."); the first output of the last
+    ONNX node of an FX node (in graph order) is that node's value, where no
+    ONNX value carries the FX name. `onnx_nodes` are onnx_ir nodes
+    (`metadata_props`, `outputs` with `.name`). A wrong alias would not
+    pass unseen where rewritten graphs are checked (the default)."""
+    known = set(fx_names)
+    last: Dict[str, str] = {}
+    values = set()
+    for node in onnx_nodes:
+        values.update(output.name for output in node.outputs if output.name)
+        match = _FX_ORIGIN.match(node.metadata_props.get("pkg.torch.onnx.fx_node", ""))
+        if match and node.outputs and node.outputs[0].name:
+            last[match.group(1)] = node.outputs[0].name
+    # An FX node whose name the ONNX graph still has is its own value.
+    return {value: origin for origin, value in last.items()
+            if origin in known and origin not in values and value not in known}
+
+
+def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
+    """The role ("bias" or "mask") of a float additive term with scores of
+    its own for each head and query (the op's `[batch, heads, q, k]` shape,
+    `shapes[role]`, with more than one head and query), or None. Kiln's
+    kernels read such a term from memory score by score (about 270 GB/s at
+    [4, 16, 4096, 4096] bf16 on an H200: 8 ms of a T5-style layer), where
+    Inductor computes it inside its own softmax kernel; rewritten, such sites
+    measured 0.61-0.80x Inductor. Symbolic sizes count as more than one."""
+    for role in ("bias", "mask"):
+        operand = site["operands"].get(role)
+        shape = shapes.get(role)
+        if operand is None or shape is None or len(shape) != 4:
+            continue
+        if operand.get("dtype") not in ("f32", "f16", "bf16"):
+            continue
+        if all(not (isinstance(size, int) and size == 1) for size in shape[1:3]):
+            return role
+    return None
+
+
 def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
     """Replaces each rewritable site of `report` in `module`'s graph by a
     Kiln call; returns how many it replaced."""
@@ -353,6 +400,8 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
 
     graph = module.graph
     nodes = {node.name: node for node in graph.nodes}
+    for value, origin in entry.get("aliases", {}).items():
+        nodes.setdefault(value, nodes[origin])
     replaced = 0
     for index, site in enumerate(report["sites"]):
         why = _unrewritable(site)
@@ -383,6 +432,13 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
                     source = nodes[operand["value"]]
                     operands[role], shapes[role] = _apply(
                         graph, source, operand["transforms"], _shape_of(source))
+                dense = dense_term(site, shapes)
+                if dense and entry.get("dense_bias", "inductor") != "kiln":
+                    raise KilnError(
+                        Status.UNSUPPORTED,
+                        f"its {dense} is a dense per-head [q, k] term, which "
+                        "Inductor computes inside its softmax faster than "
+                        "Kiln reads it (dense_bias=\"kiln\" rewrites it)")
                 call = graph.call_function(
                     torch.ops.kiln.attention.default,
                     (operands["query"], operands["key"], operands["value"],
@@ -721,7 +777,10 @@ def _new_entry(**fields: Any) -> Dict[str, Any]:
 def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     """The ``torch.compile`` backend (``backend="kiln"``). Options, as
     ``options={"kiln": {...}, ...}`` or keyword arguments: ``padded_rows``
-    ("exact" or "free"); every other option goes to Inductor. Graphs with
+    ("exact" or "free"), ``dense_bias`` ("inductor", the default: a site
+    whose bias or float mask has scores of its own for every head and query
+    stays in Inductor, which computes such a term faster than Kiln reads it;
+    "kiln": rewritten all the same); every other option goes to Inductor. Graphs with
     dynamic sizes (``dynamic=True``, ``mark_dynamic``) are exported with
     those sizes symbolic, so new lengths reuse the same sites and code."""
     import torch
@@ -733,8 +792,17 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         import torch._inductor
 
         options = {**torch._inductor.list_mode_options(mode), **options}
-    if "padded_rows" in kwargs:
-        kiln_options["padded_rows"] = kwargs["padded_rows"]
+    # Kiln's own options also at the top of `options` (kiln.optimize passes
+    # its keyword arguments there).
+    for name in ("padded_rows", "dense_bias"):
+        if name in options:
+            kiln_options[name] = options.pop(name)
+        if name in kwargs:
+            kiln_options[name] = kwargs[name]
+    if kiln_options.get("dense_bias", "inductor") not in ("inductor", "kiln"):
+        raise KilnError(Status.INVALID_ARGUMENT,
+                        f"dense_bias must be \"inductor\" or \"kiln\", not "
+                        f"{kiln_options['dense_bias']!r}")
     entry = _new_entry()
     reports.append(entry)
     try:
@@ -807,6 +875,9 @@ def _exported(source: Any, tensors: Sequence[Any], dynamic_shapes: Any, gm: Any,
             node.meta.get("example_value") for node in gm.graph.nodes
             if node.op == "placeholder"] if dynamic_shapes else tensors)
         entry["key"] = key
+        entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
+        entry["aliases"] = onnx_aliases(
+            program.model.graph, (node.name for node in module.graph.nodes))
         report = _report_for(key, program, kiln_options, module)
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
         raise _Fallback(f"export to ONNX failed: {type(error).__name__}: {error}") from error

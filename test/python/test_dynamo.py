@@ -142,3 +142,45 @@ def test_reports_that_hold_for_their_bound_sizes_only_say_so(tmp_path: Path) -> 
     report = kd._run_kilnc(onnx, {})
     assert report["bound_dims"] == {"batch": 1}
     assert "sizes_free" not in report
+
+
+def test_values_the_exporter_renamed_map_to_their_fx_nodes() -> None:
+    """CLIP's padding mask: aten.index became a GatherND whose output the
+    exporter's optimizer left as `val_31`; the report names that value, the
+    rewrite needs the FX node `index`."""
+    from types import SimpleNamespace as Node
+
+    def onnx_node(origin, *outputs):
+        fx = f"%{origin} : [num_users=1] = call_function[...]" if origin else ""
+        return Node(metadata_props={"pkg.torch.onnx.fx_node": fx} if fx else {},
+                    outputs=[Node(name=name) for name in outputs])
+
+    nodes = [
+        onnx_node("index", "val_30"),            # an inner node of aten.index
+        onnx_node("index", "val_31"),            # its last: the index's value
+        onnx_node("bitwise_and_1", "bitwise_and_1"),  # kept its FX name
+        onnx_node("view", "val_40"),             # `view` is also an ONNX value:
+        onnx_node("view", "view"),               # its name is its own
+        onnx_node("", "val_50"),                 # no origin recorded
+        onnx_node("gone", "val_60"),             # not a node of this FX graph
+    ]
+    fx_names = ["index", "bitwise_and_1", "view"]
+    assert kd.onnx_aliases(nodes, fx_names) == {"val_31": "index"}
+
+
+def test_dense_per_head_terms_are_found() -> None:
+    """A float bias or mask with its own [q, k] scores for every head (T5's
+    position bias) is what the backend leaves to Inductor by default; shared
+    ones (a padding mask, ALiBi's [1, H, 1, k]) and boolean masks are not."""
+    def site(**operands):
+        return {"operands": {role: {"dtype": dtype} for role, dtype in operands.items()}}
+
+    assert kd.dense_term(site(bias="bf16"), {"bias": [1, 16, 4096, 4096]}) == "bias"
+    assert kd.dense_term(site(mask="f16"), {"mask": [4, 16, 4096, 4096]}) == "mask"
+    assert kd.dense_term(site(bias="bf16"), {"bias": [1, 16, 1, 4096]}) is None
+    assert kd.dense_term(site(mask="bf16"), {"mask": [4, 1, 1, 4096]}) is None
+    assert kd.dense_term(site(mask="bf16"), {"mask": [4, 1, 4096, 4096]}) is None
+    assert kd.dense_term(site(mask="i1"), {"mask": [4, 16, 4096, 4096]}) is None
+    assert kd.dense_term(site(bias="bf16"), {"bias": None}) is None
+    # A symbolic size (a SymInt) is taken as more than one.
+    assert kd.dense_term(site(bias="bf16"), {"bias": [1, 16, object(), object()]}) == "bias"
