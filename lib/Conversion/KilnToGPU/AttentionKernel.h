@@ -246,8 +246,6 @@ protected:
                                        SmallVector<Value> &acc,
                                        SmallVector<Value> *alphas = nullptr,
                                        Value scoreScale = Value());
-  /// acc += a·b on one mma.sync.m16n8k`k` (row-major A, column-major B) with
-  /// operands of `type` as the op takes them and four f32 accumulators.
   /// 1 / sum where sum > 0, else 0: the output scale of a row whose softmax
   /// denominator is `sum` (rows that saw no key are zeros).
   Value reciprocalOrZero(Value sum);
@@ -264,8 +262,6 @@ protected:
   /// its one result of `resultType`, or none when that is null.
   Value inlinePtx(Type resultType, ValueRange operands, StringRef text,
                   StringRef constraints);
-  void mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-               MutableArrayRef<Value> acc, int64_t k, NVVM::MMATypes type);
 
   /// A warp's share of the split-KV reduction of one output row.
   struct SplitSums {

@@ -1,10 +1,13 @@
-//===- MmaSync.cpp - The mma.sync product of the tensor-core kernel -------===//
+//===- MmaSync.cpp - The mma.sync products ---------------------*- C++ -*-===//
 //
-// m16n8k16 mma.sync on f16 or bf16 fragments read from shared tiles with
-// ldmatrix (PTX ISA, "Matrix Fragments for mma.m16n8k16").
+// m16n8k16 mma.sync on f16 or bf16 fragments (MmaSyncProduct), the mma.sync
+// instruction the TF32 products share, and the tensor-core kernel's reads of
+// those fragments from shared tiles with ldmatrix (PTX ISA, "Matrix
+// Fragments for mma.m16n8k16").
 //
 //===----------------------------------------------------------------------===//
 
+#include "Products/Products.h"
 #include "Schedules/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -17,6 +20,59 @@
 using namespace mlir;
 using namespace mlir::kiln::detail;
 using namespace mlir::kiln::detail::mma;
+
+void mlir::kiln::detail::mmaSync(ImplicitLocOpBuilder &b, ArrayRef<Value> a,
+                                 ArrayRef<Value> bFragment,
+                                 MutableArrayRef<Value> acc, int64_t k,
+                                 NVVM::MMATypes type) {
+  Type f32 = b.getF32Type();
+  auto structType =
+      LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value result = NVVM::MmaOp::create(
+      b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
+      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, k}, std::nullopt,
+      std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(b, result, i);
+}
+
+namespace {
+/// acc += a·b on one m16n8k16 mma of `elementType` registers.
+void mma16(ImplicitLocOpBuilder &b, Type elementType, ArrayRef<Value> a,
+           ArrayRef<Value> bFragment, MutableArrayRef<Value> acc) {
+  bool isBF16 = elementType.isBF16();
+  // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
+  auto operand = [&](Value reg) -> Value {
+    if (isBF16)
+      return reg;
+    return LLVM::BitcastOp::create(b, VectorType::get({2}, b.getF16Type()),
+                                   reg);
+  };
+  SmallVector<Value> aOperands, bOperands;
+  for (Value reg : a)
+    aOperands.push_back(operand(reg));
+  for (Value reg : bFragment)
+    bOperands.push_back(operand(reg));
+  mmaSync(b, aOperands, bOperands, acc, 16,
+          isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16);
+}
+} // namespace
+
+void MmaSyncProduct::scores(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
+                            ArrayRef<Value> qFragment,
+                            ArrayRef<Value> kFragment) const {
+  mma16(b, elementType, qFragment, kFragment, acc);
+}
+
+void MmaSyncProduct::values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
+                            ArrayRef<Value> pFragment,
+                            ArrayRef<Value> vFragment) const {
+  mma16(b, elementType, pFragment, vFragment, acc);
+}
+
+// The tensor-core kernel's fragments from its shared tiles.
 
 SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
   MLIRContext *ctx = b->getContext();
@@ -33,25 +89,6 @@ SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
   return registers;
 }
 
-void MmaKernel::mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-                    MutableArrayRef<Value> acc) {
-  bool isBF16 = spec.problem.elementType.isBF16();
-  // bf16 operands are passed as i32, f16 ones as vector<2xf16>.
-  auto operand = [&](Value reg) -> Value {
-    if (isBF16)
-      return reg;
-    return LLVM::BitcastOp::create(*b, VectorType::get({2}, b->getF16Type()),
-                                   reg);
-  };
-  SmallVector<Value> aOperands, bOperands;
-  for (Value reg : a)
-    aOperands.push_back(operand(reg));
-  for (Value reg : bFragment)
-    bOperands.push_back(operand(reg));
-  mmaSync(aOperands, bOperands, acc, 16,
-          isBF16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16);
-}
-
 Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
                               Value rowHalf, Value columnHalf) {
   Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
@@ -65,20 +102,4 @@ void MmaKernel::asyncProxyFence() {
         *b, NVVM::ProxyKind::async_shared,
         NVVM::SharedSpaceAttr::get(b->getContext(),
                                    NVVM::SharedSpace::shared_cta));
-}
-
-void KernelBuilderBase::mmaSync(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-                                MutableArrayRef<Value> acc, int64_t k,
-                                NVVM::MMATypes type) {
-  Type f32 = b->getF32Type();
-  auto structType =
-      LLVM::LLVMStructType::getLiteral(b->getContext(), {f32, f32, f32, f32});
-  Value result = NVVM::MmaOp::create(
-      *b, structType, SmallVector<Value>(a), SmallVector<Value>(bFragment),
-      SmallVector<Value>(acc), ArrayRef<int64_t>{16, 8, k}, std::nullopt,
-      std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
-      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                     NVVM::MMALayout::col});
-  for (int64_t i = 0; i < 4; ++i)
-    acc[i] = LLVM::ExtractValueOp::create(*b, result, i);
 }

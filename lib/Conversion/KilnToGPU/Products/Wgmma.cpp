@@ -1,12 +1,19 @@
 //===- Wgmma.cpp - Hopper warpgroup matrix products -------------*- C++ -*-===//
+//
+// The 128-byte swizzled layout, its wgmma descriptors, and the wgmma
+// products (WgmmaProduct) as inline PTX.
+//
+//===----------------------------------------------------------------------===//
 
 #include "Products/Wgmma.h"
+#include "Products/Products.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
+using namespace mlir::kiln::detail;
 
 Value mlir::kiln::detail::swizzledOffset(ImplicitLocOpBuilder &b, int64_t rows,
                                          Value row, Value column) {
@@ -48,12 +55,23 @@ Value mlir::kiln::detail::wgmmaDescriptor(ImplicitLocOpBuilder &b, Value tile,
   return arith::OrIOp::create(b, start, constI64(fixed));
 }
 
-SmallVector<Value> mlir::kiln::detail::wgmmaProduct(
-    ImplicitLocOpBuilder &b, Type elementType, int64_t n, ArrayRef<Value> acc,
-    Value a, ArrayRef<Value> aFragment, Value bDescriptor, bool transposeB) {
+void WgmmaProduct::scores(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
+                          Value qDescriptor, Value kDescriptor) const {
+  product(b, acc, qDescriptor, {}, kDescriptor, /*transposeB=*/false);
+}
+
+void WgmmaProduct::values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
+                          ArrayRef<Value> pFragment, Value vDescriptor) const {
+  product(b, acc, Value(), pFragment, vDescriptor, /*transposeB=*/true);
+}
+
+void WgmmaProduct::product(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
+                           Value a, ArrayRef<Value> aFragment,
+                           Value bDescriptor, bool transposeB) const {
   MLIRContext *ctx = b.getContext();
-  int64_t count = n / 2;
-  assert(int64_t(acc.size()) == count && "one accumulator per (row, column)");
+  // One accumulator a thread per (row, column) pair: N = 2·count.
+  int64_t count = acc.size();
+  int64_t n = 2 * count;
   std::string type = elementType.isBF16() ? "bf16" : "f16";
   // Operands: the accumulators (tied to the results), A, B's descriptor and
   // scale-d (always 1: the accumulators hold what to add to).
@@ -103,8 +121,6 @@ SmallVector<Value> mlir::kiln::detail::wgmmaProduct(
       /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
       LLVM::AsmDialectAttr::get(ctx, LLVM::AsmDialect::AD_ATT),
       /*operand_attrs=*/ArrayAttr());
-  SmallVector<Value> result;
   for (int64_t i = 0; i < count; ++i)
-    result.push_back(LLVM::ExtractValueOp::create(b, asmOp.getRes(), i));
-  return result;
+    acc[i] = LLVM::ExtractValueOp::create(b, asmOp.getRes(), i);
 }

@@ -1,9 +1,8 @@
 //===- Wgmma.h - Hopper warpgroup matrix products ---------------*- C++ -*-===//
 //
-// The parts of a kernel that uses sm_90a's wgmma.mma_async: the 128-byte
-// swizzled shared-memory layout its descriptors read, the descriptors, and
-// the product itself (inline PTX: MLIR's nvvm.wgmma.mma_async takes A only
-// from a descriptor, and P·V wants A from registers).
+// What a kernel that uses sm_90a's wgmma.mma_async lays out for it: the
+// 128-byte swizzled shared-memory layout its descriptors read, and the
+// descriptors. The products themselves are WgmmaProduct's (Products.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,16 +28,6 @@ Value swizzledOffset(ImplicitLocOpBuilder &b, int64_t rows, Value row,
 /// `leading` and `stride`.
 Value wgmmaDescriptor(ImplicitLocOpBuilder &b, Value tile, int64_t offset,
                       int64_t leading, int64_t stride);
-
-/// D (m64 n`n` f32, n / 2 values a thread) += A·B for k = 16 of
-/// `elementType` (f16 or bf16), on the warpgroup: A from the descriptor `a`
-/// or, when `aFragment` is given, from registers (each warp's mma.m16n8k16 A
-/// fragment of its 16 rows); B from descriptor `bDescriptor`, K-major or,
-/// with `transposeB`, MN-major. Issued, not waited for.
-SmallVector<Value> wgmmaProduct(ImplicitLocOpBuilder &b, Type elementType,
-                                int64_t n, ArrayRef<Value> acc, Value a,
-                                ArrayRef<Value> aFragment, Value bDescriptor,
-                                bool transposeB);
 
 } // namespace mlir::kiln::detail
 

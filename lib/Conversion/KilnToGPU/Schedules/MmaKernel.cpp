@@ -56,7 +56,8 @@ MmaKernel::MmaKernel(const KernelSpec &spec)
     : AttentionKernelBuilder(spec),
       dimChunks(TileLayout::padded(spec.problem.headDim, spec.variant.wgmma) /
                 16),
-      wgmma(spec.variant.wgmma) {
+      wgmma(spec.variant.wgmma), mmaSyncProduct(spec.problem.elementType),
+      wgmmaProduct(spec.problem.elementType) {
   assert(spec.launch.packQueryHeads &&
          "the tensor-core kernel packs query heads");
   TileLayout layout = TileLayout::of(spec, wgmma);

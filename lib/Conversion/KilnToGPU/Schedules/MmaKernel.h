@@ -2,9 +2,9 @@
 //
 // The f16/bf16 tensor-core kernel (mma.sync, with an sm_90a wgmma variant):
 // its tile layout and the builder whose parts live in Parts/ (tile copies,
-// paged addressing, the decode merge, the epilogue), Products/ (mma.sync)
-// and Schedules/ (the prologue, the main loop). See MmaKernel.cpp for how
-// the kernel runs.
+// paged addressing, the decode merge, the epilogue), Products/ (the mma.sync
+// and wgmma products, ldmatrix) and Schedules/ (the prologue, the main
+// loop). See MmaKernel.cpp for how the kernel runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +12,7 @@
 #define KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
 
 #include "AttentionKernel.h"
+#include "Products/Products.h"
 #include "Products/Wgmma.h"
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -112,16 +113,10 @@ private:
   int64_t padded(int64_t dim) const { return TileLayout::padded(dim, wgmma); }
   int64_t elementBytes() const { return 2; }
   int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
-  /// See wgmmaDescriptor and wgmmaProduct (Wgmma.h).
+  /// See wgmmaDescriptor (Wgmma.h).
   Value matrixDescriptor(Value tile, int64_t offset, int64_t leading,
                          int64_t stride) {
     return wgmmaDescriptor(*b, tile, offset, leading, stride);
-  }
-  SmallVector<Value> wgmmaTile(int64_t n, ArrayRef<Value> acc, Value a,
-                               ArrayRef<Value> aFragment, Value bDescriptor,
-                               bool transposeB) {
-    return wgmmaProduct(*b, spec.problem.elementType, n, acc, a, aFragment,
-                        bDescriptor, transposeB);
   }
   Type i32() { return b->getI32Type(); }
   Value constI32(int64_t value);
@@ -226,15 +221,12 @@ private:
   void zeroPadColumns();
 
   //===--------------------------------------------------------------------===//
-  // The mma.sync product (Products/MmaSync.cpp).
+  // The mma.sync fragments (Products/MmaSync.cpp).
   //===--------------------------------------------------------------------===//
 
   /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
   /// l % 8 of matrix l / 8.
   SmallVector<Value> loadMatrices(Value address, bool transpose);
-  /// D += A·B on one m16n8k16 tile; `acc` holds the four f32 accumulators.
-  void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-           MutableArrayRef<Value> acc);
   /// The address this lane gives ldmatrix.x4 for the 16×16 block at
   /// (firstRow, firstColumn) of a tile: matrix m covers rows firstRow +
   /// 8·rowHalf(m) and columns firstColumn + 8·columnHalf(m), where each half
@@ -334,6 +326,10 @@ private:
   int64_t rowElements, dimChunks;
   /// The sm_90a variant: swizzled tiles, wgmma for the full-tile products.
   bool wgmma;
+  /// The products (Products.h): mma.sync, and wgmma's for full tiles of
+  /// the sm_90a variant.
+  MmaSyncProduct mmaSyncProduct;
+  WgmmaProduct wgmmaProduct;
   /// See TileLayout.
   bool residentQ;
   int64_t stages;

@@ -127,8 +127,10 @@ MmaKernel::computeScores(Value kTile, Value keyOffset, int64_t keyBlocks) {
         loadMatrices(blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
                                   16 * c, matrixHigh, matrixLow),
                      /*transpose=*/false);
-    mma(qFragment, {kFragments[0], kFragments[1]}, scores[2 * pair]);
-    mma(qFragment, {kFragments[2], kFragments[3]}, scores[2 * pair + 1]);
+    mmaSyncProduct.scores(*b, scores[2 * pair], qFragment,
+                          {kFragments[0], kFragments[1]});
+    mmaSyncProduct.scores(*b, scores[2 * pair + 1], qFragment,
+                          {kFragments[2], kFragments[3]});
   };
   // With wgmma (every warp's rows, all the tile's keys), the warpgroup
   // computes the 64 × 64 scores from Q's and K's descriptors, 16 head dims
@@ -142,9 +144,8 @@ MmaKernel::computeScores(Value kTile, Value keyOffset, int64_t keyBlocks) {
     for (int64_t c = 0; c < dimChunks; ++c) {
       int64_t offset = (16 * c / kSwizzleElements) * kSlabBytes +
                        (16 * c % kSwizzleElements) * elementBytes();
-      acc = wgmmaTile(kTileKeys, acc, matrixDescriptor(qTile, offset, 16, 1024),
-                      {}, matrixDescriptor(kTile, offset, 16, 1024),
-                      /*transposeB=*/false);
+      wgmmaProduct.scores(*b, acc, matrixDescriptor(qTile, offset, 16, 1024),
+                          matrixDescriptor(kTile, offset, 16, 1024));
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(*b);
     NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
@@ -214,9 +215,9 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
   for (int64_t j = 0; j < keyBlocks / 2; ++j) {
     ArrayRef<Value> pFragment = ArrayRef<Value>(pFragments).slice(4 * j, 4);
     if (wgmma && fullTile) {
-      acc = wgmmaTile(8 * outBlocks, acc, Value(), pFragment,
-                      matrixDescriptor(vTile, 16 * j * 128, kSlabBytes, 1024),
-                      /*transposeB=*/true);
+      wgmmaProduct.values(
+          *b, acc, pFragment,
+          matrixDescriptor(vTile, 16 * j * 128, kSlabBytes, 1024));
       continue;
     }
     for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
@@ -227,10 +228,11 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
           loadMatrices(blockAddress(vTile, add(keyOffset, constIndex(16 * j)),
                                     16 * pair, matrixLow, matrixHigh),
                        /*transpose=*/true);
-      mma(pFragment, {vFragments[0], vFragments[1]},
-          MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4));
-      mma(pFragment, {vFragments[2], vFragments[3]},
-          MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4));
+      mmaSyncProduct.values(*b, MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4),
+                            pFragment, {vFragments[0], vFragments[1]});
+      mmaSyncProduct.values(*b,
+                            MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4),
+                            pFragment, {vFragments[2], vFragments[3]});
     }
   }
   if (wgmma && fullTile) {

@@ -2,11 +2,13 @@
 //
 // The kernel for every element type and for head dims up to 128: K and V
 // tiles staged in shared memory as f32, each warp owning rows-per-warp query
-// rows with one key (and head-dim slice) per lane, f32 FMAs throughout.
+// rows with one key (and head-dim slice) per lane, f32 FMAs throughout (the
+// products are ScalarProduct's, Products/Scalar.cpp).
 //
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
+#include "Products/Products.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -20,15 +22,12 @@ using namespace mlir::kiln::detail;
 
 namespace {
 
-/// Dot-product steps emitted per loop iteration.
-constexpr int64_t kDotUnroll = 8;
-
 class ScalarKernel : public AttentionKernelBuilder {
 public:
   ScalarKernel(const KernelSpec &spec, int64_t kvBlock, int64_t rowsPerWarp)
       : AttentionKernelBuilder(spec), kvBlock(kvBlock),
         rowsPerWarp(rowsPerWarp), dimsPerLane(spec.problem.headDim / kWarpSize),
-        keysPerLane(kvBlock / kWarpSize) {}
+        keysPerLane(kvBlock / kWarpSize), products(spec.problem.headDim) {}
 
   int64_t rowsPerBlock() const override { return rowsPerWarp * kWarpsPerBlock; }
   int64_t kvBlockSize() const override { return kvBlock; }
@@ -48,10 +47,9 @@ private:
   void stageTile(Value buffer, Value base, Value rowStride, Value firstRow,
                  Value numRows, int64_t rows);
 
-  /// dot(Q[row], K[key]) for each row of `rowsInBlock`.
-  SmallVector<Value> dotRows(ArrayRef<Value> rowsInBlock, Value keyInBlock);
-
   int64_t kvBlock, rowsPerWarp, dimsPerLane, keysPerLane;
+  /// S = Q·Kᵀ and O += P·V, on FMAs.
+  ScalarProduct products;
   Value qBuffer, kBuffer, vBuffer;
   /// Global tensor that stageTile reads.
   Value basePointer;
@@ -98,36 +96,6 @@ void ScalarKernel::stageTile(Value buffer, Value base, Value rowStride,
   }
 }
 
-SmallVector<Value> ScalarKernel::dotRows(ArrayRef<Value> rowsInBlock,
-                                         Value keyInBlock) {
-  // dot(Q[row], K[key]) for all of the warp's rows at once, unrolled
-  // kDotUnroll times: each K element read from shared memory serves every
-  // row (the Q reads are broadcasts, one address for the whole warp).
-  Value zero = constF32(0.0f);
-  SmallVector<Value> init(rowsInBlock.size(), zero);
-  auto dotLoop = scf::ForOp::create(
-      *b, constIndex(0), constIndex(spec.problem.headDim),
-      constIndex(kDotUnroll), init,
-      [&](OpBuilder &nested, Location loc, Value d, ValueRange args) {
-        ImplicitLocOpBuilder ib(loc, nested);
-        SmallVector<Value> acc(args.begin(), args.end());
-        for (int64_t u = 0; u < kDotUnroll; ++u) {
-          Value column = arith::AddIOp::create(
-              ib, d, arith::ConstantIndexOp::create(ib, u));
-          Value kv = memref::LoadOp::create(ib, kBuffer,
-                                            ValueRange{keyInBlock, column});
-          for (auto [row, rowInBlock] : llvm::enumerate(rowsInBlock)) {
-            Value qv = memref::LoadOp::create(ib, qBuffer,
-                                              ValueRange{rowInBlock, column});
-            acc[row] = LLVM::FMAOp::create(ib, qv, kv, acc[row]);
-          }
-        }
-        scf::YieldOp::create(ib, acc);
-      });
-  return SmallVector<Value>(dotLoop.getResults().begin(),
-                            dotLoop.getResults().end());
-}
-
 void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   qBuffer = func.getWorkgroupAttributions()[0];
@@ -172,7 +140,9 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
         for (int64_t slot = 0; slot < keysPerLane; ++slot) {
           Value keyInBlock = add(lane, constIndex(slot * kWarpSize));
           Value key = add(kvStart, keyInBlock);
-          SmallVector<Value> dots = dotRows(rowsInBlock, keyInBlock);
+          SmallVector<Value> dots(rowsPerWarp, constF32(0.0f));
+          products.scores(*b, dots, {qBuffer, rowsInBlock},
+                          {kBuffer, keyInBlock});
           for (int64_t row = 0; row < rowsPerWarp; ++row)
             scores[row].push_back(finishScore(dots[row], queryRows[row], key,
                                               maskBase, biasBase));
@@ -206,44 +176,14 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
             acc.push_back(fmul(rowState[2 + d], alpha));
         }
 
-        // acc[row][d] += P[row][key] · V[key][lane + 32·d]: each V element
-        // read from shared memory serves every row; probabilities are
-        // broadcast lane by lane.
+        // acc[row][d] += P[row][key] · V[key][lane + 32·d], the 32 keys of
+        // a slot at a time.
         for (int64_t slot = 0; slot < keysPerLane; ++slot) {
-          auto pvLoop = scf::ForOp::create(
-              ib, constIndex(0), constIndex(kWarpSize), constIndex(1), acc,
-              [&](OpBuilder &pvNested, Location pvLoc, Value source,
-                  ValueRange accIn) {
-                ImplicitLocOpBuilder pb(pvLoc, pvNested);
-                Value sourceLane =
-                    arith::IndexCastOp::create(pb, pb.getI32Type(), source);
-                Value width = arith::ConstantIntOp::create(pb, pb.getI32Type(),
-                                                           kWarpSize);
-                SmallVector<Value> probabilities;
-                for (int64_t row = 0; row < rowsPerWarp; ++row)
-                  probabilities.push_back(
-                      gpu::ShuffleOp::create(pb, scores[row][slot], sourceLane,
-                                             width, gpu::ShuffleMode::IDX)
-                          .getShuffleResult());
-                Value keyInBlock = arith::AddIOp::create(
-                    pb, source,
-                    arith::ConstantIndexOp::create(pb, slot * kWarpSize));
-                SmallVector<Value> accOut(accIn.begin(), accIn.end());
-                for (int64_t d = 0; d < dimsPerLane; ++d) {
-                  Value column = arith::AddIOp::create(
-                      pb, lane,
-                      arith::ConstantIndexOp::create(pb, d * kWarpSize));
-                  Value vv = memref::LoadOp::create(
-                      pb, vBuffer, ValueRange{keyInBlock, column});
-                  for (int64_t row = 0; row < rowsPerWarp; ++row) {
-                    Value &slotAcc = accOut[row * dimsPerLane + d];
-                    slotAcc = LLVM::FMAOp::create(pb, probabilities[row], vv,
-                                                  slotAcc);
-                  }
-                }
-                scf::YieldOp::create(pb, accOut);
-              });
-          acc.assign(pvLoop.getResults().begin(), pvLoop.getResults().end());
+          SmallVector<Value> slotProbabilities;
+          for (int64_t row = 0; row < rowsPerWarp; ++row)
+            slotProbabilities.push_back(scores[row][slot]);
+          products.values(ib, acc, slotProbabilities,
+                          {vBuffer, slot * kWarpSize, lane});
         }
         // Back to the loop-carried layout: per row max, sum, accumulators.
         // Inserting from the last row keeps the earlier rows' positions.

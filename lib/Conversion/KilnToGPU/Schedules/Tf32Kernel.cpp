@@ -5,7 +5,8 @@
 // nearest from f32) and f32 accumulators; the scale, masks, bias, softcap and
 // the online softmax stay in f32. By default (KernelVariant::tf32Split) every
 // operand is split into a high and a low TF32 part and each product is three
-// mma, with each 8-key block's P·V added to O in f32: f32's accuracy.
+// mma, with each 8-key block's P·V added to O in f32: f32's accuracy (the
+// products are Tf32Product's, Products/Tf32.cpp).
 // `allow-tf32` keeps one mma a product. A block owns 64 query rows of one
 // head, 16 a warp; 32-key tiles of K and V are copied as f32 with 4-byte
 // cp.async into two stages of dynamic shared memory, rows padded by four
@@ -24,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
+#include "Products/Products.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -53,7 +55,7 @@ public:
   explicit Tf32Kernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), dim(spec.problem.headDim),
         rowElements(spec.problem.headDim + kRowPadding),
-        split(spec.variant.tf32Split) {}
+        products(spec.variant.tf32Split) {}
 
   int64_t rowsPerBlock() const override {
     return kRowsPerWarp * kWarpsPerBlock;
@@ -70,27 +72,9 @@ protected:
   void buildBody(gpu::GPUFuncOp func) override;
 
 private:
-  /// `value` rounded to TF32 (to nearest, ties away from zero), as the i32
-  /// register an mma operand takes.
-  Value toTf32(Value value) {
-    return NVVM::ConvertFloatToTF32Op::create(
-        *b, b->getI32Type(), value, NVVM::FPRoundingMode::RNA,
-        NVVM::SaturationMode::NONE, /*relu=*/false);
-  }
-  /// An operand as the products take it: its TF32 value and, when the
-  /// kernel splits operands, the TF32 value of what that rounding left
-  /// (null otherwise).
-  struct Operand {
-    Value high, low;
-  };
-  Operand operand(Value value) {
-    Value high = toTf32(value);
-    if (!split)
-      return {high, Value()};
-    Value rest = arith::SubFOp::create(
-        *b, value, LLVM::BitcastOp::create(*b, b->getF32Type(), high));
-    return {high, toTf32(rest)};
-  }
+  using Operand = Tf32Product::Operand;
+  /// `value` as the products take it (Tf32Product::operand).
+  Operand operand(Value value) { return products.operand(*b, value); }
   int64_t tileBytes() const { return kTileKeys * rowElements * 4; }
   /// Element (row, column) of a shared f32 tile.
   Value tileAddress(Value tile, Value row, Value column) {
@@ -108,28 +92,6 @@ private:
   /// tiles with 4-byte cp.async (any alignment an f32 view has); keys at or
   /// past kv_len read the last key's address and are filled with zeros.
   void issueTiles(Value kTile, Value vTile, Value kvStart);
-  /// acc += a·b on one m16n8k8 TF32 mma.
-  void mma(ArrayRef<Value> a, ArrayRef<Value> bFragment,
-           MutableArrayRef<Value> acc) {
-    mmaSync(a, bFragment, acc, 8, NVVM::MMATypes::tf32);
-  }
-  /// acc += a·b: one mma, or with split operands three (a_low·b_high,
-  /// a_high·b_low, then a_high·b_high; a_low·b_low is below f32's
-  /// precision).
-  void product(ArrayRef<Operand> a, ArrayRef<Operand> bFragment,
-               MutableArrayRef<Value> acc) {
-    auto part = [](ArrayRef<Operand> operands, bool low) {
-      SmallVector<Value> values;
-      for (const Operand &o : operands)
-        values.push_back(low ? o.low : o.high);
-      return values;
-    };
-    if (split) {
-      mma(part(a, true), part(bFragment, false), acc);
-      mma(part(a, false), part(bFragment, true), acc);
-    }
-    mma(part(a, false), part(bFragment, false), acc);
-  }
   /// Element `column` of row `row` of global `base` (f32), 0 past `rows`
   /// rows (which are clamped to the last one so that nothing reads past the
   /// tensor).
@@ -150,7 +112,8 @@ private:
   SmallVector<Value> tileStep(Value kvStart, ValueRange state);
 
   int64_t dim, rowElements;
-  bool split;
+  /// S = Q·Kᵀ and O += P·V, on TF32 (split or not).
+  Tf32Product products;
 
   // Bound by buildBody for its parts.
   /// The two stages' K and V tiles: K0, V0, K1, V1.
@@ -229,8 +192,8 @@ SmallVector<Value> Tf32Kernel::computeScores(Value kTile) {
       for (int64_t half = 0; half < 2; ++half)
         bFragment.push_back(tileOperand(
             kTile, key, add(laneInGroup, constIndex(8 * s + 4 * half))));
-      product(qFragments[s], bFragment,
-              MutableArrayRef<Value>(&scores[4 * n], 4));
+      products.scores(*b, MutableArrayRef<Value>(&scores[4 * n], 4),
+                      qFragments[s], bFragment);
     }
   }
   return scores;
@@ -250,18 +213,8 @@ void Tf32Kernel::accumulateValues(SmallVector<Value> &acc,
       SmallVector<Operand> bFragment = {
           tileOperand(vTile, key, column),
           tileOperand(vTile, add(key, constIndex(1)), column)};
-      MutableArrayRef<Value> blockAcc(&acc[4 * j], 4);
-      if (!split) {
-        product(pFragment, bFragment, blockAcc);
-        continue;
-      }
-      // The tensor cores' f32 sums are not rounded as f32 adds are, and
-      // their error grows with the number of keys summed: each 8-key block's
-      // product starts from zero and is added to O with an f32 add.
-      SmallVector<Value> partial(4, zero);
-      product(pFragment, bFragment, partial);
-      for (int64_t e = 0; e < 4; ++e)
-        blockAcc[e] = fadd(blockAcc[e], partial[e]);
+      products.values(*b, MutableArrayRef<Value>(&acc[4 * j], 4), pFragment,
+                      bFragment);
     }
   }
 }

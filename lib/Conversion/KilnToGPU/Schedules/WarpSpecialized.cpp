@@ -30,6 +30,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
+#include "Products/Products.h"
 #include "Products/Wgmma.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -76,7 +77,8 @@ public:
         tileKeys(warpSpecializedSchedule(spec).tileKeys),
         consumers(warpSpecializedSchedule(spec).consumers),
         overlap(warpSpecializedSchedule(spec).overlap),
-        pingPong(warpSpecializedSchedule(spec).pingPong) {
+        pingPong(warpSpecializedSchedule(spec).pingPong),
+        products(spec.problem.elementType) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
   }
 
@@ -234,6 +236,8 @@ private:
   /// their products (named barriers 1 and 2), so that one's softmax runs
   /// while the other's products do.
   bool pingPong;
+  /// S = Q·Kᵀ and O += P·V, on wgmma.
+  WgmmaProduct products;
 
   // Bound by buildConsumerLoop for its parts.
   /// The consumer's index, the mbarriers' address, this lane's column pair
@@ -334,11 +338,10 @@ SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
   for (int64_t c = 0; c < headDim / 16; ++c) {
     int64_t slab = 16 * c / kSwizzleElements;
     int64_t inRow = (16 * c % kSwizzleElements) * 2;
-    scores = wgmmaProduct(
-        *b, spec.problem.elementType, tileKeys, scores,
+    products.scores(
+        *b, scores,
         wgmmaDescriptor(*b, qTile, slab * blockRows() * 128 + inRow, 16, 1024),
-        {}, wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024),
-        /*transposeB=*/false);
+        wgmmaDescriptor(*b, kTile, slab * tileKeys * 128 + inRow, 16, 1024));
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(*b);
   return scores;
@@ -352,11 +355,9 @@ WarpSpecializedKernel::issueValues(SmallVector<Value> acc,
   Value vTile = stageTile(stage, kStages);
   NVVM::WgmmaFenceAlignedOp::create(*b);
   for (int64_t j = 0; j < keyBlocks() / 2; ++j)
-    acc = wgmmaProduct(
-        *b, spec.problem.elementType, headDim, acc, Value(),
-        pFragments.slice(4 * j, 4),
-        wgmmaDescriptor(*b, vTile, 16 * j * 128, tileKeys * 128, 1024),
-        /*transposeB=*/true);
+    products.values(
+        *b, acc, pFragments.slice(4 * j, 4),
+        wgmmaDescriptor(*b, vTile, 16 * j * 128, tileKeys * 128, 1024));
   NVVM::WgmmaGroupSyncAlignedOp::create(*b);
   return acc;
 }
