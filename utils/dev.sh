@@ -65,6 +65,12 @@ build() {
   fi
   log "building (ninja -j$JOBS)"
   ninja -C "$BUILD_DIR" -j"$JOBS"
+  # The importer's fuzzer (ASan, UBSan, libFuzzer), which the test suite runs.
+  if command -v clang++-22 >/dev/null &&
+    [[ -f /usr/lib/llvm-22/lib/clang/22/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
+    log "compiling the ONNX importer's fuzzer into $BUILD_DIR/fuzz"
+    KILN_BUILD="$BUILD_DIR" "$ROOT/utils/fuzz-onnx.sh" build "$BUILD_DIR/fuzz"
+  fi
 }
 
 run_example() {

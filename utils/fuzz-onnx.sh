@@ -3,7 +3,13 @@
 # (-fsanitize=fuzzer,address,undefined) and runs it for a bounded time,
 # seeded with the test graphs and, when present, ../shared/models.
 #
-#   utils/fuzz-onnx.sh [seconds=60] [build-dir=build-fuzz]
+#   utils/fuzz-onnx.sh [seconds=60] [build-dir=build-fuzz] [run-dir=build-dir]
+#   utils/fuzz-onnx.sh build [build-dir=build-fuzz]   (compile and link only)
+#
+# The objects and the fuzzer are kept in build-dir and rebuilt only when a
+# source changed (utils/dev.sh build compiles them into build/fuzz, so that
+# the test suite only runs them); the corpus, fresh each run, and any
+# reproducer go to run-dir.
 #
 # The run is seeded (FUZZ_SEED, default 1) so that a test run is repeatable;
 # set FUZZ_SEED=0 for a random seed in longer campaigns. Every reproducer
@@ -17,6 +23,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 out=${2:-$here/build-fuzz}
+run=${3:-$out}
 gen=${KILN_BUILD:-$here/build}
 [ -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ] || gen=$here/build-onnx
 if [ ! -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ]; then
@@ -25,7 +32,7 @@ if [ ! -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ]; then
 fi
 llvm=/usr/lib/llvm-22
 cxx=${CXX_FUZZ:-clang++-22}
-mkdir -p "$out/obj" "$out/corpus"
+mkdir -p "$out/obj"
 flags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-rtti
   -fsanitize=address,undefined -fno-sanitize=vptr
   -I$here/include -I$gen/include -I$llvm/include
@@ -48,18 +55,27 @@ for src in lib/Target/ONNX/ImportONNX.cpp lib/Target/ONNX/Lit.cpp \
   fi
   objs="$objs $obj"
 done
-# shellcheck disable=SC2086
-$cxx -fsanitize=fuzzer,address,undefined $objs -o "$out/fuzz-onnx-import" \
-  -L$llvm/lib -Wl,-rpath,$llvm/lib -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf
-cp "$here"/test/Target/ONNX/Inputs/*.onnx "$out/corpus/" 2>/dev/null || true
-cp "$here"/test/Target/ONNX/Inputs/fuzz-regressions/* "$out/corpus/" \
+fuzzer="$out/fuzz-onnx-import"
+relink=0
+[ -f "$fuzzer" ] || relink=1
+for obj in $objs; do [ "$obj" -nt "$fuzzer" ] && relink=1; done
+if [ "$relink" = 1 ]; then
+  # shellcheck disable=SC2086
+  $cxx -fsanitize=fuzzer,address,undefined $objs -o "$fuzzer" \
+    -L$llvm/lib -Wl,-rpath,$llvm/lib -lMLIR -lLLVM -lonnx -lonnx_proto -lprotobuf
+fi
+[ "$seconds" = build ] && exit 0
+rm -rf "$run/corpus"
+mkdir -p "$run/corpus"
+cp "$here"/test/Target/ONNX/Inputs/*.onnx "$run/corpus/" 2>/dev/null || true
+cp "$here"/test/Target/ONNX/Inputs/fuzz-regressions/* "$run/corpus/" \
   2>/dev/null || true
 for model in "$here"/../shared/models/*.onnx; do
-  [ -f "$model" ] && cp "$model" "$out/corpus/"
+  [ -f "$model" ] && cp "$model" "$run/corpus/"
 done
-cd "$out"
+cd "$run"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ./fuzz-onnx-import -seed="${FUZZ_SEED:-1}" -max_total_time="$seconds" \
+  "$fuzzer" -seed="${FUZZ_SEED:-1}" -max_total_time="$seconds" \
   -max_len=2000000 \
   -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 corpus
