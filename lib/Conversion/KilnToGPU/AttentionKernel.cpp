@@ -169,16 +169,30 @@ Value KernelBuilderBase::fmax(Value x, Value y) {
   return arith::MaximumFOp::create(*b, x, y);
 }
 
-void KernelBuilderBase::ifBelow(Value index, int64_t bound,
-                                llvm::function_ref<void()> body) {
-  auto ifOp =
-      scf::IfOp::create(*b,
-                        arith::CmpIOp::create(*b, arith::CmpIPredicate::ult,
-                                              index, constIndex(bound)),
-                        /*withElse=*/false);
+void KernelBuilderBase::ifThen(Value condition,
+                               llvm::function_ref<void()> body) {
+  auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
   body();
+}
+
+void KernelBuilderBase::ifBelow(Value index, int64_t bound,
+                                llvm::function_ref<void()> body) {
+  ifThen(arith::CmpIOp::create(*b, arith::CmpIPredicate::ult, index,
+                               constIndex(bound)),
+         body);
+}
+
+Value KernelBuilderBase::dynamicShared() {
+  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+  return LLVM::AddressOfOp::create(*b, sharedPtr, kDynamicSharedName);
+}
+
+Value KernelBuilderBase::sharedByteOffset(Value base, int64_t bytes) {
+  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+  return LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), base,
+                             ArrayRef<LLVM::GEPArg>{int32_t(bytes)});
 }
 
 SmallVector<Value>

@@ -195,6 +195,8 @@ protected:
   Value fadd(Value x, Value y);
   Value fmul(Value x, Value y);
   Value fmax(Value x, Value y);
+  /// Emits `body` under `scf.if condition` (no else).
+  void ifThen(Value condition, llvm::function_ref<void()> body);
   /// Emits `body` under `scf.if index < bound` (unsigned; no else).
   void ifBelow(Value index, int64_t bound, llvm::function_ref<void()> body);
   /// The results (`types`) of `scf.if condition`: `thenValues()` built in
@@ -220,6 +222,11 @@ protected:
   Value exp2(Value x);
   /// tanh(x) = 1 - 2 / (2^(2x·log2 e) + 1), on the same ex2 as the softmax.
   Value tanh(Value x);
+  /// The module's dynamic shared memory (see kDynamicSharedName), as a
+  /// shared pointer.
+  Value dynamicShared();
+  /// The shared pointer `bytes` bytes past the shared pointer `base`.
+  Value sharedByteOffset(Value base, int64_t bytes);
   /// Loads element `offset` (i64) of global `base` as f32 (i1 stays i1).
   Value loadGlobalAsF32(Value base, Type elementType, Value offset);
   /// Butterfly reduction with xor shuffles of offsets `firstOffset`,

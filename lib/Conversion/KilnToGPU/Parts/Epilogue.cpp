@@ -34,10 +34,9 @@ void AttentionKernelBuilder::storeNormalisedRows(
         reciprocalOrZero(butterfly(results[2 + r], /*isMax=*/false, 2));
     Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
                                            queryRows[r], qLen);
-    auto ifOp = scf::IfOp::create(*b, inBounds, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
-    storeRow(r, inverse, rowOffset);
+    ifThen(inBounds, [&] {
+      Value rowOffset = add(outBase, mul(toI64(queryRows[r]), outStrides[2]));
+      storeRow(r, inverse, rowOffset);
+    });
   }
 }

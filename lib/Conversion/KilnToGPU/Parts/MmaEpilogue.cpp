@@ -123,17 +123,16 @@ void MmaKernel::writePartial(
       arith::AndIOp::create(*b, writesStatistics,
                             arith::CmpIOp::create(*b, arith::CmpIPredicate::eq,
                                                   quadLane, constIndex(0)));
-  auto ifOp = scf::IfOp::create(*b, first, /*withElse=*/false);
-  OpBuilder::InsertionGuard guard(*b);
-  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-  Value statistics =
-      add(mul(mul(numSplits, rowsPerSplit), dim), mul(row, constIndex(2)));
-  // (A named array: a ValueRange over a braced list would outlive it.)
-  Value values[2] = {max, sum};
-  for (int64_t i = 0; i < 2; ++i) {
-    Value address =
-        LLVM::GEPOp::create(*b, globalPtr, f32, workspace,
-                            ValueRange{toI64(add(statistics, constIndex(i)))});
-    LLVM::StoreOp::create(*b, values[i], address);
-  }
+  ifThen(first, [&] {
+    Value statistics =
+        add(mul(mul(numSplits, rowsPerSplit), dim), mul(row, constIndex(2)));
+    // (A named array: a ValueRange over a braced list would outlive it.)
+    Value values[2] = {max, sum};
+    for (int64_t i = 0; i < 2; ++i) {
+      Value address = LLVM::GEPOp::create(
+          *b, globalPtr, f32, workspace,
+          ValueRange{toI64(add(statistics, constIndex(i)))});
+      LLVM::StoreOp::create(*b, values[i], address);
+    }
+  });
 }

@@ -131,10 +131,7 @@ void MmaKernel::ifChunkExists(const ChunkPlan &plan, size_t index,
     body();
     return;
   }
-  auto ifOp = scf::IfOp::create(*b, plan.exists[index], /*withElse=*/false);
-  OpBuilder::InsertionGuard guard(*b);
-  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-  body();
+  ifThen(plan.exists[index], body);
 }
 
 void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,

@@ -130,26 +130,24 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
       mul(toI64(query), outStrides[2]));
   for (int64_t first = 0; first < valueDim; first += kCombineThreads) {
     Value column = add(threadId, constIndex(first));
-    auto ifOp = scf::IfOp::create(
-        builder,
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, column,
-                              dim),
-        /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value sum = zero;
-    for (int64_t w = 0; w < kCombineWarps; ++w)
-      sum = fadd(sum, memref::LoadOp::create(
-                          builder, buffer, ValueRange{constIndex(w), column}));
-    Value value = fmul(sum, inverse);
-    Value narrow =
-        elementType.isF32()
-            ? value
-            : Value(arith::TruncFOp::create(builder, elementType, value));
-    Value address = LLVM::GEPOp::create(builder, ptrType, elementType, out,
-                                        ValueRange{add(rowOffset,
-                                                       toI64(column))});
-    LLVM::StoreOp::create(builder, narrow, address);
+    ifThen(
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, column, dim),
+        [&] {
+          Value sum = zero;
+          for (int64_t w = 0; w < kCombineWarps; ++w)
+            sum = fadd(
+                sum, memref::LoadOp::create(builder, buffer,
+                                            ValueRange{constIndex(w), column}));
+          Value value = fmul(sum, inverse);
+          Value narrow =
+              elementType.isF32()
+                  ? value
+                  : Value(arith::TruncFOp::create(builder, elementType, value));
+          Value address =
+              LLVM::GEPOp::create(builder, ptrType, elementType, out,
+                                  ValueRange{add(rowOffset, toI64(column))});
+          LLVM::StoreOp::create(builder, narrow, address);
+        });
   }
   builder.setInsertionPointToEnd(&func.getBody().front());
   gpu::ReturnOp::create(builder);

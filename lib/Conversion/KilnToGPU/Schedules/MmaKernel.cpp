@@ -82,15 +82,11 @@ Value MmaKernel::constI32(int64_t value) {
 }
 
 Value MmaKernel::stageTile(int64_t index) {
-  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
-  return LLVM::GEPOp::create(
-      *b, sharedPtr, b->getI8Type(), shared,
-      ArrayRef<LLVM::GEPArg>{int32_t(index * tileBytes())});
+  return sharedByteOffset(shared, index * tileBytes());
 }
 
 void MmaKernel::allocateTiles() {
-  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
-  shared = LLVM::AddressOfOp::create(*b, sharedPtr, kDynamicSharedName);
+  shared = dynamicShared();
   for (int64_t stage = 0; stage < stages; ++stage) {
     kTiles.push_back(stageTile(stage));
     vTiles.push_back(stageTile(stages + stage));
@@ -141,13 +137,12 @@ void MmaKernel::bindLaneLayout() {
 void MmaKernel::issueIf(Value condition, Value tile, Value global, Value base,
                         Value rowStride, Value firstRow,
                         ArrayRef<Value> prefetched) {
-  auto ifOp = scf::IfOp::create(*b, condition, /*withElse=*/false);
-  OpBuilder::InsertionGuard guard(*b);
-  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
   // V rows have the value head dim (MLA), K rows the query/key one.
   int64_t dim = global == v ? spec.problem.valueDim() : spec.problem.headDim;
-  issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
-            prefetched);
+  ifThen(condition, [&] {
+    issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
+              prefetched);
+  });
 }
 
 // Row r of the Q tile is (query, head) pair firstPackedRow + r; rows past
@@ -285,7 +280,6 @@ void MmaKernel::bindRows() {
 // whole merged state, and warp 0 writes it.
 SmallVector<Value> MmaKernel::runModes(ArrayRef<Value> initState,
                                        int64_t shareBlocks) {
-  auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
   SmallVector<Type> stateTypes(initState.size(), b->getF32Type());
   auto modeIf = scf::IfOp::create(*b, stateTypes, isDecode,
                                   /*withElse=*/true);
@@ -298,9 +292,7 @@ SmallVector<Value> MmaKernel::runModes(ArrayRef<Value> initState,
   // states from its start (2048 + 256 · Dv bytes in all, less than the three
   // or more tiles of 128 · D bytes or more there are).
   int64_t regionBytes = 2 * kWarpSize * int64_t(initState.size()) * 4;
-  Value secondRegion =
-      LLVM::GEPOp::create(*b, sharedPtr, b->getI8Type(), shared,
-                          ArrayRef<LLVM::GEPArg>{int32_t(regionBytes)});
+  Value secondRegion = sharedByteOffset(shared, regionBytes);
   scf::YieldOp::create(
       *b, mergeWarps(loopState, shared, secondRegion, shareBlocks));
   b->setInsertionPointToStart(&modeIf.getElseRegion().front());

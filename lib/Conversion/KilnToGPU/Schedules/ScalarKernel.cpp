@@ -205,14 +205,13 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
                                           rowState[1], zero);
     Value inverse = arith::DivFOp::create(builder, constF32(1.0f), rowState[1]);
     inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
-    auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    Value rowOffset = add(outBase, mul(toI64(queryRow), outStrides[2]));
-    for (int64_t d = 0; d < dimsPerLane; ++d) {
-      Value column = toI64(add(lane, constIndex(d * kWarpSize)));
-      storeOutput(fmul(rowState[2 + d], inverse), add(rowOffset, column));
-    }
+    ifThen(inBounds, [&] {
+      Value rowOffset = add(outBase, mul(toI64(queryRow), outStrides[2]));
+      for (int64_t d = 0; d < dimsPerLane; ++d) {
+        Value column = toI64(add(lane, constIndex(d * kWarpSize)));
+        storeOutput(fmul(rowState[2 + d], inverse), add(rowOffset, column));
+      }
+    });
   }
   b = &builder;
 }

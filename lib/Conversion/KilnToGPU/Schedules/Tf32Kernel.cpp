@@ -230,16 +230,12 @@ SmallVector<Value> Tf32Kernel::tileStep(Value kvStart, ValueRange state) {
   Value kTile = arith::SelectOp::create(*b, odd, tiles[2], tiles[0]);
   Value vTile = arith::SelectOp::create(*b, odd, tiles[3], tiles[1]);
   Value nextStart = add(kvStart, constIndex(kTileKeys));
-  auto hasNext = scf::IfOp::create(
-      *b,
-      arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, nextStart, kvEnd),
-      /*withElse=*/false);
-  {
-    OpBuilder::InsertionGuard guard(*b);
-    b->setInsertionPointToStart(&hasNext.getThenRegion().front());
-    issueTiles(arith::SelectOp::create(*b, odd, tiles[0], tiles[2]),
-               arith::SelectOp::create(*b, odd, tiles[1], tiles[3]), nextStart);
-  }
+  ifThen(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, nextStart, kvEnd),
+         [&] {
+           issueTiles(arith::SelectOp::create(*b, odd, tiles[0], tiles[2]),
+                      arith::SelectOp::create(*b, odd, tiles[1], tiles[3]),
+                      nextStart);
+         });
   NVVM::CpAsyncCommitGroupOp::create(*b);
   // This tile's copies have landed (the next tile's may not have).
   NVVM::CpAsyncWaitGroupOp::create(*b, 1);
@@ -272,13 +268,9 @@ SmallVector<Value> Tf32Kernel::tileStep(Value kvStart, ValueRange state) {
 void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
   // Dynamic shared memory: stage 0's K and V tiles, then stage 1's.
-  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  Value shared =
-      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  Value shared = dynamicShared();
   for (int64_t t = 0; t < 4; ++t)
-    tiles[t] =
-        LLVM::GEPOp::create(builder, sharedPtr, builder.getI8Type(), shared,
-                            ArrayRef<LLVM::GEPArg>{int32_t(t * tileBytes())});
+    tiles[t] = sharedByteOffset(shared, t * tileBytes());
   laneGroup = arith::DivUIOp::create(builder, lane, constIndex(4));
   laneInGroup = arith::RemUIOp::create(builder, lane, constIndex(4));
 
@@ -298,16 +290,9 @@ void Tf32Kernel::buildBody(gpu::GPUFuncOp func) {
   initState.append(dimBlocks() * 4, zero);
 
   // The first tile's copies, before the loop.
-  {
-    auto hasTiles = scf::IfOp::create(
-        builder,
-        arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin,
-                              kvEnd),
-        /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&hasTiles.getThenRegion().front());
-    issueTiles(tiles[0], tiles[1], kvBegin);
-  }
+  ifThen(
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, kvBegin, kvEnd),
+      [&] { issueTiles(tiles[0], tiles[1], kvBegin); });
   NVVM::CpAsyncCommitGroupOp::create(builder);
   scf::ForOp loop = forLoop(kvBegin, kvEnd, constIndex(kTileKeys), initState,
                             [&](Value kvStart, ValueRange state) {

@@ -323,10 +323,7 @@ Value WarpSpecializedKernel::stageTile(Value stage, int64_t first) {
 }
 
 void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
-  auto ifOp = scf::IfOp::create(*b, isLeader, /*withElse=*/false);
-  OpBuilder::InsertionGuard guard(*b);
-  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-  arrive(stageBarrier(barrier, stage));
+  ifThen(isLeader, [&] { arrive(stageBarrier(barrier, stage)); });
 }
 
 // K-major operands, 16 head dims an instruction (32 bytes along a swizzled
@@ -416,10 +413,7 @@ void WarpSpecializedKernel::passTurn() {
 void WarpSpecializedKernel::passTurnFrom(int64_t which, int64_t barrier) {
   Value isWhich = arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, consumer,
                                         constIndex(which));
-  auto ifOp = scf::IfOp::create(*b, isWhich, /*withElse=*/false);
-  OpBuilder::InsertionGuard turnGuard(*b);
-  b->setInsertionPointToStart(&ifOp.getThenRegion().front());
-  arriveAtTurn(constI32(barrier));
+  ifThen(isWhich, [&] { arriveAtTurn(constI32(barrier)); });
 }
 
 SmallVector<Value>
@@ -609,9 +603,7 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
 
 void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   ImplicitLocOpBuilder &builder = *b;
-  auto sharedPtr = LLVM::LLVMPointerType::get(builder.getContext(), 3);
-  Value shared =
-      LLVM::AddressOfOp::create(builder, sharedPtr, kDynamicSharedName);
+  Value shared = dynamicShared();
   Value sharedBase = sharedAddress(shared);
   Value barriers = add32(sharedBase, barrierOffset());
 
@@ -620,15 +612,12 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   // warps of each consumer warpgroup.
   Value isFirst = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
                                         threadId, constIndex(0));
-  {
-    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
-    OpBuilder::InsertionGuard guard(builder);
-    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+  ifThen(isFirst, [&] {
     for (int64_t index = 0; index < kNumBarriers; ++index)
       initBarrier(add32(barriers, 8 * index),
                   index >= kKEmpty ? 4 * consumers : 1);
     inlinePtx({}, {}, "fence.mbarrier_init.release.cluster;", "");
-  }
+  });
   gpu::BarrierOp::create(builder);
 
   Value span =
@@ -647,12 +636,7 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
       llvm::formatv("setmaxnreg.dec.sync.aligned.u32 {0};", kProducerRegisters)
           .str(),
       "");
-  {
-    auto ifOp = scf::IfOp::create(builder, isFirst, /*withElse=*/false);
-    OpBuilder::InsertionGuard innerGuard(builder);
-    builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    buildProducer(sharedBase, numTiles);
-  }
+  ifThen(isFirst, [&] { buildProducer(sharedBase, numTiles); });
   builder.setInsertionPointToStart(&roles.getElseRegion().front());
   inlinePtx(
       {}, {},
