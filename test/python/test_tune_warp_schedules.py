@@ -28,13 +28,14 @@ def test_the_shipped_table_is_the_measured_one():
     assert tune.table(results) == shipped
 
 
-def test_rows_only_past_the_margin():
+def test_rules_kept_within_the_margin():
     def row(d, causal, consumers, keys, overlap, turns, tflops):
         return dict(d=d, causal=causal, consumers=consumers, tile_keys=keys,
                     overlap=overlap, ping_pong=turns, TFLOPs=tflops)
 
     results = {"device": "GPU", "torch": "2", "rows": [
-        # d128: the rules' schedule, and one 1% faster (noise: no row).
+        # d128: the rules' schedule, and one 1% faster (noise: the rules'
+        # schedule is the row).
         row(128, False, 2, 128, True, False, 500),
         row(128, False, 2, 128, True, True, 505),
         # d256 causal: 5% faster with the turns (a row).
@@ -43,5 +44,6 @@ def test_rows_only_past_the_margin():
     ]}
     text = tune.table(results)
     assert "KILN_WARP_SCHEDULE(256, true, 2, 64, true, true, 525, 500)" in text
-    assert "KILN_WARP_SCHEDULE(128" not in text
-    assert "// d128: the rules'" in text
+    assert "KILN_WARP_SCHEDULE(128, false, 2, 128, true, false, 500, 500)" in text
+    assert "// d128: the rules' schedule (best 2 consumers, 128 keys, " \
+        "overlap on, turns on: 505 TFLOP/s)" in text

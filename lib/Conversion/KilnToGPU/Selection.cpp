@@ -41,8 +41,6 @@ constexpr ScheduleRow kScheduleTable[] = {
   {headDim, causal, wgmma, blocksPerSM},
 #include "ScheduleTable.inc"
 #undef KILN_SCHEDULE
-    // (Head dim 0 matches nothing: the table may have no rows.)
-    {0, false, false, 0},
 };
 } // namespace
 
@@ -104,8 +102,6 @@ constexpr WarpScheduleRow kWarpScheduleTable[] = {
   {headDim, causal, consumers, tileKeys, overlap, pingPong},
 #include "WarpScheduleTable.inc"
 #undef KILN_WARP_SCHEDULE
-    // (Head dim 0 matches nothing: the table may have no rows.)
-    {0, false, 2, 128, false, false},
 };
 } // namespace
 

@@ -16,7 +16,7 @@
 // a step), B transposed. Each group of products is fenced, committed and
 // waited for.
 // CHECK-LABEL: gpu.func @kiln_attention_mma_bf16_d64(
-// CHECK-SAME: schedule = {blocks_per_sm = 3 : i64, from = "rule", variant = "wgmma"}
+// CHECK-SAME: schedule = {blocks_per_sm = 3 : i64, from = "table", variant = "wgmma"}
 // CHECK: scf.for
 // CHECK-NOT: wgmma
 // CHECK: nvvm.mma.sync
