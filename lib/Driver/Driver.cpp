@@ -479,12 +479,12 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
       if (target.chip == "sm_90a") {
         target.assembly = std::move(hopperPTX->front().assembly);
         // Its split kernels let their combine kernels launch early, and
-        // those wait (KernelSpec::launchDependents).
+        // those wait (LaunchProtocol::launchDependents).
         target.gridDependency = true;
         // Its attention kernels wait for the kernels before them
-        // (KernelSpec::waitForGrid).
+        // (LaunchProtocol::waitForGrid).
         target.attentionGridDependency = true;
-        // And reduce their splits in a cluster (KernelSpec::clusterSplits).
+        // And reduce their splits in a cluster (LaunchProtocol::clusterSplits).
         target.clusterSplits = kMaxClusterSplits;
       }
   }
