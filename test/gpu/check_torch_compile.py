@@ -452,7 +452,8 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated module names")
     parser.add_argument("--dynamic", default="causal-tril,bert-padding,alibi-baddbmm,"
                         "gqa-expand,latent-values,cross-attention",
-                        help="modules also run under dynamic=True at three lengths")
+                        help="modules also run under dynamic=True at three lengths "
+                        "(none: no module)")
     options = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, cache "
           f"{kiln.transformers.cache_directory()}", flush=True)
@@ -460,6 +461,11 @@ def main() -> int:
     cases = zoo(options.batch, options.seq)
     assert [c[0] for c in cases] == NAMES, "NAMES is not the zoo's names"
     only = set(options.only.split(",")) if options.only else None
+    dynamic = [name for name in options.dynamic.split(",") if name and name != "none"]
+    unknown = sorted(set(dynamic) - set(NAMES))
+    if unknown:
+        print(f"check_torch_compile: --dynamic: no module {unknown[0]!r}", file=sys.stderr)
+        return 2
     for name, module, make, sites in cases:
         if only and name not in only:
             continue
@@ -484,7 +490,7 @@ def main() -> int:
         print(f"{name}: {'PASS' if row['ok'] else 'FAIL'} {detail}{times} "
               f"[{row['wall_s']:.0f} s]", flush=True)
     lengths = [options.seq, options.seq - 37, options.seq + 129]
-    for name in filter(None, options.dynamic.split(",")):
+    for name in dynamic:
         began = time.perf_counter()
         cases = [case(name, options.batch, n) for n in lengths]
         # The module sized past the longest length (a causal buffer, say, as
