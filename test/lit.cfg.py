@@ -24,7 +24,8 @@ config.substitutions.append(("%kiln_tools_dir", config.kiln_tools_dir))
 config.substitutions.append(("%kiln_lib_dir", config.kiln_lib_dir))
 # Site packages compiled once by the build (test/CMakeLists.txt).
 for substitution, package in (("%attention_sites", "attention_sites"),
-                              ("%head_dims_sites", "head_dims")):
+                              ("%head_dims_sites", "head_dims"),
+                              ("%ping_pong_sites", "ping_pong")):
     config.substitutions.append(
         (substitution, os.path.join(config.kiln_obj_root, "test", "packages", package)))
 config.substitutions.append(("%python", config.python_executable))
