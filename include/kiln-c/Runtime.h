@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 5
+#define KILN_RUNTIME_API_VERSION 6
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -128,6 +128,7 @@ typedef struct kiln_site_info {
   int32_t paged;         /* a kiln.paged_attention site */
   int64_t page_size;     /* paged sites; KILN_DYNAMIC when not fixed */
   int32_t split_kv;      /* the kernel can split keys (see workspace) */
+  int32_t ragged;        /* paged sites taking packed queries (q_offsets) */
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -230,6 +231,18 @@ typedef struct kiln_paged_attention_args {
      split so that its longest sequences do not run alone at the end. It
      must not exceed batch x max_pages x page_size. */
   int64_t total_kv_len;
+  /* Ragged sites (kiln_site_info.ragged): the queries of every sequence
+     packed along one axis. q and out are [total_q, q_heads, head_dim]
+     with q_len = total_q and strides {0, head, row, head_dim}; sequence b
+     owns rows [q_offsets[b], q_offsets[b + 1]) (q_offsets: [batch + 1]
+     int32 on the device). The launch runs the plan_items work items of
+     `plan` (int32 pairs on the device, 8-byte aligned), which
+     kiln_site_plan_paged_attention writes for the batch's offsets; items
+     naming no sequence (sequence -1) do nothing, so a plan buffer of fixed
+     capacity serves every step of a CUDA graph. NULL and 0 elsewhere. */
+  const int32_t *q_offsets;
+  const int32_t *plan;
+  int64_t plan_items;
 } kiln_paged_attention_args;
 
 /// The launch configuration a launch would use.
@@ -391,6 +404,29 @@ KILN_RT_API kiln_status kiln_site_attention_splits(
 KILN_RT_API kiln_status kiln_site_paged_attention_splits(
     const kiln_site *site, const kiln_paged_attention_args *args,
     int64_t *splits);
+
+/// The plan of a ragged paged launch (kiln_site_info.ragged): its work
+/// items, (sequence, query block) int32 pairs, heaviest first (by the keys
+/// a block visits, from `kv_lens` where given, else by the sequence's
+/// queries), so that long prompt chunks start first and decodes fill the
+/// tail. `q_offsets` ([batch + 1]) and `kv_lens` ([batch], or NULL) are host
+/// copies of the launch's. The items go to `plan` (host, `capacity` pairs),
+/// the rest of it filled with empty items (sequence -1), and `*items`
+/// receives the count. Copy the plan to the device buffer the launch reads;
+/// passing plan_items = capacity keeps one launch shape (a CUDA graph's).
+/// KILN_INVALID_ARGUMENT names the first bad offset (offsets start at 0 and
+/// never decrease) and a capacity too small (kiln_site_plan_capacity).
+KILN_RT_API kiln_status kiln_site_plan_paged_attention(
+    const kiln_site *site, const int32_t *q_offsets, const int32_t *kv_lens,
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int32_t *plan,
+    int64_t capacity, int64_t *items);
+/// The plan capacity (items) that every ragged launch of at most `batch`
+/// sequences and `total_q` queries fits in.
+KILN_RT_API kiln_status kiln_site_plan_capacity(const kiln_site *site,
+                                                int64_t batch, int64_t total_q,
+                                                int64_t q_heads,
+                                                int64_t kv_heads,
+                                                int64_t *capacity);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -134,6 +134,13 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       value *= factor;
       formula += (formula.empty() ? "" : "*") + std::string(dimName(dim));
     }
+    if (rule.planItems) {
+      if (!paged || !paged->plan)
+        return invalid("{}kernel \"{}\" is ragged: launch it with a plan",
+                       where, kernel.name);
+      value = paged->planItems;
+      formula = "plan_items";
+    }
     for (Dim dim : rule.perDims) {
       int64_t divisor = dimValue(args, dim);
       if (divisor <= 0 || value % divisor != 0)
@@ -194,17 +201,20 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       integer = tensorStrides(args, arg.tensor)[arg.axis];
       what = arg.name;
       break;
-    case ArgSource::PagedPointer:
+    case ArgSource::PagedPointer: {
       if (!paged)
         return invalid("{}kernel \"{}\" is paged", where, kernel.name);
-      value.pointer = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(
-          arg.paged == 0 ? paged->pageTable : paged->kvLens));
+      const void *pointers[] = {paged->pageTable, paged->kvLens,
+                                paged->qOffsets, paged->plan};
+      value.pointer = static_cast<uint64_t>(
+          reinterpret_cast<uintptr_t>(pointers[arg.paged]));
       continue;
+    }
     case ArgSource::PagedDim: {
       if (!paged)
         return invalid("{}kernel \"{}\" is paged", where, kernel.name);
       const int64_t values[] = {paged->maxPages, paged->numPages,
-                                paged->pageSize};
+                                paged->pageSize, paged->sequences};
       integer = values[arg.paged];
       what = arg.name;
       break;
@@ -482,10 +492,13 @@ Error launchChecked(kiln_package &package, const Site &s,
   LaunchPlan plan;
   if (Error error = fillPlan(*launch.kernel, s, where, launch, splits, plan))
     return error;
+  // Ragged kernels never reduce their splits in clusters (their plan's
+  // empty items would leave clusters short): the combine kernel does.
   int64_t cluster = 0;
-  if (Error error = package.modules.clusterOfSplits(
-          *driver, s.kernelIndex, plan.config, stream, splits, cluster))
-    return error;
+  if (!launch.kernel->ragged)
+    if (Error error = package.modules.clusterOfSplits(
+            *driver, s.kernelIndex, plan.config, stream, splits, cluster))
+      return error;
   if (Error error = launchPlanned(package, *driver, s, s.kernelIndex, plan,
                                   stream, /*afterSplits=*/false, cluster))
     return error;

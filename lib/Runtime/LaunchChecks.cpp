@@ -291,8 +291,32 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
         return invalid("{}{} has a negative stride ({})", where, name,
                        strides[axis]);
 
+  if (site.ragged) {
+    if (!paged.q_offsets || !paged.plan)
+      return invalid("{}{} is NULL (a ragged site takes packed queries and "
+                     "a plan: kiln_site_plan_paged_attention)",
+                     where, !paged.q_offsets ? "q_offsets" : "plan");
+    if (reinterpret_cast<uintptr_t>(paged.q_offsets) % 4 ||
+        reinterpret_cast<uintptr_t>(paged.plan) % 8)
+      return invalid("{}q_offsets must be 4-byte and plan 8-byte aligned",
+                     where);
+    if (paged.plan_items < 0 ||
+        paged.plan_items > std::numeric_limits<int32_t>::max())
+      return invalid("{}plan_items must be 0 to 2^31 - 1, got {}", where,
+                     paged.plan_items);
+    if (paged.plan_items == 0) {
+      launch.empty = true;
+      return Error::ok();
+    }
+  } else if (paged.q_offsets || paged.plan || paged.plan_items) {
+    return invalid("{}q_offsets and plan are for ragged sites; this site "
+                   "takes q [batch, q_heads, q_len, head_dim]",
+                   where);
+  }
+
   // The rest is an attention launch with the caches as K and V: the same
-  // checks of dtypes, pointers, head dims and q/out strides.
+  // checks of dtypes, pointers, head dims and q/out strides. A ragged
+  // launch's packed rows stand as one sequence of total_q queries.
   kiln_attention_args args{};
   args.q = paged.q;
   args.k = paged.key_cache;
@@ -303,7 +327,7 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   args.v_dtype = paged.value_cache_dtype;
   args.out_dtype = paged.out_dtype;
   args.mask_dtype = args.bias_dtype = KILN_DTYPE_NONE;
-  args.batch = paged.batch;
+  args.batch = site.ragged ? 1 : paged.batch;
   args.q_heads = paged.q_heads;
   args.kv_heads = paged.kv_heads;
   args.q_len = paged.q_len;
@@ -315,6 +339,8 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   std::memcpy(args.v_strides, paged.value_cache_strides,
               sizeof(args.v_strides));
   std::memcpy(args.out_strides, paged.out_strides, sizeof(args.out_strides));
+  if (site.ragged)
+    args.q_strides[0] = args.out_strides[0] = 0;
   args.workspace = paged.workspace;
   args.workspace_bytes = paged.workspace_bytes;
   args.num_splits = paged.num_splits;
@@ -327,6 +353,10 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   values.numPages = paged.num_pages;
   values.pageSize = paged.page_size;
   values.pageTableStride = paged.page_table_strides[0];
+  values.qOffsets = paged.q_offsets;
+  values.plan = paged.plan;
+  values.planItems = paged.plan_items;
+  values.sequences = paged.batch;
   launch.args = args;
   launch.paged = values;
   launch.maxKvLen = args.kv_len;
@@ -368,12 +398,15 @@ Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
   tables.pageTable = paged.pageTable;
   tables.pageTableStride = paged.pageTableStride;
   tables.kvLens = paged.kvLens;
-  tables.batch = launch.args.batch;
+  tables.batch = s.ragged ? paged.sequences : launch.args.batch;
   tables.maxPages = paged.maxPages;
   tables.pageSize = paged.pageSize;
   tables.numPages = paged.numPages;
   tables.qLen = launch.args.q_len;
-  tables.window = s.window.value_or(0);
+  // A ragged launch's sequences have their own query counts, which the
+  // host does not see: every entry below kv_len is checked, as without a
+  // window.
+  tables.window = s.ragged ? 0 : s.window.value_or(0);
   return checkPagedTables(*driver, tables, static_cast<CUstream>(stream),
                           messagePrefix(s));
 }

@@ -28,6 +28,11 @@ struct PagedValues {
   const int32_t *pageTable = nullptr;
   const int32_t *kvLens = nullptr;
   int64_t maxPages = 0, numPages = 0, pageSize = 0, pageTableStride = 0;
+  /// Ragged launches: the offsets of the packed queries and the plan, its
+  /// items, and the sequences (the attention view has batch 1).
+  const int32_t *qOffsets = nullptr;
+  const int32_t *plan = nullptr;
+  int64_t planItems = 0, sequences = 0;
 };
 
 /// A checked launch, in the terms of an attention launch: a paged launch's

@@ -217,6 +217,8 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
                           kernel.name, kernel.paged ? "paged" : "not"));
   if (site.paged)
     site.pageSize = node.optionalKey("page_size").optionalInteger(1);
+  // Packed queries are the kernel's form: the site takes them with it.
+  site.ragged = kernel.ragged;
   Node softcapNode = node.optionalKey("softcap");
   if (!softcapNode.isNull()) {
     double softcap = softcapNode.number();

@@ -45,9 +45,11 @@ enum class ArgSource : uint8_t {
   Scale,   ///< the site's scale
   Softcap, ///< the site's soft-capping value
   Window,  ///< the site's sliding-window size
-  /// Paged sites: the page table or the key counts (`paged` = 0 or 1).
+  /// Paged sites: the page table or the key counts (`paged` = 0 or 1);
+  /// ragged sites also q_offsets or the plan (2, 3).
   PagedPointer,
-  /// Paged sites: max_pages, num_pages or page_size (`paged` = 0, 1, 2).
+  /// Paged sites: max_pages, num_pages or page_size (`paged` = 0, 1, 2);
+  /// ragged sites also the sequence count (3).
   PagedDim,
   /// Paged sites: the page table's batch stride.
   PageTableStride,
@@ -86,6 +88,9 @@ struct GridRule {
   int64_t ceilDiv = 1;
   /// Multiplied by the launch's split count (`"times_splits"`).
   bool timesSplits = false;
+  /// Ragged kernels' grid x: the launch's plan items (`"dim":
+  /// "plan_items"`).
+  bool planItems = false;
 };
 
 struct Kernel {
@@ -93,6 +98,10 @@ struct Kernel {
   std::string kind;
   /// "paged_attention": K and V are read through a page table.
   bool paged = false;
+  /// Paged kernels of packed queries (`"ragged"`): blocks from a plan.
+  bool ragged = false;
+  /// Rows of Q (or packed (query, head) pairs) a block computes.
+  int64_t rowsPerBlock = 64;
   /// "split_combine": reduces the splits of split-KV kernels.
   bool combine = false;
   /// A kernel that splits keys: the index of its combine kernel.
@@ -133,6 +142,8 @@ struct Site {
   bool paged = false;
   /// Paged sites: static page size, or nullopt.
   std::optional<int64_t> pageSize;
+  /// Paged sites of packed queries (q_offsets), launched with a plan.
+  bool ragged = false;
   size_t kernelIndex = 0;
   /// The warp-specialised kernel launched instead where its targets, the
   /// shape and the views allow.

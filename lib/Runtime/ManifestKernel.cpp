@@ -55,15 +55,17 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
       return true;
     }
   }
-  static const char *pagedPointers[] = {"page_table", "kv_lens"};
-  for (int i = 0; i < 2; ++i)
+  static const char *pagedPointers[] = {"page_table", "kv_lens", "q_offsets",
+                                        "plan"};
+  for (int i = 0; i < 4; ++i)
     if (name == pagedPointers[i]) {
       arg.source = ArgSource::PagedPointer;
       arg.paged = i;
       return true;
     }
-  static const char *pagedDims[] = {"max_pages", "num_pages", "page_size"};
-  for (int i = 0; i < 3; ++i)
+  static const char *pagedDims[] = {"max_pages", "num_pages", "page_size",
+                                    "sequences"};
+  for (int i = 0; i < 4; ++i)
     if (name == pagedDims[i]) {
       arg.source = ArgSource::PagedDim;
       arg.paged = i;
@@ -227,7 +229,10 @@ void parseGridRule(const Node &node, GridRule &rule) {
       dims.push_back(*dim);
     }
   };
-  if (node.has("dim")) {
+  if (node.has("dim") && node.key("dim").raw().is_string() &&
+      node.key("dim").string() == "plan_items") {
+    rule.planItems = true;
+  } else if (node.has("dim")) {
     parseDims(node.key("dim"), rule.dims);
     Node perNode = node.optionalKey("per");
     if (!perNode.isNull())
@@ -255,6 +260,13 @@ void parseKernel(const Node &node, Kernel &kernel) {
       node.key("kind").oneOf({"attention", "paged_attention", "split_combine"});
   kernel.paged = kernel.kind == "paged_attention";
   kernel.combine = kernel.kind == "split_combine";
+  Node ragged = node.optionalKey("ragged");
+  kernel.ragged = !ragged.isNull() && ragged.boolean();
+  if (kernel.ragged && !kernel.paged)
+    ragged.fail("only a \"paged_attention\" kernel takes packed queries");
+  Node rows = node.optionalKey("rows_per_block");
+  if (!rows.isNull())
+    kernel.rowsPerBlock = rows.integer(1, 1 << 16);
   kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
   Node valueHeadDim = node.optionalKey("v_head_dim");
@@ -340,6 +352,11 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (kernel.paged)
     requiredArgs = {"q",   "key_cache",  "value_cache",
                     "out", "page_table", "kv_lens"};
+  if (kernel.ragged)
+    requiredArgs.insert(requiredArgs.end(), {"q_offsets", "plan", "sequences"});
+  for (size_t i = 0; i < 3; ++i)
+    if (kernel.grid[i].planItems && !kernel.ragged)
+      grid[i].fail("\"plan_items\" is the grid of a ragged kernel only");
   if (kernel.combine)
     requiredArgs = {"workspace", "out", "num_splits"};
   else if (kernel.combineIndex)

@@ -16,6 +16,7 @@
 #include "Manifest.h"
 #include "Package.h"
 #include "PagedTableCheck.h"
+#include "RaggedPlan.h"
 #include "SplitModel.h"
 
 #include <fmt/format.h>
@@ -314,6 +315,7 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->page_size = s.pageSize ? *s.pageSize : KILN_DYNAMIC;
     info->split_kv =
         site->package->manifest.kernels[s.kernelIndex].combineIndex.has_value();
+    info->ragged = s.ragged;
     return KILN_OK;
   });
 }
@@ -537,6 +539,70 @@ kiln_status kiln_site_workspace_size(const kiln_site *site, int64_t batch,
     if (Error error = workspaceBytes(package, s, batch, q_heads, kv_heads,
                                      q_len, max_kv_len, *bytes))
       return fail(error);
+    return KILN_OK;
+  });
+}
+
+namespace {
+
+/// The checks the plan functions share: a ragged site and a head group.
+Error raggedShape(const kiln_site *site, const char *function, int64_t qHeads,
+                  int64_t kvHeads, const Kernel *&kernel, int64_t &group) {
+  if (!site)
+    return invalid("{}: NULL site", function);
+  const Site &s = site->package->manifest.sites[site->index];
+  std::string where = messagePrefix(s);
+  if (!s.ragged)
+    return invalid("{}not a ragged site (its queries are not packed): its "
+                   "launches need no plan",
+                   where);
+  if (qHeads <= 0 || kvHeads <= 0 || qHeads % kvHeads != 0)
+    return invalid("{}q_heads ({}) must be a positive multiple of kv_heads "
+                   "({})",
+                   where, qHeads, kvHeads);
+  kernel = &site->package->manifest.kernels[s.kernelIndex];
+  group = qHeads / kvHeads;
+  return Error::ok();
+}
+
+} // namespace
+
+kiln_status kiln_site_plan_paged_attention(
+    const kiln_site *site, const int32_t *q_offsets, const int32_t *kv_lens,
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int32_t *plan,
+    int64_t capacity, int64_t *items) {
+  return guarded("kiln_site_plan_paged_attention", [&] {
+    const Kernel *kernel = nullptr;
+    int64_t group = 0;
+    if (Error error = raggedShape(site, "kiln_site_plan_paged_attention",
+                                  q_heads, kv_heads, kernel, group))
+      return fail(error);
+    if (!items)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_plan_paged_attention: NULL result pointer");
+    const Site &s = site->package->manifest.sites[site->index];
+    if (Error error =
+            buildPlan(messagePrefix(s), q_offsets, kv_lens, batch, group,
+                      kernel->rowsPerBlock, plan, capacity, *items))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_plan_capacity(const kiln_site *site, int64_t batch,
+                                    int64_t total_q, int64_t q_heads,
+                                    int64_t kv_heads, int64_t *capacity) {
+  return guarded("kiln_site_plan_capacity", [&] {
+    const Kernel *kernel = nullptr;
+    int64_t group = 0;
+    if (Error error = raggedShape(site, "kiln_site_plan_capacity", q_heads,
+                                  kv_heads, kernel, group))
+      return fail(error);
+    if (!capacity || batch < 0 || total_q < 0)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_plan_capacity: NULL result pointer or a "
+                  "negative size");
+    *capacity = planCapacity(batch, total_q, group, kernel->rowsPerBlock);
     return KILN_OK;
   });
 }

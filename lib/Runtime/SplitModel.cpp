@@ -93,11 +93,13 @@ int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
   return best;
 }
 
-/// Blocks of a launch with one split: the product of the grid rules.
-int64_t gridBlocks(const Kernel &kernel, const kiln_attention_args &args) {
+/// Blocks of a launch with one split: the product of the grid rules (a
+/// ragged launch's grid x is its `planItems`).
+int64_t gridBlocks(const Kernel &kernel, const kiln_attention_args &args,
+                   int64_t planItems = 0) {
   int64_t blocks = 1;
   for (const GridRule &rule : kernel.grid) {
-    int64_t value = rule.constant;
+    int64_t value = rule.planItems ? planItems : rule.constant;
     for (Dim dim : rule.dims)
       value *= dimValue(args, dim);
     for (Dim dim : rule.perDims)
@@ -129,11 +131,19 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
   int64_t kvBlocks =
       (launch.maxKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
   int64_t meanKvBlocks = 0;
-  if (launch.totalKvLen > 0 && args.batch > 0) {
-    int64_t meanKvLen = (launch.totalKvLen + args.batch - 1) / args.batch;
+  // A ragged launch: its sequences, and blocks from its plan (whose empty
+  // items exit at once: a fixed-capacity plan is costed at its capacity,
+  // which only lowers the split count).
+  int64_t sequences = args.batch, planItems = 0;
+  if (launch.paged && kernel.ragged) {
+    sequences = launch.paged->sequences;
+    planItems = launch.paged->planItems;
+  }
+  if (launch.totalKvLen > 0 && sequences > 0) {
+    int64_t meanKvLen = (launch.totalKvLen + sequences - 1) / sequences;
     meanKvBlocks = (meanKvLen + kernel.kvBlockSize - 1) / kernel.kvBlockSize;
   }
-  splits = chooseSplits(gridBlocks(kernel, args), residency.smCount,
+  splits = chooseSplits(gridBlocks(kernel, args, planItems), residency.smCount,
                         residency.blocksPerSM, kvBlocks, args.batch,
                         saturatingBlocks(kernel), meanKvBlocks);
   while (splits > 1 && splitWorkspaceBytes(args, launch.valueHeadDim, splits) >
@@ -203,6 +213,31 @@ Error workspaceBytes(kiln_package &package, const Site &s, int64_t batch,
     for (int64_t mean = kvBlocks / 2; mean >= 1; mean /= 2)
       means.push_back(mean);
   int64_t largest = 0;
+  if (kernel.ragged) {
+    // The packed rows stand as one sequence (batch 1, q_len total_q); a
+    // launch of `queries` rows has at least the plan items its rows fill,
+    // and fewer items mean more splits: for each item count, the most rows
+    // it holds.
+    args.batch = 1;
+    int64_t group = std::max<int64_t>(qHeads / std::max<int64_t>(kvHeads, 1),
+                                      1);
+    int64_t rows = kernel.rowsPerBlock;
+    for (int64_t items = (qLen * group + rows - 1) / rows; items >= 1;
+         --items) {
+      args.q_len = std::min<int64_t>(qLen, std::max<int64_t>(
+                                               items * rows / group, 1));
+      int64_t blocks = gridBlocks(kernel, args, items);
+      for (int64_t mean : means) {
+        int64_t splits =
+            chooseSplits(blocks, residency.smCount, residency.blocksPerSM,
+                         kvBlocks, 1, saturatingBlocks(kernel), mean);
+        largest =
+            std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
+      }
+    }
+    bytes = largest;
+    return Error::ok();
+  }
   for (int64_t queries = qLen; queries >= 1; --queries) {
     args.batch = 1;
     args.q_len = queries + 1;

@@ -103,6 +103,20 @@ class KilnError(RuntimeError):
 # --------------------------------------------------------------------------
 
 
+def _host_array(values: Any) -> Any:
+    """A host numpy array of a list, a numpy array or a CPU tensor."""
+    import numpy as np
+
+    if hasattr(values, "detach"):
+        if values.is_cuda:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                "plan() takes host values (a serving scheduler's own copy): "
+                "reading a CUDA tensor back would synchronize")
+        return values.detach().numpy()
+    return np.asarray(values)
+
+
 class _SiteInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -130,6 +144,7 @@ class _SiteInfo(ctypes.Structure):
         ("paged", ctypes.c_int32),
         ("page_size", ctypes.c_int64),
         ("split_kv", ctypes.c_int32),
+        ("ragged", ctypes.c_int32),
     ]
 
 
@@ -181,6 +196,9 @@ class PagedAttentionArgs(ctypes.Structure):
         ("workspace_bytes", ctypes.c_int64),
         ("num_splits", ctypes.c_int64),
         ("total_kv_len", ctypes.c_int64),
+        ("q_offsets", ctypes.c_void_p),
+        ("plan", ctypes.c_void_p),
+        ("plan_items", ctypes.c_int64),
     ]
 
 
@@ -385,6 +403,31 @@ def _declare(lib: ctypes.CDLL) -> None:
                 ctypes.POINTER(ctypes.c_int64),
             ],
         ),
+        "kiln_site_plan_paged_attention": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.c_int64,
+                ctypes.POINTER(ctypes.c_int64),
+            ],
+        ),
+        "kiln_site_plan_capacity": (
+            c_status,
+            [
+                site_p,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.POINTER(ctypes.c_int64),
+            ],
+        ),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -392,7 +435,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 5
+_API_VERSION = 6
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -570,6 +613,8 @@ class Site:
         # The kernel can split each sequence's keys over several blocks (see
         # workspace_size()).
         self.split_kv: bool = bool(info.split_kv)
+        # A paged site of packed queries (q_offsets): launched with a plan.
+        self.ragged: bool = bool(info.ragged)
         self.mask: str = _MASK_NAMES[MaskKind(info.mask)]
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
@@ -658,14 +703,7 @@ class Site:
         max_pages x page_size) split keys as it chooses, on the current CUDA
         device; 0 when the kernel does not split. Heads default to the
         site's."""
-        q_heads = q_heads or self.q_heads
-        kv_heads = kv_heads or self.kv_heads
-        if not q_heads or not kv_heads:
-            raise KilnError(
-                Status.INVALID_ARGUMENT,
-                f"site {self.name!r} has dynamic head counts: pass q_heads "
-                "and kv_heads",
-            )
+        q_heads, kv_heads = self._heads(q_heads, kv_heads)
         size = ctypes.c_int64()
         _check(
             self._package._lib.kiln_site_workspace_size(
@@ -726,6 +764,88 @@ class Site:
             else 0
         )
 
+    # -- ragged batches ---------------------------------------------------------
+
+    def plan_capacity(self, batch: int, total_q: int,
+                      q_heads: Optional[int] = None,
+                      kv_heads: Optional[int] = None) -> int:
+        """The plan items every ragged launch of at most `batch` sequences
+        and `total_q` packed queries fits in (a fixed plan buffer, for CUDA
+        graphs)."""
+        q_heads, kv_heads = self._heads(q_heads, kv_heads)
+        capacity = ctypes.c_int64()
+        _check(self._package._lib.kiln_site_plan_capacity(
+            self._handle, int(batch), int(total_q), q_heads, kv_heads,
+            ctypes.byref(capacity)))
+        return int(capacity.value)
+
+    def plan(self, q_offsets: Any, kv_lens: Any = None, *,
+             q_heads: Optional[int] = None, kv_heads: Optional[int] = None,
+             capacity: Optional[int] = None, out: Any = None,
+             device: Any = None) -> Any:
+        """The plan of a ragged batch (a ragged site's launches take one):
+        its work items, heaviest first, as an int32 CUDA tensor ``[items,
+        2]``. `q_offsets` (``[B + 1]``) and `kv_lens` (``[B]``, optional:
+        orders by queries alone without it) are host values (lists, numpy
+        arrays or CPU tensors): a serving scheduler knows them, and the plan
+        is computed once per step for every layer. With `capacity` the plan
+        has that many items, the rest empty (they do nothing), so that every
+        step launches the same grid; `out`, an int32 CUDA tensor ``[capacity,
+        2]``, receives it (copied on the current stream) for a CUDA graph to
+        replay."""
+        import numpy as np
+        import torch
+
+        q_heads, kv_heads = self._heads(q_heads, kv_heads)
+        offsets = np.ascontiguousarray(
+            _host_array(q_offsets), dtype=np.int32)
+        lens = (None if kv_lens is None else
+                np.ascontiguousarray(_host_array(kv_lens), dtype=np.int32))
+        batch = max(int(offsets.shape[0]) - 1, 0)
+        if lens is not None and lens.shape[0] != batch:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"kv_lens has {lens.shape[0]} entries; q_offsets gives "
+                f"{batch} sequences")
+        if capacity is None and out is not None:
+            capacity = int(out.shape[0])
+        # Without a capacity, the plan is just the batch's items.
+        fixed = capacity is not None
+        if not fixed:
+            capacity = self.plan_capacity(
+                batch, int(offsets[-1]) if batch else 0, q_heads, kv_heads)
+        host = np.empty((max(int(capacity), 0), 2), np.int32)
+        items = ctypes.c_int64()
+        pointer = ctypes.POINTER(ctypes.c_int32)
+        _check(self._package._lib.kiln_site_plan_paged_attention(
+            self._handle, offsets.ctypes.data_as(pointer),
+            None if lens is None else lens.ctypes.data_as(pointer),
+            batch, q_heads, kv_heads, host.ctypes.data_as(pointer),
+            int(capacity), ctypes.byref(items)))
+        rows = host if fixed else host[:int(items.value)]
+        tensor = torch.from_numpy(np.ascontiguousarray(rows))
+        if out is not None:
+            if (out.dtype != torch.int32 or not out.is_cuda or
+                    tuple(out.shape) != tuple(host.shape)):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"out must be an int32 CUDA tensor of shape "
+                    f"{tuple(host.shape)}")
+            out.copy_(tensor, non_blocking=False)
+            return out
+        return tensor.to(device or torch.device("cuda"))
+
+    def _heads(self, q_heads: Optional[int],
+               kv_heads: Optional[int]) -> Tuple[int, int]:
+        q_heads = q_heads or self.q_heads
+        kv_heads = kv_heads or self.kv_heads
+        if not q_heads or not kv_heads:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r} has dynamic head counts: pass q_heads "
+                "and kv_heads")
+        return int(q_heads), int(kv_heads)
+
     # -- torch ----------------------------------------------------------------
 
     def paged_attention(
@@ -741,6 +861,8 @@ class Site:
         num_splits: int = 0,
         total_kv_len: int = 0,
         check: bool = False,
+        q_offsets: Any = None,
+        plan: Any = None,
     ) -> Any:
         """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
         page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
@@ -765,7 +887,66 @@ class Site:
         variable ``KILN_CHECK=1``) validates both on the device first and
         raises KilnError naming the first bad entry; it waits for the stream
         (debug use; skipped under CUDA-graph capture). An empty batch returns
-        an empty output without a launch."""
+        an empty output without a launch.
+
+        A ragged site (``site.ragged``) takes the batch packed: q ``[total_q,
+        Hq, D]`` with `q_offsets` ``[B + 1]`` (int32 CUDA tensor; sequence b
+        owns rows ``q_offsets[b]`` to ``q_offsets[b + 1]``, its new queries,
+        which kv_lens[b] counts) and `plan` from plan(), and returns out
+        ``[total_q, Hq, Dv]``: prompt chunks and decodes in one launch."""
+        import torch
+
+        if self.ragged or q_offsets is not None or plan is not None:
+            if not self.ragged:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"site {self.name!r} takes q [B, Hq, Sq, D]; q_offsets "
+                    "and plan are for ragged sites")
+            if q_offsets is None or plan is None:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"site {self.name!r} is ragged: pass q_offsets and plan "
+                    "(Site.plan)")
+            for name, tensor, rank in (("q_offsets", q_offsets, 1),
+                                       ("plan", plan, 2)):
+                if (not isinstance(tensor, torch.Tensor) or
+                        tensor.device != q.device or
+                        tensor.dtype != torch.int32 or tensor.dim() != rank
+                        or not tensor.is_contiguous()):
+                    raise KilnError(
+                        Status.INVALID_ARGUMENT,
+                        f"{name} must be a contiguous int32 tensor of rank "
+                        f"{rank} on {q.device}")
+            if q.dim() != 3:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"q must be [total_q, Hq, D] for a ragged site, got "
+                    f"shape {tuple(q.shape)}")
+            if q_offsets.shape[0] != kv_lens.shape[0] + 1:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"q_offsets has {q_offsets.shape[0]} entries; kv_lens "
+                    f"gives {kv_lens.shape[0]} sequences (needs B + 1)")
+            # The packed rows as one sequence of total_q queries.
+            packed = q.permute(1, 0, 2).unsqueeze(0)
+            result = out
+            if result is not None:
+                result = result.permute(1, 0, 2).unsqueeze(0)
+            result = self._paged(
+                packed, key_cache, value_cache, page_table, kv_lens, result,
+                stream, workspace, num_splits, total_kv_len, check,
+                q_offsets=q_offsets, plan=plan)
+            return result[0].permute(1, 0, 2)
+        return self._paged(q, key_cache, value_cache, page_table, kv_lens,
+                           out, stream, workspace, num_splits, total_kv_len,
+                           check)
+
+    def _paged(self, q: Any, key_cache: Any, value_cache: Any,
+               page_table: Any, kv_lens: Any, out: Any, stream: Any,
+               workspace: Any, num_splits: int, total_kv_len: int,
+               check: bool, q_offsets: Any = None, plan: Any = None) -> Any:
+        """paged_attention() on q ``[B, Hq, Sq, D]``; a ragged launch's
+        packed rows stand as one sequence (B = 1, Sq = total_q)."""
         import torch
 
         if not self.paged:
@@ -811,14 +992,21 @@ class Site:
                 Status.INVALID_ARGUMENT,
                 f"key_cache head dim {key_dim} differs from q's {head_dim}",
             )
-        if page_table.shape[0] != batch or kv_lens.shape[0] != batch:
+        sequences = batch
+        if q_offsets is not None:
+            sequences = int(kv_lens.shape[0])
+        if page_table.shape[0] != sequences or kv_lens.shape[0] != sequences:
             raise KilnError(
                 Status.INVALID_ARGUMENT,
                 f"page_table {tuple(page_table.shape)} and kv_lens "
-                f"{tuple(kv_lens.shape)} must have q's batch {batch} rows",
+                f"{tuple(kv_lens.shape)} must have q's batch {sequences} rows",
             )
         value_dim = int(value_cache.shape[3])
         launch_stream = _Stream(device, stream)
+        if out is None and q_offsets is not None:
+            # Packed [total_q, Hq, Dv], seen as [1, Hq, total_q, Dv].
+            out = launch_stream.empty((q_len, q_heads, value_dim),
+                                      q.dtype).permute(1, 0, 2).unsqueeze(0)
         if out is None:
             out = launch_stream.empty((batch, q_heads, q_len, value_dim), q.dtype)
         if tuple(out.shape) != (batch, q_heads, q_len, value_dim):
@@ -846,6 +1034,13 @@ class Site:
         args.num_pages, args.page_size = num_pages, page_size
         args.max_pages = int(page_table.shape[1])
         args.total_kv_len = int(total_kv_len)
+        if q_offsets is not None:
+            args.batch = sequences
+            args.q_offsets = q_offsets.data_ptr()
+            args.plan = plan.data_ptr()
+            args.plan_items = int(plan.shape[0])
+            if sequences == 0 or q_len == 0:
+                return out
         if batch == 0:
             return out
         with torch.cuda.device(device):

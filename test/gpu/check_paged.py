@@ -80,22 +80,31 @@ def reference(site, q, key_cache, value_cache, table, kv_lens, window, softcap):
         k = k.repeat_interleave(group, 0)
         v = v.repeat_interleave(group, 0)
         s = site.scale * q[b].double() @ k.transpose(-1, -2)  # [Hq, sq, n]
-        if softcap:
-            s = softcap * torch.tanh(s / softcap)
-        rows = torch.arange(sq, device=q.device)[:, None]
-        cols = torch.arange(n, device=q.device)[None, :]
-        hidden = torch.zeros(sq, n, dtype=torch.bool, device=q.device)
-        if site.causal:
-            hidden |= cols > rows + (n - sq)
-            if window:
-                hidden |= cols <= rows + (n - sq) - window
-        s = s.masked_fill(hidden, float("-inf"))
-        m = s.amax(-1, keepdim=True)
-        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-        p = torch.exp(s - m)
-        total = p.sum(-1, keepdim=True)
-        out[b] = (p / torch.where(total == 0, torch.ones_like(total), total)) @ v
+        out[b] = attend(s, v, site.causal, window, softcap)
     return out
+
+
+def attend(s, v, causal, window, softcap):
+    """softmax(scores) · v in float64 for one sequence: s [Hq, sq, n] of
+    unscaled-by-softcap scores (the scale applied), its new queries the
+    last sq of its n keys (bottom-right causal, a window of `window`); rows
+    that see no key give 0."""
+    sq, n = s.shape[-2], s.shape[-1]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    rows = torch.arange(sq, device=s.device)[:, None]
+    cols = torch.arange(n, device=s.device)[None, :]
+    hidden = torch.zeros(sq, n, dtype=torch.bool, device=s.device)
+    if causal:
+        hidden |= cols > rows + (n - sq)
+        if window:
+            hidden |= cols <= rows + (n - sq) - window
+    s = s.masked_fill(hidden, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m)
+    total = p.sum(-1, keepdim=True)
+    return (p / torch.where(total == 0, torch.ones_like(total), total)) @ v
 
 
 def manifest_sites(package_dir: str) -> Dict[str, Dict[str, Any]]:

@@ -57,15 +57,25 @@ std::string KernelSpec::name() const {
     result += llvm::formatv("_fill{0:x}",
                             llvm::bit_cast<uint32_t>(*problem.maskedScore))
                   .str();
+  if (problem.ragged)
+    result += "_ragged";
   return result;
 }
 
 SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
   if (spec.problem.paged) {
-    SmallVector<std::string> names = {
-        "q",         "key_cache", "value_cache", "out",      "page_table",
-        "kv_lens",   "batch",     "q_heads",     "kv_heads", "q_len",
-        "max_pages", "num_pages", "page_size",   "scale"};
+    SmallVector<std::string> names = {"q",       "key_cache", "value_cache",
+                                      "out",     "page_table", "kv_lens"};
+    // Ragged sites: the packed queries' offsets and the launch's plan;
+    // batch is 1 and q_len is total_q (the packed rows as one sequence),
+    // and the sequences are counted apart.
+    if (spec.problem.ragged)
+      names.append({"q_offsets", "plan"});
+    names.append({"batch", "q_heads", "kv_heads", "q_len", "max_pages",
+                  "num_pages", "page_size"});
+    if (spec.problem.ragged)
+      names.push_back("sequences");
+    names.push_back("scale");
     for (const char *tensor : {"q", "key_cache", "value_cache", "out"}) {
       bool cache = tensor[0] == 'k' || tensor[0] == 'v';
       for (const char *axis : cache ? std::array{"page", "slot", "head"}
@@ -103,8 +113,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
 
 SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
   if (spec.problem.paged) {
-    SmallVector<std::string> kinds(6, "pointer");
-    kinds.append(7, "i32");
+    SmallVector<std::string> kinds(spec.problem.ragged ? 8 : 6, "pointer");
+    kinds.append(spec.problem.ragged ? 8 : 7, "i32");
     kinds.push_back("f32");
     kinds.append(13, "i64");
     if (spec.launch.splitKV)
@@ -291,14 +301,14 @@ void AttentionKernelBuilder::emitClusterCombine() {
       arith::MaxSIOp::create(builder, sub(mul(qLen, group), firstPackedRow),
                              constIndex(0)),
       constIndex(rowsPerBlock()));
-  Value rowsPerSplit = mul(mul(batchSize, numQueryHeads), qLen);
+  Value rowsPerSplit = partialRows();
   int64_t warps = threadsPerBlock() / kWarpSize;
   int64_t valueDim = spec.problem.valueDim();
   auto loop = scf::ForOp::create(builder, add(splitIndex, mul(numSplits, warp)),
                                  rowsHere, mul(numSplits, constIndex(warps)));
   builder.setInsertionPointToStart(loop.getBody());
   auto [query, rowHead] = packedRow(loop.getInductionVar());
-  Value row = add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query);
+  Value row = partialRow(rowHead, query);
   SplitSums sums =
       sumSplits(workspace, row, rowsPerSplit, numSplits, valueDim, lane,
                 constIndex(0), /*stride=*/1, kMaxClusterSplits);
@@ -357,6 +367,28 @@ Value KernelBuilderBase::butterfly(Value value, bool isMax,
 
 Value AttentionKernelBuilder::tensorBase(ArrayRef<Value> tensorStrides,
                                          Value headIndex) {
-  return add(mul(toI64(batch), tensorStrides[0]),
-             mul(toI64(headIndex), tensorStrides[1]));
+  // Ragged sites: the sequence starts at its first packed row. (The head's
+  // term is built first, as the uniform form always built it.)
+  Value head = mul(toI64(headIndex), tensorStrides[1]);
+  Value sequence = spec.problem.ragged
+                       ? mul(toI64(firstRowOfSequence), tensorStrides[2])
+                       : mul(toI64(batch), tensorStrides[0]);
+  return add(sequence, head);
+}
+
+Value AttentionKernelBuilder::partialRows() {
+  return mul(mul(batchSize, numQueryHeads), totalQueries);
+}
+
+Value AttentionKernelBuilder::partialRow(Value rowHead, Value query) {
+  // Rows [batch, q_heads, q_len]; a ragged site's are [q_heads, total_q]
+  // (batch is 1 and q_len total_q), its queries from the sequence's first
+  // packed row.
+  Value sequence = batch;
+  if (spec.problem.ragged) {
+    sequence = constIndex(0);
+    query = add(firstRowOfSequence, query);
+  }
+  return add(mul(add(mul(sequence, numQueryHeads), rowHead), totalQueries),
+             query);
 }

@@ -56,6 +56,13 @@ struct AttentionProblem {
   /// `[num_pages, page_size, Hkv, D]` (kiln.paged_attention), with each
   /// sequence's key count from `kv_lens`.
   bool paged = false;
+  /// Paged only: queries packed per sequence, `[total_q, Hq, D]` with
+  /// `q_offsets [B + 1]` (the op's ragged form). Each block takes its
+  /// (sequence, query block) from the launch's plan, grid x over the plan's
+  /// items; q and out are addressed by the sequence's first row, and the
+  /// split workspace's rows are the packed rows (the combine kernel sees
+  /// one sequence of total_q queries).
+  bool ragged = false;
 
   /// The head dim of V and the output.
   int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
@@ -372,6 +379,10 @@ protected:
           storeRow);
   /// Element offset of (batch, headIndex) in a tensor with these strides.
   Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
+  /// The rows a split has in the split workspace, and the row of
+  /// (rowHead, query) within a split (Parts/SplitSums.cpp's layout).
+  Value partialRows();
+  Value partialRow(Value rowHead, Value query);
 
   /// `value`·log2(e), kept finite when the product overflows.
   static float saturatedLog2(float value);
@@ -408,6 +419,11 @@ protected:
   /// Paged sites: the page table and key counts, and the sizes that bound
   /// their entries; kStrides and vStrides are then {page, slot, head}.
   Value pageTable, kvLens, maxPages, numPages, pageSize, pageTableStride;
+  /// Ragged sites: q_offsets and the plan, the sequence count, and the
+  /// block's sequence's first packed row. totalQueries is the q_len
+  /// argument (qLen becomes the block's sequence's query count); the same
+  /// value elsewhere.
+  Value qOffsets, plan, numSequences, firstRowOfSequence, totalQueries;
   /// log2 of the page size (a power of two) and page_size - 1: a key's
   /// table entry and slot are a shift and a mask.
   Value pageShift, pageMask;
@@ -455,6 +471,10 @@ private:
   void bindHeads(Value headIndex);
   /// Binds the block's queries.
   void bindQueries(Value queryBlock);
+  /// Ragged sites: the block's plan item (sequence, query block), its
+  /// sequence's rows from q_offsets, and the key count of `keyCount`
+  /// (zero for an empty or bad item). Returns the query block.
+  Value bindPlanItem(Value &keyCount);
   /// The keys the block visits, [begin, end), of a sequence of `keys` keys:
   /// key blocks past the causal diagonal of its last row, and before the
   /// window of its first row, are never visited; split-KV launches take

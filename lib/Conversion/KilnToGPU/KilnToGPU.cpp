@@ -155,7 +155,10 @@ struct ConvertKilnToGPUPass
         spec.variant.blocksPerSM = chosen.blocksPerSM;
       }
       spec.launch.launchDependents = hopper && spec.launch.splitKV;
-      spec.launch.clusterSplits = hopper && spec.launch.splitKV;
+      // A ragged launch's blocks come from its plan, whose empty items
+      // leave no cluster whole: its splits go to the combine kernel.
+      spec.launch.clusterSplits =
+          hopper && spec.launch.splitKV && !spec.problem.ragged;
       spec.launch.waitForGrid = hopper;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
@@ -366,7 +369,7 @@ struct ConvertKilnToGPUPass
     auto queryType = cast<RankedTensorType>(op.getQuery().getType());
     auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
     problem.elementType = op.getElementType();
-    problem.headDim = queryType.getDimSize(3);
+    problem.headDim = queryType.getDimSize(op.isRagged() ? 2 : 3);
     int64_t valueHeadDim = valueType.getDimSize(3);
     if (ShapedType::isDynamic(problem.headDim) ||
         ShapedType::isDynamic(valueHeadDim))
@@ -391,6 +394,7 @@ struct ConvertKilnToGPUPass
     if (std::optional<APFloat> cap = op.getSoftcap())
       problem.softcap = cap->convertToFloat();
     problem.paged = true;
+    problem.ragged = op.isRagged();
     spec.variant.tensorCores = true;
     spec.launch.packQueryHeads = true;
     spec.launch.splitKV = true;

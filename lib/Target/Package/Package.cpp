@@ -236,16 +236,22 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   std::string dtype = getElementTypeName(site.getElementType());
   llvm::json::Array args =
       argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
-        if (kind == "pointer" && name != "page_table" && name != "kv_lens")
+        if (kind == "pointer" && name != "page_table" && name != "kv_lens" &&
+            name != "q_offsets" && name != "plan")
           return llvm::json::Value(dtype);
         return std::nullopt;
       });
   int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
+  bool ragged = site.isRagged();
   llvm::json::Array grid;
-  grid.push_back(
-      llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
-                         {"per", "kv_heads"},
-                         {"ceil_div", rowsPerBlock}});
+  // A ragged kernel's blocks are its plan's items.
+  if (ragged)
+    grid.push_back(llvm::json::Object{{"dim", "plan_items"}});
+  else
+    grid.push_back(
+        llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
+                           {"per", "kv_heads"},
+                           {"ceil_div", rowsPerBlock}});
   grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
   auto queryType = cast<RankedTensorType>(site.getQuery().getType());
   auto valueType = cast<RankedTensorType>(site.getValueCache().getType());
@@ -254,7 +260,7 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"name", func.getName()},
       {"kind", "paged_attention"},
       {"dtype", dtype},
-      {"head_dim", queryType.getDimSize(3)},
+      {"head_dim", queryType.getDimSize(ragged ? 2 : 3)},
       {"v_head_dim", valueType.getDimSize(3)},
       {"causal", site.getCausal()},
       {"window", optionalToJSON(op.getWindow())},
@@ -264,6 +270,19 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"bias", false},
       {"bias_dtype", nullptr},
   };
+  if (ragged) {
+    // Grid z: the splits alone (the packed rows are one sequence).
+    kernel["ragged"] = true;
+    auto combine = info.getAs<StringAttr>("combine_kernel");
+    llvm::json::Object z{{"value", 1}};
+    if (combine)
+      z["times_splits"] = true;
+    grid.push_back(std::move(z));
+    kernel["split_combine"] = combine ? llvm::json::Value(combine.str())
+                                      : llvm::json::Value(nullptr);
+    addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+    return kernel;
+  }
   addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
@@ -279,7 +298,12 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
   auto valueType = cast<RankedTensorType>(op.getValueCache().getType());
   auto tableType = cast<RankedTensorType>(op.getPageTable().getType());
   auto decodeOf = op->getAttrOfType<StringAttr>(kDecodeOfAttrName);
-  return llvm::json::Object{
+  // Ragged sites pack their queries [total_q, Hq, D]: their launches see
+  // the packed rows as one sequence of total_q (q_len) queries, and the
+  // batch is the launch's.
+  bool ragged = op.isRagged();
+  int64_t dimAxis = ragged ? 2 : 3;
+  llvm::json::Object site{
       {"name", siteName},
       {"kernel", kernelName},
       {"kind", "paged_attention"},
@@ -291,12 +315,13 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
       {"causal", op.getCausal()},
       {"window", optionalToJSON(op.getWindow())},
       {"softcap", optionalToJSON(op.getSoftcap())},
-      {"batch", sizeToJSON(queryType.getDimSize(0))},
+      {"batch", ragged ? llvm::json::Value(nullptr)
+                       : sizeToJSON(queryType.getDimSize(0))},
       {"q_heads", sizeToJSON(queryType.getDimSize(1))},
       {"kv_heads", sizeToJSON(keyType.getDimSize(2))},
-      {"q_len", sizeToJSON(queryType.getDimSize(2))},
+      {"q_len", sizeToJSON(queryType.getDimSize(ragged ? 0 : 2))},
       {"kv_len", nullptr},
-      {"head_dim", sizeToJSON(queryType.getDimSize(3))},
+      {"head_dim", sizeToJSON(queryType.getDimSize(dimAxis))},
       {"v_head_dim", sizeToJSON(valueType.getDimSize(3))},
       {"page_size", sizeToJSON(keyType.getDimSize(1))},
       {"num_pages", sizeToJSON(keyType.getDimSize(0))},
@@ -305,6 +330,9 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
       {"bias", false},
       {"decode_of", decodeOf ? llvm::json::Value(decodeOf.str())
                              : llvm::json::Value(nullptr)}};
+  if (ragged)
+    site["ragged"] = true;
+  return site;
 }
 
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,

@@ -114,3 +114,39 @@ func.func @scale(%q: tensor<1x4x1x8xf32>, %kc: tensor<16x4x2x8xf32>, %vc: tensor
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {scale = 0x7F800000 : f32} : tensor<1x4x1x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<1x4xi32>, tensor<1xi32> -> tensor<1x4x1x8xf32>
   return %o : tensor<1x4x1x8xf32>
 }
+
+// -----
+
+// Ragged queries are packed: [total_q, Hq, D].
+func.func @ragged_query_rank(%q: tensor<1x4x3x8xf32>, %kc: tensor<16x4x2x8xf32>, %vc: tensor<16x4x2x8xf32>, %pt: tensor<2x4xi32>, %lens: tensor<2xi32>, %offs: tensor<3xi32>) -> tensor<1x4x3x8xf32> {
+  // expected-error @+1 {{query must have rank 3, got rank 4}}
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {scale = 1.0 : f32} : tensor<1x4x3x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<2x4xi32>, tensor<2xi32>, tensor<3xi32> -> tensor<1x4x3x8xf32>
+  return %o : tensor<1x4x3x8xf32>
+}
+
+// -----
+
+// q_offsets holds batch + 1 entries.
+func.func @ragged_offsets_size(%q: tensor<7x4x8xf32>, %kc: tensor<16x4x2x8xf32>, %vc: tensor<16x4x2x8xf32>, %pt: tensor<2x4xi32>, %lens: tensor<2xi32>, %offs: tensor<2xi32>) -> tensor<7x4x8xf32> {
+  // expected-error @+1 {{batch size of page_table (2) differs from q_offsets (less one) (1)}}
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {scale = 1.0 : f32} : tensor<7x4x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<2x4xi32>, tensor<2xi32>, tensor<2xi32> -> tensor<7x4x8xf32>
+  return %o : tensor<7x4x8xf32>
+}
+
+// -----
+
+// q_offsets is a vector.
+func.func @ragged_offsets_rank(%q: tensor<7x4x8xf32>, %kc: tensor<16x4x2x8xf32>, %vc: tensor<16x4x2x8xf32>, %pt: tensor<2x4xi32>, %lens: tensor<2xi32>, %offs: tensor<3x1xi32>) -> tensor<7x4x8xf32> {
+  // expected-error @+1 {{q_offsets must have rank 1, got rank 2}}
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {scale = 1.0 : f32} : tensor<7x4x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<2x4xi32>, tensor<2xi32>, tensor<3x1xi32> -> tensor<7x4x8xf32>
+  return %o : tensor<7x4x8xf32>
+}
+
+// -----
+
+// The result is packed like the query, with the value head dim.
+func.func @ragged_result(%q: tensor<7x4x8xf32>, %kc: tensor<16x4x2x8xf32>, %vc: tensor<16x4x2x8xf32>, %pt: tensor<2x4xi32>, %lens: tensor<2xi32>, %offs: tensor<3xi32>) -> tensor<6x4x8xf32> {
+  // expected-error @+1 {{result shape 'tensor<6x4x8xf32>' differs from the query shape 'tensor<7x4x8xf32>'}}
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {scale = 1.0 : f32} : tensor<7x4x8xf32>, tensor<16x4x2x8xf32>, tensor<16x4x2x8xf32>, tensor<2x4xi32>, tensor<2xi32>, tensor<3xi32> -> tensor<6x4x8xf32>
+  return %o : tensor<6x4x8xf32>
+}

@@ -24,3 +24,19 @@ func.func @page_one(%q: tensor<2x4x3x8xf32>, %kc: tensor<40x1x4x8xf32>, %vc: ten
   %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {scale = 0.5 : f32} : tensor<2x4x3x8xf32>, tensor<40x1x4x8xf32>, tensor<40x1x4x8xf32>, tensor<2x20xi32>, tensor<2xi32> -> tensor<2x4x3x8xf32>
   return %o : tensor<2x4x3x8xf32>
 }
+
+// A ragged batch: 503 packed queries of 4 sequences (q_offsets [5]).
+// CHECK-LABEL: func.func @ragged
+// CHECK: kiln.paged_attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} q_offsets %{{.*}} {causal, scale = 1.250000e-01 : f32} : tensor<503x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>, tensor<5xi32> -> tensor<503x32x128xbf16>
+func.func @ragged(%q: tensor<503x32x128xbf16>, %kc: tensor<512x16x8x128xbf16>, %vc: tensor<512x16x8x128xbf16>, %pt: tensor<4x64xi32>, %lens: tensor<4xi32>, %offs: tensor<5xi32>) -> tensor<503x32x128xbf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {causal, scale = 0.125 : f32} : tensor<503x32x128xbf16>, tensor<512x16x8x128xbf16>, tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>, tensor<5xi32> -> tensor<503x32x128xbf16>
+  return %o : tensor<503x32x128xbf16>
+}
+
+// Ragged and dynamic, with a value head dim of its own.
+// CHECK-LABEL: func.func @ragged_dynamic
+// CHECK: q_offsets %{{.*}} {scale = 1.000000e+00 : f32} : tensor<?x8x64xf16>, tensor<?x?x2x64xf16>, tensor<?x?x2x32xf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x8x32xf16>
+func.func @ragged_dynamic(%q: tensor<?x8x64xf16>, %kc: tensor<?x?x2x64xf16>, %vc: tensor<?x?x2x32xf16>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>, %offs: tensor<?xi32>) -> tensor<?x8x32xf16> {
+  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens q_offsets %offs {scale = 1.0 : f32} : tensor<?x8x64xf16>, tensor<?x?x2x64xf16>, tensor<?x?x2x32xf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x8x32xf16>
+  return %o : tensor<?x8x32xf16>
+}

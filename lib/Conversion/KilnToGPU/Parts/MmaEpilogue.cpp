@@ -107,10 +107,8 @@ void MmaKernel::writePartial(
   // Dv], then the statistics [splits, batch, q_heads, q_len, 2].
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   Type f32 = b->getF32Type();
-  Value rowsPerSplit = mul(mul(batchSize, numQueryHeads), qLen);
-  Value row =
-      add(mul(splitIndex, rowsPerSplit),
-          add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query));
+  Value rowsPerSplit = partialRows();
+  Value row = add(mul(splitIndex, rowsPerSplit), partialRow(rowHead, query));
   Value dim = constIndex(spec.problem.valueDim());
   Value rowStart = toI64(mul(row, dim));
   storeRow([&](Value value, Value column) {

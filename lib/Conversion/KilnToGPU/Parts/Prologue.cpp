@@ -62,6 +62,10 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
   if (spec.problem.paged) {
     pageTable = args[next++];
     kvLens = args[next++];
+    if (spec.problem.ragged) {
+      qOffsets = args[next++];
+      plan = args[next++];
+    }
   }
   maskPtr = spec.problem.maskType ? args[next++] : Value();
   biasPtr = spec.problem.biasType ? args[next++] : Value();
@@ -69,6 +73,7 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
   numQueryHeads = toIndex(args[next++]);
   numKvHeads = toIndex(args[next++]);
   qLen = toIndex(args[next++]);
+  totalQueries = qLen;
   if (spec.problem.paged) {
     maxPages = toIndex(args[next++]);
     numPages = toIndex(args[next++]);
@@ -82,6 +87,8 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
         arith::ConstantIntOp::create(builder, builder.getI32Type(), 31),
         leadingZeros));
     pageMask = sub(pageSize, constIndex(1));
+    if (spec.problem.ragged)
+      numSequences = toIndex(args[next++]);
   } else {
     kvLen = toIndex(args[next++]);
   }
@@ -182,6 +189,13 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
   Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
   batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
+  if (spec.problem.ragged) {
+    // The plan orders the items (bindPlanItem); grid z is the splits.
+    if (spec.launch.splitKV)
+      splitIndex = batch;
+    batch = Value();
+    return {queryBlock, headIndex};
+  }
   if (spec.problem.causal && spec.variant.warpSpecialized) {
     orderHeaviestFirst(queryBlock, headIndex);
   } else if (spec.problem.causal) {
@@ -274,6 +288,52 @@ void AttentionKernelBuilder::bindQueries(Value queryBlock) {
   }
 }
 
+Value AttentionKernelBuilder::bindPlanItem(Value &keyCount) {
+  ImplicitLocOpBuilder &builder = *b;
+  auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
+  Type i32 = builder.getI32Type();
+  auto loadI32 = [&](Value base, Value index) {
+    Value address =
+        LLVM::GEPOp::create(builder, ptrType, i32, base, ValueRange{index});
+    return LLVM::LoadOp::create(builder, i32, address).getResult();
+  };
+  // Item x of the plan: (sequence, query block), one 8-byte load. A
+  // sequence outside [0, sequences) is an empty item (the plan's tail).
+  Value item = toI64(gpu::BlockIdOp::create(builder, gpu::Dimension::x));
+  Value address = LLVM::GEPOp::create(builder, ptrType, i32, plan,
+                                      ValueRange{arith::MulIOp::create(
+                                          builder, item,
+                                          arith::ConstantIntOp::create(
+                                              builder, builder.getI64Type(),
+                                              2))});
+  Value entry = LLVM::LoadOp::create(builder, VectorType::get({2}, i32),
+                                     address, /*alignment=*/8);
+  Value sequence = toIndex(LLVM::ExtractElementOp::create(
+      builder, entry, arith::ConstantIntOp::create(builder, i32, 0)));
+  Value queryBlock = toIndex(LLVM::ExtractElementOp::create(
+      builder, entry, arith::ConstantIntOp::create(builder, i32, 1)));
+  Value valid = arith::CmpIOp::create(builder, arith::CmpIPredicate::ult,
+                                      toI32(sequence), toI32(numSequences));
+  batch = arith::SelectOp::create(builder, valid, sequence, constIndex(0));
+  // The sequence's rows, clamped into [0, total_q] and ordered, so that
+  // bad offsets never address outside q and out.
+  Value first = toIndex(loadI32(qOffsets, toI64(batch)));
+  Value end = toIndex(loadI32(qOffsets, toI64(add(batch, constIndex(1)))));
+  keyCount = loadI32(kvLens, toI64(batch));
+  first = arith::MinSIOp::create(
+      builder, arith::MaxSIOp::create(builder, first, constIndex(0)),
+      totalQueries);
+  end = arith::MinSIOp::create(builder,
+                               arith::MaxSIOp::create(builder, end, first),
+                               totalQueries);
+  firstRowOfSequence = first;
+  qLen = arith::SelectOp::create(builder, valid, sub(end, first),
+                                 constIndex(0));
+  keyCount = arith::SelectOp::create(
+      builder, valid, keyCount, arith::ConstantIntOp::create(builder, i32, 0));
+  return arith::MaxSIOp::create(builder, queryBlock, constIndex(0));
+}
+
 gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
                                              Location loc) {
   declareGlobals(moduleBuilder, loc);
@@ -291,7 +351,9 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // Nothing above reads global memory (the parameters are constants).
   if (spec.launch.waitForGrid)
     NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
-  if (spec.problem.paged) {
+  if (spec.problem.ragged) {
+    queryBlock = bindPlanItem(keyCount);
+  } else if (spec.problem.paged) {
     auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
     Value address = LLVM::GEPOp::create(builder, ptrType, builder.getI32Type(),
                                         kvLens, ValueRange{toI64(batch)});

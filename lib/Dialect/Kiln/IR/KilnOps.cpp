@@ -188,10 +188,14 @@ LogicalResult PagedAttentionOp::verify() {
   auto kvLensType = cast<RankedTensorType>(getKvLens().getType());
   auto resultType = cast<RankedTensorType>(getResult().getType());
 
+  // Ragged batches pack the queries: [total_q, Hq, D] rather than
+  // [B, Hq, Sq, D].
+  bool ragged = isRagged();
+  int64_t queryRank = ragged ? 3 : 4;
   const std::tuple<StringRef, RankedTensorType, int64_t> ranks[] = {
-      {"query", queryType, 4},         {"key_cache", keyCacheType, 4},
-      {"value_cache", valueCacheType, 4}, {"result", resultType, 4},
-      {"page_table", pageTableType, 2}, {"kv_lens", kvLensType, 1}};
+      {"query", queryType, queryRank},    {"key_cache", keyCacheType, 4},
+      {"value_cache", valueCacheType, 4}, {"result", resultType, queryRank},
+      {"page_table", pageTableType, 2},   {"kv_lens", kvLensType, 1}};
   for (auto [name, type, rank] : ranks)
     if (type.getRank() != rank)
       return emitOpError() << name << " must have rank " << rank
@@ -213,27 +217,42 @@ LogicalResult PagedAttentionOp::verify() {
       return emitOpError() << "key_cache shape " << keyCacheType
                            << " differs from the value_cache shape "
                            << valueCacheType << " before the head dim";
-  if (sizesConflict(keyCacheType.getDimSize(3), queryType.getDimSize(3)))
+  int64_t dimAxis = queryRank - 1;
+  if (sizesConflict(keyCacheType.getDimSize(3),
+                    queryType.getDimSize(dimAxis)))
     return emitOpError() << "head dim of key_cache ("
                          << keyCacheType.getDimSize(3)
                          << ") differs from query ("
-                         << queryType.getDimSize(3) << ")";
+                         << queryType.getDimSize(dimAxis) << ")";
   SmallVector<int64_t> expected(queryType.getShape());
-  expected[3] = valueCacheType.getDimSize(3);
+  expected[dimAxis] = valueCacheType.getDimSize(3);
   if (failed(verifyCompatibleShape(resultType.getShape(), expected)))
     return emitOpError() << "result shape " << resultType
                          << " differs from the query shape " << queryType
                          << " with the value head dim ("
                          << sizeString(valueCacheType.getDimSize(3)) << ")";
-  if (sizesConflict(pageTableType.getDimSize(0), queryType.getDimSize(0)))
+  // The batch: the query's axis 0, or q_offsets' size less one.
+  int64_t batch = queryType.getDimSize(0);
+  StringRef batchOf = "query";
+  if (ragged) {
+    auto offsetsType = cast<RankedTensorType>(getQOffsets().getType());
+    if (offsetsType.getRank() != 1)
+      return emitOpError() << "q_offsets must have rank 1, got rank "
+                           << offsetsType.getRank();
+    int64_t offsets = offsetsType.getDimSize(0);
+    if (offsets == 0)
+      return emitOpError() << "q_offsets must hold batch + 1 entries, got 0";
+    batch = ShapedType::isDynamic(offsets) ? offsets : offsets - 1;
+    batchOf = "q_offsets (less one)";
+  }
+  if (sizesConflict(pageTableType.getDimSize(0), batch))
     return emitOpError() << "batch size of page_table ("
-                         << pageTableType.getDimSize(0)
-                         << ") differs from query (" << queryType.getDimSize(0)
-                         << ")";
-  if (sizesConflict(kvLensType.getDimSize(0), queryType.getDimSize(0)))
+                         << pageTableType.getDimSize(0) << ") differs from "
+                         << batchOf << " (" << batch << ")";
+  if (sizesConflict(kvLensType.getDimSize(0), batch))
     return emitOpError() << "batch size of kv_lens ("
-                         << kvLensType.getDimSize(0) << ") differs from query ("
-                         << queryType.getDimSize(0) << ")";
+                         << kvLensType.getDimSize(0) << ") differs from "
+                         << batchOf << " (" << batch << ")";
 
   int64_t numQueryHeads = queryType.getDimSize(1);
   int64_t numKvHeads = keyCacheType.getDimSize(2);

@@ -190,15 +190,24 @@ struct Site {
   }
 
   static Site fromOp(IR &ir, PagedAttentionOp op) {
+    return fromPaged(ir, op, op.getQuery(), op.getPageTable(), op.getKvLens(),
+                     cast<RankedTensorType>(op.getResult().getType()));
+  }
+
+  /// The uniform paged site of `op`'s caches and attributes with these
+  /// query, page table and key counts (one sequence of a ragged op).
+  static Site fromPaged(IR &ir, PagedAttentionOp op, Value query,
+                        Value pageTable, Value kvLens,
+                        RankedTensorType resultType) {
     Site site;
     site.elementType = op.getElementType();
-    site.resultType = cast<RankedTensorType>(op.getResult().getType());
-    site.query = op.getQuery();
+    site.resultType = resultType;
+    site.query = query;
     site.key = op.getKeyCache();
     site.value = op.getValueCache();
     site.paged = true;
-    site.pageTable = op.getPageTable();
-    site.kvLens = op.getKvLens();
+    site.pageTable = pageTable;
+    site.kvLens = kvLens;
     site.copyAttrs(op);
     site.batch = ir.dim(site.query, 0);
     site.numQueryHeads = ir.dim(site.query, 1);
@@ -808,6 +817,136 @@ Value lowerDecomposed(IR &ir, const Site &site) {
                          [](IR &, ValueRange a) { return a[0]; });
 }
 
+/// A ragged kiln.paged_attention as what it means: a loop over the
+/// sequences, each one's rows [q_offsets[b], q_offsets[b + 1]) taken out as
+/// a `[1, Hq, Sq_b, D]` query for the uniform op on its row of the page
+/// table and its key count, lowered by `lowerUniform`, and its result put
+/// back into rows of the packed `[total_q, Hq, Dv]` result. Offsets are
+/// clamped into [0, total_q] and made non-decreasing, so bad offsets never
+/// read outside Q; rows no sequence owns are zeros.
+Value lowerRagged(IR &ir, PagedAttentionOp op,
+                  function_ref<Value(IR &, const Site &)> lowerUniform) {
+  Value query = op.getQuery(), offsets = op.getQOffsets();
+  auto queryType = cast<RankedTensorType>(query.getType());
+  auto resultType = cast<RankedTensorType>(op.getResult().getType());
+  Type element = op.getElementType();
+  // A size as an attribute where the type has it, else a tensor.dim.
+  auto sizeOf = [&](Value tensor, int64_t axis) -> OpFoldResult {
+    int64_t size = cast<RankedTensorType>(tensor.getType()).getDimSize(axis);
+    if (!ShapedType::isDynamic(size))
+      return ir.b.getIndexAttr(size);
+    return ir.dim(tensor, axis);
+  };
+  // An empty tensor of `shape` whose sizes are `sizes`.
+  auto emptyOf = [](IR &in, ArrayRef<OpFoldResult> sizes) {
+    SmallVector<int64_t> shape;
+    SmallVector<Value> dynamic;
+    for (OpFoldResult size : sizes) {
+      if (auto attr = dyn_cast<Attribute>(size)) {
+        shape.push_back(cast<IntegerAttr>(attr).getInt());
+        continue;
+      }
+      shape.push_back(kDyn);
+      dynamic.push_back(cast<Value>(size));
+    }
+    return std::make_pair(shape, dynamic);
+  };
+  OpFoldResult totalQ = sizeOf(query, 0), heads = sizeOf(query, 1),
+               dim = sizeOf(query, 2),
+               valueDim = sizeOf(op.getValueCache(), 3);
+  Value totalRows = ir.dim(query, 0);
+  Value batch = ir.dim(op.getKvLens(), 0);
+  Value zero =
+      arith::ConstantOp::create(ir.b, ir.loc, ir.b.getZeroAttr(element));
+  auto [outShape, outDynamic] = emptyOf(ir, {totalQ, heads, valueDim});
+  Value init = linalg::FillOp::create(
+                   ir.b, ir.loc, ValueRange{zero},
+                   ValueRange{tensor::EmptyOp::create(
+                       ir.b, ir.loc, outShape, element, outDynamic)})
+                   .getResult(0);
+  if (init.getType() != resultType)
+    init = tensor::CastOp::create(ir.b, ir.loc, resultType, init);
+  OpFoldResult one = ir.b.getIndexAttr(1), zeroAttr = ir.b.getIndexAttr(0);
+  auto loop = scf::ForOp::create(
+      ir.b, ir.loc, ir.idx(0), batch, ir.idx(1), ValueRange{init},
+      [&](OpBuilder &nested, Location loc, Value b, ValueRange args) {
+        IR in{nested, loc};
+        auto offsetAt = [&](Value index) {
+          Value raw = in.toIndex(tensor::ExtractOp::create(
+              in.b, loc, offsets, ValueRange{index}));
+          return in.clamp(raw, in.idx(0), totalRows);
+        };
+        Value start = offsetAt(b);
+        Value end = in.max(offsetAt(in.add(b, in.idx(1))), start);
+        Value rows = in.sub(end, start);
+        // Q rows [start, end) as [1, Hq, rows, D].
+        auto [sliceShape, sliceDynamic] = emptyOf(in, {rows, heads, dim});
+        Value rowsOfQ = tensor::ExtractSliceOp::create(
+            in.b, loc, RankedTensorType::get(sliceShape, element), query,
+            ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
+            ArrayRef<OpFoldResult>{rows, heads, dim},
+            SmallVector<OpFoldResult>(3, one));
+        auto [qShape, qDynamic] = emptyOf(in, {one, heads, rows, dim});
+        Value uniformQuery = in.generic(
+            {rowsOfQ}, tensor::EmptyOp::create(in.b, loc, qShape, element,
+                                               qDynamic),
+            {in.map(4, {2, 1, 3}), in.map(4, {0, 1, 2, 3})},
+            {kPar, kPar, kPar, kPar}, [](IR &, ValueRange a) { return a[0]; });
+        // The sequence's row of the page table and its key count.
+        Value table = op.getPageTable();
+        auto [rowShape, rowDynamic] = emptyOf(in, {one, sizeOf(table, 1)});
+        (void)rowDynamic;
+        Value tableRow = tensor::ExtractSliceOp::create(
+            in.b, loc,
+            RankedTensorType::get(rowShape, in.b.getI32Type()), table,
+            ArrayRef<OpFoldResult>{b, zeroAttr},
+            ArrayRef<OpFoldResult>{one, sizeOf(table, 1)},
+            ArrayRef<OpFoldResult>{one, one});
+        Value keyCount = tensor::ExtractSliceOp::create(
+            in.b, loc, RankedTensorType::get({1}, in.b.getI32Type()),
+            op.getKvLens(), ArrayRef<OpFoldResult>{b},
+            ArrayRef<OpFoldResult>{one}, ArrayRef<OpFoldResult>{one});
+        auto [uniformShape, uniformDynamic] =
+            emptyOf(in, {one, heads, rows, valueDim});
+        (void)uniformDynamic;
+        Site site =
+            Site::fromPaged(in, op, uniformQuery, tableRow, keyCount,
+                            RankedTensorType::get(uniformShape, element));
+        Value result = lowerUniform(in, site);
+        // [1, Hq, rows, Dv] back to rows [start, end) of the result.
+        Value collapsed = tensor::CollapseShapeOp::create(
+            in.b, loc, result,
+            SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+        auto [packedShape, packedDynamic] =
+            emptyOf(in, {rows, heads, valueDim});
+        Value packed = in.generic(
+            {collapsed},
+            tensor::EmptyOp::create(in.b, loc, packedShape, element,
+                                    packedDynamic),
+            {in.map(3, {1, 0, 2}), in.map(3, {0, 1, 2})}, {kPar, kPar, kPar},
+            [](IR &, ValueRange a) { return a[0]; });
+        Value inserted = tensor::InsertSliceOp::create(
+            in.b, loc, packed, args[0],
+            ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
+            ArrayRef<OpFoldResult>{rows, heads, valueDim},
+            SmallVector<OpFoldResult>(3, one));
+        scf::YieldOp::create(in.b, loc, inserted);
+      });
+  return loop.getResult(0);
+}
+
+/// Lowers `op` with `lowerUniform`, through lowerRagged when its queries are
+/// packed per sequence.
+template <typename OpT>
+Value lowerSite(IR &ir, OpT op,
+                function_ref<Value(IR &, const Site &)> lowerUniform) {
+  if constexpr (std::is_same_v<OpT, PagedAttentionOp>)
+    if (op.isRagged())
+      return lowerRagged(ir, op, lowerUniform);
+  Site site = Site::fromOp(ir, op);
+  return lowerUniform(ir, site);
+}
+
 template <typename OpT>
 struct TileAttentionPattern : public OpRewritePattern<OpT> {
   TileAttentionPattern(MLIRContext *context, AttentionTiling tiling)
@@ -820,8 +959,9 @@ struct TileAttentionPattern : public OpRewritePattern<OpT> {
       return rewriter.notifyMatchFailure(op, "block sizes and split count "
                                              "must be positive");
     IR ir{rewriter, op.getLoc()};
-    Site site = Site::fromOp(ir, op);
-    rewriter.replaceOp(op, lowerTiled(ir, site, tiling));
+    rewriter.replaceOp(op, lowerSite(ir, op, [&](IR &in, const Site &site) {
+                         return lowerTiled(in, site, tiling);
+                       }));
     return success();
   }
 
@@ -835,8 +975,9 @@ struct DecomposeAttentionPattern : public OpRewritePattern<OpT> {
   LogicalResult matchAndRewrite(OpT op,
                                 PatternRewriter &rewriter) const override {
     IR ir{rewriter, op.getLoc()};
-    Site site = Site::fromOp(ir, op);
-    rewriter.replaceOp(op, lowerDecomposed(ir, site));
+    rewriter.replaceOp(op, lowerSite(ir, op, [](IR &in, const Site &site) {
+                         return lowerDecomposed(in, site);
+                       }));
     return success();
   }
 };

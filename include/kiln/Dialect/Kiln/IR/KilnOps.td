@@ -176,6 +176,19 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
     must lie in `[0, num_pages)`; the CPU lowering clamps both, so a bad
     table never reads outside the cache.
 
+    Ragged batches (`q_offsets`): with the optional operand `q_offsets`
+    `[B + 1]` (i32), the queries of every sequence are packed along one axis,
+    Q `[total_q, Hq, D]` and the result `[total_q, Hq, Dv]`, the form serving
+    engines build with continuous batching and chunked prefill: sequence `b`
+    owns query rows `[q_offsets[b], q_offsets[b + 1])`, its own number of new
+    queries `Sq_b = q_offsets[b + 1] - q_offsets[b]` (a decode step's one, a
+    prompt chunk's hundreds, or none), against its `kv_lens[b]` keys, which
+    include them. Every per-sequence rule above holds with `Sq_b` for `Sq`:
+    the op is, sequence by sequence, the uniform op on that sequence's rows.
+    `q_offsets[0]` is 0, the offsets never decrease and `q_offsets[B]` is
+    `total_q`; the CPU lowering clamps them into `[0, total_q]` (rows no
+    sequence owns come out as zeros), so bad offsets never read outside Q.
+
     Example:
 
     ```mlir
@@ -183,6 +196,12 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
            : tensor<4x32x1x128xbf16>, tensor<512x16x8x128xbf16>,
              tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>
              -> tensor<4x32x1x128xbf16>
+    // A ragged batch: a chunk of 500 prompt tokens and three decodes.
+    %r = kiln.paged_attention %qp, %kc, %vc, %pt, %lens q_offsets %offs
+           {causal, scale = 0.125 : f32}
+           : tensor<503x32x128xbf16>, tensor<512x16x8x128xbf16>,
+             tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>,
+             tensor<5xi32> -> tensor<503x32x128xbf16>
     ```
   }];
 
@@ -192,6 +211,7 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
     Kiln_FloatTensor:$value_cache,
     RankedTensorOf<[I32]>:$page_table,
     RankedTensorOf<[I32]>:$kv_lens,
+    Optional<RankedTensorOf<[I32]>>:$q_offsets,
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
@@ -201,8 +221,10 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
 
   let assemblyFormat = [{
     $query `,` $key_cache `,` $value_cache `,` $page_table `,` $kv_lens
+    (`q_offsets` $q_offsets^)?
     attr-dict `:` type($query) `,` type($key_cache) `,` type($value_cache)
-    `,` type($page_table) `,` type($kv_lens) `->` type($result)
+    `,` type($page_table) `,` type($kv_lens) (`,` type($q_offsets)^)?
+    `->` type($result)
   }];
 
   let extraClassDeclaration = [{
@@ -211,6 +233,8 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
           .getElementType();
     }
+    /// Whether queries are packed per sequence (`q_offsets`).
+    bool isRagged() { return static_cast<bool>(getQOffsets()); }
   }];
 
   let hasVerifier = 1;
