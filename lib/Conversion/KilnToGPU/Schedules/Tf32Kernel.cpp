@@ -243,15 +243,39 @@ SmallVector<Value> Tf32Kernel::tileStep(Value kvStart, ValueRange state) {
 
   SmallVector<Value> scores = computeScores(kTile);
   // Scale, mask, bias, softcap: the scores in log2 units. Element e of key
-  // block n is row g + 8·(e / 2), key 8n + 2t + e % 2. (Every tile is
-  // masked: this kernel skips no masking.)
-  for (int64_t n = 0; n < keyBlocks(); ++n)
-    for (int64_t e = 0; e < 4; ++e) {
-      Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
-                                   constIndex(8 * n + e % 2)));
-      scores[4 * n + e] = finishScore(scores[4 * n + e], queryRows[e / 2], key,
-                                      maskBase, biasBase);
-    }
+  // block n is row g + 8·(e / 2), key 8n + 2t + e % 2. With one TF32
+  // product, tiles inside kv_len and inside every row's band only scale, as
+  // on the other schedules.
+  auto finishAll = [&](bool masked) {
+    SmallVector<Value> result;
+    for (int64_t n = 0; n < keyBlocks(); ++n)
+      for (int64_t e = 0; e < 4; ++e) {
+        Value score = scores[4 * n + e];
+        if (!masked) {
+          result.push_back(fmul(score, scaleLog2));
+          continue;
+        }
+        Value key = add(kvStart, add(mul(laneInGroup, constIndex(2)),
+                                     constIndex(8 * n + e % 2)));
+        result.push_back(
+            finishScore(score, queryRows[e / 2], key, maskBase, biasBase));
+      }
+    return result;
+  };
+  // 3xTF32 finishes every tile: at 255 registers a second path through the
+  // tile spills (d128 causal: 8 -> 96 bytes) and measured 7% slower, the
+  // d64 sites within 2% either way (docs/perf-log/2026-12-03-ragged.md).
+  bool alwaysFinish = spec.variant.tf32Split || spec.problem.maskType ||
+                      spec.problem.biasType || spec.problem.softcap;
+  if (alwaysFinish) {
+    scores = finishAll(true);
+  } else {
+    Value needsMask =
+        tileNeedsMask(kvStart, kTileKeys, add(firstQuery, kvOffset), [&] {
+          return add(sub(endQuery, constIndex(1)), kvOffset);
+        });
+    scores = finishIf(needsMask, scores.size(), finishAll);
+  }
 
   // The online softmax of rows g and g + 8 over the quad that holds them.
   SmallVector<Value> newState, acc;

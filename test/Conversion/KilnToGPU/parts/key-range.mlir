@@ -4,9 +4,11 @@
 // of that range need the mask rather than the plain scale. The ranges are
 // checked on the scalar kernel (4 rows a block with rows-per-warp=1) and on
 // the tensor-core kernel, which splits keys and revisits skipped ones;
-// tileNeedsMask on the tensor-core kernel.
+// tileNeedsMask on the tensor-core kernel and on the TF32 kernel (f32 with
+// allow-tf32; the 3xTF32 kernel masks every tile).
 // RUN: kiln-opt %s -split-input-file -convert-kiln-to-gpu="tensor-cores=0 rows-per-warp=1" | FileCheck %s --check-prefix=SCALAR
 // RUN: kiln-opt %s -split-input-file -convert-kiln-to-gpu | FileCheck %s --check-prefix=MMA
+// RUN: kiln-opt %s -split-input-file -convert-kiln-to-gpu="allow-tf32=1" | FileCheck %s --check-prefix=TF32
 
 // Causal: the key loop runs from 0 to the last row's diagonal (bottom-right
 // aligned: end query + kv_len - q_len, plus a right bound of 0), clamped to
@@ -27,6 +29,23 @@
 // SCALAR-NEXT: %[[POSITIVE:[0-9]+]] = arith.maxsi %[[LAST]], %[[ZERO]] : index
 // SCALAR-NEXT: %[[END:[0-9]+]] = arith.minsi %[[POSITIVE]], %[[KVLEN]] : index
 // SCALAR: scf.for %{{.*}} = %[[BEGIN]] to %[[END]] step
+// The TF32 kernel (32-key tiles) classifies its tiles too: inside the key
+// loop the 16 scores a thread holds are scaled, or masked where the tile
+// needs it (tileNeedsMask), in one scf.if yielding them. The 3xTF32 kernel
+// masks every tile (no such scf.if).
+// TF32-LABEL: gpu.func @kiln_attention_tf32_f32_d32_causal(
+// TF32: scf.for %{{.*}} iter_args(
+// TF32: %{{[0-9]+}}:16 = scf.if %{{[0-9]+}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// TF32: arith.select
+// TF32: } else {
+// TF32-NOT: arith.select
+// TF32: arith.mulf
+// TF32-NOT: arith.select
+// TF32: scf.yield
+// TF32: gpu.return
+// MMA-LABEL: gpu.func @kiln_attention_3xtf32_f32_d32_causal(
+// MMA-NOT: -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// MMA: gpu.return
 func.func @causal(%q: tensor<1x4x?x32xf32>, %k: tensor<1x4x?x32xf32>, %v: tensor<1x4x?x32xf32>) -> tensor<1x4x?x32xf32> {
   %o = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32} : tensor<1x4x?x32xf32>, tensor<1x4x?x32xf32>, tensor<1x4x?x32xf32> -> tensor<1x4x?x32xf32>
   return %o : tensor<1x4x?x32xf32>
