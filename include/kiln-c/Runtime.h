@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 6
+#define KILN_RUNTIME_API_VERSION 7
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -245,6 +245,45 @@ typedef struct kiln_paged_attention_args {
   int64_t plan_items;
 } kiln_paged_attention_args;
 
+/// A paged site's cache append (C API version 7): each sequence's new
+/// keys and values, packed along one axis, written into its pages. `key`
+/// and `value` are [total_new, kv_heads, head_dim] (v_head_dim for value;
+/// strides {token, head, head_dim}, head_dim stride 1); sequence b owns
+/// tokens [new_offsets[b], new_offsets[b + 1]) (new_offsets: [batch + 1]
+/// int32 on the device), and kv_lens[b] counts its keys with the new ones
+/// (the kv_lens of the attention launch that reads them), so its new token
+/// j goes to position kv_lens[b] - n_b + j: page
+/// page_table[b][position / page_size], slot position % page_size. The
+/// caches and the page table are as in kiln_paged_attention_args. A token
+/// whose place lies outside the caches (offsets or lengths that do not
+/// fit, a page entry outside [0, num_pages)) is not written.
+typedef struct kiln_paged_append_args {
+  const void *key;
+  const void *value;
+  void *key_cache;
+  void *value_cache;
+  const int32_t *page_table;  /* [batch, max_pages] */
+  const int32_t *kv_lens;     /* [batch] */
+  const int32_t *new_offsets; /* [batch + 1] */
+  kiln_dtype key_dtype;
+  kiln_dtype value_dtype;
+  kiln_dtype key_cache_dtype;
+  kiln_dtype value_cache_dtype;
+  int64_t batch;
+  int64_t kv_heads;
+  int64_t total_new;
+  int64_t head_dim;
+  int64_t v_head_dim; /* 0: head_dim */
+  int64_t num_pages;
+  int64_t page_size;
+  int64_t max_pages;
+  int64_t key_strides[3];
+  int64_t value_strides[3];
+  int64_t key_cache_strides[4];
+  int64_t value_cache_strides[4];
+  int64_t page_table_strides[2];
+} kiln_paged_append_args;
+
 /// The launch configuration a launch would use.
 typedef struct kiln_launch_config {
   uint32_t grid[3];
@@ -427,6 +466,21 @@ KILN_RT_API kiln_status kiln_site_plan_capacity(const kiln_site *site,
                                                 int64_t q_heads,
                                                 int64_t kv_heads,
                                                 int64_t *capacity);
+
+/// Writes a step's new keys and values into the paged caches of a paged
+/// site (kiln_paged_append_args), on `stream`, with the package's append
+/// kernel for the site's dtype and head dims: one kernel launch, capturable
+/// in a CUDA graph. total_new = 0 launches nothing. KILN_INVALID_ARGUMENT
+/// for arguments that do not match the site (checked before the driver is
+/// touched); KILN_UNSUPPORTED for a site without an append kernel (a
+/// package written before the append existed).
+KILN_RT_API kiln_status kiln_site_append_paged_kv(
+    const kiln_site *site, const kiln_paged_append_args *args, void *stream);
+/// The launch configuration kiln_site_append_paged_kv would use; touches
+/// no driver (the argument checks alone).
+KILN_RT_API kiln_status kiln_site_append_config(
+    const kiln_site *site, const kiln_paged_append_args *args,
+    kiln_launch_config *config);
 
 #ifdef __cplusplus
 } /* extern "C" */

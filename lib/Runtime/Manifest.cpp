@@ -160,6 +160,10 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     kernelNode.fail(fmt::format(
         "kernel \"{}\" is a split-KV combine kernel, not an attention kernel",
         site.kernelName));
+  if (kernel.append)
+    kernelNode.fail(fmt::format(
+        "kernel \"{}\" is a paged-append kernel, not an attention kernel",
+        site.kernelName));
   if (!kernel.targets.empty())
     kernelNode.fail(fmt::format(
         "kernel \"{}\" is not in every target's PTX; a site's kernel must be",

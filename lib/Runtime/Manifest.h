@@ -60,7 +60,15 @@ enum class ArgSource : uint8_t {
   /// A TMA tensor map of `tensor` (Q, K or V), encoded at launch and passed
   /// by value (128 bytes).
   TensorMap,
+  /// Paged-append kernels: argument `paged` of kAppendArgNames, from a
+  /// kiln_paged_append_args.
+  Append,
 };
+
+/// The arguments of a paged-append kernel, each by its name (the kernel
+/// takes them all, in any order).
+constexpr int kNumAppendArgs = 24;
+extern const char *const kAppendArgNames[kNumAppendArgs];
 
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32, TensorMap };
 
@@ -106,6 +114,10 @@ struct Kernel {
   bool combine = false;
   /// A kernel that splits keys: the index of its combine kernel.
   std::optional<size_t> combineIndex;
+  /// "paged_append": writes new keys and values into a paged cache.
+  bool append = false;
+  /// A paged kernel: the index of its caches' append kernel.
+  std::optional<size_t> appendIndex;
   kiln_dtype dtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
   /// Head dim of V and out (the same as headDim unless the manifest says).

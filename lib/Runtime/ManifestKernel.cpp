@@ -14,6 +14,12 @@
 
 namespace kiln {
 namespace rt {
+
+const char *const kAppendArgNames[kNumAppendArgs] = {
+#define KILN_APPEND_ARG(name, kind) #name,
+#include "kiln/Runtime/PagedAppendArgs.def"
+};
+
 namespace parser {
 
 namespace {
@@ -111,7 +117,39 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
   return false;
 }
 
+/// An argument of a paged-append kernel: one of kAppendArgNames, the
+/// pointers (the first 7) "pointer", the rest "i32" or "i64".
+void parseAppendArg(const Node &node, KernelArg &arg) {
+  Node nameNode = node.key("name");
+  arg.name = nameNode.string();
+  arg.source = ArgSource::Append;
+  arg.paged = kNumAppendArgs;
+  for (int i = 0; i < kNumAppendArgs; ++i)
+    if (arg.name == kAppendArgNames[i])
+      arg.paged = i;
+  if (arg.paged == kNumAppendArgs)
+    nameNode.fail(fmt::format("unknown argument \"{}\" of a paged_append "
+                              "kernel",
+                              arg.name));
+  Node kindNode = node.key("kind");
+  std::string kind = kindNode.oneOf({"pointer", "i32", "i64"});
+  arg.kind = kind == "pointer" ? ArgKind::Pointer
+             : kind == "i32"   ? ArgKind::I32
+                               : ArgKind::I64;
+  if ((arg.paged < 7) != (arg.kind == ArgKind::Pointer))
+    kindNode.fail(fmt::format("argument \"{}\" must be {}, got \"{}\"",
+                              arg.name,
+                              arg.paged < 7 ? "\"pointer\""
+                                            : "\"i32\" or \"i64\"",
+                              kind));
+  if (arg.kind == ArgKind::Pointer)
+    arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
+                                   /*allowBool=*/false);
+}
+
 void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
+  if (kernel.append)
+    return parseAppendArg(node, arg);
   Node nameNode = node.key("name");
   arg.name = nameNode.string();
   if (!resolveArgName(arg.name, arg))
@@ -193,6 +231,8 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
       swizzle.fail("only the 128-byte swizzle is supported");
     break;
   }
+  case ArgSource::Append:
+    break;
   case ArgSource::Dim:
   case ArgSource::Stride:
   case ArgSource::Window:
@@ -256,10 +296,11 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.name = node.key("name").string();
   if (kernel.name.empty())
     node.key("name").fail("must not be empty");
-  kernel.kind =
-      node.key("kind").oneOf({"attention", "paged_attention", "split_combine"});
+  kernel.kind = node.key("kind").oneOf(
+      {"attention", "paged_attention", "split_combine", "paged_append"});
   kernel.paged = kernel.kind == "paged_attention";
   kernel.combine = kernel.kind == "split_combine";
+  kernel.append = kernel.kind == "paged_append";
   Node ragged = node.optionalKey("ragged");
   kernel.ragged = !ragged.isNull() && ragged.boolean();
   if (kernel.ragged && !kernel.paged)
@@ -278,7 +319,19 @@ void parseKernel(const Node &node, Kernel &kernel) {
   Node softcap = node.optionalKey("softcap");
   if (!softcap.isNull())
     kernel.softcap = static_cast<float>(softcap.number());
-  if (!kernel.combine) {
+  if (kernel.append && (!kernel.headDim || !kernel.valueHeadDim))
+    node.fail("a \"paged_append\" kernel needs \"head_dim\"");
+  // Resolved with the combine kernels; the paged kernel's append kernel.
+  Node appendNode = node.optionalKey("paged_append");
+  if (!appendNode.isNull()) {
+    if (!kernel.paged)
+      appendNode.fail("only a \"paged_attention\" kernel has an append "
+                      "kernel");
+    if (appendNode.string().empty())
+      appendNode.fail("must name a kernel");
+    kernel.appendIndex = 0;
+  }
+  if (!kernel.combine && !kernel.append) {
     parseMask(node, kernel.mask, kernel.maskDtype);
     parseBias(node, kernel.bias, kernel.biasDtype);
   }
@@ -309,7 +362,16 @@ void parseKernel(const Node &node, Kernel &kernel) {
   std::vector<Node> grid = gridNode.array();
   if (grid.empty() || grid.size() > 3)
     gridNode.fail(fmt::format("expected 1 to 3 entries, got {}", grid.size()));
-  for (size_t i = 0; i < grid.size(); ++i) {
+  // An append kernel's grid is one block a new token.
+  if (kernel.append &&
+      (grid.size() != 3 || !grid[0].raw().is_object() ||
+       !grid[0].has("dim") || !grid[0].key("dim").raw().is_string() ||
+       grid[0].key("dim").string() != "total_new" || grid[0].raw().size() != 1 ||
+       !grid[1].raw().is_number_integer() || grid[1].integer(1, 1) != 1 ||
+       !grid[2].raw().is_number_integer() || grid[2].integer(1, 1) != 1))
+    gridNode.fail("a \"paged_append\" kernel's grid is [{\"dim\": "
+                  "\"total_new\"}, 1, 1]");
+  for (size_t i = 0; i < grid.size() && !kernel.append; ++i) {
     parseGridRule(grid[i], kernel.grid[i]);
     if (kernel.grid[i].timesSplits && !kernel.combineIndex)
       grid[i].fail("\"times_splits\" needs a kernel that splits keys (with "
@@ -357,7 +419,9 @@ void parseKernel(const Node &node, Kernel &kernel) {
   for (size_t i = 0; i < 3; ++i)
     if (kernel.grid[i].planItems && !kernel.ragged)
       grid[i].fail("\"plan_items\" is the grid of a ragged kernel only");
-  if (kernel.combine)
+  if (kernel.append)
+    requiredArgs.assign(kAppendArgNames, kAppendArgNames + kNumAppendArgs);
+  else if (kernel.combine)
     requiredArgs = {"workspace", "out", "num_splits"};
   else if (kernel.combineIndex)
     requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
@@ -371,31 +435,46 @@ void parseKernel(const Node &node, Kernel &kernel) {
     argsNode.fail("the kernel has a bias but no \"bias\" argument");
 }
 
+namespace {
+
+/// The index of the kernel that `nameNode` (kernel `kernel`'s `key`) names,
+/// which must be of kind `kind` and hold `kernel`'s dtype and head dims
+/// (only the value head dim for a combine kernel).
+size_t resolveNamed(const Node &nameNode, const Kernel &kernel,
+                    const std::vector<Kernel> &kernels, const char *kind) {
+  std::string name = nameNode.string();
+  size_t found = kernels.size();
+  for (size_t j = 0; j < kernels.size(); ++j)
+    if (kernels[j].name == name)
+      found = j;
+  if (found == kernels.size())
+    nameNode.fail(fmt::format("no kernel named \"{}\"", name));
+  const Kernel &named = kernels[found];
+  if (named.kind != kind)
+    nameNode.fail(
+        fmt::format("kernel \"{}\" is not a \"{}\" kernel", name, kind));
+  bool headDims = named.append ? named.headDim == kernel.headDim : true;
+  if (named.dtype != kernel.dtype ||
+      named.valueHeadDim != kernel.valueHeadDim || !headDims)
+    nameNode.fail(fmt::format("kernel \"{}\" holds another dtype or head "
+                              "dims than \"{}\"",
+                              name, kernel.name));
+  return found;
+}
+
+} // namespace
+
 void resolveCombineKernels(const Node &kernelsNode,
                            std::vector<Kernel> &kernels) {
   std::vector<Node> nodes = kernelsNode.array();
   for (size_t i = 0; i < kernels.size(); ++i) {
     Kernel &kernel = kernels[i];
-    if (!kernel.combineIndex)
-      continue;
-    Node nameNode = nodes[i].key("split_combine");
-    std::string name = nameNode.string();
-    size_t found = kernels.size();
-    for (size_t j = 0; j < kernels.size(); ++j)
-      if (kernels[j].name == name)
-        found = j;
-    if (found == kernels.size())
-      nameNode.fail(fmt::format("no kernel named \"{}\"", name));
-    const Kernel &combine = kernels[found];
-    if (!combine.combine)
-      nameNode.fail(
-          fmt::format("kernel \"{}\" is not a \"split_combine\" kernel", name));
-    if (combine.dtype != kernel.dtype ||
-        combine.valueHeadDim != kernel.valueHeadDim)
-      nameNode.fail(fmt::format("combine kernel \"{}\" reduces another dtype "
-                                "or value head dim than \"{}\"",
-                                name, kernel.name));
-    kernel.combineIndex = found;
+    if (kernel.combineIndex)
+      kernel.combineIndex = resolveNamed(nodes[i].key("split_combine"), kernel,
+                                         kernels, "split_combine");
+    if (kernel.appendIndex)
+      kernel.appendIndex = resolveNamed(nodes[i].key("paged_append"), kernel,
+                                        kernels, "paged_append");
   }
 }
 

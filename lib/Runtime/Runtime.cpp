@@ -16,6 +16,7 @@
 #include "Manifest.h"
 #include "Package.h"
 #include "PagedTableCheck.h"
+#include "PagedAppend.h"
 #include "RaggedPlan.h"
 #include "SplitModel.h"
 
@@ -603,6 +604,35 @@ kiln_status kiln_site_plan_capacity(const kiln_site *site, int64_t batch,
                   "kiln_site_plan_capacity: NULL result pointer or a "
                   "negative size");
     *capacity = planCapacity(batch, total_q, group, kernel->rowsPerBlock);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_append_paged_kv(const kiln_site *site,
+                                      const kiln_paged_append_args *args,
+                                      void *stream) {
+  return guarded("kiln_site_append_paged_kv", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT, "kiln_site_append_paged_kv: NULL site");
+    kiln_package &package = *site->package;
+    if (Error error = launchAppend(
+            package, package.manifest.sites[site->index], args, stream))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_append_config(const kiln_site *site,
+                                    const kiln_paged_append_args *args,
+                                    kiln_launch_config *config) {
+  return guarded("kiln_site_append_config", [&] {
+    if (!site || !config)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_append_config: NULL site or result pointer");
+    const Manifest &manifest = site->package->manifest;
+    if (Error error =
+            checkAppend(manifest, manifest.sites[site->index], args, *config))
+      return fail(error);
     return KILN_OK;
   });
 }

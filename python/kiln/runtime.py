@@ -202,6 +202,38 @@ class PagedAttentionArgs(ctypes.Structure):
     ]
 
 
+class PagedAppendArgs(ctypes.Structure):
+    """``kiln_paged_append_args``: new keys and values for a paged site's
+    caches."""
+
+    _fields_ = [
+        ("key", ctypes.c_void_p),
+        ("value", ctypes.c_void_p),
+        ("key_cache", ctypes.c_void_p),
+        ("value_cache", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("kv_lens", ctypes.c_void_p),
+        ("new_offsets", ctypes.c_void_p),
+        ("key_dtype", ctypes.c_int),
+        ("value_dtype", ctypes.c_int),
+        ("key_cache_dtype", ctypes.c_int),
+        ("value_cache_dtype", ctypes.c_int),
+        ("batch", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("total_new", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("v_head_dim", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("max_pages", ctypes.c_int64),
+        ("key_strides", ctypes.c_int64 * 3),
+        ("value_strides", ctypes.c_int64 * 3),
+        ("key_cache_strides", ctypes.c_int64 * 4),
+        ("value_cache_strides", ctypes.c_int64 * 4),
+        ("page_table_strides", ctypes.c_int64 * 2),
+    ]
+
+
 class AttentionArgs(ctypes.Structure):
     """``kiln_attention_args``: device pointers, dtypes, dims, strides."""
 
@@ -417,6 +449,15 @@ def _declare(lib: ctypes.CDLL) -> None:
                 ctypes.POINTER(ctypes.c_int64),
             ],
         ),
+        "kiln_site_append_paged_kv": (
+            c_status,
+            [site_p, ctypes.POINTER(PagedAppendArgs), ctypes.c_void_p],
+        ),
+        "kiln_site_append_config": (
+            c_status,
+            [site_p, ctypes.POINTER(PagedAppendArgs),
+             ctypes.POINTER(_LaunchConfig)],
+        ),
         "kiln_site_plan_capacity": (
             c_status,
             [
@@ -435,7 +476,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 6
+_API_VERSION = 7
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -683,6 +724,83 @@ class Site:
     def launch_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
         """Launches a paged site with raw arguments on a CUstream handle."""
         self._launch_with("kiln_site_launch_paged_attention", args, stream)
+
+    def check_append(self, args: PagedAppendArgs) -> LaunchConfig:
+        """Checks a cache append's raw `args` (no GPU needed); returns the
+        launch configuration. Raises KilnError."""
+        return self._check_with("kiln_site_append_config", args)
+
+    def launch_append(self, args: PagedAppendArgs, stream: int = 0) -> None:
+        """Launches a cache append with raw arguments on a CUstream handle."""
+        self._launch_with("kiln_site_append_paged_kv", args, stream)
+
+    def append_paged_kv(self, key: Any, value: Any, key_cache: Any,
+                        value_cache: Any, page_table: Any, kv_lens: Any,
+                        new_offsets: Any, stream: Any = None) -> None:
+        """Writes a step's new keys and values into a paged site's caches:
+        key ``[total_new, Hkv, D]`` and value ``[total_new, Hkv, Dv]``
+        (sequence b's tokens ``new_offsets[b]`` to ``new_offsets[b + 1]``),
+        caches, page_table and kv_lens as paged_attention() takes them
+        (kv_lens counting the new tokens), new_offsets ``[B + 1]`` int32 on
+        the same device. Asynchronous (capturable in a CUDA graph); a token
+        whose place falls outside the caches is not written."""
+        import torch
+
+        device = key.device
+        dtypes = _torch_dtype_map()
+        named = (("key", key, 3), ("value", value, 3),
+                 ("key_cache", key_cache, 4), ("value_cache", value_cache, 4),
+                 ("page_table", page_table, 2), ("kv_lens", kv_lens, 1),
+                 ("new_offsets", new_offsets, 1))
+        for name, tensor, rank in named:
+            if (not isinstance(tensor, torch.Tensor) or tensor.device != device
+                    or tensor.dim() != rank):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be a rank-{rank} torch.Tensor on {device}")
+        for name, tensor, _ in named[4:]:
+            if tensor.dtype != torch.int32:
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"{name} must be int32, got {tensor.dtype}")
+        batch = int(kv_lens.shape[0])
+        if (new_offsets.shape[0] != batch + 1 or
+                page_table.shape[0] != batch):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"new_offsets {tuple(new_offsets.shape)} and page_table "
+                f"{tuple(page_table.shape)} must have kv_lens' {batch} "
+                "sequences (new_offsets: B + 1)")
+        if tuple(value.shape[:2]) != tuple(key.shape[:2]):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"value has shape {tuple(value.shape)} but key "
+                f"{tuple(key.shape)} (only the head dim may differ)")
+        args = PagedAppendArgs()
+        for name, tensor in (("key", key), ("value", value),
+                             ("key_cache", key_cache),
+                             ("value_cache", value_cache)):
+            if tensor.dtype not in dtypes:
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"{name} has unsupported dtype {tensor.dtype}")
+            setattr(args, name, tensor.data_ptr())
+            setattr(args, name + "_dtype", int(dtypes[tensor.dtype]))
+            getattr(args, name + "_strides")[:] = [int(x)
+                                                   for x in tensor.stride()]
+        args.page_table = page_table.data_ptr()
+        args.kv_lens = kv_lens.data_ptr()
+        args.new_offsets = new_offsets.data_ptr()
+        args.page_table_strides[:] = [int(x) for x in page_table.stride()]
+        args.batch, args.total_new = batch, int(key.shape[0])
+        args.kv_heads, args.head_dim = int(key.shape[1]), int(key.shape[2])
+        args.v_head_dim = int(value.shape[2])
+        args.num_pages, args.page_size = (int(key_cache.shape[0]),
+                                          int(key_cache.shape[1]))
+        args.max_pages = int(page_table.shape[1])
+        if args.total_new == 0:
+            return
+        launch_stream = _Stream(device, stream)
+        with torch.cuda.device(device):
+            self.launch_append(args, launch_stream.handle)
 
     def validate_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
         """The debug check of a paged launch's kv_lens and page table on the

@@ -24,6 +24,7 @@ SCOPES = {
     "attention kernel": ["kernels"],
     "paged_attention kernel": ["kernels", "Paged kernels and sites"],
     "split_combine kernel": ["kernels", "Split-KV kernels"],
+    "paged_append kernel": ["kernels", "Paged-append kernels"],
     "attention site": ["sites"],
     "paged_attention site": ["sites", "Paged kernels and sites"],
 }

@@ -521,6 +521,21 @@ gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
                                        Type elementType, int64_t valueDim,
                                        bool waitForGrid);
 
+/// Threads of a paged-append block (one new token a block).
+inline constexpr int64_t kAppendThreads = 128;
+/// The name, argument names and argument kinds of the paged cache's append
+/// kernel for caches of `elementType`, key head dim `headDim` and value
+/// head dim `valueDim` (Schedules/AppendKernel.cpp).
+std::string pagedAppendKernelName(Type elementType, int64_t headDim,
+                                  int64_t valueDim);
+SmallVector<std::string> pagedAppendArgumentNames();
+SmallVector<std::string> pagedAppendArgumentKinds();
+/// Creates that kernel at the builder's insertion point (inside the
+/// gpu.module): grid x covers the new tokens, one a block.
+gpu::GPUFuncOp buildPagedAppendKernel(OpBuilder &moduleBuilder, Location loc,
+                                      Type elementType, int64_t headDim,
+                                      int64_t valueDim);
+
 /// The warp-specialised sm_90a kernel (KernelVariant::warpSpecialized).
 std::unique_ptr<AttentionKernelBuilder>
 createWarpSpecializedKernel(const KernelSpec &spec);

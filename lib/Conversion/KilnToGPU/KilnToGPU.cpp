@@ -222,6 +222,24 @@ struct ConvertKilnToGPUPass
           fields.set("combine_kernel", builder.getStringAttr(combineName));
           info = fields.getDictionary(builder.getContext());
         }
+        if (spec.problem.paged) {
+          // The cache append of the site's caches, shared by every paged
+          // kernel with the same element type and head dims.
+          std::string appendName = pagedAppendKernelName(
+              spec.problem.elementType, spec.problem.headDim,
+              spec.problem.valueDim());
+          if (!kernels.lookup(appendName)) {
+            gpu::GPUFuncOp append = buildPagedAppendKernel(
+                kernelBuilder, op->getLoc(), spec.problem.elementType,
+                spec.problem.headDim, spec.problem.valueDim());
+            kernels.insert(append);
+            append->setAttr(kKernelInfoAttrName,
+                            makeAppendInfo(builder, spec));
+          }
+          NamedAttrList fields(info);
+          fields.set("append_kernel", builder.getStringAttr(appendName));
+          info = fields.getDictionary(builder.getContext());
+        }
         func->setAttr(kKernelInfoAttrName, info);
       }
       // The warp-specialised kernel folds the scale into its exponents'
@@ -432,6 +450,24 @@ struct ConvertKilnToGPUPass
     fields.push_back(builder.getNamedAttr(
         "dtype",
         builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
+    fields.push_back(builder.getNamedAttr(
+        "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
+    return builder.getDictionaryAttr(fields);
+  }
+
+  /// The facts of the paged cache's append kernel of `spec`'s caches.
+  DictionaryAttr makeAppendInfo(OpBuilder &builder, const KernelSpec &spec) {
+    SmallVector<NamedAttribute> fields = launchFacts(
+        builder, /*rowsPerBlock=*/1, kAppendThreads, /*kvBlockSize=*/0,
+        /*staticShared=*/0, /*dynamicShared=*/0, pagedAppendArgumentNames(),
+        pagedAppendArgumentKinds());
+    fields.push_back(
+        builder.getNamedAttr("kind", builder.getStringAttr("paged_append")));
+    fields.push_back(builder.getNamedAttr(
+        "dtype",
+        builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
+    fields.push_back(builder.getNamedAttr(
+        "head_dim", builder.getI64IntegerAttr(spec.problem.headDim)));
     fields.push_back(builder.getNamedAttr(
         "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
     return builder.getDictionaryAttr(fields);

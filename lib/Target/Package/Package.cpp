@@ -135,6 +135,32 @@ llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
   return kernel;
 }
 
+/// The paged cache's append kernel: one block a new token.
+llvm::json::Object describeAppendKernel(gpu::GPUFuncOp func,
+                                        DictionaryAttr info) {
+  std::string dtype = info.getAs<StringAttr>("dtype").str();
+  llvm::json::Array args =
+      argsToJSON(info, [&](StringRef name, StringRef) -> DtypeEntry {
+        if (name == "new_keys" || name == "new_values" ||
+            name == "key_cache" || name == "value_cache")
+          return llvm::json::Value(dtype);
+        return std::nullopt;
+      });
+  llvm::json::Array grid;
+  grid.push_back(llvm::json::Object{{"dim", "total_new"}});
+  grid.push_back(1);
+  grid.push_back(1);
+  llvm::json::Object kernel{
+      {"name", func.getName()},
+      {"kind", "paged_append"},
+      {"dtype", dtype},
+      {"head_dim", info.getAs<IntegerAttr>("head_dim").getInt()},
+      {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
+  };
+  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  return kernel;
+}
+
 /// The attributes a kernel is specialised on, as the first site using it
 /// states them (every site sharing a kernel shares them).
 llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
@@ -270,6 +296,9 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"bias", false},
       {"bias_dtype", nullptr},
   };
+  // The kernel that writes new keys and values into these caches.
+  if (auto append = info.getAs<StringAttr>("append_kernel"))
+    kernel["paged_append"] = append.str();
   if (ragged) {
     // Grid z: the splits alone (the packed rows are one sequence).
     kernel["ragged"] = true;
@@ -458,6 +487,8 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
       auto kind = info ? info.getAs<StringAttr>("kind") : StringAttr();
       if (kind && kind.getValue() == "split_combine")
         kernels.push_back(describeCombineKernel(func, info));
+      else if (kind && kind.getValue() == "paged_append")
+        kernels.push_back(describeAppendKernel(func, info));
     }
   return llvm::json::Object{{"kernels", std::move(kernels)},
                             {"sites", std::move(sites)}};
