@@ -900,7 +900,7 @@ class Site:
     def plan(self, q_offsets: Any, kv_lens: Any = None, *,
              q_heads: Optional[int] = None, kv_heads: Optional[int] = None,
              capacity: Optional[int] = None, out: Any = None,
-             device: Any = None) -> Any:
+             device: Any = None, total_q: Optional[int] = None) -> Any:
         """The plan of a ragged batch (a ragged site's launches take one):
         its work items, heaviest first, as an int32 CUDA tensor ``[items,
         2]``. `q_offsets` (``[B + 1]``) and `kv_lens` (``[B]``, optional:
@@ -910,9 +910,10 @@ class Site:
         has that many items, the rest empty (they do nothing), so that every
         step launches the same grid; `out`, an int32 CUDA tensor ``[capacity,
         2]``, receives it (copied on the current stream) for a CUDA graph to
-        replay."""
+        replay. With `total_q` (the packed query rows the launches will
+        have), offsets past it raise KilnError here rather than being
+        clamped on the GPU."""
         import numpy as np
-        import torch
 
         q_heads, kv_heads = self._heads(q_heads, kv_heads)
         offsets = np.ascontiguousarray(
@@ -925,6 +926,11 @@ class Site:
                 Status.INVALID_ARGUMENT,
                 f"kv_lens has {lens.shape[0]} entries; q_offsets gives "
                 f"{batch} sequences")
+        if total_q is not None and batch and int(offsets[-1]) > total_q:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r}: q_offsets[{batch}] = {int(offsets[-1])} "
+                f"is past total_q = {total_q}")
         if capacity is None and out is not None:
             capacity = int(out.shape[0])
         # Without a capacity, the plan is just the batch's items.
@@ -941,6 +947,8 @@ class Site:
             batch, q_heads, kv_heads, host.ctypes.data_as(pointer),
             int(capacity), ctypes.byref(items)))
         rows = host if fixed else host[:int(items.value)]
+        import torch
+
         tensor = torch.from_numpy(np.ascontiguousarray(rows))
         if out is not None:
             if (out.dtype != torch.int32 or not out.is_cuda or

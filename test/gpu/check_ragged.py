@@ -13,7 +13,8 @@ scattered at random; the output poisoned with NaN (rows no sequence owns
 must stay untouched); splits forced to 1, 3 and 16 and chosen at launch; a
 plan of fixed capacity (empty items) replayed in a CUDA graph with a new
 batch of the same capacity in the same buffers; a plan ordered by queries
-alone (no kv_lens); bad inputs (decreasing offsets, a too-small plan)
+alone (no kv_lens); bad inputs (decreasing offsets, a too-small plan,
+offsets past total_q)
 refused with a message. Passes when ||out - ref|| / ||ref|| < 1e-2 on the
 owned rows and nothing there is NaN.
 """
@@ -212,11 +213,15 @@ def check_graph(site, entry, device, gen, dtype) -> Dict[str, Any]:
 
 
 def check_bad_input(site, entry, device, gen, dtype) -> Dict[str, Any]:
-    """Decreasing offsets and a plan too small are refused on the host."""
+    """Decreasing offsets, a plan too small and offsets past total_q are
+    refused on the host."""
     messages = []
-    for offsets, capacity in (([0, 5, 3], None), ([0, 60, 61], 1)):
+    for offsets, capacity, total_q in (([0, 5, 3], None, None),
+                                       ([0, 60, 61], 1, None),
+                                       ([0, 5, 9], None, 8)):
         try:
-            site.plan(offsets, [10, 10], capacity=capacity, device=device)
+            site.plan(offsets, [10, 10], capacity=capacity, device=device,
+                      total_q=total_q)
             messages.append(None)
         except kiln.KilnError as error:
             messages.append(str(error))

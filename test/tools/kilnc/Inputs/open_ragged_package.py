@@ -85,3 +85,9 @@ try:
 except kiln.KilnError as error:
     print("uniform with a plan ->", error)
 print("empty plan", tuple(site.check_paged(args(plan_items=0)).grid))
+
+# Offsets past the packed rows the caller names are refused on the host.
+try:
+    site.plan([0, 5, 9], [10, 10], total_q=8)
+except kiln.KilnError as error:
+    print("past total_q ->", error)
