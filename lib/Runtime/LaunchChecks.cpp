@@ -217,6 +217,18 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
   return checkSplits(where, launch);
 }
 
+Error checkPageSize(const std::string &where, const Site &site,
+                    int64_t pageSize) {
+  if (site.pageSize && *site.pageSize != pageSize)
+    return invalid(
+        "{}page_size is {} but the site was compiled for page_size = {}", where,
+        pageSize, *site.pageSize);
+  if (pageSize & (pageSize - 1))
+    return invalid("{}page_size must be a power of two, got {}", where,
+                   pageSize);
+  return Error::ok();
+}
+
 Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                        const kiln_paged_attention_args *argsPointer,
                        CheckedLaunch &launch) {
@@ -244,13 +256,8 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   for (auto [name, value] : sizes)
     if (value <= 0)
       return invalid("{}{} must be positive, got {}", where, name, value);
-  if (site.pageSize && *site.pageSize != paged.page_size)
-    return invalid(
-        "{}page_size is {} but the site was compiled for page_size = {}", where,
-        paged.page_size, *site.pageSize);
-  if (paged.page_size & (paged.page_size - 1))
-    return invalid("{}page_size must be a power of two, got {}", where,
-                   paged.page_size);
+  if (Error error = checkPageSize(where, site, paged.page_size))
+    return error;
   if (paged.max_pages > std::numeric_limits<int32_t>::max() / paged.page_size)
     return invalid("{}max_pages x page_size overflows 32 bits", where);
   if (!paged.page_table || !paged.kv_lens)

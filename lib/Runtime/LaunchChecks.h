@@ -70,6 +70,11 @@ Error invalid(fmt::format_string<Args...> format, Args &&...args) {
           fmt::format(format, std::forward<Args>(args)...)};
 }
 
+/// A paged launch's page size against the site's compiled one, and a power
+/// of two (the kernels shift and mask by it).
+Error checkPageSize(const std::string &where, const Site &site,
+                    int64_t pageSize);
+
 /// Checks a launch of `site` with `args`. Never touches the CUDA driver.
 Error checkLaunch(const Manifest &manifest, const Site &site,
                   const kiln_attention_args *argsPointer,

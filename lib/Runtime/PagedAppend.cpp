@@ -62,13 +62,8 @@ Error checkAppend(const Manifest &manifest, const Site &site,
       heads && *heads != a.kv_heads)
     return invalid("{}kv_heads is {} but the site was compiled for {}", where,
                    a.kv_heads, *heads);
-  if (site.pageSize && *site.pageSize != a.page_size)
-    return invalid(
-        "{}page_size is {} but the site was compiled for page_size = {}", where,
-        a.page_size, *site.pageSize);
-  if (a.page_size & (a.page_size - 1))
-    return invalid("{}page_size must be a power of two, got {}", where,
-                   a.page_size);
+  if (Error error = checkPageSize(where, site, a.page_size))
+    return error;
   for (auto [name, pointer, dtype] :
        {std::tuple{"key", a.key, a.key_dtype},
         std::tuple{"value", a.value, a.value_dtype},

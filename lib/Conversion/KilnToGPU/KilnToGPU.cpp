@@ -204,42 +204,46 @@ struct ConvertKilnToGPUPass
               }));
           info = fields.getDictionary(builder.getContext());
         }
-        if (spec.launch.splitKV) {
-          // The kernel that reduces its splits, shared by every kernel with
-          // the same output type.
-          std::string combineName = splitCombineKernelName(
-              spec.problem.elementType, spec.problem.valueDim());
-          if (!kernels.lookup(combineName)) {
-            gpu::GPUFuncOp combine = buildSplitCombineKernel(
-                kernelBuilder, op->getLoc(), spec.problem.elementType,
-                spec.problem.valueDim(),
-                /*waitForGrid=*/hopper);
-            kernels.insert(combine);
-            combine->setAttr(kKernelInfoAttrName,
-                             makeCombineInfo(builder, spec));
+        // A companion kernel shared by every kernel with the same `name`
+        // (built once), named in this kernel's info under `field`.
+        auto companion = [&](StringRef field, const std::string &name,
+                             function_ref<gpu::GPUFuncOp()> build,
+                             DictionaryAttr companionInfo) {
+          if (!kernels.lookup(name)) {
+            gpu::GPUFuncOp kernel = build();
+            kernels.insert(kernel);
+            kernel->setAttr(kKernelInfoAttrName, companionInfo);
           }
           NamedAttrList fields(info);
-          fields.set("combine_kernel", builder.getStringAttr(combineName));
+          fields.set(field, builder.getStringAttr(name));
           info = fields.getDictionary(builder.getContext());
-        }
-        if (spec.problem.paged) {
-          // The cache append of the site's caches, shared by every paged
-          // kernel with the same element type and head dims.
-          std::string appendName = pagedAppendKernelName(
-              spec.problem.elementType, spec.problem.headDim,
-              spec.problem.valueDim());
-          if (!kernels.lookup(appendName)) {
-            gpu::GPUFuncOp append = buildPagedAppendKernel(
-                kernelBuilder, op->getLoc(), spec.problem.elementType,
-                spec.problem.headDim, spec.problem.valueDim());
-            kernels.insert(append);
-            append->setAttr(kKernelInfoAttrName,
-                            makeAppendInfo(builder, spec));
-          }
-          NamedAttrList fields(info);
-          fields.set("append_kernel", builder.getStringAttr(appendName));
-          info = fields.getDictionary(builder.getContext());
-        }
+        };
+        // The kernel that reduces its splits, by output type.
+        if (spec.launch.splitKV)
+          companion(
+              "combine_kernel",
+              splitCombineKernelName(spec.problem.elementType,
+                                     spec.problem.valueDim()),
+              [&] {
+                return buildSplitCombineKernel(
+                    kernelBuilder, op->getLoc(), spec.problem.elementType,
+                    spec.problem.valueDim(), /*waitForGrid=*/hopper);
+              },
+              makeCombineInfo(builder, spec));
+        // The cache append of the site's caches, by element type and head
+        // dims.
+        if (spec.problem.paged)
+          companion(
+              "append_kernel",
+              pagedAppendKernelName(spec.problem.elementType,
+                                    spec.problem.headDim,
+                                    spec.problem.valueDim()),
+              [&] {
+                return buildPagedAppendKernel(
+                    kernelBuilder, op->getLoc(), spec.problem.elementType,
+                    spec.problem.headDim, spec.problem.valueDim());
+              },
+              makeAppendInfo(builder, spec));
         func->setAttr(kKernelInfoAttrName, info);
       }
       // The warp-specialised kernel folds the scale into its exponents'
