@@ -515,6 +515,47 @@ def t5_bias(name, combined, zero=False):
     g.save()
 
 
+def t5_bias_from_input():
+    """T5's self-attention as torch's exporter writes it under Dynamo: the
+    relative position bias gathered from the embedding table, which the
+    graph takes as an input (Dynamo lifts parameters into inputs), over
+    buckets of j - i computed from the sequence length, plus the padding
+    mask, a boolean through Where(keep, 0, finfo.min) added after the bias.
+    A table from an input may hold -inf, so the site fuses only
+    where the input is declared finite (--finite-inputs)."""
+    g = Graph("t5_bias_from_input", opset=18)
+    q, k, v = qkv_inputs(g)
+    buckets = 8
+    table = g.input("relative_attention_bias.weight", F32, [buckets, H])
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    length = g.op("Shape", [q], "q_len", start=2, end=3)
+    length = g.op("Squeeze", [length], "q_len_scalar")
+    zero = g.const("range_start", np.array(0, np.int64))
+    one = g.const("range_step", np.array(1, np.int64))
+    positions = g.op("Range", [zero, length, one], "positions")
+    rows = g.op("Unsqueeze", [positions, g.const("row_axis", np.array([1], np.int64))],
+                "context_position")
+    cols = g.op("Unsqueeze", [positions, g.const("col_axis", np.array([0], np.int64))],
+                "memory_position")
+    relative = g.op("Sub", [cols, rows], "relative_position")
+    shifted = g.op("Add", [relative, g.const("half", np.array(buckets // 2, np.int64))],
+                   "relative_shift")
+    bucket = g.op("Clip", [shifted, g.const("lo", np.array(0, np.int64)),
+                           g.const("hi", np.array(buckets - 1, np.int64))], "bucket")
+    values = g.op("Gather", [table, bucket], "bias_lookup", axis=0)
+    bias = g.op("Transpose", [values], "bias_heads", perm=[2, 0, 1])
+    bias = g.op("Unsqueeze", [bias, g.const("bias_axis", np.array([0], np.int64))],
+                "position_bias")
+    scores = g.op("Add", [scores, bias], "bias_add")
+    keep = g.input("attention_mask", BOOL, [B, 1, 1, S])
+    mask = g.op("Where", [keep, g.const("keep_zero", np.array(0.0, np.float32)),
+                          g.const("mask_min", np.array(FINFO_MIN, np.float32))],
+                "mask_where")
+    scores = g.op("Add", [scores, mask], "mask_add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def t5_bias_float_mask_sum():
     """position_bias + (1 - m) * min with m = sigmoid(x) a float: (1 - m) is
     not an integer, so the fusion cannot prove the sum adds only zeros or
@@ -1110,6 +1151,7 @@ def main():
     t5_bias("t5_zero_bias", combined=False, zero=True)
     t5_bias("t5_zero_bias_expand", combined=False, zero="expand")
     t5_bias_float_mask_sum()
+    t5_bias_from_input()
     alibi()
     softcap()
     softcap_half("softcap_f16", 50.0, 50.0)

@@ -8,6 +8,7 @@
 
 #include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Driver/Report.h"
 #include "kiln/Pipelines/Pipelines.h"
 #include "kiln/Target/ONNX/ImportONNX.h"
@@ -16,6 +17,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
@@ -97,6 +99,28 @@ LogicalResult checkTarget(Location loc, StringRef chip) {
 
 /// The size a symbolic dimension gets when the graph cannot be imported with
 /// it dynamic and the user bound nothing: 1 for batch-like names, else 128.
+/// Marks the entry arguments named in `names` (by their `onnx.name`)
+/// `kiln.finite` in every function; a name no argument carries is an error.
+LogicalResult declareFiniteInputs(ModuleOp module,
+                                  ArrayRef<std::string> names, Location loc) {
+  for (const std::string &name : names) {
+    bool found = false;
+    module.walk([&](FunctionOpInterface func) {
+      for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+        auto argName = func.getArgAttrOfType<StringAttr>(i, "onnx.name");
+        if (!argName || argName.getValue() != name)
+          continue;
+        func.setArgAttr(i, kFiniteArgAttr, UnitAttr::get(module.getContext()));
+        found = true;
+      }
+    });
+    if (!found)
+      return emitError(loc) << "--finite-inputs: the graph has no input named '"
+                            << name << "'";
+  }
+  return success();
+}
+
 int64_t defaultSizeFor(StringRef name) {
   return name.contains_insensitive("batch") ? 1 : 128;
 }
@@ -338,6 +362,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
     return failure();
+  if (failed(declareFiniteInputs(*module, options.finiteInputs, inputLoc)))
+    return failure();
+  report.finiteInputs = options.finiteInputs;
   // The graph as imported: the reference of --verify.
   OwningOpRef<ModuleOp> unfused;
   if (options.verify)

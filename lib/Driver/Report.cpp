@@ -14,6 +14,7 @@
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -238,10 +239,14 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
   llvm::json::Object bound;
   for (const auto &[name, size] : boundDims)
     bound[name] = size;
+  llvm::json::Array finite;
+  for (const std::string &name : finiteInputs)
+    finite.push_back(name);
   return llvm::json::Object{{"sites", std::move(sites)},
                             {"unfused", std::move(unfusedArray)},
                             {"opaque", std::move(opaqueArray)},
-                            {"bound_dims", std::move(bound)}};
+                            {"bound_dims", std::move(bound)},
+                            {"finite_inputs", std::move(finite)}};
 }
 
 void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
@@ -285,6 +290,9 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
       os << llvm::formatv("  site {0} reads a KV cache: {1}, {2}\n", index,
                           *cache->getString("past_key"),
                           *cache->getString("past_value"));
+  if (!finiteInputs.empty())
+    os << "Inputs declared finite (the fusion assumed it): "
+       << llvm::join(finiteInputs, ", ") << "\n";
   os << llvm::formatv("Softmaxes left unfused: {0}\n", unfused.size());
   for (const UnfusedSoftmax &entry : unfused)
     os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "

@@ -156,6 +156,8 @@ def _run_kilnc(onnx_path: Path, options: Dict[str, Any],
         command.append(f"--padded-rows={options['padded_rows']}")
     if bind:
         command.append("--bind-dims=" + ",".join(f"{k}={v}" for k, v in bind.items()))
+    if options.get("finite_inputs"):
+        command.append("--finite-inputs=" + ",".join(options["finite_inputs"]))
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise KilnError(Status.FORMAT_ERROR,
@@ -835,7 +837,8 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         dynamic = any(shape for shape in dynamic_shapes)
         entry["dynamic"] = dynamic
         tensors = [example_inputs[i] for i in positions]
-        exported, report = _exported(source, tensors, dynamic_shapes if dynamic else None,
+        exported, report = _exported(source, tensors, positions,
+                                     dynamic_shapes if dynamic else None,
                                      gm, example_inputs, kiln_options, entry)
         if dynamic and report.get("bound_dims") and not report.get("sizes_free"):
             # The graph's shape computations need static sizes: its report
@@ -854,11 +857,54 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         return _inductor(gm, example_inputs, options)
 
 
-def _exported(source: Any, tensors: Sequence[Any], dynamic_shapes: Any, gm: Any,
+def _is_weight(node: Any, value: Any) -> bool:
+    """Whether Dynamo's graph input `node` (holding `value`) is a parameter
+    or buffer of the module (Dynamo lifts them into inputs)."""
+    import torch
+
+    if isinstance(value, torch.nn.Parameter):
+        return True
+    grapharg = node.meta.get("grapharg")
+    source = getattr(grapharg, "source", None)
+    try:
+        name = source.name() if source is not None else ""
+    except Exception:  # noqa: BLE001 (a source without a name)
+        name = ""
+    return "_parameters[" in name or "_buffers[" in name
+
+
+def finite_weights(gm: Any, example_inputs: Sequence[Any], positions: Sequence[int],
+                   input_names: Sequence[str]) -> List[str]:
+    """The ONNX input names (`input_names`, one per tensor input at
+    `positions`) of the module's floating-point weights that hold no
+    infinity or NaN now. kilnc takes them as finite (--finite-inputs): a
+    position bias computed from such a weight (T5's relative attention
+    bias) cannot hide keys, so its site fuses beside a finite-fill mask.
+    Weights are read once, here; a weight later overwritten with -inf in
+    place would change only rows whose keys are all masked (docs/design.md)."""
+    import torch
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(input_names) != len(positions):
+        return []
+    names = []
+    for position, name in zip(positions, input_names):
+        value = example_inputs[position]
+        if (isinstance(value, torch.Tensor) and value.is_floating_point()
+                and not isinstance(value, torch._subclasses.FakeTensor)
+                and _is_weight(placeholders[position], value)
+                and bool(torch.isfinite(value.detach()).all())):
+            names.append(name)
+    return names
+
+
+def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
+              dynamic_shapes: Any, gm: Any,
               example_inputs: Sequence[Any], kiln_options: Dict[str, Any],
               entry: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     """`source` exported through torch's ONNX exporter (with
-    `dynamic_shapes`, or static), and kilnc's report of it."""
+    `dynamic_shapes`, or static), and kilnc's report of it. `tensors` are
+    Dynamo's inputs at `positions`, the exported graph's inputs."""
     import torch
 
     try:
@@ -874,7 +920,13 @@ def _exported(source: Any, tensors: Sequence[Any], dynamic_shapes: Any, gm: Any,
         key = _graph_key(module, [
             node.meta.get("example_value") for node in gm.graph.nodes
             if node.op == "placeholder"] if dynamic_shapes else tensors)
+        finite = finite_weights(gm, example_inputs, positions,
+                                [value.name for value in program.model.graph.inputs])
+        if finite:
+            kiln_options = {**kiln_options, "finite_inputs": finite}
+            key = hashlib.sha256((key + ",".join(finite)).encode()).hexdigest()[:24]
         entry["key"] = key
+        entry["finite_inputs"] = finite
         entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
         entry["aliases"] = onnx_aliases(
             program.model.graph, (node.name for node in module.graph.nodes))
@@ -958,7 +1010,7 @@ def _per_shape(gm: Any, source: Any, positions: List[int], count: int,
         tensors = [args[i] for i in positions]
         shape_entry = _new_entry(shape=[list(t.shape) for t in tensors])
         try:
-            exported, report = _exported(source, tensors, None, gm, args,
+            exported, report = _exported(source, tensors, positions, None, gm, args,
                                          kiln_options, shape_entry)
             function = _finish(exported, report, gm, args, tensors, options, shape_entry)
         except _Fallback as reason:

@@ -184,3 +184,15 @@ def test_dense_per_head_terms_are_found() -> None:
     assert kd.dense_term(site(bias="bf16"), {"bias": None}) is None
     # A symbolic size (a SymInt) is taken as more than one.
     assert kd.dense_term(site(bias="bf16"), {"bias": [1, 16, object(), object()]}) == "bias"
+
+
+def test_weights_declared_finite_reach_kilnc() -> None:
+    """T5's self-attention: a bias gathered from a weight the graph takes as
+    an input fuses beside its finite-fill mask only when the backend passes
+    that input as finite (it checks the weight first)."""
+    onnx = FUSION_INPUTS / "t5_bias_from_input.onnx"
+    assert kd._run_kilnc(onnx, {})["sites"] == []
+    report = kd._run_kilnc(onnx, {"finite_inputs": ["relative_attention_bias.weight"]})
+    assert report["finite_inputs"] == ["relative_attention_bias.weight"]
+    [site] = report["sites"]
+    assert site["bias"] and site["mask"] == "boolean" and report["unfused"] == []

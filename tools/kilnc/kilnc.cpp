@@ -154,6 +154,15 @@ static cl::opt<std::string> paddedRows(
              "give zeros (rows a model discards, e.g. padded queries)"),
     cl::init("exact"), cl::cat(kilncCategory));
 
+static cl::list<std::string> finiteInputs(
+    "finite-inputs",
+    cl::desc("Graph inputs (by name) that hold no infinity or NaN, e.g. "
+             "weights lifted into inputs: a bias computed from them is "
+             "fused beside a finite-fill mask, which a bias that may hold "
+             "-inf prevents. The caller keeps the promise; the report lists "
+             "it (finite_inputs)"),
+    cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(kilncCategory));
+
 static cl::opt<std::string> kvCache(
     "kv-cache",
     cl::desc("paged:N (N a power of two from 1 to 256): beside each causal "
@@ -199,6 +208,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   options.paddedRowsFree = paddedRows == "free";
+  options.finiteInputs.assign(finiteInputs.begin(), finiteInputs.end());
   if (!kvCache.empty()) {
     StringRef spec = kvCache;
     int64_t pageSize = 0;

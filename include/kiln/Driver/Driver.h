@@ -70,6 +70,11 @@ struct CompileOptions {
   int64_t blocksPerSM = -1;
   /// Rows that see no key may differ from the graph (`--padded-rows=free`).
   bool paddedRowsFree = false;
+  /// Graph inputs (ONNX input names, or MLIR arguments' `onnx.name`) that the
+  /// caller promises hold no infinity or NaN (`--finite-inputs`), e.g.
+  /// weights a framework lifted into inputs: a bias computed from them
+  /// cannot hide keys, so it may be fused beside a finite-fill mask.
+  std::vector<std::string> finiteInputs;
   /// `--kv-cache=paged:N`: beside each causal self-attention site, a paged
   /// decode/chunked-prefill site over a cache of pages of N keys (0: none).
   int64_t pagedKvPageSize = 0;

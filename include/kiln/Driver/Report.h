@@ -38,9 +38,11 @@ struct FusionReport {
   /// (`--bind-dims`, or kilnc's own choice when shape computations need
   /// them): every size in the report is then for those values only.
   std::vector<std::pair<std::string, int64_t>> boundDims;
+  /// The inputs declared finite (`--finite-inputs`): the fusion assumed it.
+  std::vector<std::string> finiteInputs;
 
   /// The report as JSON: {"sites": [...], "unfused": [...], "opaque": [...],
-  /// "bound_dims": {name: size}}.
+  /// "bound_dims": {name: size}, "finite_inputs": [name, ...]}.
   llvm::json::Object toJSON(ModuleOp fused) const;
   /// The report as readable tables.
   void printText(ModuleOp fused, llvm::raw_ostream &os) const;

@@ -18,6 +18,7 @@
 
 #include "AttentionMatchers.h"
 
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
@@ -1038,14 +1039,28 @@ std::optional<Value> matchNanGuard(Value probs,
   return std::nullopt;
 }
 
+/// Whether a function argument is declared finite (`kiln.finite`): the
+/// caller promises it holds no infinity or NaN, e.g. a weight that a
+/// framework lifted into an input and checked when it compiled the graph.
+bool isDeclaredFinite(BlockArgument argument) {
+  auto func = dyn_cast<FunctionOpInterface>(argument.getOwner()->getParentOp());
+  return func && argument.getOwner()->isEntryBlock() &&
+         func.getArgAttr(argument.getArgNumber(), kFiniteArgAttr);
+}
+
 /// Whether an additive float term can hide keys: its computation involves a
 /// masking constant (-inf or a large negative fill) or a value the graph
-/// does not know (an argument). Position biases computed from weights and
-/// ranges (T5, ALiBi) cannot.
+/// does not know (an argument not declared finite). Position biases
+/// computed from weights and ranges (T5, ALiBi) cannot.
 bool mayHideKeys(Value value, int depth = 24) {
   Operation *def = value.getDefiningOp();
-  if (!def)
-    return true;
+  if (!def) {
+    auto argument = cast<BlockArgument>(value);
+    return !isDeclaredFinite(argument);
+  }
+  // A gather's indices only choose among its values' elements.
+  if (auto gather = dyn_cast<tosa::GatherOp>(def))
+    return depth == 0 || mayHideKeys(gather.getValues(), depth - 1);
   if (auto constant = dyn_cast<tosa::ConstOp>(def)) {
     auto floats = dyn_cast<DenseFPElementsAttr>(constant.getValues());
     if (!floats)

@@ -33,6 +33,12 @@ inline constexpr llvm::StringLiteral kReplacesAttrName = "kiln.replaces";
 /// named graph value (mirrors ImportONNX.h's kOnnxValueAttrName).
 inline constexpr llvm::StringLiteral kGraphValueAttrName = "kiln.onnx_value";
 
+/// The unit attribute on a function argument that declares it finite (no
+/// infinity or NaN): an additive term computed from it cannot hide keys, so
+/// a site adding it beside a finite-fill mask can still fuse exactly. Set by
+/// `kilnc --finite-inputs` (by ONNX input name) or written in MLIR text.
+inline constexpr llvm::StringLiteral kFiniteArgAttr = "kiln.finite";
+
 /// Adds the patterns that fold K/V head repeats and constant causal masks on
 /// existing kiln.attention ops into the op's group count and attributes.
 void populateSimplifyAttentionPatterns(RewritePatternSet &patterns,
