@@ -325,7 +325,8 @@ void addPagedDecodeSites(ModuleOp module, int64_t pageSize) {
     auto paged = PagedAttentionOp::create(
         builder, op.getLoc(), resultType, body->getArgument(0),
         body->getArgument(1), body->getArgument(2), body->getArgument(3),
-        body->getArgument(4), /*q_offsets=*/Value(), op.getScaleAttr(),
+        body->getArgument(4), /*q_offsets=*/Value(), /*k_scale=*/Value(),
+        /*v_scale=*/Value(), op.getScaleAttr(),
         builder.getUnitAttr(),
         op.getWindowAttr(), op.getSoftcapAttr());
     paged->setAttr(kSiteAttrName, builder.getStringAttr(name + "_paged"));

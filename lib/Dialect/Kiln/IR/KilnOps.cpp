@@ -200,14 +200,57 @@ LogicalResult PagedAttentionOp::verify() {
     if (type.getRank() != rank)
       return emitOpError() << name << " must have rank " << rank
                            << ", got rank " << type.getRank();
-  for (auto [name, type] :
-       {std::make_pair(StringRef("key_cache"), keyCacheType),
-        std::make_pair(StringRef("value_cache"), valueCacheType),
-        std::make_pair(StringRef("result"), resultType)})
-    if (type.getElementType() != queryType.getElementType())
-      return emitOpError() << name << " element type " << type.getElementType()
-                           << " differs from the query element type "
-                           << queryType.getElementType();
+  if (resultType.getElementType() != queryType.getElementType())
+    return emitOpError() << "result element type "
+                         << resultType.getElementType()
+                         << " differs from the query element type "
+                         << queryType.getElementType();
+  if (keyCacheType.getElementType() != valueCacheType.getElementType())
+    return emitOpError() << "key_cache element type "
+                         << keyCacheType.getElementType()
+                         << " differs from the value_cache element type "
+                         << valueCacheType.getElementType();
+  bool fp8 = isFp8Cache();
+  if (!fp8 && keyCacheType.getElementType() != queryType.getElementType())
+    return emitOpError() << "key_cache element type "
+                         << keyCacheType.getElementType()
+                         << " differs from the query element type "
+                         << queryType.getElementType()
+                         << " (a cache of another type must be f8E4M3FN)";
+  if (fp8 && !queryType.getElementType().isF16() &&
+      !queryType.getElementType().isBF16())
+    return emitOpError() << "an f8E4M3FN cache needs f16 or bf16 queries, got "
+                         << queryType.getElementType();
+  if (static_cast<bool>(getKScale()) != static_cast<bool>(getVScale()))
+    return emitOpError() << "k_scale and v_scale come together";
+  if (fp8 && !getKScale())
+    return emitOpError() << "an f8E4M3FN cache needs scales (k_scale and "
+                            "v_scale)";
+  if (!fp8 && getKScale())
+    return emitOpError() << "scales apply to f8E4M3FN caches only, not to "
+                         << keyCacheType.getElementType();
+  if (fp8) {
+    // Per tensor ([1]) or per KV head ([Hkv]); a dynamic head count takes
+    // any static size, which the runtime checks against the cache.
+    int64_t kvHeads = keyCacheType.getDimSize(2);
+    for (auto [name, value] :
+         {std::make_pair(StringRef("k_scale"), getKScale()),
+          std::make_pair(StringRef("v_scale"), getVScale())}) {
+      auto type = cast<RankedTensorType>(value.getType());
+      int64_t size = type.getRank() == 1 ? type.getDimSize(0) : ShapedType::kDynamic;
+      bool fits = !ShapedType::isDynamic(size) &&
+                  (size == 1 || size == kvHeads ||
+                   (ShapedType::isDynamic(kvHeads) && size > 0));
+      if (!fits)
+        return emitOpError()
+               << name << " must be tensor<1xf32> (per tensor) or tensor<"
+               << sizeString(kvHeads) << "xf32> (per KV head), got " << type;
+    }
+    if (getKScale().getType() != getVScale().getType())
+      return emitOpError() << "k_scale and v_scale must have one layout, got "
+                           << getKScale().getType() << " and "
+                           << getVScale().getType();
+  }
 
   // The value head dim may differ from the query/key one (MLA); the rest of
   // the caches' shapes must agree.

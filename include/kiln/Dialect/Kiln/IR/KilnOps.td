@@ -13,6 +13,8 @@ include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
+// A paged cache: the query's float type, or e4m3 (FP8) with scales.
+def Kiln_CacheTensor : RankedTensorOf<[F16, BF16, F32, F8E4M3FN]>;
 
 def Kiln_AttentionOp : Kiln_Op<"attention",
     [Pure, AttrSizedOperandSegments]> {
@@ -147,7 +149,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
   let hasVerifier = 1;
 }
 
-def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
+def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention",
+                                    [Pure, AttrSizedOperandSegments]> {
   let summary = "Attention over a paged key/value cache";
   let description = [{
     `kiln.attention` with K and V read through a page table, the form decode
@@ -189,6 +192,15 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
     `total_q`; the CPU lowering clamps them into `[0, total_q]` (rows no
     sequence owns come out as zeros), so bad offsets never read outside Q.
 
+    FP8 caches (`scales`): `key_cache` and `value_cache` may hold
+    `f8E4M3FN` (e4m3) with f16 or bf16 queries; then `scales(%ks, %vs)`
+    gives their f32 dequantisation factors, `[1]` (per tensor) or `[Hkv]`
+    (per KV head), and the op reads
+    `K[b, h, j, :] = f32(key_cache[...]) · ks[h or 0]` (V likewise with
+    `vs`), every product in f32 as for the other types. A float cache takes
+    no scales. The scales must be finite and positive; the CPU lowering
+    reads them as given.
+
     Example:
 
     ```mlir
@@ -202,16 +214,25 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
            : tensor<503x32x128xbf16>, tensor<512x16x8x128xbf16>,
              tensor<512x16x8x128xbf16>, tensor<4x64xi32>, tensor<4xi32>,
              tensor<5xi32> -> tensor<503x32x128xbf16>
+    // Four decodes over an e4m3 cache with per-KV-head scales.
+    %f = kiln.paged_attention %q, %kc8, %vc8, %pt, %lens
+           scales(%ks, %vs : tensor<8xf32>, tensor<8xf32>)
+           {scale = 0.125 : f32}
+           : tensor<4x32x1x128xbf16>, tensor<512x16x8x128xf8E4M3FN>,
+             tensor<512x16x8x128xf8E4M3FN>, tensor<4x64xi32>, tensor<4xi32>
+             -> tensor<4x32x1x128xbf16>
     ```
   }];
 
   let arguments = (ins
     Kiln_FloatTensor:$query,
-    Kiln_FloatTensor:$key_cache,
-    Kiln_FloatTensor:$value_cache,
+    Kiln_CacheTensor:$key_cache,
+    Kiln_CacheTensor:$value_cache,
     RankedTensorOf<[I32]>:$page_table,
     RankedTensorOf<[I32]>:$kv_lens,
     Optional<RankedTensorOf<[I32]>>:$q_offsets,
+    Optional<RankedTensorOf<[F32]>>:$k_scale,
+    Optional<RankedTensorOf<[F32]>>:$v_scale,
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
@@ -222,16 +243,27 @@ def Kiln_PagedAttentionOp : Kiln_Op<"paged_attention", [Pure]> {
   let assemblyFormat = [{
     $query `,` $key_cache `,` $value_cache `,` $page_table `,` $kv_lens
     (`q_offsets` $q_offsets^)?
+    (`scales` `(` $k_scale^ `,` $v_scale `:` type($k_scale) `,`
+     type($v_scale) `)`)?
     attr-dict `:` type($query) `,` type($key_cache) `,` type($value_cache)
     `,` type($page_table) `,` type($kv_lens) (`,` type($q_offsets)^)?
     `->` type($result)
   }];
 
   let extraClassDeclaration = [{
-    /// Element type shared by Q, the caches and the result.
+    /// Element type of Q and the result (and of a float cache).
     ::mlir::Type getElementType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
           .getElementType();
+    }
+    /// Element type of the caches: the query's, or f8E4M3FN.
+    ::mlir::Type getCacheElementType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getKeyCache().getType())
+          .getElementType();
+    }
+    /// Whether the caches are FP8 with scales.
+    bool isFp8Cache() {
+      return ::llvm::isa<::mlir::Float8E4M3FNType>(getCacheElementType());
     }
     /// Whether queries are packed per sequence (`q_offsets`).
     bool isRagged() { return static_cast<bool>(getQOffsets()); }
