@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 7
+#define KILN_RUNTIME_API_VERSION 8
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -82,6 +82,9 @@ typedef enum kiln_dtype {
   KILN_DTYPE_BF16 = 2,
   KILN_DTYPE_F32 = 3,
   KILN_DTYPE_BOOL = 4, /* "i1" in the manifest: one byte, nonzero = attend */
+  /* "f8e4m3": one byte, FP8 e4m3 (finite, no infinities); the element of
+     a paged site's FP8 KV caches (C API version 8). */
+  KILN_DTYPE_F8E4M3 = 5,
 } kiln_dtype;
 
 typedef enum kiln_mask_kind {
@@ -108,7 +111,7 @@ typedef struct kiln_site_info {
   const char *function; /* function of the source graph holding the site */
   const char *location; /* source location text ("" when absent) */
   kiln_layout layout;
-  kiln_dtype dtype; /* of Q, K, V and out */
+  kiln_dtype dtype; /* of Q and out; of K and V unless FP8 (cache_dtype) */
   float scale;
   int32_t causal;
   int64_t window; /* 0 when the site has no sliding window */
@@ -129,6 +132,12 @@ typedef struct kiln_site_info {
   int64_t page_size;     /* paged sites; KILN_DYNAMIC when not fixed */
   int32_t split_kv;      /* the kernel can split keys (see workspace) */
   int32_t ragged;        /* paged sites taking packed queries (q_offsets) */
+  /* Paged sites (C API version 8): the element of the KV caches, dtype or
+     KILN_DTYPE_F8E4M3; and an FP8 cache's dequantisation scales, 0 none
+     (float caches), 1 per tensor (num_kv_scales 1), 2 per KV head
+     (num_kv_scales kv_heads). Other sites: dtype and 0. */
+  kiln_dtype cache_dtype;
+  int32_t kv_scales;
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -243,6 +252,18 @@ typedef struct kiln_paged_attention_args {
   const int32_t *q_offsets;
   const int32_t *plan;
   int64_t plan_items;
+  /* FP8 caches (kiln_site_info.cache_dtype KILN_DTYPE_F8E4M3; C API
+     version 8): the caches hold e4m3 bytes (key_cache_dtype and
+     value_cache_dtype KILN_DTYPE_F8E4M3; the other dtypes the site's), and
+     key j of KV head h reads f32(key) x k_scale[h] (k_scale[0] for scales
+     per tensor), values likewise with v_scale. k_scale and v_scale are f32
+     on the device, 4-byte aligned, num_kv_scales each: 1 per tensor,
+     kv_heads per KV head (kiln_site_info.kv_scales). The kernels address
+     FP8 rows in 2-byte units: the caches must be 2-byte aligned and their
+     page, slot and head strides even. NULL, NULL and 0 for float caches. */
+  const float *k_scale;
+  const float *v_scale;
+  int64_t num_kv_scales;
 } kiln_paged_attention_args;
 
 /// A paged site's cache append (C API version 7): each sequence's new
@@ -256,7 +277,11 @@ typedef struct kiln_paged_attention_args {
 /// page_table[b][position / page_size], slot position % page_size. The
 /// caches and the page table are as in kiln_paged_attention_args. A token
 /// whose place lies outside the caches (offsets or lengths that do not
-/// fit, a page entry outside [0, num_pages)) is not written.
+/// fit, a page entry outside [0, num_pages)) is not written. An FP8 site's
+/// caches (kiln_site_info.cache_dtype KILN_DTYPE_F8E4M3) take key and
+/// value in the site's dtype and store each element as e4m3 of
+/// element / scale (saturated to +-448), the scales as in
+/// kiln_paged_attention_args.
 typedef struct kiln_paged_append_args {
   const void *key;
   const void *value;
@@ -282,6 +307,12 @@ typedef struct kiln_paged_append_args {
   int64_t key_cache_strides[4];
   int64_t value_cache_strides[4];
   int64_t page_table_strides[2];
+  /* FP8 caches (C API version 8): the scales the new keys and values are
+     divided by, as kiln_paged_attention_args's; NULL, NULL and 0 for
+     float caches. */
+  const float *k_scale;
+  const float *v_scale;
+  int64_t num_kv_scales;
 } kiln_paged_append_args;
 
 /// The launch configuration a launch would use.

@@ -28,8 +28,8 @@ HostTensor::HostTensor(Type elementType, ArrayRef<int64_t> shape)
 
 bool HostTensor::isSupportedElementType(Type type) {
   return type.isF32() || type.isF16() || type.isBF16() ||
-         type.isInteger(64) || type.isInteger(32) || type.isInteger(8) ||
-         type.isInteger(1);
+         isa<Float8E4M3FNType>(type) || type.isInteger(64) ||
+         type.isInteger(32) || type.isInteger(8) || type.isInteger(1);
 }
 
 int64_t HostTensor::getElementBytes(Type type) {
@@ -57,12 +57,15 @@ static void store(std::vector<uint8_t> &bytes, int64_t index, T value) {
   std::memcpy(bytes.data() + index * sizeof(T), &value, sizeof(T));
 }
 
-static double halfToDouble(uint16_t bits, const llvm::fltSemantics &sem) {
-  llvm::APFloat value(sem, llvm::APInt(16, bits));
+/// The value of `bits` in the narrow float format `sem` (16 or 8 bits).
+static double narrowToDouble(uint16_t bits, const llvm::fltSemantics &sem) {
+  llvm::APFloat value(
+      sem, llvm::APInt(llvm::APFloat::semanticsSizeInBits(sem), bits));
   return value.convertToDouble();
 }
 
-static uint16_t doubleToHalf(double value, const llvm::fltSemantics &sem) {
+/// `value` rounded to nearest-even in the narrow float format `sem`, as bits.
+static uint16_t doubleToNarrow(double value, const llvm::fltSemantics &sem) {
   llvm::APFloat converted(value);
   bool losesInfo = false;
   converted.convert(sem, llvm::APFloat::rmNearestTiesToEven, &losesInfo);
@@ -73,11 +76,13 @@ double HostTensor::getAsDouble(int64_t index) const {
   if (elementType.isF32())
     return load<float>(bytes, index);
   if (elementType.isF16())
-    return halfToDouble(load<uint16_t>(bytes, index),
-                        llvm::APFloat::IEEEhalf());
+    return narrowToDouble(load<uint16_t>(bytes, index),
+                          llvm::APFloat::IEEEhalf());
   if (elementType.isBF16())
-    return halfToDouble(load<uint16_t>(bytes, index),
-                        llvm::APFloat::BFloat());
+    return narrowToDouble(load<uint16_t>(bytes, index),
+                          llvm::APFloat::BFloat());
+  if (isa<Float8E4M3FNType>(elementType))
+    return narrowToDouble(bytes[index], llvm::APFloat::Float8E4M3FN());
   if (elementType.isInteger(64))
     return static_cast<double>(load<int64_t>(bytes, index));
   if (elementType.isInteger(32))
@@ -92,10 +97,15 @@ void HostTensor::setFromDouble(int64_t index, double value) {
     return store<float>(bytes, index, static_cast<float>(value));
   if (elementType.isF16())
     return store<uint16_t>(bytes, index,
-                           doubleToHalf(value, llvm::APFloat::IEEEhalf()));
+                           doubleToNarrow(value, llvm::APFloat::IEEEhalf()));
   if (elementType.isBF16())
     return store<uint16_t>(bytes, index,
-                           doubleToHalf(value, llvm::APFloat::BFloat()));
+                           doubleToNarrow(value, llvm::APFloat::BFloat()));
+  if (isa<Float8E4M3FNType>(elementType)) {
+    bytes[index] = static_cast<uint8_t>(
+        doubleToNarrow(value, llvm::APFloat::Float8E4M3FN()));
+    return;
+  }
   if (elementType.isInteger(64))
     return store<int64_t>(bytes, index, static_cast<int64_t>(value));
   if (elementType.isInteger(32))
@@ -121,6 +131,42 @@ HostTensor mlir::kiln::castTo(const HostTensor &tensor, Type elementType) {
   HostTensor result(elementType, tensor.shape);
   for (int64_t i = 0, e = tensor.getNumElements(); i < e; ++i)
     result.setFromDouble(i, tensor.getAsDouble(i));
+  return result;
+}
+
+/// The numpy dtype a .npy of `type` is read from, for messages.
+static std::string npyDtypeName(Type type) {
+  if (type.isF32())
+    return "float32";
+  if (type.isF16())
+    return "float16";
+  if (type.isInteger(64))
+    return "int64";
+  if (type.isInteger(32))
+    return "int32";
+  if (type.isInteger(8))
+    return "int8 or uint8";
+  if (type.isInteger(1))
+    return "bool";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << type;
+  return text;
+}
+
+llvm::Expected<HostTensor> mlir::kiln::asArgument(const HostTensor &tensor,
+                                                  Type elementType) {
+  if (!isa<Float8E4M3FNType>(elementType))
+    return castTo(tensor, elementType);
+  // numpy has no e4m3 dtype: the bytes are the encoding, taken as they are.
+  if (!tensor.elementType.isInteger(8))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "an f8E4M3FN argument takes its raw e4m3 bytes as a uint8 or int8 "
+        ".npy, got " +
+            npyDtypeName(tensor.elementType));
+  HostTensor result = tensor;
+  result.elementType = elementType;
   return result;
 }
 
@@ -234,6 +280,9 @@ llvm::Error mlir::kiln::writeNpy(const HostTensor &tensor, StringRef path) {
     descr = "<i4";
   } else if (type.isInteger(8)) {
     descr = "|i1";
+  } else if (isa<Float8E4M3FNType>(type)) {
+    // The raw e4m3 bytes, as f8E4M3FN inputs are read.
+    descr = "|u1";
   } else if (type.isInteger(1)) {
     descr = "|b1";
   } else {

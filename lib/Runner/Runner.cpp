@@ -339,7 +339,7 @@ mlir::kiln::runOnCPU(ModuleOp module, StringRef funcName,
         !HostTensor::isSupportedElementType(tensorType.getElementType()))
       return func.emitError() << "result " << index << " has type " << type
                               << "; only ranked tensors of f32, f16, bf16, "
-                                 "i64, i32, i8 or i1 are supported";
+                                 "f8E4M3FN, i64, i32, i8 or i1 are supported";
   }
   // Every function gets a packed wrapper; only the one called needs to be
   // public.

@@ -219,6 +219,16 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       what = arg.name;
       break;
     }
+    case ArgSource::Append:
+      // Append kernels are launched by launchAppend alone.
+      return invalid("{}kernel \"{}\" is a paged-append kernel", where,
+                     kernel.name);
+    case ArgSource::KvScale:
+      if (!paged)
+        return invalid("{}kernel \"{}\" is paged", where, kernel.name);
+      value.pointer = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(
+          arg.paged == 0 ? paged->kScale : paged->vScale));
+      continue;
     case ArgSource::PageTableStride:
       if (!paged)
         return invalid("{}kernel \"{}\" is paged", where, kernel.name);

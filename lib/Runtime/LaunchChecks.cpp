@@ -88,16 +88,18 @@ Error checkAttention(const Kernel &kernel, const Site &site,
     return invalid("{}q_heads ({}) is not a multiple of kv_heads ({})", where,
                    args.q_heads, args.kv_heads);
 
-  // Pointers and dtypes.
+  // Pointers and dtypes (a paged site's K and V are its caches).
   for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
     const void *pointer = tensorPointer(args, tensor);
     kiln_dtype dtype = tensorDtype(args, tensor);
+    kiln_dtype expected = tensor == Tensor::K || tensor == Tensor::V
+                              ? site.cacheDtype
+                              : site.dtype;
     if (!pointer)
       return invalid("{}{} is NULL", where, tensorName(tensor));
-    if (dtype != site.dtype)
+    if (dtype != expected)
       return invalid("{}{} has dtype {} but the site takes {}", where,
-                     tensorName(tensor), dtypeName(dtype),
-                     dtypeName(site.dtype));
+                     tensorName(tensor), dtypeName(dtype), dtypeName(expected));
   }
   if (site.mask == KILN_MASK_NONE && args.mask)
     return invalid("{}a mask was given but the site has no mask", where);
@@ -229,6 +231,55 @@ Error checkPageSize(const std::string &where, const Site &site,
   return Error::ok();
 }
 
+Error checkKvScales(const std::string &where, const Site &site,
+                    const float *kScale, const float *vScale,
+                    int64_t numKvScales, int64_t kvHeads) {
+  if (site.cacheDtype != KILN_DTYPE_F8E4M3) {
+    if (kScale || vScale || numKvScales)
+      return invalid("{}k_scale, v_scale and num_kv_scales are for f8e4m3 "
+                     "caches; the site's caches hold {} (pass NULL, NULL "
+                     "and 0)",
+                     where, dtypeName(site.cacheDtype));
+    return Error::ok();
+  }
+  for (auto [name, pointer] :
+       {std::pair{"k_scale", kScale}, std::pair{"v_scale", vScale}}) {
+    if (!pointer)
+      return invalid("{}{} is NULL: the site's caches hold f8e4m3, which "
+                     "take f32 scales {}",
+                     where, name,
+                     site.kvScales == KvScales::PerTensor ? "per tensor ([1])"
+                                                          : "per KV head "
+                                                            "([kv_heads])");
+    if (reinterpret_cast<uintptr_t>(pointer) % 4)
+      return invalid("{}{} is not aligned to its 4-byte elements", where, name);
+  }
+  int64_t expected = site.kvScales == KvScales::PerTensor ? 1 : kvHeads;
+  if (numKvScales != expected)
+    return invalid("{}num_kv_scales is {} but the site's scales are {}", where,
+                   numKvScales,
+                   site.kvScales == KvScales::PerTensor
+                       ? std::string("per tensor (1)")
+                       : fmt::format("per KV head (kv_heads = {})", kvHeads));
+  return Error::ok();
+}
+
+Error checkFp8Cache(const std::string &where, const char *name,
+                    const void *pointer, const int64_t strides[3]) {
+  if (reinterpret_cast<uintptr_t>(pointer) % 2)
+    return invalid("{}{} must be 2-byte aligned: the kernels read f8e4m3 "
+                   "caches in 2-byte units",
+                   where, name);
+  static const char *axes[] = {"page", "slot", "head"};
+  for (int axis = 0; axis < 3; ++axis)
+    if (strides[axis] % 2)
+      return invalid("{}{} has an odd {} stride ({}): the kernels read "
+                     "f8e4m3 caches in 2-byte units, so its page, slot and "
+                     "head strides must be even",
+                     where, name, axes[axis], strides[axis]);
+  return Error::ok();
+}
+
 Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                        const kiln_paged_attention_args *argsPointer,
                        CheckedLaunch &launch) {
@@ -278,25 +329,32 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
     return invalid("{}page_table's batch stride ({}) is smaller than "
                    "max_pages ({}): rows would overlap",
                    where, paged.page_table_strides[0], paged.max_pages);
-  for (auto [name, pointer, dtype] :
-       {std::tuple{"q", paged.q, paged.q_dtype},
-        std::tuple{"key_cache", paged.key_cache, paged.key_cache_dtype},
-        std::tuple{"value_cache", paged.value_cache, paged.value_cache_dtype},
-        std::tuple{"out", static_cast<const void *>(paged.out),
-                   paged.out_dtype}}) {
+  for (auto [name, pointer, dtype, expected] :
+       {std::tuple{"q", paged.q, paged.q_dtype, site.dtype},
+        std::tuple{"key_cache", paged.key_cache, paged.key_cache_dtype,
+                   site.cacheDtype},
+        std::tuple{"value_cache", paged.value_cache, paged.value_cache_dtype,
+                   site.cacheDtype},
+        std::tuple{"out", static_cast<const void *>(paged.out), paged.out_dtype,
+                   site.dtype}}) {
     if (!pointer)
       return invalid("{}{} is NULL", where, name);
-    if (dtype != site.dtype)
+    if (dtype != expected)
       return invalid("{}{} has dtype {} but the site takes {}", where, name,
-                     dtypeName(dtype), dtypeName(site.dtype));
+                     dtypeName(dtype), dtypeName(expected));
   }
-  for (auto [name, strides] :
-       {std::pair{"key_cache", paged.key_cache_strides},
-        std::pair{"value_cache", paged.value_cache_strides}})
+  for (auto [name, pointer, strides] :
+       {std::tuple{"key_cache", paged.key_cache, paged.key_cache_strides},
+        std::tuple{"value_cache", paged.value_cache,
+                   paged.value_cache_strides}}) {
     for (int axis = 0; axis < 3; ++axis)
       if (strides[axis] < 0)
         return invalid("{}{} has a negative stride ({})", where, name,
                        strides[axis]);
+    if (site.cacheDtype == KILN_DTYPE_F8E4M3)
+      if (Error error = checkFp8Cache(where, name, pointer, strides))
+        return error;
+  }
 
   if (site.ragged) {
     if (!paged.q_offsets || !paged.plan)
@@ -353,6 +411,9 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   args.num_splits = paged.num_splits;
   if (Error error = checkAttention(kernel, site, where, args))
     return error;
+  if (Error error = checkKvScales(where, site, paged.k_scale, paged.v_scale,
+                                  paged.num_kv_scales, paged.kv_heads))
+    return error;
   PagedValues values;
   values.pageTable = paged.page_table;
   values.kvLens = paged.kv_lens;
@@ -364,6 +425,8 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
   values.plan = paged.plan;
   values.planItems = paged.plan_items;
   values.sequences = paged.batch;
+  values.kScale = paged.k_scale;
+  values.vScale = paged.v_scale;
   launch.args = args;
   launch.paged = values;
   launch.maxKvLen = args.kv_len;

@@ -33,6 +33,8 @@ struct PagedValues {
   const int32_t *qOffsets = nullptr;
   const int32_t *plan = nullptr;
   int64_t planItems = 0, sequences = 0;
+  /// FP8 caches: the keys' and values' dequantisation scales (f32).
+  const float *kScale = nullptr, *vScale = nullptr;
 };
 
 /// A checked launch, in the terms of an attention launch: a paged launch's
@@ -74,6 +76,18 @@ Error invalid(fmt::format_string<Args...> format, Args &&...args) {
 /// of two (the kernels shift and mask by it).
 Error checkPageSize(const std::string &where, const Site &site,
                     int64_t pageSize);
+
+/// A paged launch's or append's scales: an FP8 site's two f32 arrays of
+/// one scale (per tensor) or one a KV head, a float site's none.
+Error checkKvScales(const std::string &where, const Site &site,
+                    const float *kScale, const float *vScale,
+                    int64_t numKvScales, int64_t kvHeads);
+
+/// An FP8 cache `name`'s place: the kernels address its rows in 2-byte
+/// units, so its pointer is 2-byte aligned and its page, slot and head
+/// strides (`strides`, elements) even.
+Error checkFp8Cache(const std::string &where, const char *name,
+                    const void *pointer, const int64_t strides[3]);
 
 /// Checks a launch of `site` with `args`. Never touches the CUDA driver.
 Error checkLaunch(const Manifest &manifest, const Site &site,

@@ -37,6 +37,8 @@ const char *dtypeName(kiln_dtype dtype) {
     return "f32";
   case KILN_DTYPE_BOOL:
     return "i1";
+  case KILN_DTYPE_F8E4M3:
+    return "f8e4m3";
   case KILN_DTYPE_NONE:
     break;
   }
@@ -83,22 +85,45 @@ std::string typeName(const json &value) {
   return value.type_name();
 }
 
-kiln_dtype parseDtype(const Node &node, bool allowBool) {
-  std::string name = allowBool ? node.oneOf({"f16", "bf16", "f32", "i1"})
-                               : node.oneOf({"f16", "bf16", "f32"});
+kiln_dtype parseDtype(const Node &node, bool allowBool, bool allowFp8) {
+  std::string name = allowBool  ? node.oneOf({"f16", "bf16", "f32", "i1"})
+                     : allowFp8 ? node.oneOf({"f16", "bf16", "f32", "f8e4m3"})
+                                : node.oneOf({"f16", "bf16", "f32"});
   if (name == "f16")
     return KILN_DTYPE_F16;
   if (name == "bf16")
     return KILN_DTYPE_BF16;
   if (name == "f32")
     return KILN_DTYPE_F32;
+  if (name == "f8e4m3")
+    return KILN_DTYPE_F8E4M3;
   return KILN_DTYPE_BOOL;
 }
 
-kiln_dtype parseOptionalDtype(const Node &node, bool allowBool) {
+kiln_dtype parseOptionalDtype(const Node &node, bool allowBool, bool allowFp8) {
   if (node.isNull())
     return KILN_DTYPE_NONE;
-  return parseDtype(node, allowBool);
+  return parseDtype(node, allowBool, allowFp8);
+}
+
+kiln_dtype parseCacheDtype(const Node &object, kiln_dtype dtype,
+                           const std::string &owner) {
+  Node node = object.optionalKey("cache_dtype");
+  if (node.isNull())
+    return dtype;
+  std::string name = node.string();
+  kiln_dtype cacheDtype = name == "f8e4m3" ? KILN_DTYPE_F8E4M3 : dtype;
+  if (cacheDtype == KILN_DTYPE_F8E4M3) {
+    if (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16)
+      node.fail(fmt::format("{}f8e4m3 caches take f16 or bf16 queries; the "
+                            "\"dtype\" is {}",
+                            owner, dtypeName(dtype)));
+  } else if (name != dtypeName(dtype)) {
+    node.fail(fmt::format("{}expected \"f8e4m3\" or the \"dtype\" (\"{}\"), "
+                          "got \"{}\"",
+                          owner, dtypeName(dtype), name));
+  }
+  return cacheDtype;
 }
 
 /// Reads "mask" and "mask_dtype" of a kernel or site and checks they agree.
@@ -138,6 +163,37 @@ void parseBias(const Node &object, bool &bias, kiln_dtype &dtype) {
 using namespace parser;
 
 namespace {
+
+/// Reads a site's "cache_dtype" and "kv_scales" (absent: the site's dtype
+/// and none, as in packages written before FP8 caches): an f8e4m3 cache of
+/// a paged site has scales per tensor or per KV head, a float cache none.
+void parseKvCache(const Node &node, Site &site) {
+  const std::string owner = fmt::format("site \"{}\": ", site.name);
+  site.cacheDtype = parseCacheDtype(node, site.dtype, owner);
+  bool fp8 = site.cacheDtype == KILN_DTYPE_F8E4M3;
+  if (fp8 && !site.paged)
+    node.key("cache_dtype")
+        .fail(fmt::format("{}only paged sites have f8e4m3 caches", owner));
+  Node scalesNode = node.optionalKey("kv_scales");
+  if (!scalesNode.isNull()) {
+    std::string scales = scalesNode.string();
+    if (scales != "per_tensor" && scales != "per_kv_head")
+      scalesNode.fail(fmt::format("{}expected \"per_tensor\", "
+                                  "\"per_kv_head\" or null, got \"{}\"",
+                                  owner, scales));
+    site.kvScales =
+        scales == "per_tensor" ? KvScales::PerTensor : KvScales::PerKvHead;
+  }
+  if (fp8 && site.kvScales == KvScales::None)
+    scalesNode.fail(fmt::format("{}f8e4m3 caches need scales (expected "
+                                "\"per_tensor\" or \"per_kv_head\", got "
+                                "null)",
+                                owner));
+  if (!fp8 && site.kvScales != KvScales::None)
+    scalesNode.fail(fmt::format("{}scales are for f8e4m3 caches; the site's "
+                                "caches hold {} (expected null)",
+                                owner, dtypeName(site.cacheDtype)));
+}
 
 void parseSite(const Node &node, const std::vector<Kernel> &kernels,
                Site &site) {
@@ -223,6 +279,7 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     site.pageSize = node.optionalKey("page_size").optionalInteger(1);
   // Packed queries are the kernel's form: the site takes them with it.
   site.ragged = kernel.ragged;
+  parseKvCache(node, site);
   Node softcapNode = node.optionalKey("softcap");
   if (!softcapNode.isNull()) {
     double softcap = softcapNode.number();
@@ -249,6 +306,9 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   if (site.dtype != kernel.dtype)
     mismatch(fmt::format("dtype ({} vs {})", dtypeName(site.dtype),
                          dtypeName(kernel.dtype)));
+  if (site.cacheDtype != kernel.cacheDtype)
+    mismatch(fmt::format("cache_dtype ({} vs {})", dtypeName(site.cacheDtype),
+                         dtypeName(kernel.cacheDtype)));
   const auto &headDim = site.dims[static_cast<int>(Dim::HeadDim)];
   if (kernel.headDim && headDim && *kernel.headDim != *headDim)
     mismatch(fmt::format("head_dim ({} vs {})", *headDim, *kernel.headDim));

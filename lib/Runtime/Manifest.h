@@ -63,14 +63,31 @@ enum class ArgSource : uint8_t {
   /// Paged-append kernels: argument `paged` of kAppendArgNames, from a
   /// kiln_paged_append_args.
   Append,
+  /// Paged kernels of FP8 caches: the f32 dequantisation scales of the
+  /// keys or the values (`paged` = 0 or 1).
+  KvScale,
 };
 
-/// The arguments of a paged-append kernel, each by its name (the kernel
-/// takes them all, in any order).
-constexpr int kNumAppendArgs = 24;
-extern const char *const kAppendArgNames[kNumAppendArgs];
-
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32, TensorMap };
+
+/// The arguments of a paged-append kernel (PagedAppendArgs.def), each by
+/// its name: the kernel takes them in any order.
+enum class AppendArg : uint8_t {
+#define KILN_APPEND_ARG(name, kind) name,
+#include "kiln/Runtime/PagedAppendArgs.def"
+};
+constexpr int kNumAppendArgs = 0
+#define KILN_APPEND_ARG(name, kind) +1
+#include "kiln/Runtime/PagedAppendArgs.def"
+    ;
+extern const char *const kAppendArgNames[kNumAppendArgs];
+/// Each argument's kind in the .def: Pointer, or I32 or I64 for an
+/// integer (which the manifest may declare either way).
+extern const ArgKind kAppendArgKinds[kNumAppendArgs];
+
+/// The dequantisation scales of a paged site's FP8 caches, as
+/// kiln_site_info.kv_scales numbers them.
+enum class KvScales : uint8_t { None = 0, PerTensor = 1, PerKvHead = 2 };
 
 struct KernelArg {
   std::string name;
@@ -119,6 +136,9 @@ struct Kernel {
   /// A paged kernel: the index of its caches' append kernel.
   std::optional<size_t> appendIndex;
   kiln_dtype dtype = KILN_DTYPE_NONE;
+  /// Paged and append kernels: the element of the KV caches
+  /// (`"cache_dtype"`, `dtype` when absent); `dtype` elsewhere.
+  kiln_dtype cacheDtype = KILN_DTYPE_NONE;
   std::optional<int64_t> headDim;
   /// Head dim of V and out (the same as headDim unless the manifest says).
   std::optional<int64_t> valueHeadDim;
@@ -164,6 +184,11 @@ struct Site {
   std::string location;
   kiln_layout layout = KILN_LAYOUT_BHSD;
   kiln_dtype dtype = KILN_DTYPE_NONE;
+  /// Paged sites: the element of the KV caches (`dtype` or
+  /// KILN_DTYPE_F8E4M3) and, for FP8 ones, their scales. Other sites:
+  /// `dtype` and none.
+  kiln_dtype cacheDtype = KILN_DTYPE_NONE;
+  KvScales kvScales = KvScales::None;
   float scale = 1.0f;
   bool causal = false;
   std::optional<int64_t> window;

@@ -20,6 +20,20 @@ const char *const kAppendArgNames[kNumAppendArgs] = {
 #include "kiln/Runtime/PagedAppendArgs.def"
 };
 
+namespace {
+/// The .def's kinds, spelt as it spells them.
+namespace append_kinds {
+constexpr ArgKind pointer = ArgKind::Pointer;
+constexpr ArgKind i32 = ArgKind::I32;
+constexpr ArgKind i64 = ArgKind::I64;
+} // namespace append_kinds
+} // namespace
+
+const ArgKind kAppendArgKinds[kNumAppendArgs] = {
+#define KILN_APPEND_ARG(name, kind) append_kinds::kind,
+#include "kiln/Runtime/PagedAppendArgs.def"
+};
+
 namespace parser {
 
 namespace {
@@ -45,6 +59,12 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
   if (std::optional<Dim> dim = parseDimName(name)) {
     arg.source = ArgSource::Dim;
     arg.dim = *dim;
+    return true;
+  }
+  // An FP8 cache's dequantisation scales.
+  if (name == "k_scale" || name == "v_scale") {
+    arg.source = ArgSource::KvScale;
+    arg.paged = name == "k_scale" ? 0 : 1;
     return true;
   }
   // Scalars named by themselves alone.
@@ -118,8 +138,10 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
 }
 
 /// An argument of a paged-append kernel: one of kAppendArgNames, the
-/// pointers (the first 7) "pointer", the rest "i32" or "i64".
-void parseAppendArg(const Node &node, KernelArg &arg) {
+/// pointers "pointer", the rest "i32" or "i64"; a pointer's dtype, where
+/// given, what it points to (the new keys and values the kernel's dtype,
+/// the caches its cache dtype, the scales f32).
+void parseAppendArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   Node nameNode = node.key("name");
   arg.name = nameNode.string();
   arg.source = ArgSource::Append;
@@ -136,20 +158,44 @@ void parseAppendArg(const Node &node, KernelArg &arg) {
   arg.kind = kind == "pointer" ? ArgKind::Pointer
              : kind == "i32"   ? ArgKind::I32
                                : ArgKind::I64;
-  if ((arg.paged < 7) != (arg.kind == ArgKind::Pointer))
-    kindNode.fail(fmt::format("argument \"{}\" must be {}, got \"{}\"",
-                              arg.name,
-                              arg.paged < 7 ? "\"pointer\""
-                                            : "\"i32\" or \"i64\"",
-                              kind));
-  if (arg.kind == ArgKind::Pointer)
-    arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
-                                   /*allowBool=*/false);
+  bool pointer = kAppendArgKinds[arg.paged] == ArgKind::Pointer;
+  if (pointer != (arg.kind == ArgKind::Pointer))
+    kindNode.fail(
+        fmt::format("argument \"{}\" must be {}, got \"{}\"", arg.name,
+                    pointer ? "\"pointer\"" : "\"i32\" or \"i64\"", kind));
+  if (!pointer)
+    return;
+  Node dtypeNode = node.optionalKey("dtype");
+  arg.dtype = parseOptionalDtype(dtypeNode, /*allowBool=*/false,
+                                 /*allowFp8=*/true);
+  kiln_dtype expected = KILN_DTYPE_NONE;
+  switch (static_cast<AppendArg>(arg.paged)) {
+  case AppendArg::new_keys:
+  case AppendArg::new_values:
+    expected = kernel.dtype;
+    break;
+  case AppendArg::key_cache:
+  case AppendArg::value_cache:
+    expected = kernel.cacheDtype;
+    break;
+  case AppendArg::k_scale:
+  case AppendArg::v_scale:
+    expected = KILN_DTYPE_F32;
+    break;
+  default:
+    break;
+  }
+  if (expected != KILN_DTYPE_NONE && arg.dtype != KILN_DTYPE_NONE &&
+      arg.dtype != expected)
+    dtypeNode.fail(fmt::format("argument \"{}\" of kernel \"{}\" points to "
+                               "{}, not {}",
+                               arg.name, kernel.name, dtypeName(expected),
+                               dtypeName(arg.dtype)));
 }
 
 void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   if (kernel.append)
-    return parseAppendArg(node, arg);
+    return parseAppendArg(node, kernel, arg);
   Node nameNode = node.key("name");
   arg.name = nameNode.string();
   if (!resolveArgName(arg.name, arg))
@@ -181,8 +227,31 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
       nameNode.fail("kernel takes a \"bias\" argument but its \"bias\" is "
                     "false");
     arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
-                                   /*allowBool=*/arg.tensor == Tensor::Mask);
+                                   /*allowBool=*/arg.tensor == Tensor::Mask,
+                                   /*allowFp8=*/kernel.paged);
+    // A paged kernel's caches hold its cache dtype.
+    if (kernel.paged && (arg.tensor == Tensor::K || arg.tensor == Tensor::V) &&
+        arg.dtype != KILN_DTYPE_NONE && arg.dtype != kernel.cacheDtype)
+      node.key("dtype").fail(
+          fmt::format("argument \"{}\" of kernel \"{}\" points to {} (its "
+                      "\"cache_dtype\"), not {}",
+                      arg.name, kernel.name, dtypeName(kernel.cacheDtype),
+                      dtypeName(arg.dtype)));
     break;
+  case ArgSource::KvScale: {
+    if (!kernel.paged || kernel.cacheDtype != KILN_DTYPE_F8E4M3)
+      nameNode.fail(fmt::format("argument \"{}\" belongs to paged-attention "
+                                "kernels of f8e4m3 caches",
+                                arg.name));
+    expectKinds(arg.kind == ArgKind::Pointer, "\"pointer\"");
+    Node dtypeNode = node.optionalKey("dtype");
+    arg.dtype = parseOptionalDtype(dtypeNode, /*allowBool=*/false);
+    if (arg.dtype != KILN_DTYPE_NONE && arg.dtype != KILN_DTYPE_F32)
+      dtypeNode.fail(fmt::format("argument \"{}\" points to f32 scales, not "
+                                 "{}",
+                                 arg.name, dtypeName(arg.dtype)));
+    break;
+  }
   case ArgSource::Scale:
   case ArgSource::Softcap:
     expectKinds(arg.kind == ArgKind::F32, "\"f32\"");
@@ -309,6 +378,12 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (!rows.isNull())
     kernel.rowsPerBlock = rows.integer(1, 1 << 16);
   kernel.dtype = parseDtype(node.key("dtype"), /*allowBool=*/false);
+  kernel.cacheDtype = parseCacheDtype(
+      node, kernel.dtype, fmt::format("kernel \"{}\": ", kernel.name));
+  if (kernel.cacheDtype == KILN_DTYPE_F8E4M3 && !kernel.paged && !kernel.append)
+    node.key("cache_dtype")
+        .fail("only \"paged_attention\" and \"paged_append\" kernels have "
+              "f8e4m3 caches");
   kernel.headDim = node.optionalKey("head_dim").optionalInteger(1);
   Node valueHeadDim = node.optionalKey("v_head_dim");
   kernel.valueHeadDim =
@@ -419,12 +494,22 @@ void parseKernel(const Node &node, Kernel &kernel) {
   for (size_t i = 0; i < 3; ++i)
     if (kernel.grid[i].planItems && !kernel.ragged)
       grid[i].fail("\"plan_items\" is the grid of a ragged kernel only");
-  if (kernel.append)
-    requiredArgs.assign(kAppendArgNames, kAppendArgNames + kNumAppendArgs);
-  else if (kernel.combine)
+  if (kernel.append) {
+    // The kernels of float caches ignore the scales (and those written
+    // before FP8 caches do not take them).
+    requiredArgs.clear();
+    for (int i = 0; i < kNumAppendArgs; ++i) {
+      auto name = static_cast<AppendArg>(i);
+      if ((name != AppendArg::k_scale && name != AppendArg::v_scale) ||
+          kernel.cacheDtype == KILN_DTYPE_F8E4M3)
+        requiredArgs.push_back(kAppendArgNames[i]);
+    }
+  } else if (kernel.combine)
     requiredArgs = {"workspace", "out", "num_splits"};
   else if (kernel.combineIndex)
     requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
+  if (kernel.paged && kernel.cacheDtype == KILN_DTYPE_F8E4M3)
+    requiredArgs.insert(requiredArgs.end(), {"k_scale", "v_scale"});
   for (const char *required : requiredArgs)
     if (!seen.count(required))
       argsNode.fail(
@@ -439,7 +524,8 @@ namespace {
 
 /// The index of the kernel that `nameNode` (kernel `kernel`'s `key`) names,
 /// which must be of kind `kind` and hold `kernel`'s dtype and head dims
-/// (only the value head dim for a combine kernel).
+/// (only the value head dim for a combine kernel; an append kernel also
+/// its cache dtype).
 size_t resolveNamed(const Node &nameNode, const Kernel &kernel,
                     const std::vector<Kernel> &kernels, const char *kind) {
   std::string name = nameNode.string();
@@ -459,6 +545,11 @@ size_t resolveNamed(const Node &nameNode, const Kernel &kernel,
     nameNode.fail(fmt::format("kernel \"{}\" holds another dtype or head "
                               "dims than \"{}\"",
                               name, kernel.name));
+  if (named.append && named.cacheDtype != kernel.cacheDtype)
+    nameNode.fail(fmt::format("kernel \"{}\" writes {} caches but \"{}\" "
+                              "reads {} ones",
+                              name, dtypeName(named.cacheDtype), kernel.name,
+                              dtypeName(kernel.cacheDtype)));
   return found;
 }
 

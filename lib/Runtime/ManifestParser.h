@@ -136,10 +136,17 @@ public:
 /// The dimension named `name` ("batch", "q_heads", ...), if any.
 std::optional<Dim> parseDimName(const std::string &name);
 
-/// A dtype name: "f16", "bf16", "f32", and with `allowBool` "i1".
-kiln_dtype parseDtype(const Node &node, bool allowBool);
+/// A dtype name: "f16", "bf16", "f32", with `allowBool` "i1", and with
+/// `allowFp8` "f8e4m3" (a KV cache's element).
+kiln_dtype parseDtype(const Node &node, bool allowBool, bool allowFp8 = false);
 /// The same, or KILN_DTYPE_NONE for a null node.
-kiln_dtype parseOptionalDtype(const Node &node, bool allowBool);
+kiln_dtype parseOptionalDtype(const Node &node, bool allowBool,
+                              bool allowFp8 = false);
+/// A paged or append kernel's or a paged site's "cache_dtype" (`object`'s
+/// key): `dtype` when absent, else `dtype` itself or "f8e4m3" (which needs
+/// f16 or bf16 queries). `owner` starts the messages (`site "name": `).
+kiln_dtype parseCacheDtype(const Node &object, kiln_dtype dtype,
+                           const std::string &owner = "");
 
 /// Reads "mask" and "mask_dtype" of a kernel or site and checks they agree.
 void parseMask(const Node &object, kiln_mask_kind &kind, kiln_dtype &dtype);

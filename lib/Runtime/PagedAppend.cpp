@@ -12,6 +12,73 @@
 namespace kiln {
 namespace rt {
 
+namespace {
+
+/// The value of append argument `arg` (a pointer as its address) for a
+/// launch with `a`; checkAppend has seen every integer fit its argument.
+int64_t appendArgValue(AppendArg arg, const kiln_paged_append_args &a) {
+  auto address = [](const void *pointer) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(pointer));
+  };
+  switch (arg) {
+  case AppendArg::new_keys:
+    return address(a.key);
+  case AppendArg::new_values:
+    return address(a.value);
+  case AppendArg::key_cache:
+    return address(a.key_cache);
+  case AppendArg::value_cache:
+    return address(a.value_cache);
+  case AppendArg::page_table:
+    return address(a.page_table);
+  case AppendArg::kv_lens:
+    return address(a.kv_lens);
+  case AppendArg::new_offsets:
+    return address(a.new_offsets);
+  case AppendArg::batch:
+    return a.batch;
+  case AppendArg::kv_heads:
+    return a.kv_heads;
+  case AppendArg::total_new:
+    return a.total_new;
+  case AppendArg::max_pages:
+    return a.max_pages;
+  case AppendArg::num_pages:
+    return a.num_pages;
+  case AppendArg::page_size:
+    return a.page_size;
+  case AppendArg::new_keys_stride_token:
+    return a.key_strides[0];
+  case AppendArg::new_keys_stride_head:
+    return a.key_strides[1];
+  case AppendArg::new_values_stride_token:
+    return a.value_strides[0];
+  case AppendArg::new_values_stride_head:
+    return a.value_strides[1];
+  case AppendArg::key_cache_stride_page:
+    return a.key_cache_strides[0];
+  case AppendArg::key_cache_stride_slot:
+    return a.key_cache_strides[1];
+  case AppendArg::key_cache_stride_head:
+    return a.key_cache_strides[2];
+  case AppendArg::value_cache_stride_page:
+    return a.value_cache_strides[0];
+  case AppendArg::value_cache_stride_slot:
+    return a.value_cache_strides[1];
+  case AppendArg::value_cache_stride_head:
+    return a.value_cache_strides[2];
+  case AppendArg::page_table_stride_batch:
+    return a.page_table_strides[0];
+  case AppendArg::k_scale:
+    return address(a.k_scale);
+  case AppendArg::v_scale:
+    return address(a.v_scale);
+  }
+  return 0;
+}
+
+} // namespace
+
 Error checkAppend(const Manifest &manifest, const Site &site,
                   const kiln_paged_append_args *argsPointer,
                   kiln_launch_config &config) {
@@ -64,18 +131,25 @@ Error checkAppend(const Manifest &manifest, const Site &site,
                    a.kv_heads, *heads);
   if (Error error = checkPageSize(where, site, a.page_size))
     return error;
-  for (auto [name, pointer, dtype] :
-       {std::tuple{"key", a.key, a.key_dtype},
-        std::tuple{"value", a.value, a.value_dtype},
+  // The new keys and values are in the site's dtype, the caches hold the
+  // cache dtype (the same but for FP8 caches).
+  const bool fp8 = kernel.cacheDtype == KILN_DTYPE_F8E4M3;
+  for (auto [name, pointer, dtype, expected] :
+       {std::tuple{"key", a.key, a.key_dtype, kernel.dtype},
+        std::tuple{"value", a.value, a.value_dtype, kernel.dtype},
         std::tuple{"key_cache", static_cast<const void *>(a.key_cache),
-                   a.key_cache_dtype},
+                   a.key_cache_dtype, kernel.cacheDtype},
         std::tuple{"value_cache", static_cast<const void *>(a.value_cache),
-                   a.value_cache_dtype}}) {
+                   a.value_cache_dtype, kernel.cacheDtype}}) {
     if (!pointer)
       return invalid("{}{} is NULL", where, name);
-    if (dtype != kernel.dtype)
-      return invalid("{}{} has dtype {} but the site's caches hold {}", where,
-                     name, dtypeName(dtype), dtypeName(kernel.dtype));
+    if (dtype != expected)
+      return invalid(
+          "{}{} has dtype {} but {}", where, name, dtypeName(dtype),
+          expected == kernel.cacheDtype
+              ? fmt::format("the site's caches hold {}", dtypeName(expected))
+              : fmt::format("the site takes {} (its caches hold {})",
+                            dtypeName(expected), dtypeName(kernel.cacheDtype)));
     if (reinterpret_cast<uintptr_t>(pointer) % kiln_dtype_size(dtype))
       return invalid("{}{} is not aligned to its {}-byte elements", where,
                      name, kiln_dtype_size(dtype));
@@ -107,6 +181,17 @@ Error checkAppend(const Manifest &manifest, const Site &site,
         return invalid("{}{} has a negative stride ({})", where, name,
                        strides[axis]);
   }
+  if (fp8)
+    for (auto [name, pointer, strides] :
+         {std::tuple{"key_cache", static_cast<const void *>(a.key_cache),
+                     a.key_cache_strides},
+          std::tuple{"value_cache", static_cast<const void *>(a.value_cache),
+                     a.value_cache_strides}})
+      if (Error error = checkFp8Cache(where, name, pointer, strides))
+        return error;
+  if (Error error = checkKvScales(where, site, a.k_scale, a.v_scale,
+                                  a.num_kv_scales, a.kv_heads))
+    return error;
   config.grid[0] = static_cast<uint32_t>(a.total_new);
   return Error::ok();
 }
@@ -132,19 +217,6 @@ Error launchAppend(kiln_package &package, const Site &site,
     return {KILN_UNSUPPORTED,
             fmt::format("kernel \"{}\" is not in the loaded target's PTX",
                         kernel.name)};
-  const kiln_paged_append_args &a = *args;
-  // Every value in the order of kAppendArgNames.
-  const int64_t values[kNumAppendArgs] = {
-      0, 0, 0, 0, 0, 0, 0,
-      a.batch, a.kv_heads, a.total_new, a.max_pages, a.num_pages, a.page_size,
-      a.key_strides[0], a.key_strides[1], a.value_strides[0],
-      a.value_strides[1], a.key_cache_strides[0], a.key_cache_strides[1],
-      a.key_cache_strides[2], a.value_cache_strides[0],
-      a.value_cache_strides[1], a.value_cache_strides[2],
-      a.page_table_strides[0]};
-  const void *pointers[7] = {a.key,        a.value,   a.key_cache,
-                             a.value_cache, a.page_table, a.kv_lens,
-                             a.new_offsets};
   union Value {
     uint64_t pointer;
     int32_t i32;
@@ -154,12 +226,13 @@ Error launchAppend(kiln_package &package, const Site &site,
   void *params[kNumAppendArgs];
   for (size_t i = 0; i < kernel.args.size(); ++i) {
     const KernelArg &arg = kernel.args[i];
+    int64_t value = appendArgValue(static_cast<AppendArg>(arg.paged), *args);
     if (arg.kind == ArgKind::Pointer)
-      slots[i].pointer = reinterpret_cast<uint64_t>(pointers[arg.paged]);
+      slots[i].pointer = static_cast<uint64_t>(value);
     else if (arg.kind == ArgKind::I32)
-      slots[i].i32 = static_cast<int32_t>(values[arg.paged]);
+      slots[i].i32 = static_cast<int32_t>(value);
     else
-      slots[i].i64 = values[arg.paged];
+      slots[i].i64 = value;
     params[i] = &slots[i];
   }
   CUresult result = driver->cuLaunchKernel(

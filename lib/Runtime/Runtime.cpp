@@ -97,6 +97,7 @@ int64_t kiln_dtype_size(kiln_dtype dtype) {
   case KILN_DTYPE_F32:
     return 4;
   case KILN_DTYPE_BOOL:
+  case KILN_DTYPE_F8E4M3:
     return 1;
   case KILN_DTYPE_NONE:
     break;
@@ -317,6 +318,8 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->split_kv =
         site->package->manifest.kernels[s.kernelIndex].combineIndex.has_value();
     info->ragged = s.ragged;
+    info->cache_dtype = s.cacheDtype;
+    info->kv_scales = static_cast<int32_t>(s.kvScales);
     return KILN_OK;
   });
 }

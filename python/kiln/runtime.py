@@ -68,10 +68,12 @@ class DType(enum.IntEnum):
     BF16 = 2
     F32 = 3
     BOOL = 4
+    F8E4M3 = 5
 
     @property
     def manifest_name(self) -> Optional[str]:
-        return {1: "f16", 2: "bf16", 3: "f32", 4: "i1"}.get(int(self))
+        return {1: "f16", 2: "bf16", 3: "f32", 4: "i1", 5: "f8e4m3"}.get(
+            int(self))
 
 
 class MaskKind(enum.IntEnum):
@@ -145,6 +147,8 @@ class _SiteInfo(ctypes.Structure):
         ("page_size", ctypes.c_int64),
         ("split_kv", ctypes.c_int32),
         ("ragged", ctypes.c_int32),
+        ("cache_dtype", ctypes.c_int),
+        ("kv_scales", ctypes.c_int32),
     ]
 
 
@@ -199,6 +203,9 @@ class PagedAttentionArgs(ctypes.Structure):
         ("q_offsets", ctypes.c_void_p),
         ("plan", ctypes.c_void_p),
         ("plan_items", ctypes.c_int64),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("num_kv_scales", ctypes.c_int64),
     ]
 
 
@@ -231,6 +238,9 @@ class PagedAppendArgs(ctypes.Structure):
         ("key_cache_strides", ctypes.c_int64 * 4),
         ("value_cache_strides", ctypes.c_int64 * 4),
         ("page_table_strides", ctypes.c_int64 * 2),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
+        ("num_kv_scales", ctypes.c_int64),
     ]
 
 
@@ -476,7 +486,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 7
+_API_VERSION = 8
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -606,17 +616,23 @@ _MASK_NAMES = {
     MaskKind.ADDITIVE: "additive",
     MaskKind.BOOLEAN: "boolean",
 }
+# kiln_site_info.kv_scales: an FP8 cache's scales.
+_KV_SCALES_NAMES = {0: None, 1: "per_tensor", 2: "per_kv_head"}
 
 
 def _torch_dtype_map() -> Dict[Any, DType]:
     import torch
 
-    return {
+    dtypes = {
         torch.float16: DType.F16,
         torch.bfloat16: DType.BF16,
         torch.float32: DType.F32,
         torch.bool: DType.BOOL,
     }
+    # FP8 KV caches (torch 2.1+).
+    if hasattr(torch, "float8_e4m3fn"):
+        dtypes[torch.float8_e4m3fn] = DType.F8E4M3
+    return dtypes
 
 
 class Site:
@@ -656,6 +672,11 @@ class Site:
         self.split_kv: bool = bool(info.split_kv)
         # A paged site of packed queries (q_offsets): launched with a plan.
         self.ragged: bool = bool(info.ragged)
+        # A paged site's KV cache element ("f8e4m3" for FP8 caches, else the
+        # site's dtype) and an FP8 cache's scales: "per_tensor",
+        # "per_kv_head", or None.
+        self.cache_dtype: str = DType(info.cache_dtype).manifest_name or "none"
+        self.kv_scales: Optional[str] = _KV_SCALES_NAMES.get(int(info.kv_scales))
         self.mask: str = _MASK_NAMES[MaskKind(info.mask)]
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
@@ -736,14 +757,21 @@ class Site:
 
     def append_paged_kv(self, key: Any, value: Any, key_cache: Any,
                         value_cache: Any, page_table: Any, kv_lens: Any,
-                        new_offsets: Any, stream: Any = None) -> None:
+                        new_offsets: Any, stream: Any = None,
+                        k_scale: Any = None, v_scale: Any = None) -> None:
         """Writes a step's new keys and values into a paged site's caches:
         key ``[total_new, Hkv, D]`` and value ``[total_new, Hkv, Dv]``
         (sequence b's tokens ``new_offsets[b]`` to ``new_offsets[b + 1]``),
         caches, page_table and kv_lens as paged_attention() takes them
         (kv_lens counting the new tokens), new_offsets ``[B + 1]`` int32 on
         the same device. Asynchronous (capturable in a CUDA graph); a token
-        whose place falls outside the caches is not written."""
+        whose place falls outside the caches is not written.
+
+        An FP8 site (``site.cache_dtype == "f8e4m3"``) takes key and value in
+        its dtype and float8_e4m3fn caches, and stores ``key / k_scale`` and
+        ``value / v_scale`` (saturated to ±448): `k_scale` and `v_scale` as
+        paged_attention() takes them."""
+        self._require_scales(k_scale, v_scale)
         import torch
 
         device = key.device
@@ -796,11 +824,54 @@ class Site:
         args.num_pages, args.page_size = (int(key_cache.shape[0]),
                                           int(key_cache.shape[1]))
         args.max_pages = int(page_table.shape[1])
+        self._set_scales(args, k_scale, v_scale, device)
         if args.total_new == 0:
             return
         launch_stream = _Stream(device, stream)
         with torch.cuda.device(device):
             self.launch_append(args, launch_stream.handle)
+
+    def _require_scales(self, k_scale: Any, v_scale: Any) -> None:
+        """Refuses an FP8 site's missing scales and a float site's given
+        ones before anything else is looked at (no torch needed)."""
+        if self.cache_dtype != "f8e4m3":
+            if k_scale is not None or v_scale is not None:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"site {self.name!r}: k_scale and v_scale are for "
+                    f"f8e4m3 caches; its caches hold {self.cache_dtype}")
+        elif k_scale is None or v_scale is None:
+            shape = ("[1] (per tensor)" if self.kv_scales == "per_tensor"
+                     else "[kv_heads] (per KV head)")
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r} has f8e4m3 caches: pass k_scale and "
+                f"v_scale, contiguous f32 CUDA tensors of shape {shape}")
+
+    def _set_scales(self, args: Any, k_scale: Any, v_scale: Any,
+                    device: Any) -> None:
+        """An FP8 site's scales in raw `args`: their pointers, and their
+        count as num_kv_scales (which the library checks against the
+        site)."""
+        if self.cache_dtype != "f8e4m3":
+            return
+        import torch
+
+        for name, tensor in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if (not isinstance(tensor, torch.Tensor) or tensor.device != device
+                    or tensor.dtype != torch.float32 or tensor.dim() != 1
+                    or not tensor.is_contiguous()):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be a contiguous f32 tensor of rank 1 on "
+                    f"{device}")
+        if k_scale.numel() != v_scale.numel():
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"k_scale has {k_scale.numel()} scales but v_scale "
+                f"{v_scale.numel()}")
+        args.k_scale, args.v_scale = k_scale.data_ptr(), v_scale.data_ptr()
+        args.num_kv_scales = int(k_scale.numel())
 
     def validate_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
         """The debug check of a paged launch's kv_lens and page table on the
@@ -989,6 +1060,8 @@ class Site:
         check: bool = False,
         q_offsets: Any = None,
         plan: Any = None,
+        k_scale: Any = None,
+        v_scale: Any = None,
     ) -> Any:
         """Runs a paged site: q ``[B, Hq, Sq, D]``, caches ``[num_pages,
         page_size, Hkv, D]`` (value: ``Dv``), page_table ``[B, max_pages]``
@@ -1019,7 +1092,15 @@ class Site:
         Hq, D]`` with `q_offsets` ``[B + 1]`` (int32 CUDA tensor; sequence b
         owns rows ``q_offsets[b]`` to ``q_offsets[b + 1]``, its new queries,
         which kv_lens[b] counts) and `plan` from plan(), and returns out
-        ``[total_q, Hq, Dv]``: prompt chunks and decodes in one launch."""
+        ``[total_q, Hq, Dv]``: prompt chunks and decodes in one launch.
+
+        An FP8 site (``site.cache_dtype == "f8e4m3"``) takes float8_e4m3fn
+        caches and their dequantisation scales `k_scale` and `v_scale`:
+        contiguous f32 CUDA tensors of shape ``[1]`` (``site.kv_scales ==
+        "per_tensor"``) or ``[Hkv]`` (``"per_kv_head"``); a key of KV head h
+        reads ``f32(key) * k_scale[h]`` (``k_scale[0]`` per tensor), values
+        likewise. Other sites take none."""
+        self._require_scales(k_scale, v_scale)
         import torch
 
         if self.ragged or q_offsets is not None or plan is not None:
@@ -1061,16 +1142,18 @@ class Site:
             result = self._paged(
                 packed, key_cache, value_cache, page_table, kv_lens, result,
                 stream, workspace, num_splits, total_kv_len, check,
-                q_offsets=q_offsets, plan=plan)
+                q_offsets=q_offsets, plan=plan, k_scale=k_scale,
+                v_scale=v_scale)
             return result[0].permute(1, 0, 2)
         return self._paged(q, key_cache, value_cache, page_table, kv_lens,
                            out, stream, workspace, num_splits, total_kv_len,
-                           check)
+                           check, k_scale=k_scale, v_scale=v_scale)
 
     def _paged(self, q: Any, key_cache: Any, value_cache: Any,
                page_table: Any, kv_lens: Any, out: Any, stream: Any,
                workspace: Any, num_splits: int, total_kv_len: int,
-               check: bool, q_offsets: Any = None, plan: Any = None) -> Any:
+               check: bool, q_offsets: Any = None, plan: Any = None,
+               k_scale: Any = None, v_scale: Any = None) -> Any:
         """paged_attention() on q ``[B, Hq, Sq, D]``; a ragged launch's
         packed rows stand as one sequence (B = 1, Sq = total_q)."""
         import torch
@@ -1160,6 +1243,7 @@ class Site:
         args.num_pages, args.page_size = num_pages, page_size
         args.max_pages = int(page_table.shape[1])
         args.total_kv_len = int(total_kv_len)
+        self._set_scales(args, k_scale, v_scale, device)
         if q_offsets is not None:
             args.batch = sequences
             args.q_offsets = q_offsets.data_ptr()

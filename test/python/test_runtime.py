@@ -1,6 +1,7 @@
 """Tests of the `kiln` runtime bindings that need no GPU: opening packages,
 error messages, argument checks through the C library, stride helpers."""
 
+import ctypes
 import json
 import os
 from pathlib import Path
@@ -360,3 +361,294 @@ def test_split_kv_arguments(package: kiln.Package) -> None:
     assert site.workspace_size(4, 1, 4096) == 0
     with pytest.raises(KilnError, match="batch must be positive"):
         site.workspace_size(0, 1, 4096)
+
+
+# --------------------------------------------------------------------------
+# The ctypes structs against the C header.
+# --------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ctypes_structs_match_the_header(tmp_path: Path) -> None:
+    """Every ctypes mirror of a C struct has the C struct's size and each
+    field's offset (a C compiler built from the header says), and the
+    library's API version and dtype numbers are the header's."""
+    import shutil
+    import subprocess
+
+    from kiln import runtime
+
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    mirrors = {
+        "kiln_site_info": runtime._SiteInfo,
+        "kiln_kernel_info": runtime._KernelInfo,
+        "kiln_attention_args": runtime.AttentionArgs,
+        "kiln_paged_attention_args": runtime.PagedAttentionArgs,
+        "kiln_paged_append_args": runtime.PagedAppendArgs,
+        "kiln_launch_config": runtime._LaunchConfig,
+    }
+    lines = []
+    for struct, mirror in mirrors.items():
+        lines.append(f'printf("{struct} sizeof %zu\\n", sizeof({struct}));')
+        for name, _ in mirror._fields_:
+            lines.append(
+                f'printf("{struct} {name} %zu\\n", offsetof({struct}, {name}));'
+            )
+    lines.append('printf("api %d\\n", KILN_RUNTIME_API_VERSION);')
+    for dtype in DType:
+        lines.append(f'printf("dtype {dtype.name} %d\\n", KILN_DTYPE_{dtype.name});')
+    source = tmp_path / "layout.c"
+    source.write_text(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"kiln-c/Runtime.h\"\n"
+        "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n"
+    )
+    binary = tmp_path / "layout"
+    subprocess.run(
+        [compiler, "-std=c99", "-I", str(ROOT / "include"), str(source), "-o",
+         str(binary)],
+        check=True,
+    )
+    output = subprocess.run([str(binary)], check=True, capture_output=True,
+                            text=True).stdout
+    c_values = {}
+    for line in output.splitlines():
+        *key, value = line.split()
+        c_values[tuple(key)] = int(value)
+    for struct, mirror in mirrors.items():
+        assert ctypes.sizeof(mirror) == c_values[(struct, "sizeof")], struct
+        for name, _ in mirror._fields_:
+            assert getattr(mirror, name).offset == c_values[(struct, name)], (
+                f"{struct}.{name}"
+            )
+    assert runtime._API_VERSION == c_values[("api",)]
+    assert kiln.runtime.load_library().kiln_runtime_api_version() == c_values[("api",)]
+    for dtype in DType:
+        assert int(dtype) == c_values[("dtype", dtype.name)]
+
+
+def test_fp8_dtype() -> None:
+    lib = kiln.runtime.load_library()
+    assert DType.F8E4M3.manifest_name == "f8e4m3"
+    assert lib.kiln_dtype_name(int(DType.F8E4M3)) == b"f8e4m3"
+    assert kiln.runtime.dtype_size(DType.F8E4M3) == 1
+
+
+# --------------------------------------------------------------------------
+# FP8 paged sites (a hand-written manifest: placeholder PTX).
+# --------------------------------------------------------------------------
+
+
+def append_arg_list():
+    """(name, kind) of include/kiln/Runtime/PagedAppendArgs.def."""
+    import re
+
+    text = (ROOT / "include/kiln/Runtime/PagedAppendArgs.def").read_text()
+    return re.findall(r"^KILN_APPEND_ARG\((\w+), (\w+)\)", text, re.M)
+
+
+def paged_kernel(name: str, dtype: str, cache_dtype: str, append: str):
+    args = []
+    for pointer in ("q", "key_cache", "value_cache", "out", "page_table",
+                    "kv_lens"):
+        entry = {"name": pointer, "kind": "pointer"}
+        if pointer in ("q", "out"):
+            entry["dtype"] = dtype
+        elif pointer.endswith("cache"):
+            entry["dtype"] = cache_dtype
+        args.append(entry)
+    for dim in ("batch", "q_heads", "kv_heads", "q_len", "max_pages",
+                "num_pages", "page_size"):
+        args.append({"name": dim, "kind": "i32"})
+    args.append({"name": "scale", "kind": "f32"})
+    for tensor, axes in (("q", "batch head seq"), ("out", "batch head seq"),
+                         ("key_cache", "page slot head"),
+                         ("value_cache", "page slot head")):
+        for axis in axes.split():
+            args.append({"name": f"{tensor}_stride_{axis}", "kind": "i64"})
+    args.append({"name": "page_table_stride_batch", "kind": "i64"})
+    if cache_dtype == "f8e4m3":
+        args += [{"name": "k_scale", "kind": "pointer", "dtype": "f32"},
+                 {"name": "v_scale", "kind": "pointer", "dtype": "f32"}]
+    return {
+        "name": name, "kind": "paged_attention", "dtype": dtype,
+        "cache_dtype": cache_dtype, "head_dim": 128, "v_head_dim": 128,
+        "causal": True, "window": None, "softcap": None, "mask": "none",
+        "mask_dtype": None, "bias": False, "bias_dtype": None,
+        "block": [128, 1, 1], "rows_per_block": 64,
+        "grid": [{"dim": ["q_len", "q_heads"], "per": "kv_heads",
+                  "ceil_div": 64},
+                 {"dim": "kv_heads", "ceil_div": 1},
+                 {"dim": "batch", "ceil_div": 1}],
+        "paged_append": append, "args": args,
+    }
+
+
+def append_kernel(name: str, dtype: str, cache_dtype: str):
+    args = []
+    for arg, kind in append_arg_list():
+        entry = {"name": arg, "kind": kind}
+        if arg in ("new_keys", "new_values"):
+            entry["dtype"] = dtype
+        elif arg in ("key_cache", "value_cache"):
+            entry["dtype"] = cache_dtype
+        elif arg.endswith("_scale"):
+            entry["dtype"] = "f32"
+        args.append(entry)
+    return {"name": name, "kind": "paged_append", "dtype": dtype,
+            "cache_dtype": cache_dtype, "head_dim": 128, "v_head_dim": 128,
+            "block": [128, 1, 1], "grid": [{"dim": "total_new"}, 1, 1],
+            "args": args}
+
+
+def paged_site(name: str, kernel_name: str, cache_dtype: str, kv_scales):
+    return {
+        "name": name, "kernel": kernel_name, "kind": "paged_attention",
+        "function": "main", "location": "", "layout": "bhsd",
+        "dtype": "bf16", "cache_dtype": cache_dtype, "kv_scales": kv_scales,
+        "scale": 0.125, "causal": True, "window": None, "softcap": None,
+        "page_size": 16, "batch": None, "q_heads": 32, "kv_heads": 8,
+        "q_len": None, "kv_len": None, "head_dim": 128, "v_head_dim": 128,
+        "mask": "none", "mask_dtype": None, "bias": False, "bias_dtype": None,
+    }
+
+
+def fp8_manifest():
+    """attention_0: bf16 queries over e4m3 caches with scales per KV head;
+    attention_1: the same over bf16 caches."""
+    manifest = valid_manifest()
+    manifest["kernels"] = [
+        paged_kernel("kiln_paged_fp8", "bf16", "f8e4m3", "kiln_append_fp8"),
+        paged_kernel("kiln_paged_bf16", "bf16", "bf16", "kiln_append_bf16"),
+        append_kernel("kiln_append_fp8", "bf16", "f8e4m3"),
+        append_kernel("kiln_append_bf16", "bf16", "bf16"),
+    ]
+    manifest["sites"] = [
+        paged_site("attention_0", "kiln_paged_fp8", "f8e4m3", "per_kv_head"),
+        paged_site("attention_1", "kiln_paged_bf16", "bf16", None),
+    ]
+    return manifest
+
+
+@pytest.fixture
+def fp8_package(tmp_path: Path):
+    with kiln.Package(write_package(tmp_path / "fp8", fp8_manifest())) as opened:
+        yield opened
+
+
+def fp8_args(site: kiln.Site, **change):
+    args = kiln.PagedAttentionArgs()
+    for name in ("q", "key_cache", "value_cache", "out", "page_table", "kv_lens"):
+        setattr(args, name, 0x10000)
+    args.q_dtype = args.out_dtype = DType.BF16
+    fp8 = site.cache_dtype == "f8e4m3"
+    args.key_cache_dtype = args.value_cache_dtype = (
+        DType.F8E4M3 if fp8 else DType.BF16)
+    args.batch, args.q_heads, args.kv_heads, args.q_len = 2, 32, 8, 1
+    args.head_dim, args.page_size, args.max_pages, args.num_pages = 128, 16, 4, 8
+    args.q_strides[:] = args.out_strides[:] = [32 * 128, 128, 128, 1]
+    args.key_cache_strides[:] = [16 * 8 * 128, 8 * 128, 128, 1]
+    args.value_cache_strides[:] = [16 * 8 * 128, 8 * 128, 128, 1]
+    args.page_table_strides[:] = [4, 1]
+    if fp8:
+        args.k_scale, args.v_scale, args.num_kv_scales = 0x20000, 0x20100, 8
+    for name, value in change.items():
+        if isinstance(value, list):
+            getattr(args, name)[:] = value
+        else:
+            setattr(args, name, value)
+    return args
+
+
+def pre_fp8_package(package: kiln.Package) -> Path:
+    """A copy of `package`'s manifest without the FP8 keys, as written
+    before FP8 caches (the float site and its kernels alone)."""
+    manifest = fp8_manifest()
+    manifest["sites"] = manifest["sites"][1:]
+    manifest["kernels"] = [manifest["kernels"][1], manifest["kernels"][3]]
+    manifest["sites"][0].update(name="attention_0")
+    for entry in manifest["sites"] + manifest["kernels"]:
+        entry.pop("cache_dtype")
+        entry.pop("kv_scales", None)
+    append = manifest["kernels"][1]
+    append["args"] = [a for a in append["args"] if not a["name"].endswith("_scale")]
+    return write_package(Path(package.path).parent / "old", manifest)
+
+
+def test_fp8_site_info(fp8_package: kiln.Package) -> None:
+    fp8, floats = fp8_package.site("attention_0"), fp8_package.site("attention_1")
+    assert (fp8.dtype, fp8.cache_dtype, fp8.kv_scales) == (
+        "bf16", "f8e4m3", "per_kv_head")
+    assert (floats.cache_dtype, floats.kv_scales) == ("bf16", None)
+    # Sites of packages written before FP8 caches: their dtype, no scales.
+    with kiln.Package(pre_fp8_package(fp8_package)) as old:
+        site = old.site("attention_0")
+        assert (site.cache_dtype, site.kv_scales) == ("bf16", None)
+
+
+def test_fp8_launch_checks(fp8_package: kiln.Package) -> None:
+    fp8, floats = fp8_package.site("attention_0"), fp8_package.site("attention_1")
+    assert fp8.check_paged(fp8_args(fp8)).grid == (1, 8, 2)
+    assert floats.check_paged(fp8_args(floats)).grid == (1, 8, 2)
+    with pytest.raises(KilnError, match="k_scale is NULL") as error:
+        fp8.check_paged(fp8_args(fp8, k_scale=None))
+    assert error.value.status == Status.INVALID_ARGUMENT
+    with pytest.raises(KilnError, match=r"num_kv_scales is 1 but the site's "
+                       r"scales are per KV head \(kv_heads = 8\)"):
+        fp8.check_paged(fp8_args(fp8, num_kv_scales=1))
+    with pytest.raises(KilnError, match="key_cache has dtype bf16 but the "
+                       "site takes f8e4m3"):
+        fp8.check_paged(fp8_args(fp8, key_cache_dtype=DType.BF16))
+    with pytest.raises(KilnError, match="odd slot stride"):
+        fp8.check_paged(fp8_args(fp8, key_cache_strides=[16 * 1025, 1025, 128, 1]))
+    with pytest.raises(KilnError, match="are for f8e4m3 caches"):
+        floats.check_paged(fp8_args(floats, v_scale=0x20100))
+
+
+def test_fp8_python_scale_checks(fp8_package: kiln.Package) -> None:
+    """Missing or unwanted scales are refused before any tensor is looked
+    at (so before torch is needed)."""
+    fp8, floats = fp8_package.site("attention_0"), fp8_package.site("attention_1")
+    with pytest.raises(KilnError, match="has f8e4m3 caches: pass k_scale and "
+                       r"v_scale, .*\[kv_heads\]"):
+        fp8.paged_attention(None, None, None, None, None, k_scale=object())
+    with pytest.raises(KilnError, match="pass k_scale and v_scale"):
+        fp8.append_paged_kv(None, None, None, None, None, None, None)
+    with pytest.raises(KilnError, match="k_scale and v_scale are for f8e4m3 "
+                       "caches; its caches hold bf16"):
+        floats.paged_attention(None, None, None, None, None, v_scale=object())
+    with pytest.raises(KilnError, match="are for f8e4m3 caches"):
+        floats.append_paged_kv(None, None, None, None, None, None, None,
+                               k_scale=object())
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda m: m["sites"][0].update(kv_scales=None),
+         'sites[0].kv_scales: site "attention_0": f8e4m3 caches need scales'),
+        (lambda m: m["sites"][0].update(kv_scales="per_row"),
+         'sites[0].kv_scales: site "attention_0": expected "per_tensor", '
+         '"per_kv_head" or null, got "per_row"'),
+        (lambda m: m["sites"][1].update(kv_scales="per_tensor"),
+         'sites[1].kv_scales: site "attention_1": scales are for f8e4m3 caches'),
+        (lambda m: m["kernels"][0]["args"].pop(),
+         'kernels[0].args: missing the "v_scale" pointer argument'),
+    ],
+)
+def test_fp8_corrupt_manifest(tmp_path: Path, mutate, fragment) -> None:
+    manifest = fp8_manifest()
+    mutate(manifest)
+    with pytest.raises(KilnError) as error:
+        kiln.Package(write_package(tmp_path / "pkg", manifest))
+    assert error.value.status == Status.FORMAT_ERROR
+    assert fragment in error.value.message
+
+
+def test_fp8_torch_dtype() -> None:
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("torch without float8_e4m3fn")
+    assert kiln.runtime._torch_dtype_map()[torch.float8_e4m3fn] == DType.F8E4M3

@@ -32,7 +32,9 @@ static cl::opt<std::string> funcName("func", cl::desc("Function to run"),
                                      cl::init("main"));
 static cl::list<std::string>
     inputFiles("input", cl::desc("An .npy file per argument, in order "
-                                 "(converted to the argument's element type)"));
+                                 "(converted to the argument's element type; "
+                                 "an f8E4M3FN argument takes its raw bytes "
+                                 "as uint8)"));
 static cl::list<std::string>
     shapes("shape", cl::desc("Shape of a random argument, in order, e.g. "
                              "2x4x16x8 (needed for dynamic dims only)"));
@@ -143,7 +145,14 @@ int main(int argc, char **argv) {
         llvm::errs() << "error: " << llvm::toString(tensor.takeError()) << "\n";
         return 1;
       }
-      inputs.push_back(castTo(*tensor, tensorType.getElementType()));
+      auto argument = asArgument(*tensor, tensorType.getElementType());
+      if (!argument) {
+        llvm::errs() << "error: argument " << index << " (" << tensorType
+                     << ", --input=" << inputFiles[index]
+                     << "): " << llvm::toString(argument.takeError()) << "\n";
+        return 1;
+      }
+      inputs.push_back(std::move(*argument));
       continue;
     }
     SmallVector<int64_t> shape(tensorType.getShape());

@@ -27,7 +27,7 @@ class MLIRContext;
 namespace mlir::kiln {
 
 /// A dense row-major tensor in host memory. Supported element types: f32,
-/// f16, bf16, i64, i32, i8 and i1 (one byte per element, 0 or 1).
+/// f16, bf16, f8E4M3FN, i64, i32, i8 and i1 (one byte per element, 0 or 1).
 struct HostTensor {
   Type elementType;
   SmallVector<int64_t> shape;
@@ -57,11 +57,18 @@ struct HostTensor {
 llvm::Expected<HostTensor> readNpy(MLIRContext *context, StringRef path);
 
 /// `tensor` converted element by element to `elementType` (through double;
-/// bf16 and f16 round to nearest-even).
+/// bf16, f16 and f8E4M3FN round to nearest-even).
 HostTensor castTo(const HostTensor &tensor, Type elementType);
 
+/// `tensor` (as read from a .npy) as an argument of element type
+/// `elementType`: converted with castTo, except that an f8E4M3FN argument
+/// takes the raw e4m3 bytes of an i8 tensor (a uint8 or int8 .npy) as they
+/// are; any other dtype for it is an error.
+llvm::Expected<HostTensor> asArgument(const HostTensor &tensor,
+                                      Type elementType);
+
 /// Writes `tensor` as a .npy file (bf16 is written as float32, since numpy
-/// has no bf16 dtype).
+/// has no bf16 dtype; f8E4M3FN as its raw bytes, uint8).
 llvm::Error writeNpy(const HostTensor &tensor, StringRef path);
 
 /// Fills `tensor` from `rng`: floats from normal(0, 1), integers uniformly

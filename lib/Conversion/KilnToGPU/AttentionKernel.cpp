@@ -59,6 +59,8 @@ std::string KernelSpec::name() const {
                   .str();
   if (problem.ragged)
     result += "_ragged";
+  if (problem.fp8Cache)
+    result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
   return result;
 }
 
@@ -85,6 +87,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
     names.push_back("page_table_stride_batch");
     if (spec.launch.splitKV)
       names.append({"num_splits", "workspace"});
+    if (spec.problem.fp8Cache)
+      names.append({"k_scale", "v_scale"});
     return names;
   }
   SmallVector<std::string> names = {"q", "k", "v", "out"};
@@ -119,6 +123,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
     kinds.append(13, "i64");
     if (spec.launch.splitKV)
       kinds.append({"i32", "pointer"});
+    if (spec.problem.fp8Cache)
+      kinds.append({"pointer", "pointer"});
     return kinds;
   }
   int64_t numPointers =

@@ -63,6 +63,13 @@ struct AttentionProblem {
   /// split workspace's rows are the packed rows (the combine kernel sees
   /// one sequence of total_q queries).
   bool ragged = false;
+  /// Paged only: the caches hold e4m3 (f8E4M3FN) with f32 dequantisation
+  /// scales, one for the whole cache or one a KV head (`perHeadScales`);
+  /// the kernel converts each tile to f16 in shared memory and computes in
+  /// f16 whatever the query's type, folding the scales into the score scale
+  /// and the output.
+  bool fp8Cache = false;
+  bool perHeadScales = false;
 
   /// The head dim of V and the output.
   int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
@@ -115,6 +122,10 @@ struct KernelVariant {
   int64_t warpTileKeys = 128;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
+  /// FP8 caches on targets with cvt.rn.f16x2.e4m3x2 (sm_89 on): the
+  /// tiles are converted by that instruction rather than by moving bits
+  /// (not part of name()).
+  bool fp8HardwareConvert = false;
   int64_t blocksPerSM = 0;
 };
 
@@ -419,6 +430,8 @@ protected:
   /// Paged sites: the page table and key counts, and the sizes that bound
   /// their entries; kStrides and vStrides are then {page, slot, head}.
   Value pageTable, kvLens, maxPages, numPages, pageSize, pageTableStride;
+  /// FP8 caches: the f32 scales of K and V (one, or one a KV head).
+  Value kScales, vScales;
   /// Ragged sites: q_offsets and the plan, the sequence count, and the
   /// block's sequence's first packed row. totalQueries is the q_len
   /// argument (qLen becomes the block's sequence's query count); the same
@@ -524,17 +537,21 @@ gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
 /// Threads of a paged-append block (one new token a block).
 inline constexpr int64_t kAppendThreads = 128;
 /// The name, argument names and argument kinds of the paged cache's append
-/// kernel for caches of `elementType`, key head dim `headDim` and value
-/// head dim `valueDim` (Schedules/AppendKernel.cpp).
+/// kernel for new keys and values of `elementType`, key head dim `headDim`
+/// and value head dim `valueDim`, into caches of that type or, with
+/// `fp8Cache`, of e4m3 with scales (one a KV head with `perHeadScales`)
+/// (Schedules/AppendKernel.cpp).
 std::string pagedAppendKernelName(Type elementType, int64_t headDim,
-                                  int64_t valueDim);
+                                  int64_t valueDim, bool fp8Cache = false,
+                                  bool perHeadScales = false);
 SmallVector<std::string> pagedAppendArgumentNames();
 SmallVector<std::string> pagedAppendArgumentKinds();
 /// Creates that kernel at the builder's insertion point (inside the
 /// gpu.module): grid x covers the new tokens, one a block.
 gpu::GPUFuncOp buildPagedAppendKernel(OpBuilder &moduleBuilder, Location loc,
                                       Type elementType, int64_t headDim,
-                                      int64_t valueDim);
+                                      int64_t valueDim, bool fp8Cache = false,
+                                      bool perHeadScales = false);
 
 /// The warp-specialised sm_90a kernel (KernelVariant::warpSpecialized).
 std::unique_ptr<AttentionKernelBuilder>

@@ -151,6 +151,9 @@ struct ConvertKilnToGPUPass
             return signalPassFailure();
           }
         }
+        // FP8 caches convert their tiles to the padded mma.sync layout.
+        if (spec.problem.fp8Cache)
+          chosen.wgmma = false;
         spec.variant.wgmma = chosen.wgmma;
         spec.variant.blocksPerSM = chosen.blocksPerSM;
       }
@@ -160,6 +163,7 @@ struct ConvertKilnToGPUPass
       spec.launch.clusterSplits =
           hopper && spec.launch.splitKV && !spec.problem.ragged;
       spec.launch.waitForGrid = hopper;
+      spec.variant.fp8HardwareConvert = hopper && spec.problem.fp8Cache;
       std::string name = spec.name();
       if (!kernels.lookup(name)) {
         std::unique_ptr<AttentionKernelBuilder> kernel =
@@ -235,13 +239,15 @@ struct ConvertKilnToGPUPass
         if (spec.problem.paged)
           companion(
               "append_kernel",
-              pagedAppendKernelName(spec.problem.elementType,
-                                    spec.problem.headDim,
-                                    spec.problem.valueDim()),
+              pagedAppendKernelName(
+                  spec.problem.elementType, spec.problem.headDim,
+                  spec.problem.valueDim(), spec.problem.fp8Cache,
+                  spec.problem.perHeadScales),
               [&] {
                 return buildPagedAppendKernel(
                     kernelBuilder, op->getLoc(), spec.problem.elementType,
-                    spec.problem.headDim, spec.problem.valueDim());
+                    spec.problem.headDim, spec.problem.valueDim(),
+                    spec.problem.fp8Cache, spec.problem.perHeadScales);
               },
               makeAppendInfo(builder, spec));
         func->setAttr(kKernelInfoAttrName, info);
@@ -405,6 +411,16 @@ struct ConvertKilnToGPUPass
              << "/" << valueHeadDim;
     if (valueHeadDim != problem.headDim)
       problem.valueHeadDim = valueHeadDim;
+    if (op.isFp8Cache()) {
+      // Rows of FP8 keys are copied in 16-byte chunks of 16 elements.
+      if (problem.headDim % 16 || valueHeadDim % 16)
+        return op.emitOpError("f8E4M3FN caches need head dims that are "
+                              "multiples of 16 on the GPU, got ")
+               << problem.headDim << "/" << valueHeadDim;
+      problem.fp8Cache = true;
+      problem.perHeadScales =
+          cast<RankedTensorType>(op.getKScale().getType()).getDimSize(0) != 1;
+    }
     int64_t pageSize =
         cast<RankedTensorType>(op.getKeyCache().getType()).getDimSize(1);
     if (!ShapedType::isDynamic(pageSize) && !llvm::isPowerOf2_64(pageSize))
@@ -470,6 +486,12 @@ struct ConvertKilnToGPUPass
     fields.push_back(builder.getNamedAttr(
         "dtype",
         builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
+    fields.push_back(builder.getNamedAttr(
+        "cache_dtype",
+        builder.getStringAttr(spec.problem.fp8Cache
+                                  ? std::string("f8e4m3")
+                                  : getElementTypeName(
+                                        spec.problem.elementType))));
     fields.push_back(builder.getNamedAttr(
         "head_dim", builder.getI64IntegerAttr(spec.problem.headDim)));
     fields.push_back(builder.getNamedAttr(

@@ -139,11 +139,16 @@ llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
 llvm::json::Object describeAppendKernel(gpu::GPUFuncOp func,
                                         DictionaryAttr info) {
   std::string dtype = info.getAs<StringAttr>("dtype").str();
+  auto cacheAttr = info.getAs<StringAttr>("cache_dtype");
+  std::string cacheDtype = cacheAttr ? cacheAttr.str() : dtype;
   llvm::json::Array args =
       argsToJSON(info, [&](StringRef name, StringRef) -> DtypeEntry {
-        if (name == "new_keys" || name == "new_values" ||
-            name == "key_cache" || name == "value_cache")
+        if (name == "new_keys" || name == "new_values")
           return llvm::json::Value(dtype);
+        if (name == "key_cache" || name == "value_cache")
+          return llvm::json::Value(cacheDtype);
+        if (name == "k_scale" || name == "v_scale")
+          return llvm::json::Value("f32");
         return std::nullopt;
       });
   llvm::json::Array grid;
@@ -154,6 +159,7 @@ llvm::json::Object describeAppendKernel(gpu::GPUFuncOp func,
       {"name", func.getName()},
       {"kind", "paged_append"},
       {"dtype", dtype},
+      {"cache_dtype", cacheDtype},
       {"head_dim", info.getAs<IntegerAttr>("head_dim").getInt()},
       {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
   };
@@ -260,8 +266,13 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
 llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
                                        PagedAttentionOp site) {
   std::string dtype = getElementTypeName(site.getElementType());
+  std::string cacheDtype = site.isFp8Cache() ? "f8e4m3" : dtype;
   llvm::json::Array args =
       argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
+        if (name == "key_cache" || name == "value_cache")
+          return llvm::json::Value(cacheDtype);
+        if (name == "k_scale" || name == "v_scale")
+          return llvm::json::Value("f32");
         if (kind == "pointer" && name != "page_table" && name != "kv_lens" &&
             name != "q_offsets" && name != "plan")
           return llvm::json::Value(dtype);
@@ -286,6 +297,7 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"name", func.getName()},
       {"kind", "paged_attention"},
       {"dtype", dtype},
+      {"cache_dtype", cacheDtype},
       {"head_dim", queryType.getDimSize(ragged ? 2 : 3)},
       {"v_head_dim", valueType.getDimSize(3)},
       {"causal", site.getCausal()},
@@ -340,6 +352,14 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
       {"location", locationText(op.getLoc())},
       {"layout", "bhsd"},
       {"dtype", getElementTypeName(op.getElementType())},
+      {"cache_dtype", op.isFp8Cache()
+                          ? std::string("f8e4m3")
+                          : getElementTypeName(op.getElementType())},
+      {"kv_scales",
+       !op.isFp8Cache() ? llvm::json::Value(nullptr)
+       : cast<RankedTensorType>(op.getKScale().getType()).getDimSize(0) == 1
+           ? llvm::json::Value("per_tensor")
+           : llvm::json::Value("per_kv_head")},
       {"scale", double(op.getScale().convertToFloat())},
       {"causal", op.getCausal()},
       {"window", optionalToJSON(op.getWindow())},

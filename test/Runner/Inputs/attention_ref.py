@@ -31,6 +31,46 @@ def to_dtype(x, dtype):
     return arr.astype(np.float64), arr
 
 
+def e4m3_values():
+    """The float64 value of each of the 256 f8E4M3FN (e4m3 "FN") codes:
+    sign bit 7, exponent bits 6..3 with bias 7, mantissa bits 2..0;
+    subnormals m·2^-9; no infinities; NaN at 0x7F and 0xFF."""
+    codes = np.arange(256)
+    exponent = (codes >> 3) & 0xF
+    mantissa = codes & 0x7
+    magnitude = np.where(exponent == 0, mantissa * 2.0**-9,
+                         (1.0 + mantissa / 8.0) * 2.0 ** (exponent - 7))
+    values = np.where(codes & 0x80, -magnitude, magnitude)
+    values[(codes & 0x7F) == 0x7F] = np.nan
+    return values
+
+
+# Every e4m3 code but the two NaNs.
+E4M3_FINITE_CODES = np.array([c for c in range(256) if c & 0x7F != 0x7F],
+                             np.uint8)
+
+
+def e4m3_decode(codes):
+    """float64 values of an array of e4m3 codes (uint8)."""
+    return e4m3_values()[np.asarray(codes, np.uint8)]
+
+
+def e4m3_encode(x):
+    """The e4m3 codes (uint8) nearest to float64 values, ties to the even
+    code, saturating at ±448."""
+    x = np.asarray(x, np.float64)
+    positive = e4m3_values()[:0x7F]  # codes 0x00..0x7E, ascending
+    magnitude = np.minimum(np.abs(x), positive[-1])
+    hi = np.clip(np.searchsorted(positive, magnitude), 1, len(positive) - 1)
+    lo = hi - 1
+    below = magnitude - positive[lo]
+    above = positive[hi] - magnitude
+    code = np.where((below < above) | ((below == above) & (lo % 2 == 0)), lo,
+                    hi)
+    code = np.where(magnitude >= positive[-1], 0x7E, code)
+    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
 def softmax_rows(s, v):
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(np.isneginf(m), 0.0, m)

@@ -72,7 +72,7 @@ Value MmaKernel::loadEntry(const PageLookup &lookup, Value clampedKey) {
 // those rows are zero-filled, and the entries are clamped to the table and
 // the cache like any.
 void MmaKernel::readAhead(Value firstKey, Value fullRow) {
-  if (!byLines(spec.problem.headDim))
+  if (!byLines(copyDim(spec.problem.headDim)))
     return;
   aheadBegin = firstKey;
   aheadPages = loadPages(firstKey, fullRow);

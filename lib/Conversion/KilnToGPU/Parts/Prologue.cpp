@@ -113,6 +113,10 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
     numSplits = toIndex(args[next++]);
     workspace = args[next++];
   }
+  if (spec.problem.fp8Cache) {
+    kScales = args[next++];
+    vScales = args[next++];
+  }
   if (spec.variant.warpSpecialized) {
     qMap = args[next++];
     kMap = args[next++];

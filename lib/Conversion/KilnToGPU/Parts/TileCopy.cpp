@@ -135,7 +135,7 @@ void MmaKernel::ifChunkExists(const ChunkPlan &plan, size_t index,
 }
 
 void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
-                            ArrayRef<Value> chunks) {
+                            ArrayRef<Value> chunks, int64_t stagingUnits) {
   auto vectorType = VectorType::get({kChunk}, spec.problem.elementType);
   Value zeros = arith::ConstantOp::create(
       *b, vectorType,
@@ -144,9 +144,12 @@ void MmaKernel::storeChunks(Value tile, const ChunkPlan &plan,
   for (auto [i, chunk] : llvm::enumerate(chunks)) {
     Value value = arith::SelectOp::create(*b, plan.inBounds[i], chunk, zeros);
     ifChunkExists(plan, i, [&] {
-      LLVM::StoreOp::create(*b, value,
-                            tileAddress(tile, plan.rows[i], plan.columns[i]),
-                            /*alignment=*/16);
+      LLVM::StoreOp::create(
+          *b, value,
+          stagingUnits ? stagingAddress(tile, plan.rows[i], plan.columns[i],
+                                        stagingUnits)
+                       : tileAddress(tile, plan.rows[i], plan.columns[i]),
+          /*alignment=*/16);
     });
   }
 }
@@ -158,11 +161,11 @@ void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                        ? planPagedChunks(dim, global == v ? vStrides : kStrides,
                                          base, firstRow, numRows, prefetched)
                        : planChunks(dim, base, rowStride, firstRow, numRows);
-  copyChunks(tile, global, plan, aligned);
+  copyChunks(tile, global, plan, aligned, fp8 ? dim : 0);
 }
 
 void MmaKernel::copyChunks(Value tile, Value global, const ChunkPlan &plan,
-                           Value aligned) {
+                           Value aligned, int64_t stagingUnits) {
   auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
   OpBuilder::InsertionGuard guard(*b);
   b->setInsertionPointToStart(&ifOp.getThenRegion().front());
@@ -174,13 +177,17 @@ void MmaKernel::copyChunks(Value tile, Value global, const ChunkPlan &plan,
     Value bytes = arith::SelectOp::create(*b, plan.inBounds[i], constI32(16),
                                           constI32(0));
     ifChunkExists(plan, i, [&] {
-      NVVM::CpAsyncOp::create(
-          *b, tileAddress(tile, plan.rows[i], plan.columns[i]), source,
-          /*size=*/16, NVVM::LoadCacheModifierKind::CG, bytes);
+      Value target =
+          stagingUnits ? stagingAddress(tile, plan.rows[i], plan.columns[i],
+                                        stagingUnits)
+                       : tileAddress(tile, plan.rows[i], plan.columns[i]);
+      NVVM::CpAsyncOp::create(*b, target, source,
+                              /*size=*/16, NVVM::LoadCacheModifierKind::CG,
+                              bytes);
     });
   }
   b->setInsertionPointToStart(&ifOp.getElseRegion().front());
-  storeChunks(tile, plan, loadChunks(global, plan));
+  storeChunks(tile, plan, loadChunks(global, plan), stagingUnits);
 }
 
 Value MmaKernel::lineFirstRow() {

@@ -36,8 +36,10 @@ namespace {
 
 class AppendKernel : public KernelBuilderBase {
 public:
-  AppendKernel(Type elementType, int64_t headDim, int64_t valueDim)
-      : elementType(elementType), headDim(headDim), valueDim(valueDim) {}
+  AppendKernel(Type elementType, int64_t headDim, int64_t valueDim,
+               bool fp8Cache, bool perHeadScales)
+      : elementType(elementType), headDim(headDim), valueDim(valueDim),
+        fp8Cache(fp8Cache), perHeadScales(perHeadScales) {}
 
   gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
 
@@ -48,11 +50,89 @@ private:
   /// head) to the cache place `target` (head stride `targetHead`).
   void copyToken(Value source, Value sourceBase, Value sourceHead,
                  Value target, Value targetBase, Value targetHead,
-                 Value kvHeads, int64_t dim, Value thread);
+                 Value kvHeads, int64_t dim, Value thread, Value scales);
+  /// The e4m3 code (i8) of f32 `x`: rounded to nearest even, saturated to
+  /// ±448 (the finite range; what cvt.rn.satfinite gives), NaN to 0x7F.
+  Value toE4m3(Value x);
 
   Type elementType;
   int64_t headDim, valueDim;
+  bool fp8Cache, perHeadScales;
 };
+
+Value AppendKernel::toE4m3(Value x) {
+  ImplicitLocOpBuilder &builder = *b;
+  Type i32 = builder.getI32Type(), f32 = builder.getF32Type();
+  auto c = [&](int64_t value) -> Value {
+    return arith::ConstantIntOp::create(builder, i32, value);
+  };
+  auto pow2 = [&](Value exponent) -> Value { // 2^e, e a normal exponent
+    return arith::BitcastOp::create(
+        builder, f32,
+        arith::ShLIOp::create(builder, arith::AddIOp::create(builder, exponent,
+                                                             c(127)),
+                              c(23)));
+  };
+  Value bits = arith::BitcastOp::create(builder, i32, x);
+  Value sign = arith::AndIOp::create(
+      builder, arith::ShRUIOp::create(builder, bits, c(24)), c(0x80));
+  Value magnitudeBits = arith::AndIOp::create(builder, bits, c(0x7FFFFFFF));
+  Value magnitude = arith::BitcastOp::create(builder, f32, magnitudeBits);
+  // The quantum at x's exponent: 2^(E - 3) for normal e4m3 (E >= -6), 2^-9
+  // below (subnormals); x / quantum rounded to an integer, times the
+  // quantum, is x rounded to e4m3 (a carry lands on the next exponent).
+  Value exponent = arith::SubIOp::create(
+      builder,
+      arith::AndIOp::create(
+          builder, arith::ShRUIOp::create(builder, magnitudeBits, c(23)),
+          c(0xFF)),
+      c(127));
+  Value quantum = arith::SubIOp::create(
+      builder, arith::MaxSIOp::create(builder, exponent, c(-6)), c(3));
+  // (y + 2^23) - 2^23 is y rounded to an even integer, for 0 <= y < 2^22
+  // (y < 2^5 here, or the value saturates).
+  Value magic = arith::ConstantOp::create(builder,
+                                          builder.getF32FloatAttr(8388608.0f));
+  Value steps = arith::SubFOp::create(
+      builder,
+      arith::AddFOp::create(
+          builder,
+          arith::MulFOp::create(
+              builder, magnitude,
+              pow2(arith::SubIOp::create(builder, c(0), quantum))),
+          magic),
+      magic);
+  Value rounded = arith::MulFOp::create(builder, steps, pow2(quantum));
+  Value roundedBits = arith::BitcastOp::create(builder, i32, rounded);
+  Value normal = arith::OrIOp::create(
+      builder,
+      arith::ShLIOp::create(
+          builder,
+          arith::SubIOp::create(
+              builder,
+              arith::ShRUIOp::create(builder, roundedBits, c(23)), c(120)),
+          c(3)),
+      arith::AndIOp::create(
+          builder, arith::ShRUIOp::create(builder, roundedBits, c(20)), c(7)));
+  Value subnormal = arith::FPToSIOp::create(
+      builder, i32,
+      arith::MulFOp::create(builder, rounded,
+                            arith::ConstantOp::create(
+                                builder, builder.getF32FloatAttr(512.0f))));
+  Value isSubnormal = arith::CmpFOp::create(
+      builder, arith::CmpFPredicate::OLT, rounded,
+      arith::ConstantOp::create(builder, builder.getF32FloatAttr(0.015625f)));
+  Value code = arith::SelectOp::create(builder, isSubnormal, subnormal, normal);
+  Value saturated = arith::CmpFOp::create(
+      builder, arith::CmpFPredicate::OGE, magnitude,
+      arith::ConstantOp::create(builder, builder.getF32FloatAttr(448.0f)));
+  code = arith::SelectOp::create(builder, saturated, c(0x7E), code);
+  code = arith::OrIOp::create(builder, code, sign);
+  Value isNaN =
+      arith::CmpFOp::create(builder, arith::CmpFPredicate::UNO, x, x);
+  code = arith::SelectOp::create(builder, isNaN, c(0x7F), code);
+  return arith::TruncIOp::create(builder, builder.getI8Type(), code);
+}
 
 Value AppendKernel::loadI32(Value base, Value index) {
   ImplicitLocOpBuilder &builder = *b;
@@ -66,7 +146,8 @@ Value AppendKernel::loadI32(Value base, Value index) {
 
 void AppendKernel::copyToken(Value source, Value sourceBase, Value sourceHead,
                              Value target, Value targetBase, Value targetHead,
-                             Value kvHeads, int64_t dim, Value thread) {
+                             Value kvHeads, int64_t dim, Value thread,
+                             Value scales) {
   ImplicitLocOpBuilder &builder = *b;
   auto ptrType = LLVM::LLVMPointerType::get(builder.getContext(), 1);
   Value count = mul(kvHeads, constIndex(dim));
@@ -84,10 +165,28 @@ void AppendKernel::copyToken(Value source, Value sourceBase, Value sourceHead,
                 builder, elementType,
                 LLVM::GEPOp::create(builder, ptrType, elementType, source,
                                     ValueRange{from}));
-            LLVM::StoreOp::create(builder, value,
-                                  LLVM::GEPOp::create(builder, ptrType,
-                                                      elementType, target,
-                                                      ValueRange{to}));
+            if (!fp8Cache) {
+              LLVM::StoreOp::create(builder, value,
+                                    LLVM::GEPOp::create(builder, ptrType,
+                                                        elementType, target,
+                                                        ValueRange{to}));
+              return {};
+            }
+            // value / scale, in f32, to e4m3.
+            Value scale = LLVM::LoadOp::create(
+                builder, builder.getF32Type(),
+                LLVM::GEPOp::create(
+                    builder, ptrType, builder.getF32Type(), scales,
+                    ValueRange{perHeadScales ? toI64(head)
+                                             : arith::ConstantIntOp::create(
+                                                   builder,
+                                                   builder.getI64Type(), 0)}));
+            Value wide = arith::ExtFOp::create(builder, builder.getF32Type(),
+                                               value);
+            LLVM::StoreOp::create(
+                builder, toE4m3(arith::DivFOp::create(builder, wide, scale)),
+                LLVM::GEPOp::create(builder, ptrType, builder.getI8Type(),
+                                    target, ValueRange{to}));
             return {};
           });
 }
@@ -101,7 +200,8 @@ gpu::GPUFuncOp AppendKernel::build(OpBuilder &moduleBuilder, Location loc) {
     argTypes.push_back(kind == "pointer" ? ptrType : kind == "i32" ? i32 : i64);
   auto func = gpu::GPUFuncOp::create(
       moduleBuilder, loc,
-      pagedAppendKernelName(elementType, headDim, valueDim),
+      pagedAppendKernelName(elementType, headDim, valueDim, fp8Cache,
+                            perHeadScales),
       moduleBuilder.getFunctionType(argTypes, {}), TypeRange{}, TypeRange{});
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                 moduleBuilder.getUnitAttr());
@@ -124,6 +224,7 @@ gpu::GPUFuncOp AppendKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value keyCacheStrides[3] = {args[17], args[18], args[19]};
   Value valueCacheStrides[3] = {args[20], args[21], args[22]};
   Value tableStride = args[23];
+  Value keyScales = args[24], valueScales = args[25];
 
   // Launched plainly (never early): the kernels before it on the stream
   // are done when it starts.
@@ -199,10 +300,11 @@ gpu::GPUFuncOp AppendKernel::build(OpBuilder &moduleBuilder, Location loc) {
         };
         copyToken(newKeys, mul(tokenI64, keyStrides[0]), keyStrides[1],
                   keyCache, cacheBase(keyCacheStrides), keyCacheStrides[2],
-                  kvHeads, headDim, thread);
+                  kvHeads, headDim, thread, keyScales);
         copyToken(newValues, mul(tokenI64, valueStrides[0]), valueStrides[1],
                   valueCache, cacheBase(valueCacheStrides),
-                  valueCacheStrides[2], kvHeads, valueDim, thread);
+                  valueCacheStrides[2], kvHeads, valueDim, thread,
+                  valueScales);
       });
     });
   });
@@ -216,10 +318,15 @@ gpu::GPUFuncOp AppendKernel::build(OpBuilder &moduleBuilder, Location loc) {
 
 std::string mlir::kiln::detail::pagedAppendKernelName(Type elementType,
                                                       int64_t headDim,
-                                                      int64_t valueDim) {
-  std::string name = llvm::formatv("kiln_paged_append_{0}_d{1}",
-                                   getElementTypeName(elementType), headDim)
-                         .str();
+                                                      int64_t valueDim,
+                                                      bool fp8Cache,
+                                                      bool perHeadScales) {
+  std::string name =
+      llvm::formatv("kiln_paged_append_{0}{1}_d{2}",
+                    getElementTypeName(elementType),
+                    fp8Cache ? (perHeadScales ? "_f8e4m3h" : "_f8e4m3") : "",
+                    headDim)
+          .str();
   if (valueDim != headDim)
     name += llvm::formatv("_dv{0}", valueDim).str();
   return name;
@@ -241,7 +348,7 @@ SmallVector<std::string> mlir::kiln::detail::pagedAppendArgumentKinds() {
 
 gpu::GPUFuncOp mlir::kiln::detail::buildPagedAppendKernel(
     OpBuilder &moduleBuilder, Location loc, Type elementType, int64_t headDim,
-    int64_t valueDim) {
-  return AppendKernel(elementType, headDim, valueDim)
+    int64_t valueDim, bool fp8Cache, bool perHeadScales) {
+  return AppendKernel(elementType, headDim, valueDim, fp8Cache, perHeadScales)
       .build(moduleBuilder, loc);
 }

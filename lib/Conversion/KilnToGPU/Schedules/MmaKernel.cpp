@@ -56,19 +56,29 @@ MmaKernel::MmaKernel(const KernelSpec &spec)
     : AttentionKernelBuilder(spec),
       dimChunks(TileLayout::padded(spec.problem.headDim, spec.variant.wgmma) /
                 16),
-      wgmma(spec.variant.wgmma), mmaSyncProduct(spec.problem.elementType),
-      wgmmaProduct(spec.problem.elementType) {
+      wgmma(spec.variant.wgmma),
+      mmaSyncProduct(productType(spec)), wgmmaProduct(productType(spec)) {
   assert(spec.launch.packQueryHeads &&
          "the tensor-core kernel packs query heads");
+  assert(!(wgmma && spec.problem.fp8Cache) && "FP8 caches run on mma.sync");
   TileLayout layout = TileLayout::of(spec, wgmma);
   rowElements = layout.rowElements;
   residentQ = layout.residentQ;
   stages = layout.stages;
+  fp8 = layout.fp8;
+  computeType = productType(spec);
+}
+
+Type MmaKernel::productType(const KernelSpec &spec) {
+  if (spec.problem.fp8Cache)
+    return Float16Type::get(spec.problem.elementType.getContext());
+  return spec.problem.elementType;
 }
 
 int64_t MmaKernel::dynamicSharedBytes() const {
   int64_t bytes = TileLayout::of(spec, false).bytes();
-  if (wgmmaKernelSupports(spec.problem.headDim, spec.problem.valueDim()))
+  if (!spec.problem.fp8Cache &&
+      wgmmaKernelSupports(spec.problem.headDim, spec.problem.valueDim()))
     bytes = std::max(bytes, TileLayout::of(spec, true).bytes());
   return bytes;
 }
@@ -87,6 +97,23 @@ Value MmaKernel::stageTile(int64_t index) {
 
 void MmaKernel::allocateTiles() {
   shared = dynamicShared();
+  if (fp8) {
+    // One f16 tile of K and one of V, whatever the stages; the stages are
+    // the e4m3 staging tiles after Q's tile.
+    TileLayout layout = TileLayout::of(spec, wgmma);
+    kTiles.assign(stages, stageTile(0));
+    vTiles.assign(stages, stageTile(1));
+    qTile = residentQ ? stageTile(2) : vTiles.back();
+    int64_t offset = layout.tilesCount() * tileBytes();
+    for (int64_t stage = 0; stage < stages; ++stage)
+      kStaging.push_back(
+          sharedByteOffset(shared, offset + stage * layout.keyStageBytes));
+    offset += stages * layout.keyStageBytes;
+    for (int64_t stage = 0; stage < stages; ++stage)
+      vStaging.push_back(
+          sharedByteOffset(shared, offset + stage * layout.valueStageBytes));
+    return;
+  }
   for (int64_t stage = 0; stage < stages; ++stage) {
     kTiles.push_back(stageTile(stage));
     vTiles.push_back(stageTile(stages + stage));
@@ -139,6 +166,7 @@ void MmaKernel::issueIf(Value condition, Value tile, Value global, Value base,
                         ArrayRef<Value> prefetched) {
   // V rows have the value head dim (MLA), K rows the query/key one.
   int64_t dim = global == v ? spec.problem.valueDim() : spec.problem.headDim;
+  dim = copyDim(dim);
   ifThen(condition, [&] {
     issueTile(dim, tile, global, base, rowStride, firstRow, kvLen, aligned,
               prefetched);
@@ -168,15 +196,16 @@ void MmaKernel::copyQ(int64_t rows, Value lastQuery) {
 // order the loop waits on).
 void MmaKernel::issueRestOfPrologue(Value hasFirst, Value first, Value hasNext,
                                     Value next) {
-  bool sameRows = first == kvBegin && byLines(spec.problem.valueDim());
-  issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first,
+  bool sameRows =
+      first == kvBegin && byLines(copyDim(spec.problem.valueDim()));
+  issueIf(hasFirst, vLanding(0), v, vBase, vStrides[2], first,
           sameRows ? ArrayRef<Value>(firstPages) : ArrayRef<Value>());
   NVVM::CpAsyncCommitGroupOp::create(*b);
   if (stages == 1)
     return;
-  issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
+  issueIf(hasNext, kLanding(1), k, kBase, kStrides[2], next);
   NVVM::CpAsyncCommitGroupOp::create(*b);
-  issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
+  issueIf(hasNext, vLanding(1), v, vBase, vStrides[2], next);
   NVVM::CpAsyncCommitGroupOp::create(*b);
 }
 
@@ -237,7 +266,7 @@ void MmaKernel::startPipeline() {
         guessed, types, [&] { return aheadPages; },
         [&] { return loadPages(kvBegin, kvLen); });
   }
-  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin, firstPages);
+  issueIf(hasTiles, kLanding(0), k, kBase, kStrides[2], kvBegin, firstPages);
   NVVM::CpAsyncCommitGroupOp::create(*b);
   // (V copies wider than the query/key head dim write columns the padding
   // stores zero; those wait for the barrier as well.)
@@ -248,6 +277,10 @@ void MmaKernel::startPipeline() {
     issueRestOfPrologue(hasTiles, kvBegin, hasSecond, secondStart);
   // Q's group is done when at most the groups committed after it are not.
   NVVM::CpAsyncWaitGroupOp::create(*b, restBeforeQ ? 2 * stages : 1);
+  // (Each thread converts the chunks it copied: in decode mode the first
+  // 16 rows' plan, a prefix of the 64 rows' one.)
+  if (fp8 && spec.problem.elementType.isBF16())
+    convertQToF16(kTileKeys);
   asyncProxyFence();
   gpu::BarrierOp::create(*b);
 
@@ -303,6 +336,8 @@ SmallVector<Value> MmaKernel::runModes(ArrayRef<Value> initState,
 }
 
 void MmaKernel::buildBody(gpu::GPUFuncOp func) {
+  if (fp8)
+    prepareFp8();
   allocateTiles();
   zeroPadColumns();
   aligned = checkAlignment();
@@ -339,6 +374,9 @@ void MmaKernel::buildBody(gpu::GPUFuncOp func) {
   SmallVector<Value> results = runModes(initState, shareBlocks);
   if (revisits())
     results = revisitSkippedTiles(results);
+  if (fp8)
+    for (Value &acc : MutableArrayRef<Value>(results).drop_front(4))
+      acc = fmul(acc, vScale);
   writeOutput(results, shareBlocks);
 }
 

@@ -58,6 +58,12 @@ struct TileLayout {
   /// outstanding; with one, K of tile i + 1 loads during the softmax and
   /// P·V of tile i, and its V during its own S = Q·Kᵀ.
   int64_t stages;
+  /// FP8 caches: K and V land in unpadded e4m3 staging tiles, `stages` of
+  /// each (kTileKeys rows of the head dim's bytes), and each thread converts
+  /// the chunks it copied into one f16 tile of K and one of V, which the
+  /// products read as they read the f16 stages otherwise.
+  bool fp8 = false;
+  int64_t keyStageBytes = 0, valueStageBytes = 0;
 
   /// Head dims run as the next multiple of 16 (the mma's k) or, with wgmma,
   /// of 64 (whole 128-byte swizzle atoms): the extra columns of the shared
@@ -72,17 +78,29 @@ struct TileLayout {
     layout.rowElements = wgmma ? widest : widest + kRowPadding;
     layout.residentQ = wgmma || widest > kLargestRegisterQ;
     layout.stages = widest > kLargestRegisterQ ? 1 : 2;
+    if (spec.problem.fp8Cache) {
+      layout.fp8 = true;
+      layout.keyStageBytes = kTileKeys * spec.problem.headDim;
+      layout.valueStageBytes = kTileKeys * spec.problem.valueDim();
+    }
     return layout;
   }
   int64_t tileBytes() const { return kTileKeys * rowElements * 2; }
+  /// The f16 tiles: K and V stages (one each with FP8 caches), then Q's.
+  int64_t tilesCount() const {
+    return (fp8 ? 2 : 2 * stages) + (residentQ ? 1 : 0);
+  }
   int64_t bytes() const {
-    return (2 * stages + (residentQ ? 1 : 0)) * tileBytes();
+    return tilesCount() * tileBytes() +
+           stages * (keyStageBytes + valueStageBytes);
   }
 };
 
 class MmaKernel : public AttentionKernelBuilder {
 public:
   explicit MmaKernel(const KernelSpec &spec);
+  /// The type the products take: f16 with FP8 caches, else the element's.
+  static Type productType(const KernelSpec &spec);
 
   int64_t rowsPerBlock() const override {
     return kRowsPerWarp * kWarpsPerBlock;
@@ -111,6 +129,10 @@ private:
 
   /// The head dim `dim` runs as (see TileLayout::padded).
   int64_t padded(int64_t dim) const { return TileLayout::padded(dim, wgmma); }
+  /// The 2-byte units a K or V row of head dim `dim` is copied in: FP8 rows
+  /// are copied as dim / 2 units (16-byte chunks of 16 elements), so that
+  /// the chunk plans and their layouts serve both.
+  int64_t copyDim(int64_t dim) const { return fp8 ? dim / 2 : dim; }
   int64_t elementBytes() const { return 2; }
   int64_t tileBytes() const { return kTileKeys * rowElements * elementBytes(); }
   /// See wgmmaDescriptor (Wgmma.h).
@@ -204,13 +226,47 @@ private:
   /// not 16-byte aligned; aligned ones are copied with cp.async).
   SmallVector<Value> loadChunks(Value global, const ChunkPlan &plan);
   /// Stores loaded chunks into a shared tile, zeros for missing rows.
-  void storeChunks(Value tile, const ChunkPlan &plan, ArrayRef<Value> chunks);
+  void storeChunks(Value tile, const ChunkPlan &plan, ArrayRef<Value> chunks,
+                   int64_t stagingUnits = 0);
   /// Starts the copy of planned chunks into a shared tile: cp.async (16
   /// bytes, zero-filled for rows out of bounds) when `aligned`, element
   /// loads and stores otherwise. Completion is awaited with
-  /// cp.async.wait_group and a barrier.
+  /// cp.async.wait_group and a barrier. With `stagingUnits` (FP8 K and V),
+  /// the tile is a staging tile of rows of that many 2-byte units.
   void copyChunks(Value tile, Value global, const ChunkPlan &plan,
-                  Value aligned);
+                  Value aligned, int64_t stagingUnits = 0);
+  /// Address of 2-byte unit (row, column) of a staging tile of rows of
+  /// `units` units.
+  Value stagingAddress(Value tile, Value row, Value column, int64_t units);
+
+  //===--------------------------------------------------------------------===//
+  // FP8 caches (Parts/Fp8Tile.cpp).
+  //===--------------------------------------------------------------------===//
+
+  /// Where the copies of K or V stage `stage` land: the f16 stage, or the
+  /// e4m3 staging tile with FP8 caches.
+  Value kLanding(int64_t stage) { return fp8 ? kStaging[stage] : kTiles[stage]; }
+  Value vLanding(int64_t stage) { return fp8 ? vStaging[stage] : vTiles[stage]; }
+  /// The chunk positions (row, unit column, existence) this thread copies
+  /// of a tile of rows of `units` units: the layout planPagedChunks uses.
+  ChunkPlan chunkPositions(int64_t units);
+  /// Converts the e4m3 chunks this thread copied into `staging` (head dim
+  /// `dim`) to f16 in `tile`, after its copies landed; the block (or the
+  /// warp owning the rows) synchronises before reading them.
+  void convertStagedTile(Value staging, Value tile, int64_t dim);
+  /// Two e4m3 values (the low 16 bits of `pair`) as an f16x2 (i32): exact,
+  /// by cvt.rn.f16x2.e4m3x2 where the target has it, else by moving the
+  /// bits into f16's fields, which gives the value times 2^-8 (fp8Factor
+  /// undoes it in the scales).
+  Value e4m3PairToF16(Value pair);
+  /// The factor the converted values lack (1, or 256 after the bit move).
+  float fp8Factor() const { return spec.variant.fp8HardwareConvert ? 1.0f : 256.0f; }
+  /// bf16 queries with FP8 caches: converts the Q chunks this thread
+  /// copied to f16 in place (the products run in f16).
+  void convertQToF16(int64_t rows);
+  /// FP8 caches: reads the KV head's scales, folds K's into the score scale
+  /// and turns the caches' strides and bases into 2-byte units.
+  void prepareFp8();
   /// Starts the copy of a K or V tile (copyChunks). A paged tile's pages
   /// may come `prefetched` (see planPagedChunks).
   void issueTile(int64_t dim, Value tile, Value global, Value base,
@@ -333,6 +389,7 @@ private:
   /// See TileLayout.
   bool residentQ;
   int64_t stages;
+  bool fp8 = false;
   /// The table entries of the first tile read ahead (readAhead), and the
   /// key they were read from; empty where tiles are not copied by lines.
   Value aheadBegin;
@@ -343,6 +400,11 @@ private:
   /// tile if there is one.
   Value shared;
   SmallVector<Value> kTiles, vTiles;
+  /// FP8 caches: the e4m3 staging tiles, and V's scale (times fp8Factor).
+  SmallVector<Value> kStaging, vStaging;
+  Value vScale;
+  /// The type the products take: f16 with FP8 caches, else the element's.
+  Type computeType;
   Value qTile;
   /// Whether 16-byte copies may be used (see checkAlignment).
   Value aligned;

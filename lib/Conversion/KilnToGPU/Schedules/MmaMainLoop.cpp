@@ -40,8 +40,8 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
   static_assert(kLineRows * (kWarpSize / kLineChunks) == kDecodeWarpKeys,
                 "a warp copies by lines the keys it reads in decode mode");
   bool warpOwnsRows = keyBlocks < kTileKeys / 8 && spec.problem.paged &&
-                      byLines(spec.problem.headDim) &&
-                      byLines(spec.problem.valueDim());
+                      byLines(copyDim(spec.problem.headDim)) &&
+                      byLines(copyDim(spec.problem.valueDim()));
   if (carryPages)
     init.append(
         loadPages(add(loopBegin, constIndex(stages * kTileKeys)), kvLen));
@@ -64,7 +64,10 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
           nextPages.assign(carried.begin() + loopInit.size(), carried.end());
           laterPages = loadPages(add(nextStart, constIndex(kTileKeys)), kvLen);
         }
+        // Where this tile's copies landed (the f16 stage, or FP8's staging
+        // tile) and the f16 tile the products read.
         Value kTile = kTiles[0], vTile = vTiles[0];
+        Value kLanded = kLanding(0), vLanded = vLanding(0);
         if (stages == 2) {
           Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, loopBegin),
                                                    constIndex(kTileKeys));
@@ -72,6 +75,12 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
               arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
           kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
           vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
+          kLanded = arith::SelectOp::create(ib, odd, kLanding(1), kLanding(0));
+          vLanded = arith::SelectOp::create(ib, odd, vLanding(1), vLanding(0));
+        }
+        if (fp8) {
+          convertStagedTile(kLanded, kTile, spec.problem.headDim);
+          syncTile(warpOwnsRows);
         }
 
         SmallVector<SmallVector<Value>> scores =
@@ -80,7 +89,8 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         // Every warp is done with this K stage: the K tile after next loads
         // into it during the softmax and P·V of this one.
         syncTile(warpOwnsRows);
-        issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart, nextPages);
+        issueIf(hasNext, kLanded, k, kBase, kStrides[2], nextStart,
+                nextPages);
         NVVM::CpAsyncCommitGroupOp::create(ib);
 
         SmallVector<Value> finished =
@@ -96,6 +106,10 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
         asyncProxyFence();
         syncTile(warpOwnsRows);
+        if (fp8) {
+          convertStagedTile(vLanded, vTile, spec.problem.valueDim());
+          syncTile(warpOwnsRows);
+        }
 
         accumulateValues(acc, probabilities, vTile, keyOffset, keyBlocks);
         // Every warp is done with this V stage: the V tile after next loads
@@ -103,9 +117,10 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         syncTile(warpOwnsRows);
         // V's rows are K's: the same entries where both are laid out by
         // lines.
-        issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,
-                byLines(spec.problem.valueDim()) ? ArrayRef<Value>(nextPages)
-                                                 : ArrayRef<Value>());
+        issueIf(hasNext, vLanded, v, vBase, vStrides[2], nextStart,
+                byLines(copyDim(spec.problem.valueDim()))
+                    ? ArrayRef<Value>(nextPages)
+                    : ArrayRef<Value>());
         NVVM::CpAsyncCommitGroupOp::create(ib);
 
         newState.append(acc.begin(), acc.end());
@@ -207,7 +222,7 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
                                  Value keyOffset, int64_t keyBlocks) {
   bool fullTile = keyBlocks == kTileKeys / 8;
   SmallVector<Value> pFragments =
-      packAFragments(probabilities, spec.problem.elementType);
+      packAFragments(probabilities, computeType);
   // (Every fragment is packed before the fence, so that no wgmma waits for
   // registers written after it.)
   if (wgmma && fullTile)
@@ -289,7 +304,7 @@ SmallVector<Value> MmaKernel::revisitSkippedTiles(ValueRange results) {
     Value secondTile = add(rangeBegin, constIndex(kTileKeys));
     Value second = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
                                          secondTile, rangeEnd);
-    issueIf(first, kTiles[0], k, kBase, kStrides[2], rangeBegin);
+    issueIf(first, kLanding(0), k, kBase, kStrides[2], rangeBegin);
     NVVM::CpAsyncCommitGroupOp::create(*b);
     issueRestOfPrologue(first, rangeBegin, second, secondTile);
     state = emitLoop(kTileKeys / 8, constIndex(0), rangeBegin, rangeEnd, state);

@@ -12,6 +12,9 @@
 //
 // Both read K/V of KV head h / G in place (extract_slice, or a gather through
 // the page table for the paged op): K and V are never copied per query head.
+// An f8E4M3FN cache is decoded to f32 in the gather, with integer ops (the
+// CPU pipeline ends in LLVM, which has no f8 type to extend from), and
+// multiplied by the KV head's scale there.
 //
 //===----------------------------------------------------------------------===//
 
@@ -102,6 +105,41 @@ struct IR {
   Value toIndex(Value value) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
   }
+  Value i32(int64_t value) {
+    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
+  }
+  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
+  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
+  Value shl(Value x, Value y) { return arith::ShLIOp::create(b, loc, x, y); }
+  Value shrui(Value x, Value y) { return arith::ShRUIOp::create(b, loc, x, y); }
+  Value bitcast(Type type, Value value) {
+    return arith::BitcastOp::create(b, loc, type, value);
+  }
+  /// The f32 value of an f8E4M3FN scalar, exactly. e4m3 "FN" has bias 7, no
+  /// infinities and NaN at S.1111.111; it is decoded from its bits because
+  /// arith.extf from f8 has no LLVM lowering.
+  Value decodeE4M3(Value element) {
+    Value bits = arith::ExtUIOp::create(b, loc, b.getI32Type(),
+                                        bitcast(b.getI8Type(), element));
+    Value exponent = andi(shrui(bits, i32(3)), i32(0xF));
+    Value mantissa = andi(bits, i32(0x7));
+    Value sign = shl(andi(bits, i32(0x80)), i32(24));
+    // Normal: rebias 7 -> 127 and move the 3 mantissa bits to the top of
+    // f32's 23.
+    Value normal =
+        ori(shl(add(exponent, i32(127 - 7)), i32(23)), shl(mantissa, i32(20)));
+    // Subnormal (and zero): m·2^-9, exact in f32.
+    Value subnormal =
+        bitcast(b.getI32Type(),
+                mulf(arith::UIToFPOp::create(b, loc, b.getF32Type(), mantissa),
+                     f32(std::ldexp(1.0, -9))));
+    Value magnitude = select(cmp(arith::CmpIPredicate::eq, exponent, i32(0)),
+                             subnormal, normal);
+    Value value = bitcast(b.getF32Type(), ori(magnitude, sign));
+    Value isNaN =
+        cmp(arith::CmpIPredicate::eq, andi(bits, i32(0x7F)), i32(0x7F));
+    return select(isNaN, f32(std::numeric_limits<double>::quiet_NaN()), value);
+  }
   /// A fully dynamic tensor of `sizes.size()` dims.
   Value empty(ArrayRef<Value> sizes, Type elementType) {
     return tensor::EmptyOp::create(
@@ -140,12 +178,15 @@ constexpr utils::IteratorType kRed = utils::IteratorType::reduction;
 /// One attention op, with its sizes as index values computed once before the
 /// loops.
 struct Site {
+  /// Of Q and the result (and of K/V unless the cache is FP8).
   Type elementType;
   RankedTensorType resultType;
   Value query, key, value;
   bool paged = false;
   bool bshd = false;
   Value pageTable, kvLens, mask, bias;
+  /// FP8 caches only: the f32 factors of K and V, `[1]` or `[Hkv]`.
+  Value keyScale, valueScale;
   float scale = 1.0f;
   bool causal = false;
   std::optional<int64_t> window;
@@ -208,6 +249,8 @@ struct Site {
     site.paged = true;
     site.pageTable = pageTable;
     site.kvLens = kvLens;
+    site.keyScale = op.getKScale();
+    site.valueScale = op.getVScale();
     site.copyAttrs(op);
     site.batch = ir.dim(site.query, 0);
     site.numQueryHeads = ir.dim(site.query, 1);
@@ -285,14 +328,34 @@ struct Site {
                                           SmallVector<OpFoldResult>(4, one));
   }
 
+  /// Keys [key0, key0 + rows) of KV head `kvHead` of sequence `b`.
+  Value keyTile(IR &ir, Value b, Value kvHead, Value key0, Value rows) const {
+    return kvTile(ir, key, keyScale, b, kvHead, key0, rows);
+  }
+
+  /// Values [key0, key0 + rows) of KV head `kvHead` of sequence `b`.
+  Value valueTile(IR &ir, Value b, Value kvHead, Value key0, Value rows) const {
+    return kvTile(ir, value, valueScale, b, kvHead, key0, rows);
+  }
+
   /// Keys (or values) [key0, key0 + rows) of KV head `kvHead` of sequence
   /// `b` as a `[rows, D]` tensor: a slice of contiguous K/V, or a gather of
-  /// just this tile through the page table.
-  Value kvTile(IR &ir, Value source, Value b, Value kvHead, Value key0,
-               Value rows) const {
+  /// just this tile through the page table. With `scaleTensor` (an FP8
+  /// cache) the tile is f32, decoded and multiplied by the head's scale.
+  Value kvTile(IR &ir, Value source, Value scaleTensor, Value b, Value kvHead,
+               Value key0, Value rows) const {
     if (!paged)
       return sliceRows(ir, source, b, kvHead, key0, rows);
-    Value init = ir.empty({rows, ir.dim(source, 3)}, elementType);
+    Value factor;
+    if (scaleTensor) {
+      // Per tensor ([1]) or per KV head; the index is clamped so a scale
+      // tensor shorter than Hkv cannot read out of bounds.
+      Value lastScale = ir.sub(ir.dim(scaleTensor, 0), ir.idx(1));
+      factor = tensor::ExtractOp::create(ir.b, ir.loc, scaleTensor,
+                                         ValueRange{ir.min(kvHead, lastScale)});
+    }
+    Type tileType = factor ? ir.b.getF32Type() : elementType;
+    Value init = ir.empty({rows, ir.dim(source, 3)}, tileType);
     Value lastPage = ir.sub(numPages, ir.idx(1));
     Value lastTableEntry = ir.sub(maxPages, ir.idx(1));
     return ir.generic(
@@ -305,8 +368,12 @@ struct Site {
               in.b, in.loc, pageTable, ValueRange{b, entry}));
           page = in.clamp(page, in.idx(0), lastPage);
           Value slot = in.rem(key, pageSize);
-          return tensor::ExtractOp::create(
-              in.b, in.loc, source, ValueRange{page, slot, kvHead, in.index(1)});
+          Value element = tensor::ExtractOp::create(
+              in.b, in.loc, source,
+              ValueRange{page, slot, kvHead, in.index(1)});
+          if (!factor)
+            return element;
+          return in.mulf(in.decodeE4M3(element), factor);
         });
   }
 
@@ -562,10 +629,10 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
                                   -> SmallVector<Value> {
                                 Value keys =
                                     ir.min(kvBlock, ir.sub(splitEnd, key0));
-                                Value keyTile = site.kvTile(
-                                    ir, site.key, b, kvHead, key0, keys);
-                                Value valueTile = site.kvTile(
-                                    ir, site.value, b, kvHead, key0, keys);
+                                Value keyTile =
+                                    site.keyTile(ir, b, kvHead, key0, keys);
+                                Value valueTile =
+                                    site.valueTile(ir, b, kvHead, key0, keys);
                                 Value s = site.scores(ir, queryTile, keyTile,
                                                       b, h, row0, key0, rows,
                                                       keys, keyCount, kLog2E);
@@ -762,10 +829,8 @@ Value lowerDecomposed(IR &ir, const Site &site) {
               Value kvHead = ir.div(h, site.groupSize);
               Value rows = site.queryLength;
               Value queryTile = site.queryTile(ir, b, h, zero, rows);
-              Value keyTile =
-                  site.kvTile(ir, site.key, b, kvHead, zero, keyCount);
-              Value valueTile =
-                  site.kvTile(ir, site.value, b, kvHead, zero, keyCount);
+              Value keyTile = site.keyTile(ir, b, kvHead, zero, keyCount);
+              Value valueTile = site.valueTile(ir, b, kvHead, zero, keyCount);
               Value s = site.scores(ir, queryTile, keyTile, b, h, zero, zero,
                                     rows, keyCount, keyCount, 1.0);
               Value rowMax = ir.generic(
@@ -827,7 +892,6 @@ Value lowerDecomposed(IR &ir, const Site &site) {
 Value lowerRagged(IR &ir, PagedAttentionOp op,
                   function_ref<Value(IR &, const Site &)> lowerUniform) {
   Value query = op.getQuery(), offsets = op.getQOffsets();
-  auto queryType = cast<RankedTensorType>(query.getType());
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
   Type element = op.getElementType();
   // A size as an attribute where the type has it, else a tensor.dim.
