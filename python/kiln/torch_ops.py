@@ -12,6 +12,12 @@ them like any op. A site is named by a small integer handle:
     out = torch.ops.kiln.attention(q, k, v, None, None, None,
                                    kops.handle(site), 0)
 
+``kiln::paged_attention`` ends with optional tensors, each None by default
+(schemas written before them still bind): `k_scale` and `v_scale`, the
+dequantisation scales of an FP8 site's float8_e4m3fn caches, and
+`q_offsets` and `plan`, a ragged site's packing (its q and out are
+``[total_q, Hq, D]``; see ``Site.paged_attention``).
+
 The ops allocate their output (as ``Site.attention`` does, contiguous) and
 never synchronise. A split-KV launch without a ``workspace`` (a uint8 CUDA
 tensor of ``site.workspace_size(...)`` bytes) takes one of its own from the
@@ -90,16 +96,24 @@ def _define() -> None:
             site: int,
             num_splits: int,
             total_kv_len: int = 0,
+            k_scale: Optional[Tensor] = None,
+            v_scale: Optional[Tensor] = None,
+            q_offsets: Optional[Tensor] = None,
+            plan: Optional[Tensor] = None,
         ) -> Tensor:
             return _site(site).paged_attention(
                 q, key_cache, value_cache, page_table, kv_lens,
                 workspace=_own(workspace), num_splits=num_splits,
-                total_kv_len=total_kv_len,
+                total_kv_len=total_kv_len, q_offsets=q_offsets, plan=plan,
+                k_scale=k_scale, v_scale=v_scale,
             )
 
         @paged_attention_op.register_fake
         def _(q, key_cache, value_cache, page_table, kv_lens, workspace, site,
-              num_splits, total_kv_len=0):
+              num_splits, total_kv_len=0, k_scale=None, v_scale=None,
+              q_offsets=None, plan=None):
+            if q.dim() == 3:  # a ragged site's packed rows [total_q, Hq, D]
+                return q.new_empty((q.shape[0], q.shape[1], value_cache.shape[3]))
             return q.new_empty(
                 (q.shape[0], q.shape[1], q.shape[2], value_cache.shape[3])
             )
@@ -148,12 +162,19 @@ def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
 
 def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,
                     page_table: Any, kv_lens: Any, workspace: Any = None,
-                    num_splits: int = 0, total_kv_len: int = 0) -> Any:
+                    num_splits: int = 0, total_kv_len: int = 0,
+                    k_scale: Any = None, v_scale: Any = None,
+                    q_offsets: Any = None, plan: Any = None) -> Any:
     """``torch.ops.kiln.paged_attention`` on `site` (see
-    Site.paged_attention)."""
+    Site.paged_attention): an FP8 site's float8_e4m3fn caches with their
+    f32 dequantisation scales `k_scale` and `v_scale` (``[1]`` or
+    ``[Hkv]``), a ragged site's packed q ``[total_q, Hq, D]`` with
+    `q_offsets` and `plan` (Site.plan); returns ``[total_q, Hq, Dv]``
+    there."""
     import torch
 
     index = handle(site)  # defines the ops on first use
     return torch.ops.kiln.paged_attention(q, key_cache, value_cache,
                                           page_table, kv_lens, workspace,
-                                          index, num_splits, total_kv_len)
+                                          index, num_splits, total_kv_len,
+                                          k_scale, v_scale, q_offsets, plan)

@@ -85,35 +85,86 @@ def _source(dtype: str, head_dim: int, value_dim: int, kind: str,
 
 
 def _paged_source(dtype: str, head_dim: int, value_dim: int, page_size: int,
-                  scale: float, window: Optional[int] = None) -> str:
-    q = f"tensor<?x?x?x{head_dim}x{dtype}>"
-    out = f"tensor<?x?x?x{value_dim}x{dtype}>"
-    kc = f"tensor<?x{page_size}x?x{head_dim}x{dtype}>"
-    vc = f"tensor<?x{page_size}x?x{value_dim}x{dtype}>"
+                  scale: float, window: Optional[int] = None,
+                  fp8_kv_heads: Optional[int] = None,
+                  ragged: bool = False) -> str:
+    """Causal paged attention over pages of `page_size` tokens; with
+    `fp8_kv_heads`, over e4m3 caches of that many KV heads with f32 scales
+    per KV head; `ragged`, on packed queries ``[total_q, Hq, D]`` with
+    q_offsets."""
+    if ragged:
+        q = f"tensor<?x?x{head_dim}x{dtype}>"
+        out = f"tensor<?x?x{value_dim}x{dtype}>"
+    else:
+        q = f"tensor<?x?x?x{head_dim}x{dtype}>"
+        out = f"tensor<?x?x?x{value_dim}x{dtype}>"
+    element, heads = dtype, "?"
+    if fp8_kv_heads is not None:
+        # The head count is fixed: the scales' size is the site's.
+        element, heads = "f8E4M3FN", str(int(fp8_kv_heads))
+    kc = f"tensor<?x{page_size}x{heads}x{head_dim}x{element}>"
+    vc = f"tensor<?x{page_size}x{heads}x{value_dim}x{element}>"
     table, lens = "tensor<?x?xi32>", "tensor<?xi32>"
-    # Without a window the text (and so the cache digest) is what it was
-    # before windows existed: packages compiled then stay valid.
+    arguments = [f"%q: {q}", f"%kc: {kc}", f"%vc: {vc}", f"%pt: {table}",
+                 f"%lens: {lens}"]
+    operands, types = "%q, %kc, %vc, %pt, %lens", [q, kc, vc, table, lens]
+    if ragged:
+        offsets = "tensor<?xi32>"
+        arguments.append(f"%offs: {offsets}")
+        operands += " q_offsets %offs"
+        types.append(offsets)
+    if fp8_kv_heads is not None:
+        scales = f"tensor<{int(fp8_kv_heads)}xf32>"
+        arguments += [f"%ks: {scales}", f"%vs: {scales}"]
+        operands += f" scales(%ks, %vs : {scales}, {scales})"
+    # Without a window, FP8 or packing the text (and so the cache digest) is
+    # what it was before they existed: packages compiled then stay valid.
     window_attr = f"window = {window} : i64, " if window else ""
-    return (f"func.func @attention(%q: {q}, %kc: {kc}, %vc: {vc}, %pt: {table}, "
-            f"%lens: {lens}) -> {out} {{\n"
-            f"  %o = kiln.paged_attention %q, %kc, %vc, %pt, %lens {{causal, "
-            f"{window_attr}scale = {scale!r} : f32}} : {q}, {kc}, {vc}, {table}, "
-            f"{lens} -> {out}\n  return %o : {out}\n}}\n")
+    return (f"func.func @attention({', '.join(arguments)}) -> {out} {{\n"
+            f"  %o = kiln.paged_attention {operands} {{causal, "
+            f"{window_attr}scale = {scale!r} : f32}} : {', '.join(types)} "
+            f"-> {out}\n  return %o : {out}\n}}\n")
 
 
-_PAGED_KIND = re.compile(r"paged([0-9]+)(?:_window([0-9]+))?")
+_PAGED_KIND = re.compile(
+    r"paged([0-9]+)(?:_window([0-9]+))?(?:_fp8kv([0-9]+))?(_ragged)?")
 
 
-def _paged_kind(page_size: int, window: Optional[int] = None) -> str:
+def _paged_kind(page_size: int, window: Optional[int] = None,
+                fp8_kv_heads: Optional[int] = None,
+                ragged: bool = False) -> str:
     """The site kind of causal paged attention over pages of `page_size`
     tokens, each query seeing its `window` most recent keys (itself
-    included) when a window is given."""
-    if window is None:
-        return f"paged{page_size}"
-    if window <= 0:
-        raise KilnError(Status.INVALID_ARGUMENT,
-                        f"a sliding window must be positive, got {window}")
-    return f"paged{page_size}_window{window}"
+    included) when a window is given; over e4m3 (FP8) caches of
+    `fp8_kv_heads` KV heads with scales per KV head when that is given;
+    on packed queries with q_offsets (`ragged`)."""
+    kind = f"paged{page_size}"
+    if window is not None:
+        if window <= 0:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"a sliding window must be positive, got {window}")
+        kind += f"_window{window}"
+    if fp8_kv_heads is not None:
+        if fp8_kv_heads <= 0:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"an FP8 cache needs a positive KV head count, "
+                            f"got {fp8_kv_heads}")
+        kind += f"_fp8kv{int(fp8_kv_heads)}"
+    return kind + ("_ragged" if ragged else "")
+
+
+def _check_fp8_site(dtype: str, head_dim: int, value_dim: int) -> None:
+    """Raises unless Kiln's GPU kernels take e4m3 caches of these head dims
+    under queries of `dtype`."""
+    if dtype not in ("f16", "bf16"):
+        raise KilnError(Status.UNSUPPORTED,
+                        f"FP8 (e4m3) KV caches take f16 or bf16 queries, "
+                        f"not {dtype}")
+    if head_dim % 16 or value_dim % 16:
+        raise KilnError(Status.UNSUPPORTED,
+                        f"FP8 (e4m3) KV caches need head dims that are "
+                        f"multiples of 16 on the GPU, got {head_dim}/"
+                        f"{value_dim}")
 
 
 _STAMP_FILE = "kilnc.stamp"
@@ -137,8 +188,11 @@ def _site_text(dtype: str, head_dim: int, value_dim: int, kind: str,
     paged = _PAGED_KIND.fullmatch(kind)
     if paged:
         window = int(paged[2]) if paged[2] else None
+        fp8_kv_heads = int(paged[3]) if paged[3] else None
+        if fp8_kv_heads is not None:
+            _check_fp8_site(dtype, head_dim, value_dim)
         return _paged_source(dtype, head_dim, value_dim, int(paged[1]), scale,
-                             window)
+                             window, fp8_kv_heads, bool(paged[4]))
     dense = _DENSE_KIND.fullmatch(kind)
     if dense:
         window = int(dense[2]) if dense[2] else None
@@ -146,8 +200,9 @@ def _site_text(dtype: str, head_dim: int, value_dim: int, kind: str,
         return _source(dtype, head_dim, value_dim, dense[1], scale, window, softcap)
     raise KilnError(Status.INVALID_ARGUMENT,
                     f"unknown site kind {kind!r} (causal, mask, none, each "
-                    f"with _softcapC; causal_windowW; pagedN or "
-                    f"pagedN_windowW)")
+                    f"with _softcapC; causal_windowW; pagedN, then "
+                    f"optionally _windowW, _fp8kvH and _ragged in that "
+                    f"order)")
 
 
 #: Dense kinds: causal, mask or none; a causal one may take a sliding
@@ -173,6 +228,28 @@ def _dense_kind(base: str, window: Optional[int] = None,
                             f"a soft-cap must be positive, got {softcap}")
         kind += f"_softcap{float(softcap)!r}"
     return kind
+
+
+#: The largest finite e4m3 magnitude.
+_FP8_MAX = 448.0
+#: The least amax an FP8 scale is set from (amax / 448): a KV head whose
+#: first stored keys are all zero still gets a finite positive scale.
+_FP8_MIN_AMAX = 1e-3
+
+
+def _fp8_scales(states):
+    """Per KV head dequantisation scales of `states` ``[N, Hkv, D]``: their
+    largest magnitude over 448 (e4m3's largest finite value), floored;
+    [Hkv] f32."""
+    amax = states.abs().amax(dim=(0, 2)).float()
+    return (amax.clamp(min=_FP8_MIN_AMAX) / _FP8_MAX).contiguous()
+
+
+def _to_fp8(states, scales):
+    """`states` ``[N, Hkv, D]`` as e4m3 of states / scales (per KV head),
+    saturated to ±448 rather than overflowing to NaN."""
+    scaled = states.float() / scales[:, None]
+    return scaled.clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
 
 
 def _is_current(directory: Path, stamp: Optional[str]) -> bool:
@@ -226,8 +303,10 @@ def _compile_into_cache(text: str, directory: Path,
 def site_for(dtype: str, head_dim: int, value_dim: int, kind: str,
              scale: float) -> Site:
     """The site for a specialisation (kind: causal, mask, none; or pagedN
-    for causal attention over a paged cache of pages of N tokens, and
-    pagedN_windowW for the same with Kiln's `window = W`): from memory,
+    for causal attention over a paged cache of pages of N tokens, then
+    optionally _windowW for Kiln's `window = W`, _fp8kvH for e4m3 caches of
+    H KV heads with scales per KV head, and _ragged for packed queries with
+    q_offsets; see _paged_kind): from memory,
     from the disk cache, or compiled now (needs kilnc) into the cache. A
     cached package that another kilnc built is compiled again when kilnc is
     found (without one, the cache is used as it is). Safe from several
@@ -274,18 +353,29 @@ def site_from_source(text: str, label: str) -> Site:
 
 def precompile(dtypes=("bf16", "f16"), head_dims=(64, 128),
                scales: Optional[Dict[int, float]] = None,
-               page_sizes=(16,), windows=()) -> None:
+               page_sizes=(16,), windows=(), fp8_kv_heads=(),
+               ragged: bool = False) -> None:
     """Compiles the sites for these specialisations into the disk cache
     (each kind: causal, mask, none, and for f16/bf16 paged attention over
     pages of each size, without a window and with each of `windows`, the
-    models' `sliding_window`s), for machines without kilnc."""
+    models' `sliding_window`s), for machines without kilnc. With
+    `fp8_kv_heads` (the models' KV head counts) also the paged sites over
+    FP8 caches (PagedKVCache's kv_dtype="fp8_e4m3"; head dims that are
+    multiples of 16); with `ragged` each paged site's packed-query twin,
+    which PagedKVCache's prefill of a left-padded batch runs (without it,
+    that prefill runs the uniform site)."""
     for dtype in dtypes:
         for head_dim in head_dims:
             scale = (scales or {}).get(head_dim, head_dim ** -0.5)
             kinds = ["causal", "mask", "none"]
             if dtype != "f32":
-                kinds += [_paged_kind(size, window) for size in page_sizes
-                          for window in (None, *windows)]
+                caches = [None]
+                if head_dim % 16 == 0:
+                    caches += list(fp8_kv_heads)
+                kinds += [_paged_kind(size, window, heads, packed)
+                          for size in page_sizes for window in (None, *windows)
+                          for heads in caches
+                          for packed in ((False, True) if ragged else (False,))]
             for kind in kinds:
                 site_for(dtype, head_dim, head_dim, kind, scale)
 
@@ -391,6 +481,9 @@ def attention_forward(module, query, key, value, attention_mask,
 
 #: Why a specialisation has no site, by _site_handle's key.
 _site_errors: Dict[Tuple, str] = {}
+#: Ragged paged sites that could not be had (PagedKVCache then runs the
+#: uniform site), by site_for's key: the reason.
+_ragged_unavailable: Dict[Tuple, str] = {}
 
 
 @_assume_constant_result
@@ -459,7 +552,9 @@ def _paged_cache_class():
         """One layer's keys and values in pages of the cache's page size:
         `[num_pages, page_size, Hkv, D]`, addressed through the cache's
         page table. A sequence's real tokens lie from position 0 of its
-        pages on; its pads are never stored."""
+        pages on; its pads are never stored. With the cache's kv_dtype
+        "fp8_e4m3" the pages hold float8_e4m3fn and `k_scale`, `v_scale`
+        ([Hkv] f32) dequantise them."""
 
         is_compileable = False
         is_sliding = False
@@ -473,16 +568,32 @@ def _paged_cache_class():
             # This step's keys and values, stored by attend(): update()
             # does not see the mask that tells pads from real tokens.
             self.pending = None
+            # An FP8 layer's scales ([Hkv] f32), set by the first step that
+            # stores keys.
+            self.k_scale = self.v_scale = None
 
         def lazy_initialization(self, key_states, value_states) -> None:
             cache = self.cache
             _, heads, _, dim = key_states.shape
+            value_dim = value_states.shape[-1]
             shape = (cache.num_pages, cache.page_size, heads, dim)
-            self.keys = torch.zeros(shape, dtype=key_states.dtype,
-                                    device=key_states.device)
-            self.values = torch.zeros(
-                shape[:3] + (value_states.shape[-1],), dtype=value_states.dtype,
-                device=value_states.device)
+            if cache.kv_dtype == "fp8_e4m3":
+                _check_fp8_site(_TYPES.get(str(key_states.dtype),
+                                           str(key_states.dtype)),
+                                dim, value_dim)
+                # Zero bytes are e4m3 zeros.
+                self.keys = torch.zeros(
+                    shape, dtype=torch.uint8,
+                    device=key_states.device).view(torch.float8_e4m3fn)
+                self.values = torch.zeros(
+                    shape[:3] + (value_dim,), dtype=torch.uint8,
+                    device=value_states.device).view(torch.float8_e4m3fn)
+            else:
+                self.keys = torch.zeros(shape, dtype=key_states.dtype,
+                                        device=key_states.device)
+                self.values = torch.zeros(
+                    shape[:3] + (value_dim,), dtype=value_states.dtype,
+                    device=value_states.device)
             self.keys._kiln_paged = self
             self.values._kiln_paged = self
             self.dtype, self.device = key_states.dtype, key_states.device
@@ -539,21 +650,63 @@ def _paged_cache_class():
             # recent keys, itself included": the same W. The pads, removed
             # before the first real token, shift q and k alike.
             dtype = _TYPES[str(query.dtype)]
-            site = site_for(dtype, int(query.shape[-1]), int(self.values.shape[-1]),
-                            _paged_kind(cache.page_size, window), scale)
+            head_dim, value_dim = int(query.shape[-1]), int(self.values.shape[-1])
+            extra = {}
+            fp8_kv_heads = None
+            if cache.kv_dtype == "fp8_e4m3":
+                fp8_kv_heads = int(self.keys.shape[2])
+                k_scale, v_scale = self.k_scale, self.v_scale
+                if k_scale is None:  # nothing stored yet: no key is read
+                    k_scale = v_scale = torch.ones(
+                        fp8_kv_heads, dtype=torch.float32, device=query.device)
+                extra = dict(k_scale=k_scale, v_scale=v_scale)
             # The batch's total length, known here on the host (the pads'
             # counts are mirrored there): the launch splits a batch of
             # uneven lengths by it rather than by its longest sequence.
             total = sum(max(self.length - pads, 0) for pads in cache.pad_counts)
+            if real is not None and cache.ragged_prefill:
+                site = cache.ragged_site(dtype, head_dim, value_dim, window,
+                                         fp8_kv_heads, scale)
+                if site is not None:
+                    return self._attend_packed(site, query, total, extra)
+            site = site_for(dtype, head_dim, value_dim,
+                            _paged_kind(cache.page_size, window, fp8_kv_heads),
+                            scale)
             out = kops.paged_attention(site, query.contiguous(), self.keys,
                                        self.values, cache.table, self.kv_lens,
-                                       total_kv_len=total)
+                                       total_kv_len=total, **extra)
             return out.transpose(1, 2).contiguous()
+
+        def _attend_packed(self, site, query, total: int, extra):
+            """A step with pads on the ragged `site`: only the real queries
+            of each sequence run, packed [total_q, Hq, D]; the pad rows of
+            the [B, Sq, Hq, Dv] result are zeros, as the uniform launch
+            gives them (they see no key)."""
+            cache = self.cache
+            batch, q_heads, new, head_dim = query.shape
+            value_dim = self.values.shape[-1]
+            q_offsets, rows, total_q = cache.packing(query.device)
+            out = query.new_zeros(batch * new, q_heads, value_dim)
+            if total_q == 0:
+                return out.view(batch, new, q_heads, value_dim)
+            plan = cache.plan_for(site, self.length, q_heads,
+                                  int(self.keys.shape[2]), query.device)
+            packed = query.transpose(1, 2).reshape(
+                batch * new, q_heads, head_dim).index_select(0, rows)
+            result = kops.paged_attention(
+                site, packed, self.keys, self.values, cache.table,
+                self.kv_lens, total_kv_len=total, q_offsets=q_offsets,
+                plan=plan, **extra)
+            out.index_copy_(0, rows, result)
+            return out.view(batch, new, q_heads, value_dim)
 
         def store(self, start: int, key_states, value_states, real) -> None:
             """Writes the keys and values of positions [start, start + new)
             (pads included) at their sequences' compacted positions, leaving
-            out the pads (`real`: [B, new], None when there are none)."""
+            out the pads (`real`: [B, new], None when there are none). An
+            FP8 layer stores them as e4m3 of key / k_scale (value / v_scale)
+            saturated to ±448, its scales set by the first step that stores
+            any key."""
             cache = self.cache
             _, heads, new, _ = key_states.shape
             steps = torch.arange(new, device=cache.table.device)
@@ -563,12 +716,22 @@ def _paged_cache_class():
             values = value_states.transpose(1, 2)
             if real is not None:
                 slots, keys, values = slots[real], keys[real], values[real]
+            keys = keys.reshape(-1, heads, keys.shape[-1])
+            values = values.reshape(-1, heads, values.shape[-1])
             flat_k = self.keys.view(-1, heads, self.keys.shape[-1])
             flat_v = self.values.view(-1, heads, self.values.shape[-1])
-            flat_k.index_copy_(0, slots.reshape(-1),
-                               keys.reshape(-1, heads, keys.shape[-1]))
-            flat_v.index_copy_(0, slots.reshape(-1),
-                               values.reshape(-1, heads, values.shape[-1]))
+            if cache.kv_dtype == "fp8_e4m3":
+                if keys.shape[0] == 0:
+                    return
+                if self.k_scale is None:
+                    self.k_scale = _fp8_scales(keys)
+                    self.v_scale = _fp8_scales(values)
+                # Copied as bytes: index_copy_ need not know float8.
+                keys = _to_fp8(keys, self.k_scale).view(torch.uint8)
+                values = _to_fp8(values, self.v_scale).view(torch.uint8)
+                flat_k, flat_v = flat_k.view(torch.uint8), flat_v.view(torch.uint8)
+            flat_k.index_copy_(0, slots.reshape(-1), keys)
+            flat_v.index_copy_(0, slots.reshape(-1), values)
 
         def get_mask_sizes(self, query_length) -> Tuple[int, int]:
             if not isinstance(query_length, int):  # older: cache positions
@@ -584,6 +747,8 @@ def _paged_cache_class():
         def reset(self) -> None:
             self.length = 0
             self.pending = None
+            # An FP8 layer's next first step sets its scales anew.
+            self.k_scale = self.v_scale = None
             self.cache.forget_pads()
 
         def reorder_cache(self, beam_idx) -> None:
@@ -605,13 +770,55 @@ def _paged_cache_class():
         length (`sequence_lengths()`). Layers with a sliding window run
         the kernel with that window. Every mask must be exactly left
         padding + causal (+ the layer's window); any other raises a
-        KilnError. `get_seq_length()` counts pads, as transformers does."""
+        KilnError. `get_seq_length()` counts pads, as transformers does.
+
+        Ragged prefill (`ragged_prefill`; by default on for a cache on a
+        CUDA device): a step whose batch has pads (a left-padded prompt)
+        runs only the real queries, each sequence's packed into one
+        ``[total_q, Hq, D]`` launch of the site's ragged twin
+        (``q_offsets``, and a plan made once per step on the host from the
+        pads' counts), and the pad rows of its result are zeros, exactly
+        what the uniform launch gives them (a pad query sees no key). Steps
+        without pads (decoding) run the uniform site. Where the ragged site
+        cannot be had (no kilnc, not precompiled) the step runs the uniform
+        site, with a warning.
+
+        FP8 pages (`kv_dtype="fp8_e4m3"`; f16/bf16 models, head dims that
+        are multiples of 16, else a KilnError at the first step): each
+        layer's pages hold float8_e4m3fn with f32 scales per KV head, set
+        by the first step that stores keys in that layer (that step's
+        largest magnitude over its real keys, and values, per KV head,
+        over 448; floored at 1e-3 / 448 so an all-zero head still has a
+        positive scale) and fixed afterwards: later keys or values beyond
+        448 · scale saturate to ±448 · scale, the trade-off of scales that
+        never rewrite the pages. A layer's `reset()` forgets its scales.
+        Attention runs the FP8 site (``_fp8kvH``) with those scales; the
+        pages take half the memory of bf16's."""
 
         def __init__(self, batch_size: int, max_length: int, num_layers: int,
-                     page_size: int = 16, device: Any = "cuda", seed: int = 0):
+                     page_size: int = 16, device: Any = "cuda", seed: int = 0,
+                     kv_dtype: Optional[str] = None,
+                     ragged_prefill: Optional[bool] = None):
             if page_size <= 0 or page_size & (page_size - 1):
                 raise KilnError(Status.INVALID_ARGUMENT,
                                 f"page_size must be a power of two, got {page_size}")
+            if kv_dtype not in (None, "fp8_e4m3"):
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"kv_dtype must be None (the model's dtype) or "
+                                f"\"fp8_e4m3\", got {kv_dtype!r}")
+            if kv_dtype is not None and not hasattr(torch, "float8_e4m3fn"):
+                raise KilnError(Status.UNSUPPORTED,
+                                f"kv_dtype=\"fp8_e4m3\" needs torch.float8_e4m3fn "
+                                f"(torch 2.1 or later); this is torch "
+                                f"{torch.__version__}")
+            #: None (pages in the model's dtype) or "fp8_e4m3".
+            self.kv_dtype = kv_dtype
+            #: Whether a step with pads runs only its real queries, packed
+            #: (by default where the cache is on a CUDA device, the only
+            #: place the ragged kernel and its plan run).
+            if ragged_prefill is None:
+                ragged_prefill = torch.device(device).type == "cuda"
+            self.ragged_prefill = bool(ragged_prefill)
             # (Cache has batch_size and length properties of its own.)
             self.sequences, self.tokens_per_sequence = batch_size, max_length
             self.page_size = page_size
@@ -631,6 +838,11 @@ def _paged_cache_class():
             self._step: Optional[Tuple[int, int]] = None
             self._real = None
             self._checked: list = []
+            # This step's pads per sequence (host; None without pads), and
+            # its packing and plans for ragged sites, shared by its layers.
+            self._step_pads: Optional[list] = None
+            self._packing = None
+            self._plans: Dict[Tuple, Any] = {}
             super().__init__(layers=[PagedLayer(self) for _ in range(num_layers)])
 
         def slots(self, positions):
@@ -648,6 +860,67 @@ def _paged_cache_class():
             self.pads.zero_()
             self.pad_counts = [0] * self.sequences
             self._step, self._real, self._checked = None, None, []
+            self._step_pads, self._packing, self._plans = None, None, {}
+
+        def ragged_site(self, dtype: str, head_dim: int, value_dim: int,
+                        window: Optional[int], fp8_kv_heads: Optional[int],
+                        scale: float):
+            """The ragged twin of a layer's paged site, or None where it
+            cannot be had (no kilnc and not precompiled): the step then
+            runs the uniform site, whose answer is the same."""
+            kind = _paged_kind(self.page_size, window, fp8_kv_heads, ragged=True)
+            key = (dtype, head_dim, value_dim, kind, float(scale))
+            if key in _ragged_unavailable:
+                return None
+            try:
+                return site_for(dtype, head_dim, value_dim, kind, scale)
+            except KilnError as error:
+                _ragged_unavailable[key] = str(error)
+                warnings.warn(f"PagedKVCache: no ragged site {kind} ({error}); "
+                              f"padded steps run every query row")
+                return None
+
+        def _step_offsets(self) -> list:
+            """This step's q_offsets on the host: sequence b's real queries
+            are the last new - pads[b] of the step's (pads lead)."""
+            new = self._step[1]
+            offsets = [0]
+            for pads in self._step_pads:
+                offsets.append(offsets[-1] + new - pads)
+            return offsets
+
+        def packing(self, device):
+            """This step's packing of real queries: q_offsets ([B + 1]
+            int32 on `device`), the rows of the [B · Sq] queries that are
+            real (int64, in packed order) and their count total_q; computed
+            on the host from the pads that admit() read."""
+            if self._packing is None:
+                new = self._step[1]
+                offsets = self._step_offsets()
+                rows = [row for sequence, pads in enumerate(self._step_pads)
+                        for row in range(sequence * new + pads,
+                                         (sequence + 1) * new)]
+                self._packing = (
+                    torch.tensor(offsets, dtype=torch.int32, device=device),
+                    torch.tensor(rows, dtype=torch.int64, device=device),
+                    offsets[-1])
+            return self._packing
+
+        def plan_for(self, site, length: int, q_heads: int, kv_heads: int,
+                     device):
+            """`site`'s plan of this step's packed batch (Site.plan), each
+            sequence's keys counted on the host: `length` (pads included)
+            less its pads."""
+            key = (id(site), q_heads, kv_heads)
+            plan = self._plans.get(key)
+            if plan is None:
+                offsets = self._step_offsets()
+                lens = [max(length - pads, 0) for pads in self.pad_counts]
+                plan = site.plan(offsets, lens, q_heads=q_heads,
+                                 kv_heads=kv_heads, device=device,
+                                 total_q=offsets[-1])
+                self._plans[key] = plan
+            return plan
 
         def admit(self, start: int, new: int, mask, window: Optional[int]):
             """Checks one layer's mask for the step that adds positions
@@ -658,6 +931,7 @@ def _paged_cache_class():
             causal (+ the window)."""
             if self._step != (start, new):
                 self._step, self._checked = (start, new), []
+                self._step_pads, self._packing, self._plans = None, None, {}
                 self._real = self._read_pads(start, new, mask)
             if not any(seen is mask and seen_window == window
                        for seen, seen_window in self._checked):
@@ -713,6 +987,7 @@ def _paged_cache_class():
                 return None
             self.pads += pad_rows.to(self.pads.device)
             self.pad_counts = [old + more for old, more in zip(self.pad_counts, counts)]
+            self._step_pads = counts
             return real.to(self.table.device)
 
         def _check(self, start: int, new: int, mask, window: Optional[int]) -> None:

@@ -33,10 +33,28 @@ RMS); Mistral with a window of 32, prompts of 40 tokens (unpadded, and one
 left-padded by 6) and 40 decode steps (logits within 2e-2, while the window
 itself moves eager's logits by more than that).
 
+PagedKVCache's ragged prefill: Llama, the three left-padded prompts, a cache
+with `ragged_prefill=True` (the prefill packs the real queries and runs the
+ragged twin of the paged site) against one with `ragged_prefill=False` (the
+uniform launch over every padded row), fed the same tokens: the first
+layer's attention output in the prefill within bf16 rounding (relative
+8e-3, two bf16 ulps) and exactly zero at the pads in both, logits of the
+prefill's real positions and of 8 decode steps within 1e-2, the ragged site
+asked for by the one and not by the other.
+
+PagedKVCache with FP8 pages (`kv_dtype="fp8_e4m3"`, scales per KV head):
+Llama, the three left-padded prompts, against the same model over a bf16
+PagedKVCache: the prefill's logits over the real positions within 5e-2
+(relative), the pages float8_e4m3fn with [2] f32 scales, every call on the
+FP8 site; 16 greedy tokens from `generate` with each cache: of the first 8
+steps at least half equal, and each sequence parts (if it does) only where
+the bf16 run's two best logits are within 5% of the logits' RMS.
+
 No call may fall back to SDPA (each new check asserts it for itself). On
 machines without kilnc, DIR must hold the sites compiled beforehand
-(`kiln.transformers.precompile`, head dims 64 and 256 here, and
-`windows=(32,)` for the paged site of Mistral's window).
+(`kiln.transformers.precompile`, head dims 64 and 256 here,
+`windows=(32,)` for the paged site of Mistral's window, `ragged=True` for
+the ragged prefill and `fp8_kv_heads=(2,)` for the FP8 pages).
 """
 
 from __future__ import annotations
@@ -456,6 +474,140 @@ def check_paged_sliding_window():
         assert worst < 2e-2, (real_lengths, worst)
 
 
+def check_paged_ragged_prefill():
+    """Llama bf16, three prompts (37, 30 and 21 tokens) left-padded to 37,
+    over a PagedKVCache whose prefill packs the real queries (the ragged
+    site) against one that runs every padded row (the uniform site), fed
+    the same tokens: the first layer's attention output in the prefill
+    within bf16 rounding and zero at the pads, logits of the prefill's real
+    positions and of 8 decode steps within 1e-2."""
+    config = LlamaConfig(**COMMON)
+    before = dict(kt.fallbacks)
+    _, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
+    ids, mask = left_padded((37, 30, 21))
+    layers = config.num_hidden_layers
+    site_for = kt.site_for
+    kinds = {True: [], False: []}
+    attention = {}
+    logits = {True: [], False: []}
+    # The same decode tokens for both.
+    tokens = torch.randint(0, 1000, (8, 3, 1), device="cuda")
+    for ragged in (True, False):
+        cache = kt.PagedKVCache(batch_size=3, max_length=64, num_layers=layers,
+                                ragged_prefill=ragged)
+        outputs = []
+
+        def keep(module, args, output):
+            outputs.append(output[0] if isinstance(output, tuple) else output)
+
+        def spy(dtype, head_dim, value_dim, kind, scale, ragged=ragged):
+            kinds[ragged].append(kind)
+            return site_for(dtype, head_dim, value_dim, kind, scale)
+
+        hook = kiln.model.layers[0].self_attn.register_forward_hook(keep)
+        kt.site_for = spy
+        try:
+            with torch.no_grad():
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                step_mask = mask
+                out = kiln(input_ids=ids, attention_mask=mask,
+                           position_ids=positions, past_key_values=cache,
+                           use_cache=True)
+                attention[ragged] = outputs[0].float()
+                logits[ragged].append(out.logits[mask.bool()].float())
+                for token in tokens:
+                    step_mask = torch.cat([step_mask, mask.new_ones(3, 1)], -1)
+                    positions = positions[:, -1:] + 1
+                    out = kiln(input_ids=token, attention_mask=step_mask,
+                               position_ids=positions, past_key_values=cache,
+                               use_cache=True)
+                    logits[ragged].append(out.logits[:, -1].float())
+        finally:
+            kt.site_for = site_for
+            hook.remove()
+    fell_back = new_fallbacks(before)
+    pads = ~mask.bool()
+    rel_attention = rel(attention[False][~pads], attention[True][~pads])
+    pad_zero = all(bool((attention[r][pads] == 0).all()) for r in (True, False))
+    errors = [rel(a, b) for a, b in zip(logits[False], logits[True])]
+    ragged_kinds = sorted({k for k in kinds[True] if k.endswith("_ragged")})
+    print(f"  ragged prefill vs uniform: layer 0 attention rel err "
+          f"{rel_attention:.2e}, pad rows zero in both: {pad_zero}; logits rel "
+          f"err prefill {errors[0]:.1e}, steps "
+          f"{[f'{e:.1e}' for e in errors[1:]]}; ragged sites {ragged_kinds}; "
+          f"unavailable {kt._ragged_unavailable or 'none'}; fallbacks "
+          f"{fell_back or 'none'}")
+    assert not fell_back, f"fell back to SDPA: {fell_back}"
+    assert ragged_kinds == ["paged16_ragged"], ragged_kinds
+    assert not any(k.endswith("_ragged") for k in kinds[False]), kinds[False]
+    assert pad_zero, "pad rows of the attention output are not zero"
+    assert rel_attention < 8e-3, rel_attention
+    assert max(errors) < 1e-2, errors
+
+
+def check_paged_fp8():
+    """Llama bf16 over a PagedKVCache of FP8 pages (kv_dtype="fp8_e4m3")
+    against the same model over a bf16 PagedKVCache, three prompts
+    left-padded to 37: prefill logits over the real positions within 5e-2,
+    then 16 greedy tokens from `generate` with each (of the first 8 steps at
+    least half equal; each sequence parting only at a near tie of the bf16
+    run's logits)."""
+    config = LlamaConfig(**COMMON)
+    before = dict(kt.fallbacks)
+    _, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
+    ids, mask = left_padded((37, 30, 21))
+    layers = config.num_hidden_layers
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = {name: kt.PagedKVCache(batch_size=3, max_length=64,
+                                    num_layers=layers, kv_dtype=kv_dtype)
+              for name, kv_dtype in (("bf16", None), ("fp8", "fp8_e4m3"))}
+    prefill = {}
+    with torch.no_grad():
+        for name, cache in caches.items():
+            out = kiln(input_ids=ids, attention_mask=mask, position_ids=positions,
+                       past_key_values=cache, use_cache=True)
+            prefill[name] = out.logits[mask.bool()].float()
+        options = dict(attention_mask=mask, max_new_tokens=16, min_new_tokens=16,
+                       do_sample=False, output_logits=True,
+                       return_dict_in_generate=True)
+        runs = {name: kiln.generate(ids, past_key_values=kt.PagedKVCache(
+                    batch_size=3, max_length=64, num_layers=layers,
+                    kv_dtype=kv_dtype), **options)
+                for name, kv_dtype in (("bf16", None), ("fp8", "fp8_e4m3"))}
+    fell_back = new_fallbacks(before)
+    layer = caches["fp8"].layers[0]
+    storage = (layer.keys.dtype, layer.values.dtype)
+    scales = tuple(layer.k_scale.shape), layer.k_scale.dtype
+    fp8_sites = sorted({key[3] for key in kt._sites if "_fp8kv" in key[3]})
+    prefill_err = rel(prefill["bf16"], prefill["fp8"])
+    start = ids.shape[1]
+    ours = runs["fp8"].sequences[:, start:]
+    reference = runs["bf16"].sequences[:, start:]
+    same_first = int((ours[:, :8] == reference[:, :8]).sum())
+    ties = []
+    for row in range(ours.shape[0]):
+        differ = (ours[row] != reference[row]).nonzero()
+        if len(differ):
+            step = int(differ[0])
+            logits = runs["bf16"].logits[step][row].float()
+            gap = float(logits[reference[row, step]] - logits[ours[row, step]])
+            noise = 5e-2 * float(logits.pow(2).mean().sqrt())
+            ties.append((row, step, round(gap, 4), gap <= noise))
+    print(f"  paged cache, FP8 pages: {storage[0]} with scales {scales}; "
+          f"prefill logits rel err vs bf16 pages {prefill_err:.2e}; first 8 "
+          f"greedy steps: {same_first} of {ours[:, :8].numel()} tokens equal; "
+          f"first differences (row, step, bf16 run's gap, near tie): "
+          f"{ties or 'none'}; FP8 sites {fp8_sites}; fallbacks "
+          f"{fell_back or 'none'}")
+    assert not fell_back, f"fell back to SDPA: {fell_back}"
+    assert storage == (torch.float8_e4m3fn, torch.float8_e4m3fn), storage
+    assert scales == ((2,), torch.float32), scales
+    assert "paged16_fp8kv2" in fp8_sites, fp8_sites
+    assert prefill_err < 5e-2, prefill_err
+    assert 2 * same_first >= ours[:, :8].numel(), same_first
+    assert all(tie for *_, tie in ties), f"greedy tokens differ: {ties}"
+
+
 def run(name, fn, *args):
     try:
         fn(*args)
@@ -485,6 +637,10 @@ def main() -> int:
         check_paged_padded)
     run(f"mistral sliding window {WINDOW} over PagedKVCache vs eager, no "
         f"fallback", check_paged_sliding_window)
+    run("llama bf16 left-padded prefill over PagedKVCache, ragged vs uniform",
+        check_paged_ragged_prefill)
+    run("llama bf16 over PagedKVCache with FP8 pages vs bf16 pages",
+        check_paged_fp8)
     run("no fallback to SDPA", lambda: None if not kt.fallbacks else
         (_ for _ in ()).throw(AssertionError(kt.fallbacks)))
     failed = [r for r in RESULTS if not r[1]]
