@@ -38,6 +38,15 @@ constexpr int64_t kBlockOverhead = 2;
 /// the SMs are not split at all (chooseSplits).
 int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 
+/// Whether a grid of one block on (nearly) every SM reaches the bandwidth.
+/// Not over FP8 caches: their blocks convert each tile through shared
+/// memory, and one a SM read 1.6 TB/s of e4m3 on the H200 (32/8 x 16 x
+/// 16k, 128 blocks) where two a SM read 2.7 (docs/perf-log/
+/// 2026-12-03-ragged.md, "FP8 decode: stages and the profile").
+bool fullGridSaturates(const Kernel &kernel) {
+  return kernel.cacheDtype != KILN_DTYPE_F8E4M3;
+}
+
 /// The split count that minimises a model of a launch's time: `blocks`
 /// blocks of `kvBlocks` key blocks each, spread evenly over `smCount` SMs
 /// that hold `blocksPerSM` at a time. An SM's time is its blocks' key blocks
@@ -54,7 +63,7 @@ int64_t saturatingBlocks(const Kernel &kernel) { return kernel.paged ? 2 : 1; }
 /// uneven lengths").
 int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
                      int64_t kvBlocks, int64_t batch, int64_t saturating,
-                     int64_t meanKvBlocks = 0) {
+                     int64_t meanKvBlocks, bool fullGridSaturates) {
   if (blocks <= 0 || smCount <= 0 || blocksPerSM <= 0 || kvBlocks <= 0)
     return 1;
   if (meanKvBlocks <= 0 || meanKvBlocks > kvBlocks)
@@ -65,7 +74,8 @@ int64_t chooseSplits(int64_t blocks, int64_t smCount, int64_t blocksPerSM,
   // combine and each split's prologue. Measured on the H200 with the paged
   // kernel, whose saturating count would split it: 8/1 x 128 x 2k ran
   // 2.70 TB/s at one split and 2.49 at two, 32/8 x 16 x 16k 4.07 and 4.10.
-  if (!excess && blocks <= smCount && blocks * 16 >= smCount * 15)
+  if (fullGridSaturates && !excess && blocks <= smCount &&
+      blocks * 16 >= smCount * 15)
     return 1;
   saturating = std::clamp<int64_t>(saturating, 1, blocksPerSM);
   int64_t most = std::min<int64_t>(
@@ -145,7 +155,8 @@ Error decideSplits(kiln_package &package, const CudaDriver &driver,
   }
   splits = chooseSplits(gridBlocks(kernel, args, planItems), residency.smCount,
                         residency.blocksPerSM, kvBlocks, args.batch,
-                        saturatingBlocks(kernel), meanKvBlocks);
+                        saturatingBlocks(kernel), meanKvBlocks,
+                        fullGridSaturates(kernel));
   while (splits > 1 && splitWorkspaceBytes(args, launch.valueHeadDim, splits) >
                            args.workspace_bytes)
     --splits;
@@ -230,7 +241,8 @@ Error workspaceBytes(kiln_package &package, const Site &s, int64_t batch,
       for (int64_t mean : means) {
         int64_t splits =
             chooseSplits(blocks, residency.smCount, residency.blocksPerSM,
-                         kvBlocks, 1, saturatingBlocks(kernel), mean);
+                         kvBlocks, 1, saturatingBlocks(kernel), mean,
+                         fullGridSaturates(kernel));
         largest =
             std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
       }
@@ -251,7 +263,8 @@ Error workspaceBytes(kiln_package &package, const Site &s, int64_t batch,
       for (int64_t mean : means) {
         int64_t splits =
             chooseSplits(blocks, residency.smCount, residency.blocksPerSM,
-                         kvBlocks, sequences, saturatingBlocks(kernel), mean);
+                         kvBlocks, sequences, saturatingBlocks(kernel), mean,
+                         fullGridSaturates(kernel));
         largest =
             std::max(largest, splitWorkspaceBytes(args, valueHeadDim, splits));
       }

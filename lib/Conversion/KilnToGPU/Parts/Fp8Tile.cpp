@@ -102,13 +102,28 @@ void MmaKernel::convertStagedTile(Value staging, Value tile, int64_t dim) {
                                                constI32(2 * (w % 2) + 1));
       }
       // Unit column u holds elements 2u on: f16 columns 2u and 2u + 8.
+      // The 8 threads of a 16-byte store phase hold the 8 chunks of a
+      // 128-byte row, whose f16 halves span 256 bytes: chunks 4-7 store
+      // their high half first, so that each phase's 8 stores fall in
+      // distinct 16-byte bank groups (ncu counted the plain order's 2-way
+      // conflicts as a quarter of all shared wavefronts). Chunk c starts at
+      // unit column c · kChunk.
       Value column = mul(plan.columns[i], constIndex(2));
-      LLVM::StoreOp::create(builder, low,
-                            tileAddress(tile, plan.rows[i], column),
-                            /*alignment=*/16);
+      Value lowAddress = tileAddress(tile, plan.rows[i], column);
+      Value highAddress =
+          tileAddress(tile, plan.rows[i], add(column, constIndex(kChunk)));
+      Value swap = arith::CmpIOp::create(
+          builder, arith::CmpIPredicate::ne,
+          arith::AndIOp::create(builder, plan.columns[i],
+                                constIndex(4 * kChunk)),
+          constIndex(0));
       LLVM::StoreOp::create(
-          builder, high,
-          tileAddress(tile, plan.rows[i], add(column, constIndex(kChunk))),
+          builder, arith::SelectOp::create(builder, swap, high, low),
+          arith::SelectOp::create(builder, swap, highAddress, lowAddress),
+          /*alignment=*/16);
+      LLVM::StoreOp::create(
+          builder, arith::SelectOp::create(builder, swap, low, high),
+          arith::SelectOp::create(builder, swap, lowAddress, highAddress),
           /*alignment=*/16);
     });
   }
