@@ -49,6 +49,10 @@ ArrayAttr stringArray(OpBuilder &builder, ArrayRef<std::string> values) {
 /// Checks that `op` is something the kernel generator supports.
 LogicalResult checkSupported(AttentionOp op, bool tensorCores,
                              bool allowTf32) {
+  if (op.isPacked())
+    return op.emitOpError("packed sequences (offsets) have no GPU kernel "
+                          "yet: run them on the CPU (kiln-cpu-runner), or "
+                          "as a ragged kiln.paged_attention");
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");

@@ -159,3 +159,46 @@ func.func @causal_and_window_right(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32, causal, window_right = 4 : i64} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
   return %o : tensor<1x8x16x64xf32>
 }
+
+// -----
+
+// The packed form's operands are [rows, heads, dim].
+func.func @packed_rank(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>, %qo: tensor<2xi32>, %ko: tensor<2xi32>) -> tensor<1x8x16x64xf32> {
+  // expected-error @+1 {{query must have rank 3 (packed), got rank 4}}
+  %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<2xi32>, tensor<2xi32>) {scale = 1.0 : f32} : tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
+  return %o : tensor<1x8x16x64xf32>
+}
+
+// -----
+
+// Both offsets describe one batch.
+func.func @packed_batches(%q: tensor<9x8x64xf32>, %k: tensor<9x8x64xf32>, %v: tensor<9x8x64xf32>, %qo: tensor<3xi32>, %ko: tensor<4xi32>) -> tensor<9x8x64xf32> {
+  // expected-error @+1 {{q_offsets (3 entries) and kv_offsets (4) must describe one batch}}
+  %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<3xi32>, tensor<4xi32>) {scale = 1.0 : f32} : tensor<9x8x64xf32>, tensor<9x8x64xf32>, tensor<9x8x64xf32> -> tensor<9x8x64xf32>
+  return %o : tensor<9x8x64xf32>
+}
+
+// -----
+
+// No [B, Hq, Sq, Sk] for a mask to index.
+func.func @packed_mask(%q: tensor<9x8x64xf32>, %k: tensor<9x8x64xf32>, %v: tensor<9x8x64xf32>, %m: tensor<9x9xi1>, %qo: tensor<3xi32>, %ko: tensor<3xi32>) -> tensor<9x8x64xf32> {
+  // expected-error @+1 {{the packed form (offsets) takes no mask or bias}}
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<9x9xi1>) offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32} : tensor<9x8x64xf32>, tensor<9x8x64xf32>, tensor<9x8x64xf32> -> tensor<9x8x64xf32>
+  return %o : tensor<9x8x64xf32>
+}
+
+// -----
+
+func.func @packed_layout(%q: tensor<9x8x64xf32>, %k: tensor<9x8x64xf32>, %v: tensor<9x8x64xf32>, %qo: tensor<3xi32>, %ko: tensor<3xi32>) -> tensor<9x8x64xf32> {
+  // expected-error @+1 {{the packed form (offsets) takes no layout}}
+  %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32, layout = #kiln.layout<bshd>} : tensor<9x8x64xf32>, tensor<9x8x64xf32>, tensor<9x8x64xf32> -> tensor<9x8x64xf32>
+  return %o : tensor<9x8x64xf32>
+}
+
+// -----
+
+func.func @packed_heads(%q: tensor<9x6x64xf32>, %k: tensor<9x4x64xf32>, %v: tensor<9x4x64xf32>, %qo: tensor<3xi32>, %ko: tensor<3xi32>) -> tensor<9x6x64xf32> {
+  // expected-error @+1 {{query heads (6) must be a multiple of the key/value heads (4)}}
+  %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32} : tensor<9x6x64xf32>, tensor<9x4x64xf32>, tensor<9x4x64xf32> -> tensor<9x6x64xf32>
+  return %o : tensor<9x6x64xf32>
+}

@@ -49,3 +49,11 @@ func.func @two_sided_window(%q: tensor<2x2x64x64xf32>, %k: tensor<2x2x64x64xf32>
   %o = kiln.attention %q, %k, %v {window = 3 : i64, window_right = 2 : i64, scale = 0.125 : f32} : tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32> -> tensor<2x2x64x64xf32>
   return %o : tensor<2x2x64x64xf32>
 }
+
+// Packed sequences (the varlen form): [rows, heads, dim] with offsets.
+// CHECK-LABEL: func.func @packed
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} offsets(%{{.*}}, %{{.*}} : tensor<?xi32>, tensor<?xi32>) {causal, scale = 1.250000e-01 : f32} : tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x32xbf16> -> tensor<?x8x32xbf16>
+func.func @packed(%q: tensor<?x8x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?x2x32xbf16>, %qo: tensor<?xi32>, %ko: tensor<?xi32>) -> tensor<?x8x32xbf16> {
+  %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<?xi32>, tensor<?xi32>) {causal, scale = 0.125 : f32} : tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x32xbf16> -> tensor<?x8x32xbf16>
+  return %o : tensor<?x8x32xbf16>
+}

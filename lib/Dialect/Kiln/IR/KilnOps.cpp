@@ -95,20 +95,59 @@ static LogicalResult verifyBroadcastable(AttentionOp op, Value operand,
   return success();
 }
 
+/// The packed form's offsets: both or neither, rank 1, and of one batch.
+static LogicalResult verifyPackedOffsets(AttentionOp op) {
+  if (static_cast<bool>(op.getQOffsets()) !=
+      static_cast<bool>(op.getKvOffsets()))
+    return op.emitOpError() << "q_offsets and kv_offsets come together";
+  if (!op.isPacked())
+    return success();
+  auto qType = cast<RankedTensorType>(op.getQOffsets().getType());
+  auto kvType = cast<RankedTensorType>(op.getKvOffsets().getType());
+  for (auto [name, type] : {std::make_pair(StringRef("q_offsets"), qType),
+                            std::make_pair(StringRef("kv_offsets"), kvType)}) {
+    if (type.getRank() != 1)
+      return op.emitOpError() << name << " must have rank 1, got rank "
+                              << type.getRank();
+    if (type.getDimSize(0) == 0)
+      return op.emitOpError() << name << " must hold batch + 1 entries, got 0";
+  }
+  if (sizesConflict(qType.getDimSize(0), kvType.getDimSize(0)))
+    return op.emitOpError() << "q_offsets (" << qType.getDimSize(0)
+                            << " entries) and kv_offsets ("
+                            << kvType.getDimSize(0)
+                            << ") must describe one batch";
+  if (op.getMask() || op.getBias())
+    return op.emitOpError() << "the packed form (offsets) takes no mask or "
+                               "bias";
+  if (op.getMaskedScore())
+    return op.emitOpError() << "the packed form (offsets) takes no "
+                               "masked_score";
+  if (op.getLayout() != Layout::bhsd)
+    return op.emitOpError() << "the packed form (offsets) takes no layout: "
+                               "its operands are [rows, heads, dim]";
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto queryType = cast<RankedTensorType>(getQuery().getType());
   auto keyType = cast<RankedTensorType>(getKey().getType());
   auto valueType = cast<RankedTensorType>(getValue().getType());
   auto resultType = cast<RankedTensorType>(getResult().getType());
 
+  if (failed(verifyPackedOffsets(*this)))
+    return failure();
+  bool packed = isPacked();
+  int64_t rank = packed ? 3 : 4;
   const std::pair<StringRef, RankedTensorType> operands[] = {
       {"query", queryType},
       {"key", keyType},
       {"value", valueType},
       {"result", resultType}};
   for (auto [name, type] : operands) {
-    if (type.getRank() != 4)
-      return emitOpError() << name << " must have rank 4, got rank "
+    if (type.getRank() != rank)
+      return emitOpError() << name << " must have rank " << rank
+                           << (packed ? " (packed)" : "") << ", got rank "
                            << type.getRank();
     if (type.getElementType() != queryType.getElementType())
       return emitOpError()
@@ -127,10 +166,14 @@ LogicalResult AttentionOp::verify() {
                          << lhs.getDimSize(axis) << ") differs from "
                          << rhsName << " (" << rhs.getDimSize(axis) << ")";
   };
-  if (failed(checkSame("batch size", 0, "key", keyType, "query", queryType)) ||
-      failed(checkSame("batch size", 0, "value", valueType, "query",
+  int64_t dimAxis = getDimAxis();
+  if ((!packed &&
+       (failed(checkSame("batch size", 0, "key", keyType, "query",
+                         queryType)) ||
+        failed(checkSame("batch size", 0, "value", valueType, "query",
+                         queryType)))) ||
+      failed(checkSame("head dim", dimAxis, "key", keyType, "query",
                        queryType)) ||
-      failed(checkSame("head dim", 3, "key", keyType, "query", queryType)) ||
       failed(checkSame("number of heads", headAxis, "value", valueType, "key",
                        keyType)) ||
       failed(checkSame("sequence length", seqAxis, "value", valueType, "key",
@@ -139,19 +182,19 @@ LogicalResult AttentionOp::verify() {
   // The result is Q's shape with V's head dim (they differ in multi-head
   // latent attention).
   SmallVector<int64_t> expected(queryType.getShape());
-  expected[3] = valueType.getDimSize(3);
+  expected[dimAxis] = valueType.getDimSize(dimAxis);
   if (failed(verifyCompatibleShape(resultType.getShape(), expected)))
     return emitOpError() << "result shape " << resultType
                          << " differs from the query shape " << queryType
                          << " with the value head dim ("
-                         << sizeString(valueType.getDimSize(3)) << ")";
+                         << sizeString(valueType.getDimSize(dimAxis)) << ")";
 
   int64_t numQueryHeads = queryType.getDimSize(headAxis);
   int64_t numKvHeads = keyType.getDimSize(headAxis);
   if (failed(verifyHeadGroups(getOperation(), numQueryHeads, numKvHeads)))
     return failure();
 
-  int64_t logicalShape[4] = {queryType.getDimSize(0), numQueryHeads,
+  int64_t logicalShape[4] = {getBatchSize(), numQueryHeads,
                              queryType.getDimSize(seqAxis),
                              keyType.getDimSize(seqAxis)};
   if (getMask() &&

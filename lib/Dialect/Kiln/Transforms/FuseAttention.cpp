@@ -1694,6 +1694,7 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
                                   : queryType.clone(fusedShape);
     auto fused = AttentionOp::create(
         rewriter, loc, fusedType, query, key, value, mask, bias,
+        /*q_offsets=*/Value(), /*kv_offsets=*/Value(),
         rewriter.getF32FloatAttr(static_cast<float>(match->scale)),
         match->causal ? rewriter.getUnitAttr() : UnitAttr(),
         match->window ? rewriter.getI64IntegerAttr(*match->window)

@@ -39,6 +39,8 @@ struct FoldKvRepeat : public OpRewritePattern<AttentionOp> {
 
   LogicalResult matchAndRewrite(AttentionOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.isPacked())
+      return rewriter.notifyMatchFailure(op, "packed sequences");
     if (op.getLayout() != Layout::bhsd)
       return rewriter.notifyMatchFailure(op, "only the bhsd layout");
     SmallVector<Operation *> ops;
@@ -70,6 +72,8 @@ struct FoldCausalMask : public OpRewritePattern<AttentionOp> {
 
   LogicalResult matchAndRewrite(AttentionOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.isPacked())
+      return rewriter.notifyMatchFailure(op, "packed sequences");
     Value mask = op.getMask();
     if (!mask)
       return rewriter.notifyMatchFailure(op, "no mask");
@@ -105,6 +109,8 @@ struct SplitBandFromMask : public OpRewritePattern<AttentionOp> {
 
   LogicalResult matchAndRewrite(AttentionOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.isPacked())
+      return rewriter.notifyMatchFailure(op, "packed sequences");
     Value mask = op.getMask();
     if (!mask || op.getRightBound() || op.getWindow() || op.getMaskedScore())
       return rewriter.notifyMatchFailure(op, "no mask, or already banded");
@@ -200,6 +206,8 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
 
   LogicalResult matchAndRewrite(AttentionOp op,
                                 PatternRewriter &rewriter) const override {
+    if (op.isPacked())
+      return rewriter.notifyMatchFailure(op, "packed sequences");
     if (op.getLayout() != Layout::bhsd)
       return rewriter.notifyMatchFailure(op, "already bshd");
     SmallVector<Value, 3> sources;
@@ -228,7 +236,8 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
 
     auto fused = AttentionOp::create(
         rewriter, op.getLoc(), resultType, sources[0], sources[1], sources[2],
-        op.getMask(), op.getBias(), op.getScaleAttr(), op.getCausalAttr(),
+        op.getMask(), op.getBias(), /*q_offsets=*/Value(),
+        /*kv_offsets=*/Value(), op.getScaleAttr(), op.getCausalAttr(),
         op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
         op.getMaskedScoreAttr(),
         LayoutAttr::get(op.getContext(), Layout::bshd));

@@ -230,6 +230,29 @@ struct Site {
     return site;
   }
 
+  /// The uniform site of one sequence of a packed op: its `[1, rows, H,
+  /// D]` (bshd) slices of Q, K and V, and `op`'s attributes.
+  static Site fromPacked(IR &ir, AttentionOp op, Value query, Value key,
+                         Value value, RankedTensorType resultType) {
+    Site site;
+    site.elementType = op.getElementType();
+    site.resultType = resultType;
+    site.query = query;
+    site.key = key;
+    site.value = value;
+    site.bshd = true;
+    site.copyAttrs(op);
+    site.batch = ir.dim(query, 0);
+    site.numQueryHeads = ir.dim(query, 2);
+    site.queryLength = ir.dim(query, 1);
+    site.headDim = ir.dim(query, 3);
+    site.valueHeadDim = ir.dim(value, 3);
+    site.groupSize =
+        ir.div(site.numQueryHeads, ir.max(ir.dim(key, 2), ir.idx(1)));
+    site.kvLength = ir.dim(key, 1);
+    return site;
+  }
+
   static Site fromOp(IR &ir, PagedAttentionOp op) {
     return fromPaged(ir, op, op.getQuery(), op.getPageTable(), op.getKvLens(),
                      cast<RankedTensorType>(op.getResult().getType()));
@@ -882,47 +905,80 @@ Value lowerDecomposed(IR &ir, const Site &site) {
                          [](IR &, ValueRange a) { return a[0]; });
 }
 
-/// A ragged kiln.paged_attention as what it means: a loop over the
-/// sequences, each one's rows [q_offsets[b], q_offsets[b + 1]) taken out as
-/// a `[1, Hq, Sq_b, D]` query for the uniform op on its row of the page
-/// table and its key count, lowered by `lowerUniform`, and its result put
-/// back into rows of the packed `[total_q, Hq, Dv]` result. Offsets are
-/// clamped into [0, total_q] and made non-decreasing, so bad offsets never
-/// read outside Q; rows no sequence owns are zeros.
-Value lowerRagged(IR &ir, PagedAttentionOp op,
-                  function_ref<Value(IR &, const Site &)> lowerUniform) {
-  Value query = op.getQuery(), offsets = op.getQOffsets();
-  auto resultType = cast<RankedTensorType>(op.getResult().getType());
-  Type element = op.getElementType();
-  // A size as an attribute where the type has it, else a tensor.dim.
-  auto sizeOf = [&](Value tensor, int64_t axis) -> OpFoldResult {
-    int64_t size = cast<RankedTensorType>(tensor.getType()).getDimSize(axis);
-    if (!ShapedType::isDynamic(size))
-      return ir.b.getIndexAttr(size);
-    return ir.dim(tensor, axis);
-  };
-  // An empty tensor of `shape` whose sizes are `sizes`.
-  auto emptyOf = [](IR &in, ArrayRef<OpFoldResult> sizes) {
-    SmallVector<int64_t> shape;
-    SmallVector<Value> dynamic;
-    for (OpFoldResult size : sizes) {
-      if (auto attr = dyn_cast<Attribute>(size)) {
-        shape.push_back(cast<IntegerAttr>(attr).getInt());
-        continue;
-      }
-      shape.push_back(kDyn);
-      dynamic.push_back(cast<Value>(size));
+/// A size of `tensor` as an attribute where its type has it, else a
+/// tensor.dim.
+OpFoldResult sizeOf(IR &ir, Value tensor, int64_t axis) {
+  int64_t size = cast<RankedTensorType>(tensor.getType()).getDimSize(axis);
+  if (!ShapedType::isDynamic(size))
+    return ir.b.getIndexAttr(size);
+  return ir.dim(tensor, axis);
+}
+
+/// The static shape and dynamic sizes of an empty tensor of `sizes`.
+std::pair<SmallVector<int64_t>, SmallVector<Value>>
+emptyOf(ArrayRef<OpFoldResult> sizes) {
+  SmallVector<int64_t> shape;
+  SmallVector<Value> dynamic;
+  for (OpFoldResult size : sizes) {
+    if (auto attr = dyn_cast<Attribute>(size)) {
+      shape.push_back(cast<IntegerAttr>(attr).getInt());
+      continue;
     }
-    return std::make_pair(shape, dynamic);
+    shape.push_back(kDyn);
+    dynamic.push_back(cast<Value>(size));
+  }
+  return {shape, dynamic};
+}
+
+/// The clamped row range of sequence `b` in `offsets` ([batch + 1]): each
+/// offset clamped into [0, rows], the end at least the start.
+std::pair<Value, Value> sequenceRows(IR &in, Value offsets, Value b,
+                                     Value rows) {
+  auto offsetAt = [&](Value index) {
+    Value raw = in.toIndex(
+        tensor::ExtractOp::create(in.b, in.loc, offsets, ValueRange{index}));
+    return in.clamp(raw, in.idx(0), rows);
   };
-  OpFoldResult totalQ = sizeOf(query, 0), heads = sizeOf(query, 1),
-               dim = sizeOf(query, 2),
-               valueDim = sizeOf(op.getValueCache(), 3);
+  Value start = offsetAt(b);
+  Value end = in.max(offsetAt(in.add(b, in.idx(1))), start);
+  return {start, end};
+}
+
+/// Rows [start, start + rows) of a packed `[total, H, D]` tensor as the
+/// `[1, rows, H, D]` tensor of one sequence (bshd).
+Value sequenceSlice(IR &in, Value packed, Value start, Value rows) {
+  OpFoldResult one = in.b.getIndexAttr(1), zero = in.b.getIndexAttr(0);
+  auto type = cast<RankedTensorType>(packed.getType());
+  OpFoldResult heads = sizeOf(in, packed, 1), dim = sizeOf(in, packed, 2);
+  auto [shape, dynamic] = emptyOf({rows, heads, dim});
+  (void)dynamic;
+  Value slice = tensor::ExtractSliceOp::create(
+      in.b, in.loc, RankedTensorType::get(shape, type.getElementType()),
+      packed, ArrayRef<OpFoldResult>{start, zero, zero},
+      ArrayRef<OpFoldResult>{rows, heads, dim},
+      SmallVector<OpFoldResult>(3, one));
+  auto [wideShape, wideDynamic] = emptyOf({one, rows, heads, dim});
+  (void)wideDynamic;
+  return tensor::ExpandShapeOp::create(
+      in.b, in.loc, RankedTensorType::get(wideShape, type.getElementType()),
+      slice, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+}
+
+/// A packed result `[total_q, Hq, Dv]` computed one sequence at a time:
+/// `rowsOf(in, b, start, rows)` gives sequence b's rows [start, start +
+/// rows) of it as `[rows, Hq, Dv]`, with its range read from `qOffsets`
+/// (clamped into [0, total_q] and made non-decreasing, so bad offsets
+/// never read outside Q). Rows no sequence owns are zeros.
+Value lowerPerSequence(
+    IR &ir, Value query, Value qOffsets, Value batch,
+    RankedTensorType resultType, OpFoldResult valueDim,
+    function_ref<Value(IR &, Value, Value, Value)> rowsOf) {
+  Type element = resultType.getElementType();
   Value totalRows = ir.dim(query, 0);
-  Value batch = ir.dim(op.getKvLens(), 0);
   Value zero =
       arith::ConstantOp::create(ir.b, ir.loc, ir.b.getZeroAttr(element));
-  auto [outShape, outDynamic] = emptyOf(ir, {totalQ, heads, valueDim});
+  auto [outShape, outDynamic] =
+      emptyOf({sizeOf(ir, query, 0), sizeOf(ir, query, 1), valueDim});
   Value init = linalg::FillOp::create(
                    ir.b, ir.loc, ValueRange{zero},
                    ValueRange{tensor::EmptyOp::create(
@@ -935,68 +991,116 @@ Value lowerRagged(IR &ir, PagedAttentionOp op,
       ir.b, ir.loc, ir.idx(0), batch, ir.idx(1), ValueRange{init},
       [&](OpBuilder &nested, Location loc, Value b, ValueRange args) {
         IR in{nested, loc};
-        auto offsetAt = [&](Value index) {
-          Value raw = in.toIndex(tensor::ExtractOp::create(
-              in.b, loc, offsets, ValueRange{index}));
-          return in.clamp(raw, in.idx(0), totalRows);
-        };
-        Value start = offsetAt(b);
-        Value end = in.max(offsetAt(in.add(b, in.idx(1))), start);
+        auto [start, end] = sequenceRows(in, qOffsets, b, totalRows);
         Value rows = in.sub(end, start);
-        // Q rows [start, end) as [1, Hq, rows, D].
-        auto [sliceShape, sliceDynamic] = emptyOf(in, {rows, heads, dim});
-        Value rowsOfQ = tensor::ExtractSliceOp::create(
-            in.b, loc, RankedTensorType::get(sliceShape, element), query,
-            ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
-            ArrayRef<OpFoldResult>{rows, heads, dim},
-            SmallVector<OpFoldResult>(3, one));
-        auto [qShape, qDynamic] = emptyOf(in, {one, heads, rows, dim});
-        Value uniformQuery = in.generic(
-            {rowsOfQ}, tensor::EmptyOp::create(in.b, loc, qShape, element,
-                                               qDynamic),
-            {in.map(4, {2, 1, 3}), in.map(4, {0, 1, 2, 3})},
-            {kPar, kPar, kPar, kPar}, [](IR &, ValueRange a) { return a[0]; });
-        // The sequence's row of the page table and its key count.
-        Value table = op.getPageTable();
-        auto [rowShape, rowDynamic] = emptyOf(in, {one, sizeOf(table, 1)});
-        (void)rowDynamic;
-        Value tableRow = tensor::ExtractSliceOp::create(
-            in.b, loc,
-            RankedTensorType::get(rowShape, in.b.getI32Type()), table,
-            ArrayRef<OpFoldResult>{b, zeroAttr},
-            ArrayRef<OpFoldResult>{one, sizeOf(table, 1)},
-            ArrayRef<OpFoldResult>{one, one});
-        Value keyCount = tensor::ExtractSliceOp::create(
-            in.b, loc, RankedTensorType::get({1}, in.b.getI32Type()),
-            op.getKvLens(), ArrayRef<OpFoldResult>{b},
-            ArrayRef<OpFoldResult>{one}, ArrayRef<OpFoldResult>{one});
-        auto [uniformShape, uniformDynamic] =
-            emptyOf(in, {one, heads, rows, valueDim});
-        (void)uniformDynamic;
-        Site site =
-            Site::fromPaged(in, op, uniformQuery, tableRow, keyCount,
-                            RankedTensorType::get(uniformShape, element));
-        Value result = lowerUniform(in, site);
-        // [1, Hq, rows, Dv] back to rows [start, end) of the result.
-        Value collapsed = tensor::CollapseShapeOp::create(
-            in.b, loc, result,
-            SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
-        auto [packedShape, packedDynamic] =
-            emptyOf(in, {rows, heads, valueDim});
-        Value packed = in.generic(
-            {collapsed},
-            tensor::EmptyOp::create(in.b, loc, packedShape, element,
-                                    packedDynamic),
-            {in.map(3, {1, 0, 2}), in.map(3, {0, 1, 2})}, {kPar, kPar, kPar},
-            [](IR &, ValueRange a) { return a[0]; });
+        Value packed = rowsOf(in, b, start, rows);
         Value inserted = tensor::InsertSliceOp::create(
             in.b, loc, packed, args[0],
             ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
-            ArrayRef<OpFoldResult>{rows, heads, valueDim},
+            ArrayRef<OpFoldResult>{rows, sizeOf(in, query, 1), valueDim},
             SmallVector<OpFoldResult>(3, one));
         scf::YieldOp::create(in.b, loc, inserted);
       });
   return loop.getResult(0);
+}
+
+/// A ragged kiln.paged_attention as what it means: a loop over the
+/// sequences, each one's rows [q_offsets[b], q_offsets[b + 1]) taken out as
+/// a `[1, Hq, Sq_b, D]` query for the uniform op on its row of the page
+/// table and its key count, lowered by `lowerUniform`, and its result put
+/// back into rows of the packed `[total_q, Hq, Dv]` result.
+Value lowerRagged(IR &ir, PagedAttentionOp op,
+                  function_ref<Value(IR &, const Site &)> lowerUniform) {
+  Value query = op.getQuery();
+  auto resultType = cast<RankedTensorType>(op.getResult().getType());
+  Type element = op.getElementType();
+  OpFoldResult heads = sizeOf(ir, query, 1), dim = sizeOf(ir, query, 2),
+               valueDim = sizeOf(ir, op.getValueCache(), 3);
+  OpFoldResult one = ir.b.getIndexAttr(1), zeroAttr = ir.b.getIndexAttr(0);
+  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Value {
+    Location loc = in.loc;
+    // Q rows [start, end) as [1, Hq, rows, D].
+    auto [sliceShape, sliceDynamic] = emptyOf({rows, heads, dim});
+    (void)sliceDynamic;
+    Value rowsOfQ = tensor::ExtractSliceOp::create(
+        in.b, loc, RankedTensorType::get(sliceShape, element), query,
+        ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
+        ArrayRef<OpFoldResult>{rows, heads, dim},
+        SmallVector<OpFoldResult>(3, one));
+    auto [qShape, qDynamic] = emptyOf({one, heads, rows, dim});
+    Value uniformQuery = in.generic(
+        {rowsOfQ},
+        tensor::EmptyOp::create(in.b, loc, qShape, element, qDynamic),
+        {in.map(4, {2, 1, 3}), in.map(4, {0, 1, 2, 3})},
+        {kPar, kPar, kPar, kPar}, [](IR &, ValueRange a) { return a[0]; });
+    // The sequence's row of the page table and its key count.
+    Value table = op.getPageTable();
+    auto [rowShape, rowDynamic] = emptyOf({one, sizeOf(in, table, 1)});
+    (void)rowDynamic;
+    Value tableRow = tensor::ExtractSliceOp::create(
+        in.b, loc, RankedTensorType::get(rowShape, in.b.getI32Type()), table,
+        ArrayRef<OpFoldResult>{b, zeroAttr},
+        ArrayRef<OpFoldResult>{one, sizeOf(in, table, 1)},
+        ArrayRef<OpFoldResult>{one, one});
+    Value keyCount = tensor::ExtractSliceOp::create(
+        in.b, loc, RankedTensorType::get({1}, in.b.getI32Type()),
+        op.getKvLens(), ArrayRef<OpFoldResult>{b},
+        ArrayRef<OpFoldResult>{one}, ArrayRef<OpFoldResult>{one});
+    auto [uniformShape, uniformDynamic] = emptyOf({one, heads, rows, valueDim});
+    (void)uniformDynamic;
+    Site site = Site::fromPaged(in, op, uniformQuery, tableRow, keyCount,
+                                RankedTensorType::get(uniformShape, element));
+    Value result = lowerUniform(in, site);
+    // [1, Hq, rows, Dv] back to [rows, Hq, Dv].
+    Value collapsed = tensor::CollapseShapeOp::create(
+        in.b, loc, result, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+    auto [packedShape, packedDynamic] = emptyOf({rows, heads, valueDim});
+    return in.generic(
+        {collapsed},
+        tensor::EmptyOp::create(in.b, loc, packedShape, element,
+                                packedDynamic),
+        {in.map(3, {1, 0, 2}), in.map(3, {0, 1, 2})}, {kPar, kPar, kPar},
+        [](IR &, ValueRange a) { return a[0]; });
+  };
+  return lowerPerSequence(ir, query, op.getQOffsets(),
+                          ir.dim(op.getKvLens(), 0), resultType, valueDim,
+                          rowsOf);
+}
+
+/// A packed kiln.attention (offsets) as what it means: a loop over the
+/// sequences, each one's query rows and key/value rows taken out as a
+/// `[1, rows, H, D]` (bshd) uniform site, lowered by `lowerUniform`, and
+/// its result put back into rows of the packed result. Key offsets are
+/// clamped into [0, total_kv] and made non-decreasing like the query's.
+Value lowerPacked(IR &ir, AttentionOp op,
+                  function_ref<Value(IR &, const Site &)> lowerUniform) {
+  Value query = op.getQuery();
+  auto resultType = cast<RankedTensorType>(op.getResult().getType());
+  Type element = op.getElementType();
+  OpFoldResult heads = sizeOf(ir, query, 1),
+               valueDim = sizeOf(ir, op.getValue(), 2);
+  OpFoldResult one = ir.b.getIndexAttr(1);
+  Value totalKeys = ir.dim(op.getKey(), 0);
+  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Value {
+    auto [keyStart, keyEnd] = sequenceRows(in, op.getKvOffsets(), b, totalKeys);
+    Value keys = in.sub(keyEnd, keyStart);
+    auto [shape, dynamic] = emptyOf({one, rows, heads, valueDim});
+    (void)dynamic;
+    Site site = Site::fromPacked(
+        in, op, sequenceSlice(in, query, start, rows),
+        sequenceSlice(in, op.getKey(), keyStart, keys),
+        sequenceSlice(in, op.getValue(), keyStart, keys),
+        RankedTensorType::get(shape, element));
+    // [1, rows, Hq, Dv] (bshd) to [rows, Hq, Dv].
+    return tensor::CollapseShapeOp::create(
+        in.b, in.loc, lowerUniform(in, site),
+        SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+  };
+  // Sequences: q_offsets' entries less one (none where it has none).
+  Value batch = ir.max(ir.sub(ir.dim(op.getQOffsets(), 0), ir.idx(1)),
+                       ir.idx(0));
+  return lowerPerSequence(ir, query, op.getQOffsets(), batch, resultType,
+                          valueDim, rowsOf);
 }
 
 /// Lowers `op` with `lowerUniform`, through lowerRagged when its queries are
@@ -1007,6 +1111,9 @@ Value lowerSite(IR &ir, OpT op,
   if constexpr (std::is_same_v<OpT, PagedAttentionOp>)
     if (op.isRagged())
       return lowerRagged(ir, op, lowerUniform);
+  if constexpr (std::is_same_v<OpT, AttentionOp>)
+    if (op.isPacked())
+      return lowerPacked(ir, op, lowerUniform);
   Site site = Site::fromOp(ir, op);
   return lowerUniform(ir, site);
 }

@@ -68,6 +68,22 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     Softmax statistics and the `P·V` product are accumulated in f32 whatever
     the element type.
 
+    Packed sequences (`offsets(q_offsets, kv_offsets)`, FlashAttention's
+    varlen form: an encoder or a prefill batch served without padding):
+    Q `[total_q, Hq, D]`, K `[total_kv, Hkv, D]`, V `[total_kv, Hkv, Dv]`
+    and the result `[total_q, Hq, Dv]`, with `q_offsets` and `kv_offsets`
+    `[B + 1]` (i32). Sequence `b` owns query rows
+    `[q_offsets[b], q_offsets[b + 1])` and key/value rows
+    `[kv_offsets[b], kv_offsets[b + 1])`, and attends over its own keys
+    only, as a `[1, Hq, Sq_b, D]` query over `[1, Hkv, Sk_b, D]` keys with
+    every attribute meaning what it means above (`causal` bottom-right per
+    sequence). Offsets start at 0, never decrease and end at `total_q`
+    (`total_kv`); the lowerings clamp them into range and make them
+    non-decreasing, so bad offsets never read outside Q, K or V, and rows
+    no sequence owns come out as zeros, as do the rows of a sequence with
+    no keys. The packed form takes no mask, bias or `masked_score` (there is
+    no `[B, Hq, Sq, Sk]` for them to index) and no `layout`.
+
     Example:
 
     ```mlir
@@ -84,6 +100,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     Kiln_FloatTensor:$value,
     Optional<RankedTensorOf<[F16, BF16, F32, I1]>>:$mask,
     Optional<Kiln_FloatTensor>:$bias,
+    Optional<RankedTensorOf<[I32]>>:$q_offsets,
+    Optional<RankedTensorOf<[I32]>>:$kv_offsets,
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
@@ -98,28 +116,46 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     $query `,` $key `,` $value
     (`mask` `(` $mask^ `:` type($mask) `)`)?
     (`bias` `(` $bias^ `:` type($bias) `)`)?
+    (`offsets` `(` $q_offsets^ `,` $kv_offsets `:` type($q_offsets) `,`
+     type($kv_offsets) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)
     `->` type($result)
   }];
 
   let extraClassDeclaration = [{
-    /// Axis of the heads in Q, K, V and the result for this op's layout.
-    int64_t getHeadAxis() { return getLayout() == Layout::bhsd ? 1 : 2; }
-    /// Axis of the sequence in Q, K, V and the result for this op's layout.
-    int64_t getSeqAxis() { return getLayout() == Layout::bhsd ? 2 : 1; }
+    /// Whether the sequences are packed (q_offsets and kv_offsets).
+    bool isPacked() { return static_cast<bool>(getQOffsets()); }
+    /// Axis of the heads in Q, K, V and the result for this op's layout
+    /// (1 in the packed form).
+    int64_t getHeadAxis() {
+      return isPacked() || getLayout() == Layout::bhsd ? 1 : 2;
+    }
+    /// Axis of the sequence in Q, K, V and the result for this op's layout
+    /// (the packed rows' axis 0 in the packed form).
+    int64_t getSeqAxis() {
+      return isPacked() ? 0 : getLayout() == Layout::bhsd ? 2 : 1;
+    }
+    /// Axis of the head dim in Q, K, V and the result.
+    int64_t getDimAxis() { return isPacked() ? 2 : 3; }
     /// Size of `axis` of `value`'s type (ShapedType::kDynamic when dynamic).
     static int64_t dimOf(::mlir::Value value, int64_t axis) {
       return ::llvm::cast<::mlir::RankedTensorType>(value.getType())
           .getDimSize(axis);
     }
-    int64_t getBatchSize() { return dimOf(getQuery(), 0); }
+    /// The batch: Q's axis 0, or q_offsets' size less one when packed.
+    int64_t getBatchSize() {
+      if (!isPacked())
+        return dimOf(getQuery(), 0);
+      int64_t offsets = dimOf(getQOffsets(), 0);
+      return ::mlir::ShapedType::isDynamic(offsets) ? offsets : offsets - 1;
+    }
     int64_t getNumQueryHeads() { return dimOf(getQuery(), getHeadAxis()); }
     int64_t getNumKvHeads() { return dimOf(getKey(), getHeadAxis()); }
     int64_t getQueryLength() { return dimOf(getQuery(), getSeqAxis()); }
     int64_t getKvLength() { return dimOf(getKey(), getSeqAxis()); }
-    int64_t getHeadDim() { return dimOf(getQuery(), 3); }
+    int64_t getHeadDim() { return dimOf(getQuery(), getDimAxis()); }
     /// Head dim of V and the result (differs from Q's and K's in MLA).
-    int64_t getValueHeadDim() { return dimOf(getValue(), 3); }
+    int64_t getValueHeadDim() { return dimOf(getValue(), getDimAxis()); }
     /// Element type shared by Q, K, V and the result.
     ::mlir::Type getElementType() {
       return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
