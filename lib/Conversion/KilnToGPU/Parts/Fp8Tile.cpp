@@ -3,10 +3,13 @@
 // A paged cache of e4m3 (f8E4M3FN) values halves the bytes a decode step
 // reads. Its K and V tiles are copied as the f16 ones are, in 16-byte chunks
 // (16 elements: the chunk plans see rows of dim / 2 two-byte units), into
-// staging tiles; after its copies land, each thread converts the chunks it
-// copied into the one f16 tile of K or V that the products read, and the
-// block (or the warp owning the rows) synchronises as before a stage's
-// reads. The products then run in f16 whatever the query's type: e4m3
+// staging tiles. S = Q·Kᵀ loads K's B fragments from the staging tile, 4
+// bytes a 16-dim chunk, and converts them in registers; Q's columns are
+// permuted once so that those 4 bytes are the fragment's two registers.
+// V's B fragments need two keys at one head dim (a transpose), so after its
+// copies land each thread converts the V chunks it copied into one f16
+// tile, and the block (or the warp owning the rows) synchronises as before
+// a stage's reads. The products run in f16 whatever the query's type: e4m3
 // values, and their bit-moved images, are exact in f16. The dequantisation
 // scales never touch the tiles: K's multiplies the score scale and V's the
 // output accumulators, so a site computes in f32 what its op says,
@@ -125,6 +128,63 @@ void MmaKernel::convertStagedTile(Value staging, Value tile, int64_t dim) {
           builder, arith::SelectOp::create(builder, swap, low, high),
           arith::SelectOp::create(builder, swap, lowAddress, highAddress),
           /*alignment=*/16);
+    });
+  }
+}
+
+int64_t MmaKernel::stagingRowUnits(bool key) const {
+  return key ? TileLayout::fp8KeyRowBytes(spec.problem.headDim) / 2
+             : copyDim(spec.problem.valueDim());
+}
+
+std::pair<Value, Value> MmaKernel::loadFp8KeyFragment(Value staging,
+                                                      Value keyRow,
+                                                      int64_t c) {
+  ImplicitLocOpBuilder &builder = *b;
+  // Bytes 16c + 4t to 16c + 4t + 3 of the row: head dims 4t + 2r + e, the
+  // f16 pairs of logical columns 2t + e (r = 0) and 2t + 8 + e (r = 1).
+  Value column = add(constIndex(8 * c), mul(quadLane, constIndex(2)));
+  Value word = LLVM::LoadOp::create(
+      builder, builder.getI32Type(),
+      stagingAddress(staging, keyRow, column, stagingRowUnits(/*key=*/true)),
+      /*alignment=*/4);
+  return {e4m3PairToF16(word),
+          e4m3PairToF16(arith::ShRUIOp::create(builder, word, constI32(16)))};
+}
+
+void MmaKernel::permuteQColumns() {
+  ImplicitLocOpBuilder &builder = *b;
+  auto words = VectorType::get({4}, builder.getI32Type());
+  int64_t groups = spec.problem.headDim / 16;
+  int64_t units = kTileKeys * groups;
+  for (int64_t i = 0; i * kThreadsPerBlock < units; ++i) {
+    Value linear = add(threadId, constIndex(i * kThreadsPerBlock));
+    Value exists = arith::CmpIOp::create(builder, arith::CmpIPredicate::ult,
+                                         linear, constIndex(units));
+    ifThen(exists, [&] {
+      Value row = arith::DivUIOp::create(builder, linear, constIndex(groups));
+      Value column = mul(arith::RemUIOp::create(builder, linear,
+                                                constIndex(groups)),
+                         constIndex(16));
+      Value lowAddress = tileAddress(qTile, row, column);
+      Value highAddress = tileAddress(qTile, row, add(column, constIndex(8)));
+      Value low = LLVM::LoadOp::create(builder, words, lowAddress, 16);
+      Value high = LLVM::LoadOp::create(builder, words, highAddress, 16);
+      // Word (f16 pair) t + 4r of the result is word 2t + r of the group.
+      auto word = [&](int64_t index) -> Value {
+        return LLVM::ExtractElementOp::create(builder, index < 4 ? low : high,
+                                              constI32(index % 4));
+      };
+      Value outLow = LLVM::PoisonOp::create(builder, words);
+      Value outHigh = LLVM::PoisonOp::create(builder, words);
+      for (int64_t t = 0; t < 4; ++t)
+        for (int64_t r = 0; r < 2; ++r) {
+          Value &target = r == 0 ? outLow : outHigh;
+          target = LLVM::InsertElementOp::create(builder, target,
+                                                 word(2 * t + r), constI32(t));
+        }
+      LLVM::StoreOp::create(builder, outLow, lowAddress, 16);
+      LLVM::StoreOp::create(builder, outHigh, highAddress, 16);
     });
   }
 }

@@ -161,7 +161,8 @@ void MmaKernel::issueTile(int64_t dim, Value tile, Value global, Value base,
                        ? planPagedChunks(dim, global == v ? vStrides : kStrides,
                                          base, firstRow, numRows, prefetched)
                        : planChunks(dim, base, rowStride, firstRow, numRows);
-  copyChunks(tile, global, plan, aligned, fp8 ? dim : 0);
+  copyChunks(tile, global, plan, aligned,
+             fp8 ? stagingRowUnits(global == k) : 0);
 }
 
 void MmaKernel::copyChunks(Value tile, Value global, const ChunkPlan &plan,

@@ -98,16 +98,16 @@ Value MmaKernel::stageTile(int64_t index) {
 void MmaKernel::allocateTiles() {
   shared = dynamicShared();
   if (fp8) {
-    // One f16 tile of K and one of V, whatever the stages; the stages are
-    // the e4m3 staging tiles after Q's tile.
+    // One f16 tile of V, whatever the stages; the stages are the e4m3
+    // staging tiles after Q's tile. S = Q·Kᵀ reads K's staging tiles.
     TileLayout layout = TileLayout::of(spec, wgmma);
-    kTiles.assign(stages, stageTile(0));
-    vTiles.assign(stages, stageTile(1));
-    qTile = residentQ ? stageTile(2) : vTiles.back();
+    vTiles.assign(stages, stageTile(0));
+    qTile = residentQ ? stageTile(1) : vTiles.back();
     int64_t offset = layout.tilesCount() * tileBytes();
     for (int64_t stage = 0; stage < stages; ++stage)
       kStaging.push_back(
           sharedByteOffset(shared, offset + stage * layout.keyStageBytes));
+    kTiles = kStaging;
     offset += stages * layout.keyStageBytes;
     for (int64_t stage = 0; stage < stages; ++stage)
       vStaging.push_back(
@@ -283,6 +283,10 @@ void MmaKernel::startPipeline() {
     convertQToF16(kTileKeys);
   asyncProxyFence();
   gpu::BarrierOp::create(*b);
+  if (fp8) {
+    permuteQColumns();
+    gpu::BarrierOp::create(*b);
+  }
 
   rowBase = arith::SelectOp::create(*b, isDecode, constIndex(0), warpRow);
   if (!residentQ) {

@@ -58,12 +58,20 @@ struct TileLayout {
   /// outstanding; with one, K of tile i + 1 loads during the softmax and
   /// P·V of tile i, and its V during its own S = Q·Kᵀ.
   int64_t stages;
-  /// FP8 caches: K and V land in unpadded e4m3 staging tiles, `stages` of
-  /// each (kTileKeys rows of the head dim's bytes), and each thread converts
-  /// the chunks it copied into one f16 tile of K and one of V, which the
-  /// products read as they read the f16 stages otherwise.
+  /// FP8 caches: K and V land in e4m3 staging tiles, `stages` of each
+  /// (kTileKeys rows). S = Q·Kᵀ reads K's B fragments from its staging tile
+  /// (fp8KeyRowBytes) and converts them in registers; each thread converts
+  /// the V chunks it copied into one f16 tile of V, which P·V reads as it
+  /// reads the f16 stages otherwise.
   bool fp8 = false;
   int64_t keyStageBytes = 0, valueStageBytes = 0;
+
+  /// Bytes a row of K's e4m3 staging tile takes: the head dim's, padded so
+  /// that the 8 key rows of a fragment load (4 words each) fall in distinct
+  /// banks (a row stride of 4 mod 8 words).
+  static int64_t fp8KeyRowBytes(int64_t dim) {
+    return dim + 4 * ((4 - (dim / 4) % 8 + 8) % 8);
+  }
 
   /// Head dims run as the next multiple of 16 (the mma's k) or, with wgmma,
   /// of 64 (whole 128-byte swizzle atoms): the extra columns of the shared
@@ -80,15 +88,15 @@ struct TileLayout {
     layout.stages = widest > kLargestRegisterQ ? 1 : 2;
     if (spec.problem.fp8Cache) {
       layout.fp8 = true;
-      layout.keyStageBytes = kTileKeys * spec.problem.headDim;
+      layout.keyStageBytes = kTileKeys * fp8KeyRowBytes(spec.problem.headDim);
       layout.valueStageBytes = kTileKeys * spec.problem.valueDim();
     }
     return layout;
   }
   int64_t tileBytes() const { return kTileKeys * rowElements * 2; }
-  /// The f16 tiles: K and V stages (one each with FP8 caches), then Q's.
+  /// The f16 tiles: K and V stages (V's one with FP8 caches), then Q's.
   int64_t tilesCount() const {
-    return (fp8 ? 2 : 2 * stages) + (residentQ ? 1 : 0);
+    return (fp8 ? 1 : 2 * stages) + (residentQ ? 1 : 0);
   }
   int64_t bytes() const {
     return tilesCount() * tileBytes() +
@@ -264,6 +272,18 @@ private:
   /// bf16 queries with FP8 caches: converts the Q chunks this thread
   /// copied to f16 in place (the products run in f16).
   void convertQToF16(int64_t rows);
+  /// FP8 caches: permutes each 16-column group of the Q tile's rows so that
+  /// S = Q·Kᵀ can take K's B fragments for a group from one 4-byte load
+  /// (loadFp8KeyFragment): logical column 2t + 8r + e holds head dim
+  /// 4t + 2r + e (t < 4, r, e < 2). The sum over head dims is the same.
+  void permuteQColumns();
+  /// FP8 caches: the B fragment (two f16x2 registers) of head dims
+  /// [16c, 16c + 16) of key row `keyRow` of K's staging tile, in the order
+  /// permuteQColumns gives Q.
+  std::pair<Value, Value> loadFp8KeyFragment(Value staging, Value keyRow,
+                                             int64_t c);
+  /// The 2-byte units a staging row of K (`key`) or V takes.
+  int64_t stagingRowUnits(bool key) const;
   /// FP8 caches: reads the KV head's scales, folds K's into the score scale
   /// and turns the caches' strides and bases into 2-byte units.
   void prepareFp8();

@@ -78,10 +78,6 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
           kLanded = arith::SelectOp::create(ib, odd, kLanding(1), kLanding(0));
           vLanded = arith::SelectOp::create(ib, odd, vLanding(1), vLanding(0));
         }
-        if (fp8) {
-          convertStagedTile(kLanded, kTile, spec.problem.headDim);
-          syncTile(warpOwnsRows);
-        }
 
         SmallVector<SmallVector<Value>> scores =
             computeScores(kTile, keyOffset, keyBlocks);
@@ -138,10 +134,21 @@ MmaKernel::computeScores(Value kTile, Value keyOffset, int64_t keyBlocks) {
   // Matrices: keys 16·pair + 0-7 / 8-15 (matrixHigh), head dims 16c + 0-7 /
   // 8-15 (matrixLow): B fragments of two key blocks.
   auto scoreChunk = [&](int64_t pair, int64_t c, ArrayRef<Value> qFragment) {
-    SmallVector<Value> kFragments =
-        loadMatrices(blockAddress(kTile, add(keyOffset, constIndex(16 * pair)),
-                                  16 * c, matrixHigh, matrixLow),
-                     /*transpose=*/false);
+    SmallVector<Value> kFragments;
+    if (fp8) {
+      // K's e4m3 staging tile: key rows 16·pair + laneGroup and + 8.
+      for (int64_t half = 0; half < 2; ++half) {
+        Value keyRow = add(keyOffset, add(constIndex(16 * pair + 8 * half),
+                                          laneGroup));
+        auto [low, high] = loadFp8KeyFragment(kTile, keyRow, c);
+        kFragments.append({low, high});
+      }
+    } else {
+      kFragments = loadMatrices(
+          blockAddress(kTile, add(keyOffset, constIndex(16 * pair)), 16 * c,
+                       matrixHigh, matrixLow),
+          /*transpose=*/false);
+    }
     mmaSyncProduct.scores(*b, scores[2 * pair], qFragment,
                           {kFragments[0], kFragments[1]});
     mmaSyncProduct.scores(*b, scores[2 * pair + 1], qFragment,
