@@ -6,11 +6,12 @@
 // staging tiles. S = Q·Kᵀ loads K's B fragments from the staging tile, 4
 // bytes a 16-dim chunk, and converts them in registers; Q's columns are
 // permuted once so that those 4 bytes are the fragment's two registers.
-// V's B fragments need two keys at one head dim (a transpose), so after its
-// copies land each thread converts the V chunks it copied into one f16
-// tile, and the block (or the warp owning the rows) synchronises as before
-// a stage's reads. The products run in f16 whatever the query's type: e4m3
-// values, and their bit-moved images, are exact in f16. The dequantisation
+// V's B fragments take two keys at one head dim (a transpose): ldmatrix.trans
+// of byte pairs gives a lane two keys at two adjacent head dims, which byte
+// moves split into the fragments of the even and of the odd head dims of a
+// 16-column group; the accumulators are put back in order once, after the
+// loop (restoreValueColumns). The products run in f16 whatever the query's
+// type: e4m3 values, and their bit-moved images, are exact in f16. The dequantisation
 // scales never touch the tiles: K's multiplies the score scale and V's the
 // output accumulators, so a site computes in f32 what its op says,
 // `f32(k8) · k_scale` and `f32(v8) · v_scale`, up to the order of products.
@@ -20,8 +21,11 @@
 #include "Schedules/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <algorithm>
 
 using namespace mlir;
 using namespace mlir::kiln::detail;
@@ -30,19 +34,31 @@ using namespace mlir::kiln::detail::mma;
 Value MmaKernel::stagingAddress(Value tile, Value row, Value column,
                                 int64_t units) {
   auto sharedPtr = LLVM::LLVMPointerType::get(b->getContext(), 3);
+  // Rows of a power-of-two count of 16-byte chunks are not padded: chunk c
+  // of a row is stored at c XOR (the row's index among the 8 rows a
+  // fragment load reads, by 128-byte lines), which spreads those rows over
+  // the banks as padding would without breaking a warp's copy into
+  // separate rows (padded rows cost a third more global sectors in ncu).
+  int64_t chunks = units / (kChunk);
+  if (TileLayout::swizzled(chunks)) {
+    int64_t rowsPerLine = std::max<int64_t>(1, 8 / chunks);
+    int64_t keys = std::min<int64_t>(chunks, 8);
+    if (keys > 1) {
+      Value chunk = arith::DivUIOp::create(*b, column,
+                                           constIndex(kChunk));
+      Value within = arith::RemUIOp::create(*b, column,
+                                            constIndex(kChunk));
+      Value key = arith::RemUIOp::create(
+          *b, arith::DivUIOp::create(*b, row, constIndex(rowsPerLine)),
+          constIndex(keys));
+      column = add(mul(arith::XOrIOp::create(*b, chunk, key),
+                       constIndex(kChunk)),
+                   within);
+    }
+  }
   Value offset = toI32(add(mul(row, constIndex(units)), column));
   return LLVM::GEPOp::create(*b, sharedPtr, b->getI16Type(), tile,
                              ValueRange{offset});
-}
-
-MmaKernel::ChunkPlan MmaKernel::chunkPositions(int64_t units) {
-  Value start = arith::ConstantIntOp::create(*b, b->getI64Type(), 0);
-  Value exists = arith::ConstantIntOp::create(*b, b->getI1Type(), 1);
-  if (byLines(units))
-    return planLineChunks(units, [&](Value) {
-      return SmallVector<std::pair<Value, Value>>(kLineRows, {start, exists});
-    });
-  return planChunks(units, [&](Value) { return std::pair{start, exists}; });
 }
 
 Value MmaKernel::e4m3PairToF16(Value pair) {
@@ -78,63 +94,93 @@ Value MmaKernel::e4m3PairToF16(Value pair) {
   return arith::OrIOp::create(builder, sign, magnitude);
 }
 
-void MmaKernel::convertStagedTile(Value staging, Value tile, int64_t dim) {
+SmallVector<std::array<Value, 2>>
+MmaKernel::loadFp8ValueFragments(Value staging, Value keyRow,
+                                 int64_t firstGroup, bool second) {
   ImplicitLocOpBuilder &builder = *b;
-  int64_t units = copyDim(dim);
-  ChunkPlan plan = chunkPositions(units);
-  auto words = VectorType::get({4}, builder.getI32Type());
-  auto halves = VectorType::get({4}, builder.getI32Type());
-  for (size_t i = 0; i < plan.rows.size(); ++i) {
-    ifChunkExists(plan, i, [&] {
-      Value chunk = LLVM::LoadOp::create(
-          builder, words,
-          stagingAddress(staging, plan.rows[i], plan.columns[i], units),
-          /*alignment=*/16);
-      // Word w holds elements 4w to 4w + 3: f16 pairs 2w and 2w + 1.
-      Value low = LLVM::PoisonOp::create(builder, halves);
-      Value high = LLVM::PoisonOp::create(builder, halves);
-      for (int64_t w = 0; w < 4; ++w) {
-        Value word = LLVM::ExtractElementOp::create(builder, chunk, constI32(w));
-        Value first = e4m3PairToF16(word);
-        Value second = e4m3PairToF16(
-            arith::ShRUIOp::create(builder, word, constI32(16)));
-        Value &target = w < 2 ? low : high;
-        target = LLVM::InsertElementOp::create(builder, target, first,
-                                               constI32(2 * (w % 2)));
-        target = LLVM::InsertElementOp::create(builder, target, second,
-                                               constI32(2 * (w % 2) + 1));
+  // ldmatrix.trans of 2-byte pairs: matrices keys 0-7 / 8-15 (matrixLow) of
+  // bytes 16·firstGroup + 0-15 / 16-31 (matrixHigh). A lane gets, of each, keys
+  // 2t and 2t + 1 at head dims 2g and 2g + 1 of the 16: bytes 0 and 2 hold
+  // dim 2g of the two keys, bytes 1 and 3 dim 2g + 1.
+  Value row = add(keyRow, add(mul(matrixLow, constIndex(8)), matrixRow));
+  Value column = constIndex(8 * firstGroup);
+  if (second)
+    column = add(column, mul(matrixHigh, constIndex(8)));
+  SmallVector<Value> matrices = loadMatrices(
+      stagingAddress(staging, row, column, stagingRowUnits(/*key=*/false)),
+      /*transpose=*/true);
+  auto c = [&](int64_t value) { return constI32(value); };
+  SmallVector<std::array<Value, 2>> fragments;
+  for (int64_t group = 0; group < (second ? 2 : 1); ++group) {
+    // Per matrix: key 2t's two head dims (low half) and key 2t + 1's (high
+    // half) converted, then the halves regrouped by head dim.
+    std::array<Value, 2> even, odd;
+    for (int64_t keys = 0; keys < 2; ++keys) {
+      Value word = matrices[2 * group + keys];
+      Value first = e4m3PairToF16(word);
+      Value next = e4m3PairToF16(arith::ShRUIOp::create(builder, word, c(16)));
+      even[keys] = arith::OrIOp::create(
+          builder, arith::AndIOp::create(builder, first, c(0xFFFF)),
+          arith::ShLIOp::create(builder, next, c(16)));
+      odd[keys] = arith::OrIOp::create(
+          builder, arith::ShRUIOp::create(builder, first, c(16)),
+          arith::AndIOp::create(builder, next, c(0xFFFF0000)));
+    }
+    fragments.push_back(even);
+    fragments.push_back(odd);
+  }
+  return fragments;
+}
+
+void MmaKernel::restoreValueColumns(SmallVector<Value> &state) {
+  ImplicitLocOpBuilder &builder = *b;
+  // In group G, lane 4g + t holds head dims 4t to 4t + 3 (even block: 4t,
+  // 4t + 2; odd block: 4t + 1, 4t + 3) where the usual layout has it hold
+  // 2t, 2t + 1 (block 2G) and 8 + 2t, 9 + 2t (block 2G + 1): those are
+  // dims k, k + 1 of lanes 4g + t / 2 and 4g + 2 + t / 2, k = 2 (t mod 2).
+  Value width = constI32(kWarpSize);
+  Value quadBase = toI32(mul(laneGroup, constIndex(4)));
+  Value half = toI32(arith::DivUIOp::create(builder, quadLane, constIndex(2)));
+  Value odd = arith::CmpIOp::create(
+      builder, arith::CmpIPredicate::ne,
+      toI32(arith::RemUIOp::create(builder, quadLane, constIndex(2))),
+      constI32(0));
+  auto from = [&](Value value, Value source) {
+    return gpu::ShuffleOp::create(builder, value, source, width,
+                                  gpu::ShuffleMode::IDX)
+        .getShuffleResult();
+  };
+  MutableArrayRef<Value> acc = MutableArrayRef<Value>(state).drop_front(4);
+  int64_t blocks = int64_t(acc.size()) / 4;
+  for (int64_t group = 0; 2 * group + 1 < blocks; ++group) {
+    MutableArrayRef<Value> even = acc.slice(4 * (2 * group), 4);
+    MutableArrayRef<Value> oddBlock = acc.slice(4 * (2 * group + 1), 4);
+    for (int64_t r = 0; r < 2; ++r) {
+      // This lane's dims 4t + 0..3 of row g (r = 0) or g + 8 (r = 1).
+      Value local[4] = {even[2 * r], oddBlock[2 * r], even[2 * r + 1],
+                        oddBlock[2 * r + 1]};
+      Value result[4];
+      for (int64_t target = 0; target < 2; ++target) {
+        Value source = arith::AddIOp::create(
+            builder, quadBase,
+            arith::AddIOp::create(builder, half, constI32(2 * target)));
+        for (int64_t e = 0; e < 2; ++e)
+          result[2 * target + e] = arith::SelectOp::create(
+              builder, odd, from(local[2 + e], source),
+              from(local[e], source));
       }
-      // Unit column u holds elements 2u on: f16 columns 2u and 2u + 8.
-      // The 8 threads of a 16-byte store phase hold the 8 chunks of a
-      // 128-byte row, whose f16 halves span 256 bytes: chunks 4-7 store
-      // their high half first, so that each phase's 8 stores fall in
-      // distinct 16-byte bank groups (ncu counted the plain order's 2-way
-      // conflicts as a quarter of all shared wavefronts). Chunk c starts at
-      // unit column c · kChunk.
-      Value column = mul(plan.columns[i], constIndex(2));
-      Value lowAddress = tileAddress(tile, plan.rows[i], column);
-      Value highAddress =
-          tileAddress(tile, plan.rows[i], add(column, constIndex(kChunk)));
-      Value swap = arith::CmpIOp::create(
-          builder, arith::CmpIPredicate::ne,
-          arith::AndIOp::create(builder, plan.columns[i],
-                                constIndex(4 * kChunk)),
-          constIndex(0));
-      LLVM::StoreOp::create(
-          builder, arith::SelectOp::create(builder, swap, high, low),
-          arith::SelectOp::create(builder, swap, highAddress, lowAddress),
-          /*alignment=*/16);
-      LLVM::StoreOp::create(
-          builder, arith::SelectOp::create(builder, swap, low, high),
-          arith::SelectOp::create(builder, swap, lowAddress, highAddress),
-          /*alignment=*/16);
-    });
+      even[2 * r] = result[0];
+      even[2 * r + 1] = result[1];
+      oddBlock[2 * r] = result[2];
+      oddBlock[2 * r + 1] = result[3];
+    }
   }
 }
 
 int64_t MmaKernel::stagingRowUnits(bool key) const {
-  return key ? TileLayout::fp8KeyRowBytes(spec.problem.headDim) / 2
-             : copyDim(spec.problem.valueDim());
+  return TileLayout::fp8RowBytes(key ? spec.problem.headDim
+                                      : spec.problem.valueDim()) /
+         2;
 }
 
 std::pair<Value, Value> MmaKernel::loadFp8KeyFragment(Value staging,

@@ -77,6 +77,10 @@ Type MmaKernel::productType(const KernelSpec &spec) {
 
 int64_t MmaKernel::dynamicSharedBytes() const {
   int64_t bytes = TileLayout::of(spec, false).bytes();
+  // Decode mode merges the warps' states through shared memory after the
+  // loop: two regions of two warps' (4 statistics and the O accumulators).
+  int64_t stateWords = 4 + TileLayout::padded(spec.problem.valueDim(), false) / 2;
+  bytes = std::max(bytes, 2 * 2 * kWarpSize * stateWords * 4);
   if (!spec.problem.fp8Cache &&
       wgmmaKernelSupports(spec.problem.headDim, spec.problem.valueDim()))
     bytes = std::max(bytes, TileLayout::of(spec, true).bytes());
@@ -98,20 +102,20 @@ Value MmaKernel::stageTile(int64_t index) {
 void MmaKernel::allocateTiles() {
   shared = dynamicShared();
   if (fp8) {
-    // One f16 tile of V, whatever the stages; the stages are the e4m3
-    // staging tiles after Q's tile. S = Q·Kᵀ reads K's staging tiles.
+    // Q's f16 tile, then the e4m3 staging tiles of K and V, which the
+    // products read.
     TileLayout layout = TileLayout::of(spec, wgmma);
-    vTiles.assign(stages, stageTile(0));
-    qTile = residentQ ? stageTile(1) : vTiles.back();
+    qTile = stageTile(0);
     int64_t offset = layout.tilesCount() * tileBytes();
     for (int64_t stage = 0; stage < stages; ++stage)
       kStaging.push_back(
           sharedByteOffset(shared, offset + stage * layout.keyStageBytes));
-    kTiles = kStaging;
     offset += stages * layout.keyStageBytes;
     for (int64_t stage = 0; stage < stages; ++stage)
       vStaging.push_back(
           sharedByteOffset(shared, offset + stage * layout.valueStageBytes));
+    kTiles = kStaging;
+    vTiles = vStaging;
     return;
   }
   for (int64_t stage = 0; stage < stages; ++stage) {
@@ -325,6 +329,8 @@ SmallVector<Value> MmaKernel::runModes(ArrayRef<Value> initState,
   SmallVector<Value> loopState =
       emitLoop(kDecodeWarpKeys / 8, mul(warp, constIndex(kDecodeWarpKeys)),
                kvBegin, kvEnd, initState);
+  if (fp8)
+    restoreValueColumns(loopState);
   // Shared memory is free once the loop is done: two regions of two warps'
   // states from its start (2048 + 256 · Dv bytes in all, less than the three
   // or more tiles of 128 · D bytes or more there are).
@@ -334,6 +340,8 @@ SmallVector<Value> MmaKernel::runModes(ArrayRef<Value> initState,
       *b, mergeWarps(loopState, shared, secondRegion, shareBlocks));
   b->setInsertionPointToStart(&modeIf.getElseRegion().front());
   loopState = emitLoop(kTileKeys / 8, constIndex(0), kvBegin, kvEnd, initState);
+  if (fp8)
+    restoreValueColumns(loopState);
   NVVM::CpAsyncWaitGroupOp::create(*b, 0);
   scf::YieldOp::create(*b, loopState);
   return SmallVector<Value>(modeIf.getResults());

@@ -17,6 +17,8 @@
 
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
+#include <array>
+
 namespace mlir::kiln::detail::mma {
 
 /// Query rows per warp: the M of one mma.
@@ -59,18 +61,25 @@ struct TileLayout {
   /// P·V of tile i, and its V during its own S = Q·Kᵀ.
   int64_t stages;
   /// FP8 caches: K and V land in e4m3 staging tiles, `stages` of each
-  /// (kTileKeys rows). S = Q·Kᵀ reads K's B fragments from its staging tile
-  /// (fp8KeyRowBytes) and converts them in registers; each thread converts
-  /// the V chunks it copied into one f16 tile of V, which P·V reads as it
-  /// reads the f16 stages otherwise.
+  /// (kTileKeys rows of fp8RowBytes), which the products read directly,
+  /// converting fragments in registers (Parts/Fp8Tile.cpp); the one f16
+  /// tile is Q's.
   bool fp8 = false;
   int64_t keyStageBytes = 0, valueStageBytes = 0;
 
-  /// Bytes a row of K's e4m3 staging tile takes: the head dim's, padded so
-  /// that the 8 key rows of a fragment load (4 words each) fall in distinct
-  /// banks (a row stride of 4 mod 8 words).
-  static int64_t fp8KeyRowBytes(int64_t dim) {
-    return dim + 4 * ((4 - (dim / 4) % 8 + 8) % 8);
+  /// Whether staging rows of `chunks` 16-byte chunks are swizzled
+  /// (stagingAddress) rather than padded: power-of-two counts.
+  static bool swizzled(int64_t chunks) {
+    return chunks > 0 && (chunks & (chunks - 1)) == 0;
+  }
+  /// Bytes a row of an e4m3 staging tile takes: the head dim's, swizzled,
+  /// or padded to an odd multiple of 16 bytes, so that the 8 rows of a
+  /// fragment load (4 bytes a lane for K, 16 a row for V's ldmatrix) fall in
+  /// distinct banks.
+  static int64_t fp8RowBytes(int64_t dim) {
+    if (swizzled(dim / 16))
+      return dim;
+    return dim + ((dim / 16) % 2 == 0 ? 16 : 0);
   }
 
   /// Head dims run as the next multiple of 16 (the mma's k) or, with wgmma,
@@ -88,15 +97,15 @@ struct TileLayout {
     layout.stages = widest > kLargestRegisterQ ? 1 : 2;
     if (spec.problem.fp8Cache) {
       layout.fp8 = true;
-      layout.keyStageBytes = kTileKeys * fp8KeyRowBytes(spec.problem.headDim);
-      layout.valueStageBytes = kTileKeys * spec.problem.valueDim();
+      layout.keyStageBytes = kTileKeys * fp8RowBytes(spec.problem.headDim);
+      layout.valueStageBytes = kTileKeys * fp8RowBytes(spec.problem.valueDim());
     }
     return layout;
   }
   int64_t tileBytes() const { return kTileKeys * rowElements * 2; }
-  /// The f16 tiles: K and V stages (V's one with FP8 caches), then Q's.
+  /// The f16 tiles: K and V stages, then Q's (Q's alone with FP8 caches).
   int64_t tilesCount() const {
-    return (fp8 ? 1 : 2 * stages) + (residentQ ? 1 : 0);
+    return fp8 ? 1 : 2 * stages + (residentQ ? 1 : 0);
   }
   int64_t bytes() const {
     return tilesCount() * tileBytes() +
@@ -255,13 +264,19 @@ private:
   /// e4m3 staging tile with FP8 caches.
   Value kLanding(int64_t stage) { return fp8 ? kStaging[stage] : kTiles[stage]; }
   Value vLanding(int64_t stage) { return fp8 ? vStaging[stage] : vTiles[stage]; }
-  /// The chunk positions (row, unit column, existence) this thread copies
-  /// of a tile of rows of `units` units: the layout planPagedChunks uses.
-  ChunkPlan chunkPositions(int64_t units);
-  /// Converts the e4m3 chunks this thread copied into `staging` (head dim
-  /// `dim`) to f16 in `tile`, after its copies landed; the block (or the
-  /// warp owning the rows) synchronises before reading them.
-  void convertStagedTile(Value staging, Value tile, int64_t dim);
+  /// FP8 caches: the B fragments of P·V for 16 keys from `keyRow` on and
+  /// the head dims of 16-column groups `firstGroup` and the next (that one
+  /// only where `second`) of V's staging tile: per group, those of its even
+  /// and of its odd head dims (restoreValueColumns puts them back).
+  SmallVector<std::array<Value, 2>> loadFp8ValueFragments(Value staging,
+                                                          Value keyRow,
+                                                          int64_t firstGroup,
+                                                          bool second);
+  /// FP8 caches: the O accumulators of P·V over loadFp8ValueFragments hold,
+  /// for each 16-column group, its even head dims in block 2G and its odd
+  /// ones in 2G + 1; moves them (within each lane quad) to the usual
+  /// layout, in `state` after its 4 row statistics.
+  void restoreValueColumns(SmallVector<Value> &state);
   /// Two e4m3 values (the low 16 bits of `pair`) as an f16x2 (i32): exact,
   /// by cvt.rn.f16x2.e4m3x2 where the target has it, else by moving the
   /// bits into f16's fields, which gives the value times 2^-8 (fp8Factor

@@ -102,10 +102,6 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         NVVM::CpAsyncWaitGroupOp::create(ib, 2 * stages - 1);
         asyncProxyFence();
         syncTile(warpOwnsRows);
-        if (fp8) {
-          convertStagedTile(vLanded, vTile, spec.problem.valueDim());
-          syncTile(warpOwnsRows);
-        }
 
         accumulateValues(acc, probabilities, vTile, keyOffset, keyBlocks);
         // Every warp is done with this V stage: the V tile after next loads
@@ -240,6 +236,22 @@ void MmaKernel::accumulateValues(SmallVector<Value> &acc,
       wgmmaProduct.values(
           *b, acc, pFragment,
           matrixDescriptor(vTile, 16 * j * 128, kSlabBytes, 1024));
+      continue;
+    }
+    if (fp8) {
+      // 32 head dims (4 output blocks) a load: each 16-column group's even
+      // dims to block 2G, its odd ones to 2G + 1.
+      Value keyRow = add(keyOffset, constIndex(16 * j));
+      for (int64_t pair = 0; 4 * pair < outBlocks; ++pair) {
+        bool second = 4 * pair + 2 < outBlocks;
+        SmallVector<std::array<Value, 2>> fragments =
+            loadFp8ValueFragments(vTile, keyRow, 2 * pair, second);
+        for (auto [index, fragment] : llvm::enumerate(fragments)) {
+          int64_t block = 4 * pair + index;
+          mmaSyncProduct.values(*b, MutableArrayRef<Value>(&acc[4 * block], 4),
+                                pFragment, {fragment[0], fragment[1]});
+        }
+      }
       continue;
     }
     for (int64_t pair = 0; pair < outBlocks / 2; ++pair) {
