@@ -133,6 +133,13 @@ def paged_attention(q, key_cache, value_cache, page_table, kv_lens, scale,
     return out
 
 
+# The CPU lowerings a numerics test runs each case through: tiled, tiled
+# with splits, and decomposed.
+LOWERINGS = [("--kv-block-size=16",),
+             ("--kv-block-size=8", "--q-block-size=4", "--num-splits=3"),
+             ("--attention-lowering=decomposed",)]
+
+
 def tensor_type(shape, dtype):
     dims = "x".join("?" if s is None else str(s) for s in shape)
     return f"tensor<{dims}x{dtype}>"

@@ -16,16 +16,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_ref import (E4M3_FINITE_CODES, Checker, attention_attrs,
-                           e4m3_decode, e4m3_encode, paged_attention,
-                           tensor_type, to_dtype)
+from attention_ref import (E4M3_FINITE_CODES, LOWERINGS, Checker,
+                           attention_attrs, e4m3_decode, e4m3_encode,
+                           paged_attention, tensor_type, to_dtype)
 
 checker = Checker(sys.argv[1], sys.argv[2])
 rng = np.random.default_rng(83)
 
-FLAGS = [("--kv-block-size=16",),
-         ("--kv-block-size=8", "--q-block-size=4", "--num-splits=3"),
-         ("--attention-lowering=decomposed",)]
 
 
 def fp8_mlir(types, attrs, ragged):
@@ -163,7 +160,7 @@ def fp8_case(name, page, new, kv_lens, hq=4, hkv=2, d=16, dtype="bf16",
                     ragged)
     if int8_bytes:
         inputs[1], inputs[2] = kc.view(np.int8), vc.view(np.int8)
-    checker.run(name, mlir, inputs, expected, dtype, FLAGS)
+    checker.run(name, mlir, inputs, expected, dtype, LOWERINGS)
     return name
 
 

@@ -12,15 +12,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_ref import (Checker, attention, attention_attrs, tensor_type,
-                           to_dtype)
+from attention_ref import (LOWERINGS, Checker, attention, attention_attrs,
+                           tensor_type, to_dtype)
 
 checker = Checker(sys.argv[1], sys.argv[2])
 rng = np.random.default_rng(31)
 
-FLAGS = [("--kv-block-size=16",),
-         ("--kv-block-size=8", "--q-block-size=4", "--num-splits=3"),
-         ("--attention-lowering=decomposed",)]
 
 
 def packed_mlir(types, attrs):
@@ -77,7 +74,7 @@ def packed_case(name, new, keys, hq=4, hkv=2, d=16, dv=None, dtype="f32",
     attrs = attention_attrs(scale, causal, window, softcap,
                             window_right=window_right)
     checker.run(name, packed_mlir(types, attrs),
-                [q, k, v, q_offsets, kv_offsets], expected, dtype, FLAGS)
+                [q, k, v, q_offsets, kv_offsets], expected, dtype, LOWERINGS)
 
 
 # An encoder batch without padding: three sentences, bidirectional.

@@ -10,15 +10,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_ref import (Checker, attention_attrs, paged_attention,
-                           tensor_type, to_dtype)
+from attention_ref import (LOWERINGS, Checker, attention_attrs,
+                           paged_attention, tensor_type, to_dtype)
 
 checker = Checker(sys.argv[1], sys.argv[2])
 rng = np.random.default_rng(29)
 
-FLAGS = [("--kv-block-size=16",),
-         ("--kv-block-size=8", "--q-block-size=4", "--num-splits=3"),
-         ("--attention-lowering=decomposed",)]
 
 
 def ragged_mlir(types, attrs):
@@ -70,7 +67,7 @@ def ragged_case(name, page, new, kv_lens, hq=4, hkv=2, d=16, dtype="f32",
              for s, e in zip(shapes, elements)]
     mlir = ragged_mlir(types, attention_attrs(scale, causal, window, softcap))
     checker.run(name, mlir, [q, kc, vc, table, lens, offsets], expected,
-                dtype, FLAGS)
+                dtype, LOWERINGS)
 
 
 # A prompt chunk of 9 (6 keys already cached) beside three decodes.
