@@ -68,9 +68,11 @@ struct TileLayout {
   int64_t keyStageBytes = 0, valueStageBytes = 0;
 
   /// Whether staging rows of `chunks` 16-byte chunks are swizzled
-  /// (stagingAddress) rather than padded: power-of-two counts.
+  /// (stagingAddress) rather than padded: power-of-two counts up to 8 (one
+  /// 128-byte line; at head dim 256 the swizzle's address arithmetic made
+  /// ptxas spill 520 bytes, the padded rows none).
   static bool swizzled(int64_t chunks) {
-    return chunks > 0 && (chunks & (chunks - 1)) == 0;
+    return chunks > 0 && chunks <= 8 && (chunks & (chunks - 1)) == 0;
   }
   /// Bytes a row of an e4m3 staging tile takes: the head dim's, swizzled,
   /// or padded to an odd multiple of 16 bytes, so that the 8 rows of a
