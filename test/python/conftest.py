@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
@@ -13,3 +15,16 @@ sys.path.insert(0, str(ROOT / "python"))
 # a GPU instead.
 if not os.environ.get("KILN_PYTEST_REAL_DRIVER"):
     os.environ["KILN_CUDA_DRIVER_LIB"] = "/nonexistent/kiln-pytest/libcuda.so.1"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch):
+    """kiln.transformers' site cache in a fresh $KILN_CACHE, its in-process
+    tables cleared before and after; yields the versioned cache folder."""
+    import kiln
+    import kiln.transformers as kt
+
+    monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
+    kt._sites.clear(); kt._sites_by_digest.clear()
+    yield tmp_path / "cache" / kiln.__version__
+    kt._sites.clear(); kt._sites_by_digest.clear()

@@ -16,14 +16,6 @@ import kiln
 import kiln.transformers as kt
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
-    kt._sites.clear(); kt._sites_by_digest.clear()
-    yield tmp_path / "cache" / kiln.__version__
-    kt._sites.clear(); kt._sites_by_digest.clear()
-
-
 def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
     kt.precompile(dtypes=("bf16",), head_dims=(64,), page_sizes=(16,))
     names = sorted(p.name.rsplit("_", 1)[0] for p in cache.iterdir() if p.is_dir())

@@ -13,14 +13,6 @@ import kiln
 import kiln.transformers as kt
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
-    kt._sites.clear(); kt._sites_by_digest.clear()
-    yield tmp_path / "cache" / kiln.__version__
-    kt._sites.clear(); kt._sites_by_digest.clear()
-
-
 def test_kinds_name_window_fp8_and_packing_in_order() -> None:
     assert kt._paged_kind(16, None, 8) == "paged16_fp8kv8"
     assert kt._paged_kind(16, ragged=True) == "paged16_ragged"

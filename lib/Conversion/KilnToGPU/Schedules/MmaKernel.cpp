@@ -108,14 +108,12 @@ void MmaKernel::allocateTiles() {
     qTile = stageTile(0);
     int64_t offset = layout.tilesCount() * tileBytes();
     for (int64_t stage = 0; stage < stages; ++stage)
-      kStaging.push_back(
+      kTiles.push_back(
           sharedByteOffset(shared, offset + stage * layout.keyStageBytes));
     offset += stages * layout.keyStageBytes;
     for (int64_t stage = 0; stage < stages; ++stage)
-      vStaging.push_back(
+      vTiles.push_back(
           sharedByteOffset(shared, offset + stage * layout.valueStageBytes));
-    kTiles = kStaging;
-    vTiles = vStaging;
     return;
   }
   for (int64_t stage = 0; stage < stages; ++stage) {
@@ -202,14 +200,14 @@ void MmaKernel::issueRestOfPrologue(Value hasFirst, Value first, Value hasNext,
                                     Value next) {
   bool sameRows =
       first == kvBegin && byLines(copyDim(spec.problem.valueDim()));
-  issueIf(hasFirst, vLanding(0), v, vBase, vStrides[2], first,
+  issueIf(hasFirst, vTiles[0], v, vBase, vStrides[2], first,
           sameRows ? ArrayRef<Value>(firstPages) : ArrayRef<Value>());
   NVVM::CpAsyncCommitGroupOp::create(*b);
   if (stages == 1)
     return;
-  issueIf(hasNext, kLanding(1), k, kBase, kStrides[2], next);
+  issueIf(hasNext, kTiles[1], k, kBase, kStrides[2], next);
   NVVM::CpAsyncCommitGroupOp::create(*b);
-  issueIf(hasNext, vLanding(1), v, vBase, vStrides[2], next);
+  issueIf(hasNext, vTiles[1], v, vBase, vStrides[2], next);
   NVVM::CpAsyncCommitGroupOp::create(*b);
 }
 
@@ -270,7 +268,7 @@ void MmaKernel::startPipeline() {
         guessed, types, [&] { return aheadPages; },
         [&] { return loadPages(kvBegin, kvLen); });
   }
-  issueIf(hasTiles, kLanding(0), k, kBase, kStrides[2], kvBegin, firstPages);
+  issueIf(hasTiles, kTiles[0], k, kBase, kStrides[2], kvBegin, firstPages);
   NVVM::CpAsyncCommitGroupOp::create(*b);
   // (V copies wider than the query/key head dim write columns the padding
   // stores zero; those wait for the barrier as well.)

@@ -262,10 +262,6 @@ private:
   // FP8 caches (Parts/Fp8Tile.cpp).
   //===--------------------------------------------------------------------===//
 
-  /// Where the copies of K or V stage `stage` land: the f16 stage, or the
-  /// e4m3 staging tile with FP8 caches.
-  Value kLanding(int64_t stage) { return fp8 ? kStaging[stage] : kTiles[stage]; }
-  Value vLanding(int64_t stage) { return fp8 ? vStaging[stage] : vTiles[stage]; }
   /// FP8 caches: the B fragments of P·V for 16 keys from `keyRow` on and
   /// the head dims of 16-column groups `firstGroup` and the next (that one
   /// only where `second`) of V's staging tile: per group, those of its even
@@ -434,11 +430,11 @@ private:
 
   // Bound by buildBody for its parts.
   /// Dynamic shared memory: the K stages, the V stages, then the resident Q
-  /// tile if there is one.
+  /// tile if there is one (with FP8 caches: Q's f16 tile, then the K and V
+  /// stages as e4m3 staging tiles).
   Value shared;
   SmallVector<Value> kTiles, vTiles;
-  /// FP8 caches: the e4m3 staging tiles, and V's scale (times fp8Factor).
-  SmallVector<Value> kStaging, vStaging;
+  /// FP8 caches: V's scale (times fp8Factor).
   Value vScale;
   /// The type the products take: f16 with FP8 caches, else the element's.
   Type computeType;

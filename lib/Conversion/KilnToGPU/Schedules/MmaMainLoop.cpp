@@ -64,10 +64,9 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
           nextPages.assign(carried.begin() + loopInit.size(), carried.end());
           laterPages = loadPages(add(nextStart, constIndex(kTileKeys)), kvLen);
         }
-        // Where this tile's copies landed (the f16 stage, or FP8's staging
-        // tile) and the f16 tile the products read.
+        // This tile's stage: where its copies landed and the products read
+        // (the f16 stage, or FP8's e4m3 staging tile).
         Value kTile = kTiles[0], vTile = vTiles[0];
-        Value kLanded = kLanding(0), vLanded = vLanding(0);
         if (stages == 2) {
           Value tileIndex = arith::DivUIOp::create(ib, sub(kvStart, loopBegin),
                                                    constIndex(kTileKeys));
@@ -75,8 +74,6 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
               arith::TruncIOp::create(ib, ib.getI1Type(), toI32(tileIndex));
           kTile = arith::SelectOp::create(ib, odd, kTiles[1], kTiles[0]);
           vTile = arith::SelectOp::create(ib, odd, vTiles[1], vTiles[0]);
-          kLanded = arith::SelectOp::create(ib, odd, kLanding(1), kLanding(0));
-          vLanded = arith::SelectOp::create(ib, odd, vLanding(1), vLanding(0));
         }
 
         SmallVector<SmallVector<Value>> scores =
@@ -85,7 +82,7 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         // Every warp is done with this K stage: the K tile after next loads
         // into it during the softmax and P·V of this one.
         syncTile(warpOwnsRows);
-        issueIf(hasNext, kLanded, k, kBase, kStrides[2], nextStart,
+        issueIf(hasNext, kTile, k, kBase, kStrides[2], nextStart,
                 nextPages);
         NVVM::CpAsyncCommitGroupOp::create(ib);
 
@@ -109,7 +106,7 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         syncTile(warpOwnsRows);
         // V's rows are K's: the same entries where both are laid out by
         // lines.
-        issueIf(hasNext, vLanded, v, vBase, vStrides[2], nextStart,
+        issueIf(hasNext, vTile, v, vBase, vStrides[2], nextStart,
                 byLines(copyDim(spec.problem.valueDim()))
                     ? ArrayRef<Value>(nextPages)
                     : ArrayRef<Value>());
@@ -323,7 +320,7 @@ SmallVector<Value> MmaKernel::revisitSkippedTiles(ValueRange results) {
     Value secondTile = add(rangeBegin, constIndex(kTileKeys));
     Value second = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
                                          secondTile, rangeEnd);
-    issueIf(first, kLanding(0), k, kBase, kStrides[2], rangeBegin);
+    issueIf(first, kTiles[0], k, kBase, kStrides[2], rangeBegin);
     NVVM::CpAsyncCommitGroupOp::create(*b);
     issueRestOfPrologue(first, rangeBegin, second, secondTile);
     state = emitLoop(kTileKeys / 8, constIndex(0), rangeBegin, rangeEnd, state);
