@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 8
+#define KILN_RUNTIME_API_VERSION 9
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -131,7 +131,9 @@ typedef struct kiln_site_info {
   int32_t paged;         /* a kiln.paged_attention site */
   int64_t page_size;     /* paged sites; KILN_DYNAMIC when not fixed */
   int32_t split_kv;      /* the kernel can split keys (see workspace) */
-  int32_t ragged;        /* paged sites taking packed queries (q_offsets) */
+  int32_t ragged;        /* sites taking packed queries (q_offsets): paged
+                            ones, and attention sites of packed sequences
+                            (C API version 9; kiln_packed_attention_args) */
   /* Paged sites (C API version 8): the element of the KV caches, dtype or
      KILN_DTYPE_F8E4M3; and an FP8 cache's dequantisation scales, 0 none
      (float caches), 1 per tensor (num_kv_scales 1), 2 per KV head
@@ -265,6 +267,57 @@ typedef struct kiln_paged_attention_args {
   const float *v_scale;
   int64_t num_kv_scales;
 } kiln_paged_attention_args;
+
+/// Arguments of one launch of an attention site of packed sequences
+/// (kiln_site_info.ragged with paged 0; C API version 9): FlashAttention's
+/// varlen form. Every sequence's queries are packed along one axis, q and out
+/// [total_q, q_heads, head_dim] (out: v_head_dim), and its keys and values
+/// along another, k and v [total_kv, kv_heads, head_dim] (v: v_head_dim);
+/// sequence b owns query rows [q_offsets[b], q_offsets[b + 1]) and key rows
+/// [kv_offsets[b], kv_offsets[b + 1]) (int32 on the device, [batch + 1]),
+/// and is attended as the uniform op would attend it alone (causal and
+/// windows bottom-right aligned on its own rows). Offsets are clamped into
+/// [0, total] and ordered on the GPU, so bad ones read and write nothing
+/// outside the tensors; rows no sequence owns are not written. Strides are
+/// in elements, {row, head, head_dim}, head_dim strides 1. The launch runs
+/// the plan_items work items of `plan` (int32 pairs on the device, 8-byte
+/// aligned) that kiln_site_plan_packed_attention writes; empty items
+/// (sequence -1) do nothing, so a plan of fixed capacity serves every
+/// replay of a CUDA graph.
+typedef struct kiln_packed_attention_args {
+  const void *q;
+  const void *k;
+  const void *v;
+  void *out;
+  const int32_t *q_offsets;  /* [batch + 1] */
+  const int32_t *kv_offsets; /* [batch + 1] */
+  const int32_t *plan;
+  int64_t plan_items;
+  kiln_dtype q_dtype;
+  kiln_dtype k_dtype;
+  kiln_dtype v_dtype;
+  kiln_dtype out_dtype;
+  int64_t batch; /* sequences */
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t total_q;
+  int64_t total_kv;
+  int64_t head_dim;
+  int64_t v_head_dim; /* 0: head_dim */
+  int64_t q_strides[3];
+  int64_t k_strides[3];
+  int64_t v_strides[3];
+  int64_t out_strides[3];
+  /* Split-KV, as in kiln_attention_args (kiln_site_workspace_size with
+     batch 1, q_len total_q and max_kv_len the longest sequence's keys). */
+  void *workspace;
+  int64_t workspace_bytes;
+  int64_t num_splits;
+  /* The longest sequence's key count where the host knows it, 0 where it
+     does not (then total_kv). Only the split count chosen at launch
+     depends on it, never the result. */
+  int64_t max_kv_len;
+} kiln_packed_attention_args;
 
 /// A paged site's cache append (C API version 7): each sequence's new
 /// keys and values, packed along one axis, written into its pages. `key`
@@ -428,6 +481,32 @@ KILN_RT_API kiln_status kiln_site_check_attention(const kiln_site *site,
 /// consecutive sequences on the stream.
 KILN_RT_API kiln_status kiln_site_launch_attention(
     const kiln_site *site, const kiln_attention_args *args, void *stream);
+
+/// A packed site's launch (kiln_packed_attention_args; C API version 9),
+/// checked as kiln_site_check_attention checks its tensors; no driver
+/// needed.
+KILN_RT_API kiln_status kiln_site_check_packed_attention(
+    const kiln_site *site, const kiln_packed_attention_args *args,
+    kiln_launch_config *config);
+/// Checks, then launches a packed site on `stream`, as
+/// kiln_site_launch_attention does: never allocates or synchronises
+/// (capturable). A batch of 0, total_q of 0 or a plan of 0 items launches
+/// nothing.
+KILN_RT_API kiln_status kiln_site_launch_packed_attention(
+    const kiln_site *site, const kiln_packed_attention_args *args,
+    void *stream);
+/// The split count such a launch uses on the current device.
+KILN_RT_API kiln_status kiln_site_packed_attention_splits(
+    const kiln_site *site, const kiln_packed_attention_args *args,
+    int64_t *splits);
+/// The plan of a packed launch, as kiln_site_plan_paged_attention's, from
+/// host copies of the launch's `q_offsets` and `kv_offsets` ([batch + 1]
+/// each; both start at 0 and never decrease, or KILN_INVALID_ARGUMENT names
+/// the first bad entry).
+KILN_RT_API kiln_status kiln_site_plan_packed_attention(
+    const kiln_site *site, const int32_t *q_offsets, const int32_t *kv_offsets,
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int32_t *plan,
+    int64_t capacity, int64_t *items);
 
 /// A paged site's launch, checked as kiln_site_check_attention does (and
 /// then the page table and key-count sizes); no driver needed.

@@ -205,7 +205,8 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       if (!paged)
         return invalid("{}kernel \"{}\" is paged", where, kernel.name);
       const void *pointers[] = {paged->pageTable, paged->kvLens,
-                                paged->qOffsets, paged->plan};
+                                paged->qOffsets, paged->plan,
+                                paged->kvOffsets};
       value.pointer = static_cast<uint64_t>(
           reinterpret_cast<uintptr_t>(pointers[arg.paged]));
       continue;

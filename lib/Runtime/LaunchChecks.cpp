@@ -205,6 +205,10 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
     return invalid("{}a paged-attention site: launch it with "
                    "kiln_site_launch_paged_attention",
                    where);
+  if (site.ragged)
+    return invalid("{}a site of packed sequences: launch it with "
+                   "kiln_site_launch_packed_attention",
+                   where);
   launch.kernel = &kernel;
   if (args.batch == 0) {
     launch.empty = true;
@@ -436,6 +440,100 @@ Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                    "page_size ({}), got {}",
                    where, paged.batch * launch.maxKvLen, paged.total_kv_len);
   launch.totalKvLen = paged.total_kv_len;
+  launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
+  return checkSplits(where, launch);
+}
+
+Error checkPackedLaunch(const Manifest &manifest, const Site &site,
+                        const kiln_packed_attention_args *argsPointer,
+                        CheckedLaunch &launch) {
+  const std::string where = messagePrefix(site);
+  if (!argsPointer)
+    return invalid("{}the argument struct is NULL", where);
+  if (!site.ragged || site.paged)
+    return invalid("{}not a site of packed sequences: launch it with "
+                   "kiln_site_launch_{}attention",
+                   where, site.paged ? "paged_" : "");
+  const kiln_packed_attention_args &packed = *argsPointer;
+  launch.kernel = &manifest.kernels[site.kernelIndex];
+  for (auto [name, value] : {std::pair{"batch", packed.batch},
+                             std::pair{"total_q", packed.total_q},
+                             std::pair{"total_kv", packed.total_kv},
+                             std::pair{"plan_items", packed.plan_items}})
+    if (value < 0)
+      return invalid("{}{} must not be negative, got {}", where, name, value);
+  if (packed.batch == 0 || packed.total_q == 0 || packed.plan_items == 0) {
+    launch.empty = true;
+    return Error::ok();
+  }
+  if (packed.batch > std::numeric_limits<int32_t>::max() - 1)
+    return invalid("{}batch must be at most 2^31 - 2, got {}", where,
+                   packed.batch);
+  if (packed.plan_items > std::numeric_limits<int32_t>::max())
+    return invalid("{}plan_items must be at most 2^31 - 1, got {}", where,
+                   packed.plan_items);
+  for (auto [name, pointer] :
+       {std::pair{"q_offsets", static_cast<const void *>(packed.q_offsets)},
+        std::pair{"kv_offsets", static_cast<const void *>(packed.kv_offsets)},
+        std::pair{"plan", static_cast<const void *>(packed.plan)}})
+    if (!pointer)
+      return invalid("{}{} is NULL (a packed launch takes both offsets and "
+                     "a plan: kiln_site_plan_packed_attention)",
+                     where, name);
+  if (reinterpret_cast<uintptr_t>(packed.q_offsets) % 4 ||
+      reinterpret_cast<uintptr_t>(packed.kv_offsets) % 4 ||
+      reinterpret_cast<uintptr_t>(packed.plan) % 8)
+    return invalid("{}q_offsets and kv_offsets must be 4-byte and plan "
+                   "8-byte aligned",
+                   where);
+  if (packed.max_kv_len < 0 || packed.max_kv_len > packed.total_kv)
+    return invalid("{}max_kv_len must be 0 (unknown) to total_kv ({}), got "
+                   "{}",
+                   where, packed.total_kv, packed.max_kv_len);
+
+  // The packed rows as one sequence of total_q queries against total_kv
+  // keys: the checks of an attention launch's tensors.
+  kiln_attention_args args{};
+  args.q = packed.q;
+  args.k = packed.k;
+  args.v = packed.v;
+  args.out = packed.out;
+  args.q_dtype = packed.q_dtype;
+  args.k_dtype = packed.k_dtype;
+  args.v_dtype = packed.v_dtype;
+  args.out_dtype = packed.out_dtype;
+  args.mask_dtype = args.bias_dtype = KILN_DTYPE_NONE;
+  args.batch = 1;
+  args.q_heads = packed.q_heads;
+  args.kv_heads = packed.kv_heads;
+  args.q_len = packed.total_q;
+  args.kv_len = packed.total_kv;
+  args.head_dim = packed.head_dim;
+  args.v_head_dim = packed.v_head_dim;
+  for (auto [to, from] : {std::pair{args.q_strides, packed.q_strides},
+                          std::pair{args.k_strides, packed.k_strides},
+                          std::pair{args.v_strides, packed.v_strides},
+                          std::pair{args.out_strides, packed.out_strides}}) {
+    to[0] = 0;
+    to[1] = from[1];
+    to[2] = from[0];
+    to[3] = from[2];
+  }
+  args.workspace = packed.workspace;
+  args.workspace_bytes = packed.workspace_bytes;
+  args.num_splits = packed.num_splits;
+  if (Error error = checkAttention(*launch.kernel, site, where, args))
+    return error;
+  PagedValues values;
+  values.qOffsets = packed.q_offsets;
+  values.kvOffsets = packed.kv_offsets;
+  values.plan = packed.plan;
+  values.planItems = packed.plan_items;
+  values.sequences = packed.batch;
+  launch.args = args;
+  launch.paged = values;
+  launch.maxKvLen = packed.max_kv_len ? packed.max_kv_len : packed.total_kv;
+  launch.totalKvLen = packed.total_kv;
   launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
   return checkSplits(where, launch);
 }

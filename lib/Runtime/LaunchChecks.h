@@ -23,7 +23,8 @@
 namespace kiln {
 namespace rt {
 
-/// The values of a paged launch that kiln_attention_args has no place for.
+/// The values of a paged or packed launch that kiln_attention_args has no
+/// place for.
 struct PagedValues {
   const int32_t *pageTable = nullptr;
   const int32_t *kvLens = nullptr;
@@ -33,6 +34,8 @@ struct PagedValues {
   const int32_t *qOffsets = nullptr;
   const int32_t *plan = nullptr;
   int64_t planItems = 0, sequences = 0;
+  /// Packed launches (kiln.attention's packed form): the key rows' offsets.
+  const int32_t *kvOffsets = nullptr;
   /// FP8 caches: the keys' and values' dequantisation scales (f32).
   const float *kScale = nullptr, *vScale = nullptr;
 };
@@ -98,6 +101,12 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
 Error checkPagedLaunch(const Manifest &manifest, const Site &site,
                        const kiln_paged_attention_args *argsPointer,
                        CheckedLaunch &launch);
+
+/// Checks a packed launch of `site` (its packed rows stand as one sequence
+/// of total_q queries and total_kv keys). Never touches the CUDA driver.
+Error checkPackedLaunch(const Manifest &manifest, const Site &site,
+                        const kiln_packed_attention_args *argsPointer,
+                        CheckedLaunch &launch);
 
 /// Checks the bounds a workspace size is asked for (kiln_site_workspace_size)
 /// as a launch's sizes are checked.

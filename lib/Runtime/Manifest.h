@@ -46,7 +46,8 @@ enum class ArgSource : uint8_t {
   Softcap, ///< the site's soft-capping value
   Window,  ///< the site's sliding-window size
   /// Paged sites: the page table or the key counts (`paged` = 0 or 1);
-  /// ragged sites also q_offsets or the plan (2, 3).
+  /// ragged sites also q_offsets or the plan (2, 3); packed sites (ragged
+  /// "attention" kernels) kv_offsets (4) with q_offsets and the plan.
   PagedPointer,
   /// Paged sites: max_pages, num_pages or page_size (`paged` = 0, 1, 2);
   /// ragged sites also the sequence count (3).
@@ -123,7 +124,9 @@ struct Kernel {
   std::string kind;
   /// "paged_attention": K and V are read through a page table.
   bool paged = false;
-  /// Paged kernels of packed queries (`"ragged"`): blocks from a plan.
+  /// Kernels of packed queries (`"ragged"`): blocks from a plan. Paged
+  /// ones read K and V through the page table, "attention" ones (packed
+  /// sequences) from packed key rows by kv_offsets.
   bool ragged = false;
   /// Rows of Q (or packed (query, head) pairs) a block computes.
   int64_t rowsPerBlock = 64;

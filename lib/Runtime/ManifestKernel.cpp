@@ -82,8 +82,8 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     }
   }
   static const char *pagedPointers[] = {"page_table", "kv_lens", "q_offsets",
-                                        "plan"};
-  for (int i = 0; i < 4; ++i)
+                                        "plan", "kv_offsets"};
+  for (int i = 0; i < 5; ++i)
     if (name == pagedPointers[i]) {
       arg.source = ArgSource::PagedPointer;
       arg.paged = i;
@@ -258,8 +258,23 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
     break;
   case ArgSource::PagedPointer:
   case ArgSource::PagedDim:
-  case ArgSource::PageTableStride:
-    if (!kernel.paged)
+  case ArgSource::PageTableStride: {
+    // Kernels of packed queries take q_offsets, the plan and the sequence
+    // count; packed sequences' kv_offsets, paged ones the rest.
+    bool packedArg = (arg.source == ArgSource::PagedPointer &&
+                      arg.paged >= 2) ||
+                     (arg.source == ArgSource::PagedDim && arg.paged == 3);
+    bool keyOffsets = arg.source == ArgSource::PagedPointer && arg.paged == 4;
+    if (packedArg && !kernel.ragged)
+      nameNode.fail(fmt::format(
+          "argument \"{}\" belongs to kernels of packed queries "
+          "(\"ragged\")",
+          arg.name));
+    if (keyOffsets && kernel.paged)
+      nameNode.fail(fmt::format("argument \"{}\" belongs to kernels of "
+                                "packed sequences, not paged ones",
+                                arg.name));
+    if (!packedArg && !kernel.paged)
       nameNode.fail(fmt::format(
           "argument \"{}\" belongs to paged-attention kernels", arg.name));
     expectKinds(arg.source == ArgSource::PagedPointer
@@ -268,6 +283,7 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                 arg.source == ArgSource::PagedPointer ? "\"pointer\""
                                                       : "\"i32\" or \"i64\"");
     break;
+  }
   case ArgSource::NumSplits:
   case ArgSource::Workspace:
     if (!kernel.combine && !kernel.combineIndex)
@@ -372,8 +388,8 @@ void parseKernel(const Node &node, Kernel &kernel) {
   kernel.append = kernel.kind == "paged_append";
   Node ragged = node.optionalKey("ragged");
   kernel.ragged = !ragged.isNull() && ragged.boolean();
-  if (kernel.ragged && !kernel.paged)
-    ragged.fail("only a \"paged_attention\" kernel takes packed queries");
+  if (kernel.ragged && kernel.kind == "paged_append")
+    ragged.fail("a \"paged_append\" kernel takes no packed queries");
   Node rows = node.optionalKey("rows_per_block");
   if (!rows.isNull())
     kernel.rowsPerBlock = rows.integer(1, 1 << 16);
@@ -409,6 +425,9 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (!kernel.combine && !kernel.append) {
     parseMask(node, kernel.mask, kernel.maskDtype);
     parseBias(node, kernel.bias, kernel.biasDtype);
+    // Packed sequences have no [batch, q_heads, q_len, kv_len] to index.
+    if (kernel.ragged && (kernel.mask != KILN_MASK_NONE || kernel.bias))
+      node.fail("a kernel of packed queries takes no mask or bias");
   }
   // Resolved to an index once every kernel is read (see
   // resolveCombineKernels); marks the kernel as splitting keys meanwhile.
@@ -491,6 +510,8 @@ void parseKernel(const Node &node, Kernel &kernel) {
                     "out", "page_table", "kv_lens"};
   if (kernel.ragged)
     requiredArgs.insert(requiredArgs.end(), {"q_offsets", "plan", "sequences"});
+  if (kernel.ragged && !kernel.paged)
+    requiredArgs.push_back("kv_offsets");
   for (size_t i = 0; i < 3; ++i)
     if (kernel.grid[i].planItems && !kernel.ragged)
       grid[i].fail("\"plan_items\" is the grid of a ragged kernel only");
@@ -504,7 +525,11 @@ void parseKernel(const Node &node, Kernel &kernel) {
           kernel.cacheDtype == KILN_DTYPE_F8E4M3)
         requiredArgs.push_back(kAppendArgNames[i]);
     }
-  } else if (kernel.combine)
+  } else if (kernel.combine && kernel.ragged)
+    // A ragged launch's combine writes the rows its sequences own.
+    requiredArgs = {"workspace", "out", "num_splits", "q_offsets",
+                    "sequences"};
+  else if (kernel.combine)
     requiredArgs = {"workspace", "out", "num_splits"};
   else if (kernel.combineIndex)
     requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
@@ -560,9 +585,20 @@ void resolveCombineKernels(const Node &kernelsNode,
   std::vector<Node> nodes = kernelsNode.array();
   for (size_t i = 0; i < kernels.size(); ++i) {
     Kernel &kernel = kernels[i];
-    if (kernel.combineIndex)
+    if (kernel.combineIndex) {
       kernel.combineIndex = resolveNamed(nodes[i].key("split_combine"), kernel,
                                          kernels, "split_combine");
+      // A ragged combine reads the launch's q_offsets, which only ragged
+      // launches have. (A ragged kernel may name a plain combine: packages
+      // written before the ragged combine, which also wrote the rows past
+      // the last sequence.)
+      if (kernels[*kernel.combineIndex].ragged && !kernel.ragged)
+        nodes[i].key("split_combine")
+            .fail(fmt::format("kernel \"{}\" is not ragged but its combine "
+                              "kernel \"{}\" is",
+                              kernel.name,
+                              kernels[*kernel.combineIndex].name));
+    }
     if (kernel.appendIndex)
       kernel.appendIndex = resolveNamed(nodes[i].key("paged_append"), kernel,
                                         kernels, "paged_append");

@@ -20,7 +20,7 @@ int64_t planCapacity(int64_t batch, int64_t totalQ, int64_t group,
 Error buildPlan(const std::string &where, const int32_t *qOffsets,
                 const int32_t *kvLens, int64_t batch, int64_t group,
                 int64_t rowsPerBlock, int32_t *plan, int64_t capacity,
-                int64_t &items) {
+                int64_t &items, bool lensCountQueries) {
   items = 0;
   if (batch < 0 || batch > std::numeric_limits<int32_t>::max() - 1)
     return invalid("{}batch must be 0 to 2^31 - 2, got {}", where, batch);
@@ -45,7 +45,7 @@ Error buildPlan(const std::string &where, const int32_t *qOffsets,
       return invalid("{}q_offsets decrease at sequence {}: q_offsets[{}] = "
                      "{} > q_offsets[{}] = {}",
                      where, b, b, qOffsets[b], b + 1, qOffsets[b + 1]);
-    if (kvLens && kvLens[b] < queries)
+    if (kvLens && lensCountQueries && kvLens[b] < queries)
       return invalid("{}kv_lens[{}] = {} is less than the sequence's {} new "
                      "queries (kv_lens counts them)",
                      where, b, kvLens[b], queries);
@@ -78,6 +78,25 @@ Error buildPlan(const std::string &where, const int32_t *qOffsets,
     plan[2 * i + 1] = 0;
   }
   items = list.size();
+  return Error::ok();
+}
+
+Error keyCountsOf(const std::string &where, const int32_t *kvOffsets,
+                  int64_t batch, std::vector<int32_t> &kvLens) {
+  kvLens.clear();
+  if (batch <= 0)
+    return Error::ok();
+  if (!kvOffsets)
+    return invalid("{}kv_offsets is NULL", where);
+  if (kvOffsets[0] != 0)
+    return invalid("{}kv_offsets[0] must be 0, got {}", where, kvOffsets[0]);
+  for (int64_t b = 0; b < batch; ++b) {
+    if (kvOffsets[b + 1] < kvOffsets[b])
+      return invalid("{}kv_offsets decrease at sequence {}: kv_offsets[{}] "
+                     "= {} > kv_offsets[{}] = {}",
+                     where, b, b, kvOffsets[b], b + 1, kvOffsets[b + 1]);
+    kvLens.push_back(kvOffsets[b + 1] - kvOffsets[b]);
+  }
   return Error::ok();
 }
 

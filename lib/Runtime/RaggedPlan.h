@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln {
 namespace rt {
@@ -29,10 +30,18 @@ int64_t planCapacity(int64_t batch, int64_t totalQ, int64_t group,
 /// Writes the plan of a batch (host arrays: `qOffsets` [batch + 1],
 /// `kvLens` [batch] or null) to `plan` (capacity int32 pairs, empty items
 /// after the last) and its item count to `items`. `where` starts messages.
+/// With `lensCountQueries` (paged launches) each kv_lens[b] counts the
+/// sequence's queries and is at least their number.
 Error buildPlan(const std::string &where, const int32_t *qOffsets,
                 const int32_t *kvLens, int64_t batch, int64_t group,
                 int64_t rowsPerBlock, int32_t *plan, int64_t capacity,
-                int64_t &items);
+                int64_t &items, bool lensCountQueries = true);
+
+/// The key counts of a packed batch from its host `kvOffsets` ([batch +
+/// 1], starting at 0 and never decreasing, or an error naming the first
+/// bad entry).
+Error keyCountsOf(const std::string &where, const int32_t *kvOffsets,
+                  int64_t batch, std::vector<int32_t> &kvLens);
 
 } // namespace rt
 } // namespace kiln

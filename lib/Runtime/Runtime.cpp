@@ -23,9 +23,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 using namespace kiln::rt;
 
@@ -430,6 +432,64 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
 }
 
 kiln_status
+kiln_site_check_packed_attention(const kiln_site *site,
+                                 const kiln_packed_attention_args *args,
+                                 kiln_launch_config *config) {
+  return guarded("kiln_site_check_packed_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_check_packed_attention: NULL site");
+    const Manifest &manifest = site->package->manifest;
+    const Site &s = manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkPackedLaunch(manifest, s, args, launch))
+      return fail(error);
+    if (Error error = checkedConfig(s, launch, config))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status
+kiln_site_launch_packed_attention(const kiln_site *site,
+                                  const kiln_packed_attention_args *args,
+                                  void *stream) {
+  return guarded("kiln_site_launch_packed_attention", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_launch_packed_attention: NULL site");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkPackedLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = launchFolded(package, s, launch, stream))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status
+kiln_site_packed_attention_splits(const kiln_site *site,
+                                  const kiln_packed_attention_args *args,
+                                  int64_t *splits) {
+  return guarded("kiln_site_packed_attention_splits", [&] {
+    if (!site || !splits)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_packed_attention_splits: NULL site or result "
+                  "pointer");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkPackedLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = splitsOfLaunch(package, s, launch, *splits))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status
 kiln_site_check_paged_attention(const kiln_site *site,
                                 const kiln_paged_attention_args *args,
                                 kiln_launch_config *config) {
@@ -588,6 +648,42 @@ kiln_status kiln_site_plan_paged_attention(
     if (Error error =
             buildPlan(messagePrefix(s), q_offsets, kv_lens, batch, group,
                       kernel->rowsPerBlock, plan, capacity, *items))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_plan_packed_attention(
+    const kiln_site *site, const int32_t *q_offsets, const int32_t *kv_offsets,
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int32_t *plan,
+    int64_t capacity, int64_t *items) {
+  return guarded("kiln_site_plan_packed_attention", [&] {
+    const Kernel *kernel = nullptr;
+    int64_t group = 0;
+    if (Error error = raggedShape(site, "kiln_site_plan_packed_attention",
+                                  q_heads, kv_heads, kernel, group))
+      return fail(error);
+    if (!items)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_plan_packed_attention: NULL result pointer");
+    const Site &s = site->package->manifest.sites[site->index];
+    std::string where = messagePrefix(s);
+    if (s.paged)
+      return fail(KILN_INVALID_ARGUMENT,
+                  where + "a paged site: its plan comes from "
+                          "kiln_site_plan_paged_attention");
+    if (batch < 0 || batch > std::numeric_limits<int32_t>::max() - 1)
+      return fail(KILN_INVALID_ARGUMENT,
+                  where + "batch must be 0 to 2^31 - 2");
+    std::vector<int32_t> kvLens;
+    if (Error error = keyCountsOf(where, kv_offsets, batch, kvLens))
+      return fail(error);
+    // A packed sequence's keys need not count its queries (an encoder's
+    // or cross-attention's do not).
+    if (Error error =
+            buildPlan(where, q_offsets, batch ? kvLens.data() : nullptr,
+                      batch, group, kernel->rowsPerBlock, plan, capacity,
+                      *items, /*lensCountQueries=*/false))
       return fail(error);
     return KILN_OK;
   });

@@ -217,10 +217,10 @@ Error workspaceBytes(kiln_package &package, const Site &s, int64_t batch,
   args.kv_len = maxKvLen;
   args.head_dim = kernel.headDim ? *kernel.headDim : 1;
   // The mean lengths (in key blocks) a launch may have: the longest, and
-  // for paged launches, which may give their batch's total length, uneven
-  // batches at means halving from it.
+  // for paged and packed launches, which give their batch's total length,
+  // uneven batches at means halving from it.
   std::vector<int64_t> means = {kvBlocks};
-  if (kernel.paged)
+  if (kernel.paged || kernel.ragged)
     for (int64_t mean = kvBlocks / 2; mean >= 1; mean /= 2)
       means.push_back(mean);
   int64_t largest = 0;

@@ -209,6 +209,40 @@ class PagedAttentionArgs(ctypes.Structure):
     ]
 
 
+class PackedAttentionArgs(ctypes.Structure):
+    """``kiln_packed_attention_args``: a launch of packed sequences."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("q_offsets", ctypes.c_void_p),
+        ("kv_offsets", ctypes.c_void_p),
+        ("plan", ctypes.c_void_p),
+        ("plan_items", ctypes.c_int64),
+        ("q_dtype", ctypes.c_int),
+        ("k_dtype", ctypes.c_int),
+        ("v_dtype", ctypes.c_int),
+        ("out_dtype", ctypes.c_int),
+        ("batch", ctypes.c_int64),
+        ("q_heads", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int64),
+        ("total_q", ctypes.c_int64),
+        ("total_kv", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("v_head_dim", ctypes.c_int64),
+        ("q_strides", ctypes.c_int64 * 3),
+        ("k_strides", ctypes.c_int64 * 3),
+        ("v_strides", ctypes.c_int64 * 3),
+        ("out_strides", ctypes.c_int64 * 3),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
+        ("num_splits", ctypes.c_int64),
+        ("max_kv_len", ctypes.c_int64),
+    ]
+
+
 class PagedAppendArgs(ctypes.Structure):
     """``kiln_paged_append_args``: new keys and values for a paged site's
     caches."""
@@ -445,6 +479,40 @@ def _declare(lib: ctypes.CDLL) -> None:
                 ctypes.POINTER(ctypes.c_int64),
             ],
         ),
+        "kiln_site_check_packed_attention": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(PackedAttentionArgs),
+                ctypes.POINTER(_LaunchConfig),
+            ],
+        ),
+        "kiln_site_launch_packed_attention": (
+            c_status,
+            [site_p, ctypes.POINTER(PackedAttentionArgs), ctypes.c_void_p],
+        ),
+        "kiln_site_packed_attention_splits": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(PackedAttentionArgs),
+                ctypes.POINTER(ctypes.c_int64),
+            ],
+        ),
+        "kiln_site_plan_packed_attention": (
+            c_status,
+            [
+                site_p,
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.c_int64,
+                ctypes.POINTER(ctypes.c_int32),
+                ctypes.c_int64,
+                ctypes.POINTER(ctypes.c_int64),
+            ],
+        ),
         "kiln_site_plan_paged_attention": (
             c_status,
             [
@@ -486,7 +554,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 8
+_API_VERSION = 9
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -670,8 +738,11 @@ class Site:
         # The kernel can split each sequence's keys over several blocks (see
         # workspace_size()).
         self.split_kv: bool = bool(info.split_kv)
-        # A paged site of packed queries (q_offsets): launched with a plan.
+        # A site of packed queries (q_offsets), launched with a plan: a
+        # ragged paged site, or a site of packed sequences (`packed`: q, k
+        # and v packed by q_offsets and kv_offsets; packed_attention()).
         self.ragged: bool = bool(info.ragged)
+        self.packed: bool = self.ragged and not self.paged
         # A paged site's KV cache element ("f8e4m3" for FP8 caches, else the
         # site's dtype) and an FP8 cache's scales: "per_tensor",
         # "per_kv_head", or None.
@@ -745,6 +816,15 @@ class Site:
     def launch_paged(self, args: PagedAttentionArgs, stream: int = 0) -> None:
         """Launches a paged site with raw arguments on a CUstream handle."""
         self._launch_with("kiln_site_launch_paged_attention", args, stream)
+
+    def check_packed(self, args: PackedAttentionArgs) -> LaunchConfig:
+        """Checks a packed launch's `args` (no GPU needed); returns the
+        launch configuration. Raises KilnError."""
+        return self._check_with("kiln_site_check_packed_attention", args)
+
+    def launch_packed(self, args: PackedAttentionArgs, stream: int = 0) -> None:
+        """Launches a packed site with raw arguments on a CUstream handle."""
+        self._launch_with("kiln_site_launch_packed_attention", args, stream)
 
     def check_append(self, args: PagedAppendArgs) -> LaunchConfig:
         """Checks a cache append's raw `args` (no GPU needed); returns the
@@ -903,12 +983,15 @@ class Site:
         return int(size.value)
 
     def splits(self, args: Any) -> int:
-        """The split count a launch with raw `args` (AttentionArgs or
-        PagedAttentionArgs) uses on the current device."""
+        """The split count a launch with raw `args` (AttentionArgs,
+        PagedAttentionArgs or PackedAttentionArgs) uses on the current
+        device."""
         result = ctypes.c_int64()
         function = (
             "kiln_site_paged_attention_splits"
             if isinstance(args, PagedAttentionArgs)
+            else "kiln_site_packed_attention_splits"
+            if isinstance(args, PackedAttentionArgs)
             else "kiln_site_attention_splits"
         )
         _check(
@@ -971,7 +1054,8 @@ class Site:
     def plan(self, q_offsets: Any, kv_lens: Any = None, *,
              q_heads: Optional[int] = None, kv_heads: Optional[int] = None,
              capacity: Optional[int] = None, out: Any = None,
-             device: Any = None, total_q: Optional[int] = None) -> Any:
+             device: Any = None, total_q: Optional[int] = None,
+             kv_offsets: Any = None) -> Any:
         """The plan of a ragged batch (a ragged site's launches take one):
         its work items, heaviest first, as an int32 CUDA tensor ``[items,
         2]``. `q_offsets` (``[B + 1]``) and `kv_lens` (``[B]``, optional:
@@ -983,16 +1067,37 @@ class Site:
         2]``, receives it (copied on the current stream) for a CUDA graph to
         replay. With `total_q` (the packed query rows the launches will
         have), offsets past it raise KilnError here rather than being
-        clamped on the GPU."""
+        clamped on the GPU.
+
+        A site of packed sequences (``site.packed``) takes `kv_offsets`
+        (``[B + 1]``, host values) instead of `kv_lens`."""
         import numpy as np
 
         q_heads, kv_heads = self._heads(q_heads, kv_heads)
         offsets = np.ascontiguousarray(
             _host_array(q_offsets), dtype=np.int32)
+        if self.packed != (kv_offsets is not None) or (
+                self.packed and kv_lens is not None):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r}: "
+                + ("a site of packed sequences plans from q_offsets and "
+                   "kv_offsets" if self.packed else
+                   "kv_offsets are for sites of packed sequences; pass "
+                   "kv_lens"))
         lens = (None if kv_lens is None else
                 np.ascontiguousarray(_host_array(kv_lens), dtype=np.int32))
+        if kv_offsets is not None:
+            # The C call reads the offsets; lens stands for them here.
+            lens = np.ascontiguousarray(_host_array(kv_offsets),
+                                        dtype=np.int32)
+            if lens.shape[0] != offsets.shape[0]:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"kv_offsets has {lens.shape[0]} entries; q_offsets has "
+                    f"{offsets.shape[0]} (both B + 1)")
         batch = max(int(offsets.shape[0]) - 1, 0)
-        if lens is not None and lens.shape[0] != batch:
+        if kv_offsets is None and lens is not None and lens.shape[0] != batch:
             raise KilnError(
                 Status.INVALID_ARGUMENT,
                 f"kv_lens has {lens.shape[0]} entries; q_offsets gives "
@@ -1012,7 +1117,9 @@ class Site:
         host = np.empty((max(int(capacity), 0), 2), np.int32)
         items = ctypes.c_int64()
         pointer = ctypes.POINTER(ctypes.c_int32)
-        _check(self._package._lib.kiln_site_plan_paged_attention(
+        function = ("kiln_site_plan_packed_attention" if self.packed
+                    else "kiln_site_plan_paged_attention")
+        _check(getattr(self._package._lib, function)(
             self._handle, offsets.ctypes.data_as(pointer),
             None if lens is None else lens.ctypes.data_as(pointer),
             batch, q_heads, kv_heads, host.ctypes.data_as(pointer),
@@ -1262,6 +1369,115 @@ class Site:
             if check:
                 self.validate_paged(args, launch_stream.handle)
             self.launch_paged(args, launch_stream.handle)
+        return out
+
+    def packed_attention(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        q_offsets: Any,
+        kv_offsets: Any,
+        plan: Any,
+        out: Any = None,
+        stream: Any = None,
+        workspace: Any = None,
+        num_splits: int = 0,
+        max_kv_len: int = 0,
+    ) -> Any:
+        """Runs a site of packed sequences (``site.packed``; FlashAttention's
+        varlen form): q ``[total_q, Hq, D]``, k ``[total_kv, Hkv, D]``, v
+        ``[total_kv, Hkv, Dv]``, `q_offsets` and `kv_offsets` ``[B + 1]``
+        int32 CUDA tensors (sequence b owns query rows ``q_offsets[b]`` to
+        ``q_offsets[b + 1]`` and key rows ``kv_offsets[b]`` to
+        ``kv_offsets[b + 1]``) and `plan` from ``plan(q_offsets,
+        kv_offsets=...)``; returns out ``[total_q, Hq, Dv]``. Each sequence
+        is attended as the uniform op attends it alone (causal and windows
+        bottom-right aligned on its rows). Rows no sequence owns are not
+        written. Asynchronous; never synchronises (capturable).
+        `workspace` and `num_splits` are as for paged_attention();
+        `max_kv_len`, the longest sequence's keys where the caller knows it
+        (0: total_kv), only changes the split count."""
+        import torch
+
+        if not self.packed:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site {self.name!r} is not a site of packed sequences; use "
+                + ("paged_attention()" if self.paged else "attention()"))
+        tensors = {"q": q, "k": k, "v": v}
+        for name, tensor in tensors.items():
+            if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"{name} must be a CUDA torch.Tensor")
+            if tensor.dim() != 3:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be [rows, heads, head_dim], got shape "
+                    f"{tuple(tensor.shape)}")
+        device = q.device
+        for name, tensor, rank in (("q_offsets", q_offsets, 1),
+                                   ("kv_offsets", kv_offsets, 1),
+                                   ("plan", plan, 2)):
+            if (not isinstance(tensor, torch.Tensor) or
+                    tensor.device != device or tensor.dtype != torch.int32
+                    or tensor.dim() != rank or not tensor.is_contiguous()):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be a contiguous int32 tensor of rank "
+                    f"{rank} on {device}")
+        if q_offsets.shape[0] != kv_offsets.shape[0]:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"q_offsets has {q_offsets.shape[0]} entries and kv_offsets "
+                f"{kv_offsets.shape[0]} (both B + 1)")
+        total_q, q_heads, head_dim = (int(x) for x in q.shape)
+        total_kv, kv_heads, key_dim = (int(x) for x in k.shape)
+        if tuple(v.shape[:2]) != (total_kv, kv_heads) or key_dim != head_dim:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"q {tuple(q.shape)}, k {tuple(k.shape)} and v "
+                f"{tuple(v.shape)} do not agree (k and v share rows and "
+                "heads, q and k the head dim)")
+        value_dim = int(v.shape[2])
+        launch_stream = _Stream(device, stream)
+        if out is None:
+            out = launch_stream.empty((total_q, q_heads, value_dim), q.dtype)
+        tensors["out"] = out
+        if tuple(out.shape) != (total_q, q_heads, value_dim):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"out has shape {tuple(out.shape)}; expected "
+                f"{(total_q, q_heads, value_dim)}")
+        dtypes = _torch_dtype_map()
+        args = PackedAttentionArgs()
+        for name, tensor in tensors.items():
+            if tensor.device != device or tensor.dtype not in dtypes:
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} must be on {device} with a supported dtype, got "
+                    f"{tensor.dtype} on {tensor.device}")
+            setattr(args, name, tensor.data_ptr())
+            setattr(args, name + "_dtype", int(dtypes[tensor.dtype]))
+            getattr(args, name + "_strides")[:] = [int(x)
+                                                   for x in tensor.stride()]
+        args.q_offsets = q_offsets.data_ptr()
+        args.kv_offsets = kv_offsets.data_ptr()
+        args.plan = plan.data_ptr()
+        args.plan_items = int(plan.shape[0])
+        args.batch = int(q_offsets.shape[0]) - 1
+        args.q_heads, args.kv_heads = q_heads, kv_heads
+        args.total_q, args.total_kv = total_q, total_kv
+        args.head_dim, args.v_head_dim = head_dim, value_dim
+        args.max_kv_len = int(max_kv_len)
+        if args.batch <= 0 or total_q == 0 or args.plan_items == 0:
+            return out
+        with torch.cuda.device(device):
+            self._set_workspace(
+                args, workspace, num_splits, launch_stream,
+                (1, q_heads, kv_heads, total_q,
+                 int(max_kv_len) or max(total_kv, 1), value_dim))
+            self.launch_packed(args, launch_stream.handle)
         return out
 
     def attention(

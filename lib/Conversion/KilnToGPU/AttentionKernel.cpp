@@ -58,7 +58,7 @@ std::string KernelSpec::name() const {
                             llvm::bit_cast<uint32_t>(*problem.maskedScore))
                   .str();
   if (problem.ragged)
-    result += "_ragged";
+    result += problem.paged ? "_ragged" : "_packed";
   if (problem.fp8Cache)
     result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
   return result;
@@ -92,12 +92,19 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
     return names;
   }
   SmallVector<std::string> names = {"q", "k", "v", "out"};
+  // Packed sites: the offsets of the packed keys and queries and the
+  // launch's plan; batch is 1, q_len total_q and kv_len total_kv (the
+  // packed rows as one sequence), and the sequences are counted apart.
+  if (spec.problem.ragged)
+    names.append({"kv_offsets", "q_offsets", "plan"});
   if (spec.problem.maskType)
     names.push_back("mask");
   if (spec.problem.biasType)
     names.push_back("bias");
   for (const char *name : {"batch", "q_heads", "kv_heads", "q_len", "kv_len"})
     names.push_back(name);
+  if (spec.problem.ragged)
+    names.push_back("sequences");
   names.push_back("scale");
   for (const char *tensor : {"q", "k", "v", "out"})
     for (const char *axis : {"batch", "head", "seq"})
@@ -127,10 +134,11 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
       kinds.append({"pointer", "pointer"});
     return kinds;
   }
-  int64_t numPointers =
-      4 + bool(spec.problem.maskType) + bool(spec.problem.biasType);
+  int64_t numPointers = 4 + 3 * spec.problem.ragged +
+                        bool(spec.problem.maskType) +
+                        bool(spec.problem.biasType);
   SmallVector<std::string> kinds(numPointers, "pointer");
-  kinds.append(5, "i32");
+  kinds.append(spec.problem.ragged ? 6 : 5, "i32");
   kinds.push_back("f32");
   kinds.append(
       12 + 4 * (bool(spec.problem.maskType) + bool(spec.problem.biasType)),
@@ -372,12 +380,14 @@ Value KernelBuilderBase::butterfly(Value value, bool isMax,
 }
 
 Value AttentionKernelBuilder::tensorBase(ArrayRef<Value> tensorStrides,
-                                         Value headIndex) {
+                                         Value headIndex, Value firstRow) {
   // Ragged sites: the sequence starts at its first packed row. (The head's
   // term is built first, as the uniform form always built it.)
   Value head = mul(toI64(headIndex), tensorStrides[1]);
+  if (!firstRow)
+    firstRow = firstRowOfSequence;
   Value sequence = spec.problem.ragged
-                       ? mul(toI64(firstRowOfSequence), tensorStrides[2])
+                       ? mul(toI64(firstRow), tensorStrides[2])
                        : mul(toI64(batch), tensorStrides[0]);
   return add(sequence, head);
 }

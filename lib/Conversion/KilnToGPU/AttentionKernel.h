@@ -62,6 +62,10 @@ struct AttentionProblem {
   /// items; q and out are addressed by the sequence's first row, and the
   /// split workspace's rows are the packed rows (the combine kernel sees
   /// one sequence of total_q queries).
+  /// Without `paged`: kiln.attention's packed form, whose K and V are
+  /// packed too, `[total_kv, Hkv, D]` with `kv_offsets [B + 1]`; K and V
+  /// are addressed by the sequence's first key row, and its key count is
+  /// the difference of its offsets.
   bool ragged = false;
   /// Paged only: the caches hold e4m3 (f8E4M3FN) with f32 dequantisation
   /// scales, one for the whole cache or one a KV head (`perHeadScales`);
@@ -388,8 +392,11 @@ protected:
       ValueRange results, ArrayRef<Value> queryRows,
       llvm::function_ref<void(int64_t r, Value inverse, Value rowOffset)>
           storeRow);
-  /// Element offset of (batch, headIndex) in a tensor with these strides.
-  Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex);
+  /// Element offset of (batch, headIndex) in a tensor with these strides;
+  /// of (`firstRow`, headIndex) for ragged sites, whose sequences are
+  /// packed rows (the query's first row when not given).
+  Value tensorBase(ArrayRef<Value> tensorStrides, Value headIndex,
+                   Value firstRow = Value());
   /// The rows a split has in the split workspace, and the row of
   /// (rowHead, query) within a split (Parts/SplitSums.cpp's layout).
   Value partialRows();
@@ -437,6 +444,10 @@ protected:
   /// argument (qLen becomes the block's sequence's query count); the same
   /// value elsewhere.
   Value qOffsets, plan, numSequences, firstRowOfSequence, totalQueries;
+  /// Packed sites (ragged without pages): kv_offsets, the kv_len argument
+  /// (the packed key rows; kvLen becomes the sequence's key count) and the
+  /// block's sequence's first key row.
+  Value kvOffsets, totalKeys, firstKeyOfSequence;
   /// log2 of the page size (a power of two) and page_size - 1: a key's
   /// table entry and slot are a shift and a mask.
   Value pageShift, pageMask;
@@ -521,10 +532,13 @@ inline constexpr int64_t kCombineThreads = kCombineWarps * kWarpSize;
 /// Rows the split-KV combine kernel reduces per block.
 inline constexpr int64_t kCombineRowsPerBlock = 1;
 /// The name, argument names and argument kinds of the split-KV combine
-/// kernel for outputs of `elementType` with value head dim `valueDim`.
-std::string splitCombineKernelName(Type elementType, int64_t valueDim);
-SmallVector<std::string> splitCombineArgumentNames();
-SmallVector<std::string> splitCombineArgumentKinds();
+/// kernel for outputs of `elementType` with value head dim `valueDim`; with
+/// `ragged`, that of ragged kernels, which takes q_offsets and the sequence
+/// count after the others and writes only the rows the sequences own.
+std::string splitCombineKernelName(Type elementType, int64_t valueDim,
+                                   bool ragged = false);
+SmallVector<std::string> splitCombineArgumentNames(bool ragged = false);
+SmallVector<std::string> splitCombineArgumentKinds(bool ragged = false);
 /// Creates that kernel at the builder's insertion point (inside the
 /// gpu.module): grid x covers batch·q_heads·q_len rows, kCombineRowsPerBlock
 /// a block.
@@ -532,7 +546,7 @@ SmallVector<std::string> splitCombineArgumentKinds();
 /// (griddepcontrol.wait; see LaunchProtocol::launchDependents).
 gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
                                        Type elementType, int64_t valueDim,
-                                       bool waitForGrid);
+                                       bool waitForGrid, bool ragged = false);
 
 /// Threads of a paged-append block (one new token a block).
 inline constexpr int64_t kAppendThreads = 128;

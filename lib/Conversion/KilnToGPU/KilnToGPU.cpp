@@ -49,16 +49,23 @@ ArrayAttr stringArray(OpBuilder &builder, ArrayRef<std::string> values) {
 /// Checks that `op` is something the kernel generator supports.
 LogicalResult checkSupported(AttentionOp op, bool tensorCores,
                              bool allowTf32) {
-  if (op.isPacked())
-    return op.emitOpError("packed sequences (offsets) have no GPU kernel "
-                          "yet: run them on the CPU (kiln-cpu-runner), or "
-                          "as a ragged kiln.paged_attention");
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");
   int64_t valueHeadDim = op.getValueHeadDim();
   if (ShapedType::isDynamic(valueHeadDim))
     return op.emitOpError("GPU lowering needs a static value head dim");
+  // Packed sequences take their work items from a plan, which only the
+  // tensor-core kernel reads.
+  if (op.isPacked() &&
+      !(tensorCores &&
+        mmaKernelSupports(op.getElementType(), headDim, valueHeadDim)))
+    return op.emitOpError("packed sequences (offsets) run on the "
+                          "tensor-core kernel only: f16/bf16, head dims "
+                          "multiples of 8 up to 256, got ")
+           << op.getElementType() << " with head dims " << headDim << "/"
+           << valueHeadDim
+           << (tensorCores ? "" : " (tensor cores are off)");
   if (tensorCores &&
       mmaKernelSupports(op.getElementType(), headDim, valueHeadDim))
     return success();
@@ -231,11 +238,13 @@ struct ConvertKilnToGPUPass
           companion(
               "combine_kernel",
               splitCombineKernelName(spec.problem.elementType,
-                                     spec.problem.valueDim()),
+                                     spec.problem.valueDim(),
+                                     spec.problem.ragged),
               [&] {
                 return buildSplitCombineKernel(
                     kernelBuilder, op->getLoc(), spec.problem.elementType,
-                    spec.problem.valueDim(), /*waitForGrid=*/hopper);
+                    spec.problem.valueDim(), /*waitForGrid=*/hopper,
+                    spec.problem.ragged);
               },
               makeCombineInfo(builder, spec));
         // The cache append of the site's caches, by element type and head
@@ -390,6 +399,8 @@ struct ConvertKilnToGPUPass
     // band revisits the keys outside it (masked_score with a band).
     spec.launch.splitKV = spec.variant.tensorCores &&
                           !(problem.maskedScore && problem.rightBound());
+    // The packed form: its blocks from a plan, K and V by kv_offsets.
+    problem.ragged = op.isPacked();
 
     return success();
   }
@@ -467,8 +478,9 @@ struct ConvertKilnToGPUPass
   DictionaryAttr makeCombineInfo(OpBuilder &builder, const KernelSpec &spec) {
     SmallVector<NamedAttribute> fields = launchFacts(
         builder, kCombineRowsPerBlock, kCombineThreads, /*kvBlockSize=*/0,
-        /*staticShared=*/0, /*dynamicShared=*/0, splitCombineArgumentNames(),
-        splitCombineArgumentKinds());
+        /*staticShared=*/0, /*dynamicShared=*/0,
+        splitCombineArgumentNames(spec.problem.ragged),
+        splitCombineArgumentKinds(spec.problem.ragged));
     fields.push_back(
         builder.getNamedAttr("kind", builder.getStringAttr("split_combine")));
     fields.push_back(builder.getNamedAttr(
@@ -476,6 +488,8 @@ struct ConvertKilnToGPUPass
         builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
     fields.push_back(builder.getNamedAttr(
         "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
+    if (spec.problem.ragged)
+      fields.push_back(builder.getNamedAttr("ragged", builder.getUnitAttr()));
     return builder.getDictionaryAttr(fields);
   }
 

@@ -108,6 +108,20 @@ void addSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
       combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
 }
 
+/// Grid z of a ragged kernel (its packed rows are one sequence): the
+/// splits alone; and the kernel's combine kernel.
+void addRaggedSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
+                         llvm::json::Array &grid) {
+  kernel["ragged"] = true;
+  auto combine = info.getAs<StringAttr>("combine_kernel");
+  llvm::json::Object z{{"value", 1}};
+  if (combine)
+    z["times_splits"] = true;
+  grid.push_back(std::move(z));
+  kernel["split_combine"] =
+      combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
+}
+
 /// The split-KV combine kernel: one block a row of the output.
 llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
                                          DictionaryAttr info) {
@@ -131,6 +145,9 @@ llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
       {"dtype", dtype},
       {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
   };
+  // Ragged launches' combine: it takes q_offsets and the sequence count.
+  if (info.get("ragged"))
+    kernel["ragged"] = true;
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
@@ -173,7 +190,8 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
                                   AttentionOp site) {
   llvm::json::Array args =
       argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
-        if (kind != "pointer")
+        if (kind != "pointer" || name == "kv_offsets" ||
+            name == "q_offsets" || name == "plan")
           return std::nullopt;
         if (name == "mask")
           return elementTypeValue(site.getMask());
@@ -187,7 +205,11 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   // heads.
   auto packed = info.getAs<BoolAttr>("packs_query_heads");
   llvm::json::Array grid;
-  if (packed && packed.getValue()) {
+  if (site.isPacked()) {
+    // Packed sequences: the blocks are the plan's items.
+    grid.push_back(llvm::json::Object{{"dim", "plan_items"}});
+    grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
+  } else if (packed && packed.getValue()) {
     grid.push_back(
         llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
                            {"per", "kv_heads"},
@@ -256,7 +278,10 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
     arg["box"] = llvm::json::Array{64, rows};
     arg["swizzle"] = 128;
   }
-  addSplitFacts(kernel, info, grid);
+  if (site.isPacked())
+    addRaggedSplitFacts(kernel, info, grid);
+  else
+    addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
@@ -311,20 +336,10 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   // The kernel that writes new keys and values into these caches.
   if (auto append = info.getAs<StringAttr>("append_kernel"))
     kernel["paged_append"] = append.str();
-  if (ragged) {
-    // Grid z: the splits alone (the packed rows are one sequence).
-    kernel["ragged"] = true;
-    auto combine = info.getAs<StringAttr>("combine_kernel");
-    llvm::json::Object z{{"value", 1}};
-    if (combine)
-      z["times_splits"] = true;
-    grid.push_back(std::move(z));
-    kernel["split_combine"] = combine ? llvm::json::Value(combine.str())
-                                      : llvm::json::Value(nullptr);
-    addLaunchFacts(kernel, info, std::move(grid), std::move(args));
-    return kernel;
-  }
-  addSplitFacts(kernel, info, grid);
+  if (ragged)
+    addRaggedSplitFacts(kernel, info, grid);
+  else
+    addSplitFacts(kernel, info, grid);
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
@@ -396,6 +411,13 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
   site["mask_shape"] = shapeValue(op.getMask());
   site["bias_dtype"] = elementTypeValue(op.getBias());
   site["bias_shape"] = shapeValue(op.getBias());
+  if (op.isPacked()) {
+    // Packed sequences: launches see the packed rows as one sequence of
+    // total_q (q_len) queries against total_kv (kv_len) keys; the batch is
+    // the launch's.
+    site["ragged"] = true;
+    site["batch"] = nullptr;
+  }
   return site;
 }
 

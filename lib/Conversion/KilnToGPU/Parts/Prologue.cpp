@@ -66,6 +66,10 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
       qOffsets = args[next++];
       plan = args[next++];
     }
+  } else if (spec.problem.ragged) {
+    kvOffsets = args[next++];
+    qOffsets = args[next++];
+    plan = args[next++];
   }
   maskPtr = spec.problem.maskType ? args[next++] : Value();
   biasPtr = spec.problem.biasType ? args[next++] : Value();
@@ -91,6 +95,9 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
       numSequences = toIndex(args[next++]);
   } else {
     kvLen = toIndex(args[next++]);
+    totalKeys = kvLen;
+    if (spec.problem.ragged)
+      numSequences = toIndex(args[next++]);
   }
   Value scale = args[next++];
   auto strides = [&](int count) {
@@ -252,6 +259,10 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
     // Cache offsets of a KV head; a key's page and slot are added per row.
     kBase = mul(toI64(kvHead), kStrides[2]);
     vBase = mul(toI64(kvHead), vStrides[2]);
+  } else if (spec.problem.ragged) {
+    // Packed keys: the sequence starts at its first key row.
+    kBase = tensorBase(kStrides, kvHead, firstKeyOfSequence);
+    vBase = tensorBase(vStrides, kvHead, firstKeyOfSequence);
   } else {
     kBase = tensorBase(kStrides, kvHead);
     vBase = tensorBase(vStrides, kvHead);
@@ -320,16 +331,33 @@ Value AttentionKernelBuilder::bindPlanItem(Value &keyCount) {
                                       toI32(sequence), toI32(numSequences));
   batch = arith::SelectOp::create(builder, valid, sequence, constIndex(0));
   // The sequence's rows, clamped into [0, total_q] and ordered, so that
-  // bad offsets never address outside q and out.
-  Value first = toIndex(loadI32(qOffsets, toI64(batch)));
-  Value end = toIndex(loadI32(qOffsets, toI64(add(batch, constIndex(1)))));
-  keyCount = loadI32(kvLens, toI64(batch));
-  first = arith::MinSIOp::create(
-      builder, arith::MaxSIOp::create(builder, first, constIndex(0)),
-      totalQueries);
-  end = arith::MinSIOp::create(builder,
-                               arith::MaxSIOp::create(builder, end, first),
-                               totalQueries);
+  // bad offsets never address outside q and out; its key count (a packed
+  // sequence's key rows, clamped the same way into [0, total_kv]). The
+  // loads go first, the clamps after.
+  auto rowAt = [&](Value offsets, Value index) {
+    return toIndex(loadI32(offsets, toI64(index)));
+  };
+  Value first = rowAt(qOffsets, batch);
+  Value end = rowAt(qOffsets, add(batch, constIndex(1)));
+  Value firstKey, endKey;
+  if (spec.problem.paged) {
+    keyCount = loadI32(kvLens, toI64(batch));
+  } else {
+    firstKey = rowAt(kvOffsets, batch);
+    endKey = rowAt(kvOffsets, add(batch, constIndex(1)));
+  }
+  auto clampRows = [&](Value &from, Value &to, Value total) {
+    from = arith::MinSIOp::create(
+        builder, arith::MaxSIOp::create(builder, from, constIndex(0)), total);
+    to = arith::MinSIOp::create(
+        builder, arith::MaxSIOp::create(builder, to, from), total);
+  };
+  clampRows(first, end, totalQueries);
+  if (!spec.problem.paged) {
+    clampRows(firstKey, endKey, totalKeys);
+    firstKeyOfSequence = firstKey;
+    keyCount = toI32(sub(endKey, firstKey));
+  }
   firstRowOfSequence = first;
   qLen = arith::SelectOp::create(builder, valid, sub(end, first),
                                  constIndex(0));
@@ -376,6 +404,8 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
         builder,
         arith::MaxSIOp::create(builder, toIndex(keyCount), constIndex(0)),
         fullRow);
+  } else if (spec.problem.ragged) {
+    kvLen = toIndex(keyCount);
   }
   kvOffset = sub(kvLen, qLen);
   std::tie(kvBegin, kvEnd) = keyRange(kvLen);

@@ -17,6 +17,12 @@
 // kCombineWarps splits reads its partials in one round of loads and one of
 // 128 splits in two.
 //
+// A ragged launch's combine (its packed rows one sequence of total_q
+// queries) writes the rows its sequences own only, [q_offsets[0],
+// q_offsets[sequences]) clamped into [0, total_q], as its split kernel does:
+// rows past the last sequence are left as they were, not filled from a
+// workspace no block wrote.
+//
 //===----------------------------------------------------------------------===//
 
 #include "AttentionKernel.h"
@@ -42,9 +48,10 @@ namespace {
 
 class CombineKernel : public KernelBuilderBase {
 public:
-  CombineKernel(Type elementType, int64_t valueDim, bool waitForGrid)
-      : elementType(elementType), valueDim(valueDim), waitForGrid(waitForGrid) {
-  }
+  CombineKernel(Type elementType, int64_t valueDim, bool waitForGrid,
+                bool ragged)
+      : elementType(elementType), valueDim(valueDim), waitForGrid(waitForGrid),
+        ragged(ragged) {}
 
   gpu::GPUFuncOp build(OpBuilder &moduleBuilder, Location loc);
 
@@ -52,6 +59,7 @@ private:
   Type elementType;
   int64_t valueDim;
   bool waitForGrid;
+  bool ragged;
 };
 
 gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
@@ -59,7 +67,7 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   auto ptrType = LLVM::LLVMPointerType::get(ctx, 1);
   Type i32 = moduleBuilder.getI32Type(), i64 = moduleBuilder.getI64Type();
   SmallVector<Type> argTypes;
-  for (const std::string &kind : splitCombineArgumentKinds())
+  for (const std::string &kind : splitCombineArgumentKinds(ragged))
     argTypes.push_back(kind == "pointer" ? ptrType : kind == "i32" ? i32 : i64);
   // Each warp's column sums, [warp][column], for the block's final sum.
   int64_t columnsPerLane = llvm::divideCeil(valueDim, kWarpSize);
@@ -68,7 +76,7 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
       nullptr,
       gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup));
   auto func = gpu::GPUFuncOp::create(
-      moduleBuilder, loc, splitCombineKernelName(elementType, valueDim),
+      moduleBuilder, loc, splitCombineKernelName(elementType, valueDim, ragged),
       moduleBuilder.getFunctionType(argTypes, {}), TypeRange{partials},
       TypeRange{});
   func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
@@ -95,10 +103,31 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
   Value lane = arith::RemUIOp::create(builder, threadId, constIndex(kWarpSize));
   Value row = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
   Value rows = mul(mul(batch, heads), qLen);
-  auto inRange = scf::IfOp::create(
-      builder,
-      arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, row, rows),
-      /*withElse=*/false);
+  Value inRows =
+      arith::CmpIOp::create(builder, arith::CmpIPredicate::ult, row, rows);
+  if (ragged) {
+    // The rows the sequences own, as their offsets clamped into [0, q_len].
+    Value qOffsets = args[9], sequences = toIndex(args[10]);
+    auto offsetAt = [&](Value index) {
+      Value address = LLVM::GEPOp::create(builder, ptrType, i32, qOffsets,
+                                          ValueRange{toI64(index)});
+      Value offset =
+          toIndex(LLVM::LoadOp::create(builder, i32, address).getResult());
+      return arith::MinSIOp::create(
+          builder, arith::MaxSIOp::create(builder, offset, constIndex(0)),
+          qLen);
+    };
+    Value first = offsetAt(constIndex(0));
+    Value end = offsetAt(sequences);
+    Value query = arith::RemUIOp::create(builder, row, qLen);
+    Value owned = arith::AndIOp::create(
+        builder,
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::sge, query,
+                              first),
+        arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, query, end));
+    inRows = arith::AndIOp::create(builder, inRows, owned);
+  }
+  auto inRange = scf::IfOp::create(builder, inRows, /*withElse=*/false);
   builder.setInsertionPointToStart(&inRange.getThenRegion().front());
 
   SplitSums sums =
@@ -158,26 +187,38 @@ gpu::GPUFuncOp CombineKernel::build(OpBuilder &moduleBuilder, Location loc) {
 } // namespace
 
 std::string mlir::kiln::detail::splitCombineKernelName(Type elementType,
-                                                       int64_t valueDim) {
-  return llvm::formatv("kiln_split_combine_{0}_dv{1}",
-                       getElementTypeName(elementType), valueDim)
+                                                       int64_t valueDim,
+                                                       bool ragged) {
+  return llvm::formatv("kiln_split_combine_{0}_dv{1}{2}",
+                       getElementTypeName(elementType), valueDim,
+                       ragged ? "_ragged" : "")
       .str();
 }
 
-SmallVector<std::string> mlir::kiln::detail::splitCombineArgumentNames() {
-  return {"workspace",     "out",   "num_splits",       "batch",
-          "q_heads",       "q_len", "out_stride_batch", "out_stride_head",
-          "out_stride_seq"};
+SmallVector<std::string>
+mlir::kiln::detail::splitCombineArgumentNames(bool ragged) {
+  SmallVector<std::string> names = {
+      "workspace",        "out",             "num_splits",
+      "batch",            "q_heads",         "q_len",
+      "out_stride_batch", "out_stride_head", "out_stride_seq"};
+  if (ragged)
+    names.append({"q_offsets", "sequences"});
+  return names;
 }
 
-SmallVector<std::string> mlir::kiln::detail::splitCombineArgumentKinds() {
-  return {"pointer", "pointer", "i32", "i32", "i32",
-          "i32",     "i64",     "i64", "i64"};
+SmallVector<std::string>
+mlir::kiln::detail::splitCombineArgumentKinds(bool ragged) {
+  SmallVector<std::string> kinds = {"pointer", "pointer", "i32",
+                                    "i32",     "i32",     "i32",
+                                    "i64",     "i64",     "i64"};
+  if (ragged)
+    kinds.append({"pointer", "i32"});
+  return kinds;
 }
 
 gpu::GPUFuncOp mlir::kiln::detail::buildSplitCombineKernel(
     OpBuilder &moduleBuilder, Location loc, Type elementType, int64_t valueDim,
-    bool waitForGrid) {
-  return CombineKernel(elementType, valueDim, waitForGrid)
+    bool waitForGrid, bool ragged) {
+  return CombineKernel(elementType, valueDim, waitForGrid, ragged)
       .build(moduleBuilder, loc);
 }

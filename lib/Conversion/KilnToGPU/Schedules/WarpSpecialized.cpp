@@ -690,7 +690,8 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
 bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
   return (spec.problem.elementType.isF16() ||
           spec.problem.elementType.isBF16()) &&
-         !spec.problem.paged && !spec.problem.valueHeadDim &&
+         !spec.problem.paged && !spec.problem.ragged &&
+         !spec.problem.valueHeadDim &&
          spec.problem.headDim % kSwizzleElements == 0 &&
          spec.problem.headDim <= 256;
 }
