@@ -428,10 +428,10 @@ def attention_forward(module, query, key, value, attention_mask,
         reason = "dropout while training"
     elif not query.is_cuda:
         reason = "tensors not on a CUDA device"
-    elif dtype == "f32" and (head_dim % 32 or head_dim > 128 or head_dim != value_dim):
-        reason = f"f32 head dim {head_dim}"
-    elif dtype != "f32" and (head_dim % 8 or head_dim > 256 or value_dim > 256):
-        reason = f"head dim {head_dim}"
+    elif (head_dim % 8 or value_dim % 8 or max(head_dim, value_dim) > 256
+          or (dtype != "f32" and min(head_dim, value_dim) < 16)):
+        # The tensor-core kernels' head dims (f32's on TF32).
+        reason = f"head dim {head_dim}/{value_dim}"
     paged = getattr(key, "_kiln_paged", None)
     if reason and paged is not None:
         # SDPA would read the page pools as if they were keys.

@@ -75,13 +75,12 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
   if (valueHeadDim != headDim)
     return op.emitOpError("a value head dim (")
            << valueHeadDim << ") other than the query/key one (" << headDim
-           << ") runs on the tensor-core kernel only: f16/bf16, both "
-              "multiples of 8 up to 256";
+           << ") runs on the tensor-core kernels only: both multiples of 8 "
+              "up to 256";
   if (headDim % kWarpSize != 0 || headDim > 128)
     return op.emitOpError("GPU lowering supports head dims that are "
-                          "multiples of 32 up to 128 (f16 and bf16 with "
-                          "tensor cores: multiples of 8 up to 256, f32 with "
-                          "tensor cores: multiples of 8 up to 128), got ")
+                          "multiples of 32 up to 128 (with tensor cores: "
+                          "multiples of 8 up to 256), got ")
            << headDim;
   return success();
 }

@@ -75,7 +75,7 @@ func.func @window_softcap(%q: tensor<1x4x?x64xf16>, %k: tensor<1x4x?x64xf16>, %v
 // Head dims that are not a multiple of the warp size are rejected with a
 // diagnostic, not miscompiled.
 func.func @odd_head_dim(%q: tensor<1x4x16x48xf32>, %k: tensor<1x4x16x48xf32>, %v: tensor<1x4x16x48xf32>) -> tensor<1x4x16x48xf32> {
-  // expected-error @+1 {{GPU lowering supports head dims that are multiples of 32 up to 128 (f16 and bf16 with tensor cores: multiples of 8 up to 256, f32 with tensor cores: multiples of 8 up to 128), got 48}}
+  // expected-error @+1 {{GPU lowering supports head dims that are multiples of 32 up to 128 (with tensor cores: multiples of 8 up to 256), got 48}}
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x4x16x48xf32>, tensor<1x4x16x48xf32>, tensor<1x4x16x48xf32> -> tensor<1x4x16x48xf32>
   return %o : tensor<1x4x16x48xf32>
 }
@@ -85,7 +85,7 @@ func.func @odd_head_dim(%q: tensor<1x4x16x48xf32>, %k: tensor<1x4x16x48xf32>, %v
 // Without tensor cores, f16 at head dim 48 (a tensor-core-only size) is
 // rejected too.
 func.func @odd_head_dim_f16(%q: tensor<1x4x16x48xf16>, %k: tensor<1x4x16x48xf16>, %v: tensor<1x4x16x48xf16>) -> tensor<1x4x16x48xf16> {
-  // expected-error @+1 {{GPU lowering supports head dims that are multiples of 32 up to 128 (f16 and bf16 with tensor cores: multiples of 8 up to 256, f32 with tensor cores: multiples of 8 up to 128), got 48}}
+  // expected-error @+1 {{GPU lowering supports head dims that are multiples of 32 up to 128 (with tensor cores: multiples of 8 up to 256), got 48}}
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x4x16x48xf16>, tensor<1x4x16x48xf16>, tensor<1x4x16x48xf16> -> tensor<1x4x16x48xf16>
   return %o : tensor<1x4x16x48xf16>
 }
