@@ -385,6 +385,15 @@ def _declare(lib: ctypes.CDLL) -> None:
     c_status = ctypes.c_int
     pkg_p = ctypes.c_void_p
     site_p = ctypes.c_void_p
+    i32_p = ctypes.POINTER(ctypes.c_int32)
+    # The plan functions: site, two host offset (or length) arrays, batch,
+    # heads, the plan buffer and its capacity, the item count.
+    plan_signature = (
+        c_status,
+        [site_p, i32_p, i32_p, ctypes.c_int64, ctypes.c_int64,
+         ctypes.c_int64, i32_p, ctypes.c_int64,
+         ctypes.POINTER(ctypes.c_int64)],
+    )
     signatures: Dict[str, Tuple[Any, List[Any]]] = {
         "kiln_last_error": (ctypes.c_char_p, []),
         "kiln_status_string": (ctypes.c_char_p, [ctypes.c_int]),
@@ -499,34 +508,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                 ctypes.POINTER(ctypes.c_int64),
             ],
         ),
-        "kiln_site_plan_packed_attention": (
-            c_status,
-            [
-                site_p,
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int64),
-            ],
-        ),
-        "kiln_site_plan_paged_attention": (
-            c_status,
-            [
-                site_p,
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int32),
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int64),
-            ],
-        ),
+        "kiln_site_plan_packed_attention": plan_signature,
+        "kiln_site_plan_paged_attention": plan_signature,
         "kiln_site_append_paged_kv": (
             c_status,
             [site_p, ctypes.POINTER(PagedAppendArgs), ctypes.c_void_p],
