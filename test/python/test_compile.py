@@ -76,6 +76,46 @@ def test_compile_options_become_flags(tmp_path):
     assert exact.sites[0].causal and free.sites[0].causal
 
 
+def plain_attention_graph(path, dim, value_dim, seq=8, heads=2):
+    """softmax(Q·Kᵀ·scale)·V in f32 (what torch.onnx.export writes by
+    default), with Q and K of head dim `dim` and V of `value_dim`."""
+    onnx = pytest.importorskip("onnx")
+    np = pytest.importorskip("numpy")
+    from onnx import TensorProto, helper, numpy_helper
+
+    f32 = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+        helper.make_node("Mul", ["qk", "scale"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [helper.make_tensor_value_info(n, f32, [1, heads, seq, dim])
+         for n in ("q", "k")]
+        + [helper.make_tensor_value_info("v", f32, [1, heads, seq, value_dim])],
+        [helper.make_tensor_value_info("out", f32, [1, heads, seq, value_dim])],
+        [numpy_helper.from_array(np.float32(dim ** -0.5), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("dim,value_dim", [(256, 256), (192, 128)])
+def test_compile_f32_wide_head_dims(tmp_path, dim, value_dim):
+    """An f32 export with Gemma's head dim or MLA's pair fuses, verifies on
+    the CPU and compiles to the 3xTF32 kernel (it used to stop kilnc)."""
+    model = plain_attention_graph(tmp_path / "model.onnx", dim, value_dim)
+    package = kiln.compile(model, tmp_path / "pkg", verify=True)
+    assert package.report["unfused"] == []
+    (site,) = package.sites
+    assert (site.head_dim, site.v_head_dim) == (dim, value_dim)
+    assert site.kernel.startswith("kiln_attention_3xtf32_f32_")
+
+
 def test_kilnc_arguments():
     assert kiln.compiler.kilnc_arguments(
         {"padded_rows": "free", "tensor_cores": False, "verify": True,
