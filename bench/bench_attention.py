@@ -8,8 +8,9 @@ Cases (as in "Prefill" of docs/performance.md and shared/tools/anchors.py):
 bf16, b*s = 16k tokens, hidden 2048 (32 heads at head_dim 64, 16 at 128, 8 at
 256); by default sequence length 4096 (batch 4), head dims 128 and 64,
 non-causal and causal;
-`--cases design` runs head dims 64, 128 and 256 at 1k, 4k and 16k tokens,
-causal and not, instead. For each case a matching site of the package is used
+`--cases design` runs head dims 64, 80, 96, 128 and 256 at 512, 1k, 4k and
+16k tokens, causal and not, instead (`design-new`: the head dims 80 and 96 and
+the 512-token cases alone). For each case a matching site of the package is used
 (bf16, that head_dim, that causality, no mask or bias); a case without one is
 reported as skipped. Compared with: SDPA's flash backend (FlashAttention-2),
 SDPA's cuDNN backend, and torch.compile'd FlexAttention. FLOPs = 4*b*h*s_q*s_k*d, halved for causal.
@@ -224,7 +225,9 @@ def main() -> int:
         "--cases",
         default="d128:4096,d128c:4096,d64:4096,d64c:4096",
         help="comma-separated dHEAD[c]:SEQ (c = causal); 'design' for head "
-        "dims 64, 128 and 256 at 1k, 4k and 16k tokens, causal and not",
+        "dims 64, 80, 96, 128 and 256 at 512, 1k, 4k and 16k tokens, causal "
+        "and not; 'design-new' for its cases with head dim 80 or 96 or 512 "
+        "tokens",
     )
     options = parser.parse_args()
     if not torch.cuda.is_available():
@@ -254,15 +257,21 @@ def main() -> int:
         flush=True,
     )
     rows: List[Dict[str, Any]] = []
-    # The design cases: head dims 64, 128 and 256, 1k, 4k and 16k tokens,
-    # causal and not.
-    design = ",".join(
-        f"d{d}{c}:{s}"
-        for d in (64, 128, 256)
-        for s in (1024, 4096, 16384)
+    # The design cases: head dims 64, 80, 96, 128 and 256, 512, 1k, 4k and
+    # 16k tokens, causal and not; and those added to the first set (head
+    # dims 64, 128 and 256 at 1k to 16k).
+    design_cases = [
+        (d, s, c)
+        for d in (64, 80, 96, 128, 256)
+        for s in (512, 1024, 4096, 16384)
         for c in ("", "c")
-    )
-    items = options.cases.replace("design", design).split(",")
+    ]
+    new_cases = [(d, s, c) for d, s, c in design_cases
+                 if d in (80, 96) or s == 512]
+    def spell(cases):
+        return ",".join(f"d{d}{c}:{s}" for d, s, c in cases)
+    items = (options.cases.replace("design-new", spell(new_cases))
+             .replace("design", spell(design_cases)).split(","))
     for item in items:
         shape, seq = item.split(":")
         causal = shape.endswith("c")
