@@ -18,7 +18,12 @@
 //   warps' releases, and the producer waits on it before it reuses a stage.
 //
 // Keys past kv_len, and query rows past q_len, are outside the tensor maps'
-// bounds: TMA fills them with zeros, and the masking hides those keys. The
+// bounds: TMA fills them with zeros, and the masking hides those keys. Head
+// dims that are not multiples of 64 (80, 96, ...) run as the next multiple:
+// the columns past the head dim are outside the maps as well, so their
+// slab's box arrives zero-filled, S = Q·Kᵀ stops at the last 16-column chunk
+// that holds a head dim, P·V runs on the padded width, and the output's
+// padding columns are not stored. The
 // block's key range is the prologue's (causal and window tile skipping,
 // bottom-right alignment); both consumer warpgroups walk all of it.
 //
@@ -74,6 +79,7 @@ class WarpSpecializedKernel : public AttentionKernelBuilder {
 public:
   explicit WarpSpecializedKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), headDim(spec.problem.headDim),
+        paddedDim(llvm::alignTo(spec.problem.headDim, kSwizzleElements)),
         tileKeys(warpSpecializedSchedule(spec).tileKeys),
         consumers(warpSpecializedSchedule(spec).consumers),
         overlap(warpSpecializedSchedule(spec).overlap),
@@ -100,7 +106,7 @@ protected:
   void buildBody(gpu::GPUFuncOp func) override;
 
 private:
-  int64_t slabs() const { return headDim / kSwizzleElements; }
+  int64_t slabs() const { return paddedDim / kSwizzleElements; }
   int64_t blockRows() const { return consumers * kConsumerRows; }
   /// 128 · 24 + 256 · 240 = 64512 with two consumers, 128 · 24 + 384 · 160
   /// with three (multiples of 8, as setmaxnreg takes).
@@ -109,8 +115,9 @@ private:
                    (consumers * kWarpgroupThreads);
     return std::min<int64_t>(240, left / 8 * 8);
   }
-  int64_t qBytes() const { return blockRows() * headDim * 2; }
-  int64_t tileBytes() const { return tileKeys * headDim * 2; }
+  // (The TMA boxes' zero-filled columns count in their bytes.)
+  int64_t qBytes() const { return blockRows() * paddedDim * 2; }
+  int64_t tileBytes() const { return tileKeys * paddedDim * 2; }
   int64_t barrierOffset() const { return qBytes() + 2 * kStages * tileBytes(); }
 
   Value constI32(int64_t value) {
@@ -224,7 +231,8 @@ private:
   /// out = O / sum for this thread's rows.
   void writeConsumerOutput(ValueRange results);
 
-  int64_t headDim;
+  /// The head dim, and the multiple of 64 the tiles take.
+  int64_t headDim, paddedDim;
   /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
   int64_t tileKeys;
   /// Consumer warpgroups of 64 rows (see chooseWarpSpecializedSchedule):
@@ -332,7 +340,7 @@ SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
   Value kTile = stageTile(stage, 0);
   SmallVector<Value> scores(keyBlocks() * 4, zero);
   NVVM::WgmmaFenceAlignedOp::create(*b);
-  for (int64_t c = 0; c < headDim / 16; ++c) {
+  for (int64_t c = 0; c < llvm::divideCeil(headDim, 16); ++c) {
     int64_t slab = 16 * c / kSwizzleElements;
     int64_t inRow = (16 * c % kSwizzleElements) * 2;
     products.scores(
@@ -592,7 +600,7 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   softmaxScale = foldScale ? scaleLog2 : Value();
 
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
-  initState.append(headDim / 8 * 4, zero);
+  initState.append(paddedDim / 8 * 4, zero);
 
   wait(add32(barriers, 8 * kQFull), constI32(0));
   SmallVector<Value> results = overlap ? runOverlappedLoop(numTiles, initState)
@@ -692,7 +700,7 @@ bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
           spec.problem.elementType.isBF16()) &&
          !spec.problem.paged && !spec.problem.ragged &&
          !spec.problem.valueHeadDim &&
-         spec.problem.headDim % kSwizzleElements == 0 &&
+         spec.problem.headDim % 8 == 0 && spec.problem.headDim >= 16 &&
          spec.problem.headDim <= 256;
 }
 
