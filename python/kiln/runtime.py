@@ -1068,22 +1068,22 @@ class Site:
                    "kv_offsets" if self.packed else
                    "kv_offsets are for sites of packed sequences; pass "
                    "kv_lens"))
-        lens = (None if kv_lens is None else
-                np.ascontiguousarray(_host_array(kv_lens), dtype=np.int32))
-        if kv_offsets is not None:
-            # The C call reads the offsets; lens stands for them here.
-            lens = np.ascontiguousarray(_host_array(kv_offsets),
-                                        dtype=np.int32)
-            if lens.shape[0] != offsets.shape[0]:
-                raise KilnError(
-                    Status.INVALID_ARGUMENT,
-                    f"kv_offsets has {lens.shape[0]} entries; q_offsets has "
-                    f"{offsets.shape[0]} (both B + 1)")
+        # The plan's second host array: the key offsets of packed sequences
+        # ([B + 1]), else the key counts ([B]) where given.
+        keys = kv_offsets if self.packed else kv_lens
+        keys = (None if keys is None else
+                np.ascontiguousarray(_host_array(keys), dtype=np.int32))
         batch = max(int(offsets.shape[0]) - 1, 0)
-        if kv_offsets is None and lens is not None and lens.shape[0] != batch:
+        if (keys is not None and self.packed
+                and keys.shape[0] != offsets.shape[0]):
             raise KilnError(
                 Status.INVALID_ARGUMENT,
-                f"kv_lens has {lens.shape[0]} entries; q_offsets gives "
+                f"kv_offsets has {keys.shape[0]} entries; q_offsets has "
+                f"{offsets.shape[0]} (both B + 1)")
+        if keys is not None and not self.packed and keys.shape[0] != batch:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"kv_lens has {keys.shape[0]} entries; q_offsets gives "
                 f"{batch} sequences")
         if total_q is not None and batch and int(offsets[-1]) > total_q:
             raise KilnError(
@@ -1104,7 +1104,7 @@ class Site:
                     else "kiln_site_plan_paged_attention")
         _check(getattr(self._package._lib, function)(
             self._handle, offsets.ctypes.data_as(pointer),
-            None if lens is None else lens.ctypes.data_as(pointer),
+            None if keys is None else keys.ctypes.data_as(pointer),
             batch, q_heads, kv_heads, host.ctypes.data_as(pointer),
             int(capacity), ctypes.byref(items)))
         rows = host if fixed else host[:int(items.value)]
