@@ -6,12 +6,14 @@
     kilnc F32_SITES -o SCALAR --tensor-cores=0 --target=sm_90a   # its f32 functions
     python3 bench/bench_f32.py kiln-3xtf32=SPLIT kiln-tf32=TF32 \
         kiln-scalar=SCALAR [--out f32.json]
+    python3 bench/bench_f32.py --wide kiln-3xtf32=WIDE kiln-tf32=WIDE_TF32
+        (packages of test/gpu/f32_wide_sites.mlir)
 
 Sites f32_d64_full, f32_d64_causal, f32_d128_full and f32_d128_causal (GQA
 8/2) at 1k and 4k tokens, batch · tokens = 16k. For each: the relative error
 of every implementation against a float64 reference (||out - ref|| /
 ||ref||, Kiln's outputs poisoned with NaN first), then TFLOP/s (4·b·h·s²·d,
-halved when causal) from the median of triton.testing.do_bench. SDPA runs
+halved when causal; 2·b·h·s²·(d + dv) with V's own head dim) from the median of triton.testing.do_bench. SDPA runs
 with TF32 matmuls off (torch's default), so it is exact f32.
 """
 
@@ -31,10 +33,15 @@ from triton.testing import do_bench  # noqa: E402
 
 import kiln  # noqa: E402
 
-SITES = (("f32_d64_full", 64, False), ("f32_d64_causal", 64, True),
-         ("f32_d128_full", 128, False), ("f32_d128_causal", 128, True))
+# (function, head dim, value head dim, query heads, KV heads, causal).
+SITES = (("f32_d64_full", 64, 64, 8, 2, False),
+         ("f32_d64_causal", 64, 64, 8, 2, True),
+         ("f32_d128_full", 128, 128, 8, 2, False),
+         ("f32_d128_causal", 128, 128, 8, 2, True))
+# `--wide`: the sites of test/gpu/f32_wide_sites.mlir past head dim 128.
+WIDE_SITES = (("f32_d256_causal", 256, 256, 8, 4, True),
+              ("f32_mla_causal", 192, 128, 8, 8, True))
 TOKENS = 16384
-Q_HEADS, KV_HEADS = 8, 2
 
 
 def main() -> int:
@@ -42,6 +49,8 @@ def main() -> int:
     parser.add_argument("packages", nargs="+",
                         help="NAME=DIR: packages of test/gpu/attention_sites.mlir")
     parser.add_argument("--out", default="f32.json")
+    parser.add_argument("--wide", action="store_true",
+                        help="the sites of test/gpu/f32_wide_sites.mlir")
     options = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     packages = {}
@@ -49,13 +58,15 @@ def main() -> int:
         name, _, directory = item.partition("=")
         packages[name] = kiln.Package(directory)
     rows = []
-    for function, dim, causal in SITES:
+    for function, dim, vdim, q_heads, kv_heads, causal in (
+            WIDE_SITES if options.wide else SITES):
         for seq in (1024, 4096):
             batch = TOKENS // seq
-            q = torch.randn(batch, Q_HEADS, seq, dim, device="cuda")
-            k = torch.randn(batch, KV_HEADS, seq, dim, device="cuda")
-            v = torch.randn_like(k)
-            flops = 4 * batch * Q_HEADS * seq * seq * dim * (0.5 if causal else 1.0)
+            q = torch.randn(batch, q_heads, seq, dim, device="cuda")
+            k = torch.randn(batch, kv_heads, seq, dim, device="cuda")
+            v = torch.randn(batch, kv_heads, seq, vdim, device="cuda")
+            flops = (2 * batch * q_heads * seq * seq * (dim + vdim) *
+                     (0.5 if causal else 1.0))
 
             def sdpa(dtype=None):
                 args = (q, k, v) if dtype is None else (q.to(dtype), k.to(dtype),
@@ -67,7 +78,7 @@ def main() -> int:
             implementations = {}
             for name, package in packages.items():
                 site = {s.function: s for s in package.sites}[function]
-                out = torch.full_like(q, float("nan"))
+                out = q.new_full((batch, q_heads, seq, vdim), float("nan"))
                 implementations[name] = (
                     lambda site=site, out=out: site.attention(q, k, v, out=out))
             implementations["sdpa-f32"] = sdpa

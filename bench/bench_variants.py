@@ -7,9 +7,10 @@ backends, side by side in one run, on the same inputs.
 PACKAGE_DIR is `kilnc test/gpu/attention_sites.mlir -o DIR`; its sites are
 looked up by function name. Cases (bf16/f16, b*s = 16k tokens):
 
-- mla: multi-head latent attention, q/k head dim 192, v head dim 128, causal,
-  Hq 8 / Hkv 2 (SDPA with K/V repeated per head: flash needs equal head dims,
-  so cuDNN, memory-efficient and math are tried);
+- mla: multi-head latent attention, q/k head dim 192, v head dim 128, at 1k,
+  4k and 16k tokens, causal with Hq 8 / Hkv 2 and not with 16 / 16 (SDPA with
+  K/V repeated per head: flash needs equal head dims, so cuDNN and
+  memory-efficient are tried);
 - window: a two-sided local window (65 keys back, 64 ahead; ModernBERT), d64,
   against SDPA with the band as a boolean mask (memory-efficient, cuDNN);
 - d40, d72, d120: head dims that are multiples of 8, not of 16 (d40 causal),
@@ -130,12 +131,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("package")
     parser.add_argument("--out")
+    parser.add_argument("--cases", action="append",
+                        help="only the cases whose name holds this text")
     options = parser.parse_args()
     package = kiln.Package(options.package)
     sites = {site.function: site for site in package.sites}
     cases = [
-        ("mla 192/128 causal s4k", "bf16_mla_192_128_causal", torch.bfloat16,
-         8, 2, 192, 128, 4096, True, None),
+        (f"mla 192/128{' causal' if causal else ''} s{seq // 1024}k",
+         "bf16_mla_192_128_causal" if causal else "bf16_mla_192_128_full",
+         torch.bfloat16, 8 if causal else 16, 2 if causal else 16, 192, 128,
+         seq, causal, None)
+        for causal in (True, False) for seq in (1024, 4096, 16384)
+    ] + [
         ("window 65/64 d64 s4k", "bf16_d64_two_sided_window", torch.bfloat16,
          8, 2, 64, 64, 4096, False, (65, 64)),
         ("d40 causal s4k", "bf16_d40_causal", torch.bfloat16, 8, 2, 40, 40,
@@ -145,6 +152,11 @@ def main() -> int:
     ]
     rows: List[Dict[str, Any]] = []
     for name, function, dtype, hq, hkv, d, dv, seq, causal, window in cases:
+        if options.cases and not any(c in name for c in options.cases):
+            continue
+        if function not in sites:
+            print(f"{name}: no site {function} in the package, skipped")
+            continue
         rows += run_case(sites[function], name, dtype, hq, hkv, d, dv, seq,
                          causal, window)
     if options.out:

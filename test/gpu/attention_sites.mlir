@@ -200,3 +200,15 @@ func.func @bf16_mla_256_128_causal(%q: tensor<?x8x?x256xbf16>, %k: tensor<?x2x?x
   %o = kiln.attention %q, %k, %v {causal, scale = 0.0625 : f32} : tensor<?x8x?x256xbf16>, tensor<?x2x?x256xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
   return %o : tensor<?x8x?x128xbf16>
 }
+
+// MLA 192/128 without the causal mask (DeepSeek-V2-Lite: 16 heads), and a
+// value head dim above the query/key one (V's tiles wider than K's).
+func.func @bf16_mla_192_128_full(%q: tensor<?x16x?x192xbf16>, %k: tensor<?x16x?x192xbf16>, %v: tensor<?x16x?x128xbf16>) -> tensor<?x16x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {scale = 0.0721687824 : f32} : tensor<?x16x?x192xbf16>, tensor<?x16x?x192xbf16>, tensor<?x16x?x128xbf16> -> tensor<?x16x?x128xbf16>
+  return %o : tensor<?x16x?x128xbf16>
+}
+
+func.func @bf16_qk64_v128_causal(%q: tensor<?x8x?x64xbf16>, %k: tensor<?x2x?x64xbf16>, %v: tensor<?x2x?x128xbf16>) -> tensor<?x8x?x128xbf16> {
+  %o = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32} : tensor<?x8x?x64xbf16>, tensor<?x2x?x64xbf16>, tensor<?x2x?x128xbf16> -> tensor<?x8x?x128xbf16>
+  return %o : tensor<?x8x?x128xbf16>
+}

@@ -108,19 +108,23 @@ constexpr WarpScheduleRow kWarpScheduleTable[] = {
 WarpSpecializedSchedule
 mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
   // The rules: 128-key tiles while two stages of K and V fit beside Q (64
-  // past head dim 128); three consumers of 160 registers at head dim 64
-  // (+11%), two of 240 past it for their accumulators; the overlap past
-  // head dim 64 (+6-8% at 128, -3 to -5% at 64); no turns (neutral).
+  // past head dim 128 when V's is Q's; MLA's 192/128 keeps 128, +4-8% from
+  // 4k tokens); three consumers of 160 registers at head dim 64 (+11%),
+  // two of 240 past it for their accumulators; the overlap past head dim
+  // 64 (+6-8% at 128, -3 to -5% at 64); no turns (neutral).
   WarpSpecializedSchedule schedule;
-  schedule.tileKeys = spec.problem.headDim <= 128 ? 128 : 64;
   schedule.consumers = spec.problem.headDim <= 64 ? 3 : 2;
   schedule.overlap = spec.problem.headDim > 64;
   schedule.pingPong = false;
-  // Rows for the head dim and causality; windows, masks and the rest take
-  // the row of their causality.
+  schedule.tileKeys = 128;
+  std::string why;
+  if (!warpSpecializedScheduleFits(spec, schedule, why))
+    schedule.tileKeys = 64;
+  // Rows for the head dim and causality (measured with V's head dim equal
+  // to Q's); windows, masks and the rest take the row of their causality.
   for (const WarpScheduleRow &row : kWarpScheduleTable) {
     if (row.headDim != spec.problem.headDim ||
-        row.causal != spec.problem.causal)
+        row.causal != spec.problem.causal || spec.problem.valueHeadDim)
       continue;
     WarpSpecializedSchedule measured;
     measured.consumers = row.consumers;
@@ -128,7 +132,6 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
     measured.overlap = row.overlap;
     measured.pingPong = row.pingPong;
     measured.from = "table";
-    std::string why;
     if (warpSpecializedScheduleFits(spec, measured, why))
       schedule = measured;
   }

@@ -29,8 +29,10 @@
 //
 // Mask and bias tensors are read per score, as in the portable kernel (every
 // tile takes the masked path). With masked_score no tile is skipped: hidden
-// keys score the fill. MLA head dims, paged sites and views TMA cannot
-// describe keep the portable kernel (the runtime chooses at launch).
+// keys score the fill. V's head dim may differ from Q's and K's (MLA's
+// 192/128): V's tiles take their own slabs and O its own width. Paged
+// sites and views TMA cannot describe keep the portable kernel (the runtime
+// chooses at launch).
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +82,8 @@ public:
   explicit WarpSpecializedKernel(const KernelSpec &spec)
       : AttentionKernelBuilder(spec), headDim(spec.problem.headDim),
         paddedDim(llvm::alignTo(spec.problem.headDim, kSwizzleElements)),
+        valueDim(spec.problem.valueDim()),
+        paddedValueDim(llvm::alignTo(valueDim, kSwizzleElements)),
         tileKeys(warpSpecializedSchedule(spec).tileKeys),
         consumers(warpSpecializedSchedule(spec).consumers),
         overlap(warpSpecializedSchedule(spec).overlap),
@@ -106,7 +110,9 @@ protected:
   void buildBody(gpu::GPUFuncOp func) override;
 
 private:
+  /// Slabs of 64 columns a row of Q and K, and of V.
   int64_t slabs() const { return paddedDim / kSwizzleElements; }
+  int64_t valueSlabs() const { return paddedValueDim / kSwizzleElements; }
   int64_t blockRows() const { return consumers * kConsumerRows; }
   /// 128 · 24 + 256 · 240 = 64512 with two consumers, 128 · 24 + 384 · 160
   /// with three (multiples of 8, as setmaxnreg takes).
@@ -117,8 +123,13 @@ private:
   }
   // (The TMA boxes' zero-filled columns count in their bytes.)
   int64_t qBytes() const { return blockRows() * paddedDim * 2; }
-  int64_t tileBytes() const { return tileKeys * paddedDim * 2; }
-  int64_t barrierOffset() const { return qBytes() + 2 * kStages * tileBytes(); }
+  int64_t keyTileBytes() const { return tileKeys * paddedDim * 2; }
+  int64_t valueTileBytes() const { return tileKeys * paddedValueDim * 2; }
+  /// The stages of K, then those of V, after Q.
+  int64_t valueTilesOffset() const { return kStages * keyTileBytes(); }
+  int64_t barrierOffset() const {
+    return qBytes() + kStages * (keyTileBytes() + valueTileBytes());
+  }
 
   Value constI32(int64_t value) {
     return arith::ConstantIntOp::create(*b, b->getI32Type(), value);
@@ -164,11 +175,11 @@ private:
               "complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
               "r,l,r,r,r,r,r");
   }
-  /// The tile's slabs of 64 columns, rows [row, row + rows) of (head,
-  /// batch), into `destination` (a slab after another).
-  void copySlabs(Value map, Value destination, int64_t rows, Value row,
-                 Value headIndex, Value barrier) {
-    for (int64_t slab = 0; slab < slabs(); ++slab)
+  /// The tile's `count` slabs of 64 columns, rows [row, row + rows) of
+  /// (head, batch), into `destination` (a slab after another).
+  void copySlabs(Value map, Value destination, int64_t count, int64_t rows,
+                 Value row, Value headIndex, Value barrier) {
+    for (int64_t slab = 0; slab < count; ++slab)
       copyTile(map, add32(destination, slab * rows * 128),
                {constI32(slab * kSwizzleElements), toI32(row), toI32(headIndex),
                 toI32(batch)},
@@ -197,8 +208,8 @@ private:
   TileRef tileRef(Value tile);
   /// Barrier `index` of `stage` (see Barrier).
   Value stageBarrier(int64_t index, Value stage);
-  /// The K (`first` 0) or V (`first` kStages) tile of `stage`.
-  Value stageTile(Value stage, int64_t first);
+  /// The K or (`value`) V tile of `stage`.
+  Value stageTile(Value stage, bool value);
   /// This warp is done with a stage's K or V: its leader arrives.
   void release(int64_t barrier, Value stage);
   /// Issues S = Q·Kᵀ for the K tile of `stage` (not waited for).
@@ -231,8 +242,9 @@ private:
   /// out = O / sum for this thread's rows.
   void writeConsumerOutput(ValueRange results);
 
-  /// The head dim, and the multiple of 64 the tiles take.
-  int64_t headDim, paddedDim;
+  /// The head dims of Q and K and of V, and the multiples of 64 their tiles
+  /// take.
+  int64_t headDim, paddedDim, valueDim, paddedValueDim;
   /// Keys per K/V tile (wgmma's N for S = Q·Kᵀ).
   int64_t tileKeys;
   /// Consumer warpgroups of 64 rows (see chooseWarpSpecializedSchedule):
@@ -272,7 +284,7 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
   // Q, once.
   Value qFull = barrierAt(kQFull, Value());
   expectBytes(qFull, qBytes());
-  copySlabs(qMap, sharedBase, blockRows(), firstQuery, head, qFull);
+  copySlabs(qMap, sharedBase, slabs(), blockRows(), firstQuery, head, qFull);
 
   Value tilesBase = add32(sharedBase, qBytes());
   forLoop(constIndex(0), numTiles, constIndex(1), ValueRange{},
@@ -288,11 +300,17 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
             Value reused = arith::CmpIOp::create(ib, arith::CmpIPredicate::uge,
                                                  tile32, constI32(kStages));
             Value kvStart = add(kvBegin, mul(tile, constIndex(tileKeys)));
-            Value stageBytes =
-                arith::MulIOp::create(ib, stage, constI32(tileBytes()));
-            for (auto [tensorMap, fullIndex, emptyIndex, firstTile] :
-                 {std::tuple{kMap, kKFull, kKEmpty, int64_t(0)},
-                  std::tuple{vMap, kVFull, kVEmpty, int64_t(kStages)}}) {
+            auto stageBytes = [&](int64_t bytes) -> Value {
+              return arith::MulIOp::create(ib, stage, constI32(bytes));
+            };
+            Value keyStage = stageBytes(keyTileBytes());
+            Value valueStage = stageBytes(valueTileBytes());
+            for (auto [tensorMap, fullIndex, emptyIndex, first, stageOffset,
+                       bytes, count] :
+                 {std::tuple{kMap, kKFull, kKEmpty, int64_t(0), keyStage,
+                             keyTileBytes(), slabs()},
+                  std::tuple{vMap, kVFull, kVEmpty, valueTilesOffset(),
+                             valueStage, valueTileBytes(), valueSlabs()}}) {
               auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
               {
                 OpBuilder::InsertionGuard guard(ib);
@@ -300,11 +318,11 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
                 wait(barrierAt(emptyIndex, stage), parity);
               }
               Value full = barrierAt(fullIndex, stage);
-              expectBytes(full, tileBytes());
-              Value destination = arith::AddIOp::create(
-                  ib, add32(tilesBase, firstTile * tileBytes()), stageBytes);
-              copySlabs(tensorMap, destination, tileKeys, kvStart, kvHead,
-                        full);
+              expectBytes(full, bytes);
+              Value destination =
+                  arith::AddIOp::create(ib, add32(tilesBase, first), stageOffset);
+              copySlabs(tensorMap, destination, count, tileKeys, kvStart,
+                        kvHead, full);
             }
             return SmallVector<Value>();
           });
@@ -324,10 +342,11 @@ Value WarpSpecializedKernel::stageBarrier(int64_t index, Value stage) {
                                arith::MulIOp::create(*b, stage, constI32(8)));
 }
 
-Value WarpSpecializedKernel::stageTile(Value stage, int64_t first) {
+Value WarpSpecializedKernel::stageTile(Value stage, bool value) {
+  int64_t bytes = value ? valueTileBytes() : keyTileBytes();
   return offsetPointer(
-      tilesStart, add32(arith::MulIOp::create(*b, stage, constI32(tileBytes())),
-                        first * tileBytes()));
+      tilesStart, add32(arith::MulIOp::create(*b, stage, constI32(bytes)),
+                        value ? valueTilesOffset() : 0));
 }
 
 void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
@@ -337,7 +356,7 @@ void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
 // K-major operands, 16 head dims an instruction (32 bytes along a swizzled
 // row, a slab every 64).
 SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
-  Value kTile = stageTile(stage, 0);
+  Value kTile = stageTile(stage, /*value=*/false);
   SmallVector<Value> scores(keyBlocks() * 4, zero);
   NVVM::WgmmaFenceAlignedOp::create(*b);
   for (int64_t c = 0; c < llvm::divideCeil(headDim, 16); ++c) {
@@ -357,7 +376,7 @@ SmallVector<Value> WarpSpecializedKernel::issueScores(Value stage) {
 SmallVector<Value>
 WarpSpecializedKernel::issueValues(SmallVector<Value> acc,
                                    ArrayRef<Value> pFragments, Value stage) {
-  Value vTile = stageTile(stage, kStages);
+  Value vTile = stageTile(stage, /*value=*/true);
   NVVM::WgmmaFenceAlignedOp::create(*b);
   for (int64_t j = 0; j < keyBlocks() / 2; ++j)
     products.values(
@@ -551,7 +570,7 @@ void WarpSpecializedKernel::writeConsumerOutput(ValueRange results) {
   auto globalPtr = LLVM::LLVMPointerType::get(b->getContext(), 1);
   storeNormalisedRows(
       results, queryRows, [&](int64_t r, Value inverse, Value rowOffset) {
-        for (int64_t block = 0; block < headDim / 8; ++block) {
+        for (int64_t block = 0; block < valueDim / 8; ++block) {
           Value column =
               add(constIndex(8 * block), mul(quadLane, constIndex(2)));
           Value pair =
@@ -600,7 +619,7 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   softmaxScale = foldScale ? scaleLog2 : Value();
 
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
-  initState.append(paddedDim / 8 * 4, zero);
+  initState.append(paddedValueDim / 8 * 4, zero);
 
   wait(add32(barriers, 8 * kQFull), constI32(0));
   SmallVector<Value> results = overlap ? runOverlappedLoop(numTiles, initState)
@@ -672,9 +691,9 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
   // With three consumers a thread has 128 registers at launch (160 after
   // setmaxnreg), and ptxas allocates wgmma's accumulators within the launch
   // cap: head dim 256's O (128 a thread) and S do not fit.
-  if (schedule.consumers == 3 && spec.problem.headDim > 192) {
-    why = "three consumers have too few registers for head dim " +
-          std::to_string(spec.problem.headDim) +
+  if (schedule.consumers == 3 && spec.problem.valueDim() > 192) {
+    why = "three consumers have too few registers for value head dim " +
+          std::to_string(spec.problem.valueDim()) +
           "'s accumulators (at most 192)";
     return false;
   }
@@ -699,9 +718,11 @@ bool mlir::kiln::detail::warpSpecializedKernelSupports(const KernelSpec &spec) {
   return (spec.problem.elementType.isF16() ||
           spec.problem.elementType.isBF16()) &&
          !spec.problem.paged && !spec.problem.ragged &&
-         !spec.problem.valueHeadDim &&
-         spec.problem.headDim % 8 == 0 && spec.problem.headDim >= 16 &&
-         spec.problem.headDim <= 256;
+         llvm::all_of(std::array{spec.problem.headDim,
+                                 spec.problem.valueDim()},
+                      [](int64_t dim) {
+                        return dim % 8 == 0 && dim >= 16 && dim <= 256;
+                      });
 }
 
 std::unique_ptr<AttentionKernelBuilder>
