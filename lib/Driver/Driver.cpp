@@ -467,6 +467,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     gpuOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
     gpuOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
     gpuOptions.warpSpecializePingPong = options.warpSpecializePingPong;
+    gpuOptions.warpSpecializePersistent = options.warpSpecializePersistent;
     gpuOptions.schedule = options.schedule;
     gpuOptions.blocksPerSM = options.blocksPerSM;
     if (failed(runPipeline(target,

@@ -42,6 +42,7 @@ void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
   convertOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
   convertOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
   convertOptions.warpSpecializePingPong = options.warpSpecializePingPong;
+  convertOptions.warpSpecializePersistent = options.warpSpecializePersistent;
   convertOptions.schedule = options.schedule;
   convertOptions.blocksPerSM = options.blocksPerSM;
   pm.addPass(createConvertKilnToGPU(convertOptions));

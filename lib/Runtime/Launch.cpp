@@ -115,7 +115,8 @@ Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
 /// splits of its keys.
 Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
                const CheckedLaunch &launch, int64_t splits, LaunchPlan &plan,
-               const CudaDriver *driver = nullptr) {
+               const CudaDriver *driver = nullptr,
+               const Residency *residency = nullptr) {
   const kiln_attention_args &args = launch.args;
   const PagedValues *paged = launch.paged ? &*launch.paged : nullptr;
   // Launch configuration.
@@ -140,6 +141,23 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
                        where, kernel.name);
       value = paged->planItems;
       formula = "plan_items";
+    }
+    if (rule.multiprocessors) {
+      // The kernel walks ceil(q_len / rows) · q_heads · batch items in
+      // 32-bit arithmetic; past that (or without the device's figures) the
+      // caller takes another kernel.
+      int64_t blocks = (args.q_len + kernel.rowsPerBlock - 1) /
+                       kernel.rowsPerBlock;
+      if (!residency || residency->smCount <= 0 ||
+          blocks > std::numeric_limits<int32_t>::max() / args.q_heads /
+                       args.batch)
+        return {KILN_UNSUPPORTED,
+                fmt::format("{}kernel \"{}\" is persistent: its work items "
+                            "do not fit, or the device's SM count is unknown",
+                            where, kernel.name)};
+      value = std::min(blocks * args.q_heads * args.batch,
+                       residency->smCount * residency->blocksPerSM);
+      formula = "multiprocessors";
     }
     for (Dim dim : rule.perDims) {
       int64_t divisor = dimValue(args, dim);
@@ -454,13 +472,17 @@ Error launchWarpSpecialized(kiln_package &package, const CudaDriver &driver,
   if (!warpSpecializedFits(kernel, launch.args, driver))
     return Error::ok();
   CUfunction function = nullptr;
-  if (Error error =
-          package.modules.getFunction(driver, index, stream, function))
+  // A persistent kernel's grid is the blocks the device holds.
+  Residency residency;
+  bool persistent = kernel.grid[0].multiprocessors;
+  if (Error error = package.modules.getFunction(
+          driver, index, stream, function, persistent ? &residency : nullptr))
     return error;
   if (!function)
     return Error::ok();
   LaunchPlan plan;
-  Error error = fillPlan(kernel, s, messagePrefix(s), launch, 1, plan, &driver);
+  Error error = fillPlan(kernel, s, messagePrefix(s), launch, 1, plan, &driver,
+                         &residency);
   if (error.status == KILN_UNSUPPORTED)
     return Error::ok();
   if (error)

@@ -117,6 +117,9 @@ struct GridRule {
   /// Ragged kernels' grid x: the launch's plan items (`"dim":
   /// "plan_items"`).
   bool planItems = false;
+  /// Persistent kernels' grid x: the blocks the device holds at once, an
+  /// SM's times the SM count (`"dim": "multiprocessors"`).
+  bool multiprocessors = false;
 };
 
 struct Kernel {

@@ -357,6 +357,9 @@ void parseGridRule(const Node &node, GridRule &rule) {
   if (node.has("dim") && node.key("dim").raw().is_string() &&
       node.key("dim").string() == "plan_items") {
     rule.planItems = true;
+  } else if (node.has("dim") && node.key("dim").raw().is_string() &&
+             node.key("dim").string() == "multiprocessors") {
+    rule.multiprocessors = true;
   } else if (node.has("dim")) {
     parseDims(node.key("dim"), rule.dims);
     Node perNode = node.optionalKey("per");
@@ -512,9 +515,16 @@ void parseKernel(const Node &node, Kernel &kernel) {
     requiredArgs.insert(requiredArgs.end(), {"q_offsets", "plan", "sequences"});
   if (kernel.ragged && !kernel.paged)
     requiredArgs.push_back("kv_offsets");
-  for (size_t i = 0; i < 3; ++i)
+  for (size_t i = 0; i < 3; ++i) {
     if (kernel.grid[i].planItems && !kernel.ragged)
       grid[i].fail("\"plan_items\" is the grid of a ragged kernel only");
+    // (Its work items are those of the other attention kernels' grid.)
+    if (kernel.grid[i].multiprocessors &&
+        (i != 0 || kernel.kind != "attention" || kernel.ragged ||
+         kernel.paged || kernel.targets.empty() || kernel.rowsPerBlock <= 0))
+      grid[i].fail("\"multiprocessors\" is grid x of a target-specific "
+                   "attention kernel only");
+  }
   if (kernel.append) {
     // The kernels of float caches ignore the scales (and those written
     // before FP8 caches do not take them).

@@ -126,6 +126,12 @@ static cl::opt<bool> warpSpecializePingPong(
              "products (default: from the schedule table or the rules; for "
              "tuning)"),
     cl::init(false), cl::Hidden, cl::cat(kilncCategory));
+static cl::opt<bool> warpSpecializePersistent(
+    "warp-specialize-persistent",
+    cl::desc("Run the warp-specialised kernels as one block an SM walking "
+             "the work items (query block, head, sequence) rather than a "
+             "block an item (default: from the rules; for tuning)"),
+    cl::init(false), cl::Hidden, cl::cat(kilncCategory));
 static cl::opt<bool> allowTf32(
     "allow-tf32",
     cl::desc("Run f32 sites on one TF32 product per product: Q, K, V and "
@@ -246,6 +252,7 @@ int main(int argc, char **argv) {
   options.warpSpecializeTileKeys = warpSpecializeTileKeys;
   options.warpSpecializeOverlap = given(warpSpecializeOverlap);
   options.warpSpecializePingPong = given(warpSpecializePingPong);
+  options.warpSpecializePersistent = given(warpSpecializePersistent);
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;

@@ -57,13 +57,13 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
            "it supports (a multiple of 8 up to 256), and the TF32 kernel "
            "with split operands (3xTF32, f32's accuracy) for f32 sites "
-           "whose head dim is a multiple of 8 up to 128; the scalar kernel "
+           "whose head dims are multiples of 8 up to 256; the scalar kernel "
            "otherwise">,
     Option<"allowTf32", "allow-tf32", "bool", "false",
            "Run f32 sites on one TF32 product per product (mma.sync "
            "m16n8k8: Q, K, P and V rounded to TF32, f32 accumulation and "
-           "softmax) where the TF32 kernel supports the head dim (a "
-           "multiple of 8 up to 128, the same for V), rather than on the "
+           "softmax) where the TF32 kernel supports the head dims "
+           "(multiples of 8 up to 256, V's its own), rather than on the "
            "split-operand default">,
     Option<"hopper", "hopper", "bool", "false",
            "Build the sm_90a variant of the tensor-core kernel (wgmma on "
@@ -74,9 +74,9 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "producer warp, two wgmma consumer warpgroups, three at head dim "
            "64) for kiln.attention "
            "f16/bf16 sites (masks, bias and softcap included) whose head "
-           "dims are equal multiples of 64 up to 256; the runtime launches "
-           "it for prefill "
-           "shapes whose views TMA can describe">,
+           "dims (Q's and K's, and V's) are multiples of 8 from 16 to 256; "
+           "the runtime launches it for prefill shapes whose views TMA can "
+           "describe">,
     Option<"warpSpecializeConsumers", "warp-specialize-consumers",
            "int64_t", "-1",
            "Consumer warpgroups of the warp-specialised kernels, 2 or 3 "
@@ -96,6 +96,11 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
            "consumers, make the consumers take turns to issue their "
            "products (named barriers); 0: not (-1: from the schedule table "
            "or the rules), for tuning">,
+    Option<"warpSpecializePersistent", "warp-specialize-persistent",
+           "int64_t", "-1",
+           "1: the warp-specialised kernels run one block an SM over the "
+           "work items (query block, head, sequence); 0: a block an item "
+           "(-1: from the rules), for tuning">,
     Option<"schedule", "schedule", "std::string", "\"table\"",
            "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
            "table of measured schedules, else the rules), 'wgmma' or 'mma' "

@@ -55,12 +55,14 @@ struct CompileOptions {
   /// warpgroups (`--warp-specialize-consumers`), keys a tile
   /// (`--warp-specialize-tile-keys`), each tile's softmax overlapping the
   /// previous tile's P·V (`--warp-specialize-overlap`, 0 or 1), the two
-  /// consumers' turns (`--warp-specialize-ping-pong`, 0 or 1); -1 takes
-  /// the schedule table's or the rules'.
+  /// consumers' turns (`--warp-specialize-ping-pong`, 0 or 1), one block
+  /// an SM over the work items (`--warp-specialize-persistent`, 0 or 1);
+  /// -1 takes the schedule table's or the rules'.
   int64_t warpSpecializeConsumers = -1;
   int64_t warpSpecializeTileKeys = -1;
   int64_t warpSpecializeOverlap = -1;
   int64_t warpSpecializePingPong = -1;
+  int64_t warpSpecializePersistent = -1;
   /// f32 sites run one TF32 product per product rather than three with
   /// split operands (`--allow-tf32`).
   bool allowTf32 = false;

@@ -72,6 +72,12 @@ struct GPUPipelineOptions
                      "turns to issue their products or not (-1: from the "
                      "schedule table or the rules)"),
       llvm::cl::init(-1)};
+  Option<int64_t> warpSpecializePersistent{
+      *this, "warp-specialize-persistent",
+      llvm::cl::desc("1/0: the warp-specialised kernels run one block an SM "
+                     "over the work items or a block an item (-1: from the "
+                     "rules)"),
+      llvm::cl::init(-1)};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("sm_90a tensor-core variant: table, wgmma or mma"),

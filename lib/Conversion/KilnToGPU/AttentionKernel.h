@@ -124,6 +124,10 @@ struct KernelVariant {
   /// tile, from its schedule (not part of name()).
   int64_t warpConsumers = 2;
   int64_t warpTileKeys = 128;
+  /// With warpSpecialized: one block an SM walks the work items (query
+  /// block, head, sequence) in turn, its producer loading the next item's
+  /// Q and tiles while the consumers finish the last (not part of name()).
+  bool persistent = false;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   /// FP8 caches on targets with cvt.rn.f16x2.e4m3x2 (sm_89 on): the
@@ -361,6 +365,11 @@ protected:
   }
   /// Module-level declarations the kernel needs, created before it.
   virtual void declareGlobals(OpBuilder &moduleBuilder, Location loc) {}
+  /// Persistent kernels: binds work item `item` of `queryBlocks` query
+  /// blocks a head as the prologue binds a block's (the query block
+  /// fastest, then the head, then the sequence; causal sites heaviest
+  /// first), with its key range [kvBegin, kvEnd).
+  void bindWorkItem(Value item, Value queryBlocks);
   /// Builds the main loop and the epilogue once the prologue has bound the
   /// arguments and per-block values below.
   virtual void buildBody(gpu::GPUFuncOp func) = 0;
@@ -491,6 +500,11 @@ private:
   /// Causal warp-specialised kernels: renumbers the blocks heaviest first
   /// over sections of heads whose K and V stay in L2.
   void orderHeaviestFirst(Value &queryBlock, Value &headIndex);
+  /// The same for the item at `linear` (i32) of `blocks` query blocks and
+  /// `pairs` (head, sequence) pairs of `heads` heads.
+  void orderItemHeaviestFirst(Value linear, Value blocks, Value heads,
+                              Value pairs, Value &queryBlock,
+                              Value &headIndex);
   /// Binds the thread's warp and lane, the heads and the tensors' bases.
   void bindHeads(Value headIndex);
   /// Binds the block's queries.
@@ -581,6 +595,8 @@ struct WarpSpecializedSchedule {
   int64_t consumers = 2;
   bool overlap = false;
   bool pingPong = false;
+  /// One block an SM over the work items (see KernelVariant::persistent).
+  bool persistent = false;
   /// "table" (the shipped table of measured schedules), "rule" or
   /// "option" (forced).
   const char *from = "rule";

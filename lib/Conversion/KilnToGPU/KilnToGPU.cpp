@@ -318,6 +318,7 @@ struct ConvertKilnToGPUPass
     force(warpSpecializeTileKeys, schedule.tileKeys);
     force(warpSpecializeOverlap, schedule.overlap);
     force(warpSpecializePingPong, schedule.pingPong);
+    force(warpSpecializePersistent, schedule.persistent);
     std::string why;
     if (!warpSpecializedScheduleFits(spec, schedule, why))
       return op->emitOpError("warp-specialised kernel: ") << why;
@@ -325,6 +326,7 @@ struct ConvertKilnToGPUPass
     spec.variant.warpTileKeys = schedule.tileKeys;
     spec.variant.overlapSoftmax = schedule.overlap;
     spec.variant.pingPong = schedule.pingPong;
+    spec.variant.persistent = schedule.persistent;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;
@@ -341,19 +343,16 @@ struct ConvertKilnToGPUPass
     // Its schedule, for the manifest: the table's, the rules' or forced.
     const char *from = schedule.from;
     schedule = warpSpecializedSchedule(spec);
-    fields.set(
-        "warp_schedule",
-        builder.getDictionaryAttr({
-            builder.getNamedAttr("consumers",
-                                 builder.getI64IntegerAttr(schedule.consumers)),
-            builder.getNamedAttr("kv_block_size",
-                                 builder.getI64IntegerAttr(schedule.tileKeys)),
-            builder.getNamedAttr("overlap",
-                                 builder.getBoolAttr(schedule.overlap)),
-            builder.getNamedAttr("ping_pong",
-                                 builder.getBoolAttr(schedule.pingPong)),
-            builder.getNamedAttr("from", builder.getStringAttr(from)),
-        }));
+    NamedAttrList warp;
+    warp.set("consumers", builder.getI64IntegerAttr(schedule.consumers));
+    warp.set("kv_block_size", builder.getI64IntegerAttr(schedule.tileKeys));
+    warp.set("overlap", builder.getBoolAttr(schedule.overlap));
+    warp.set("ping_pong", builder.getBoolAttr(schedule.pingPong));
+    warp.set("from", builder.getStringAttr(from));
+    // (Said only when set: the grid is then the SMs', see Package.cpp.)
+    if (schedule.persistent)
+      warp.set("persistent", builder.getBoolAttr(true));
+    fields.set("warp_schedule", warp.getDictionary(builder.getContext()));
     func->setAttr(kKernelInfoAttrName,
                   fields.getDictionary(builder.getContext()));
     return name;

@@ -260,6 +260,9 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
           {"overlap", warp.getAs<BoolAttr>("overlap").getValue()},
           {"ping_pong", warp.getAs<BoolAttr>("ping_pong").getValue()},
           {"from", warp.getAs<StringAttr>("from").getValue()}};
+      if (warp.get("persistent"))
+        schedules[cast<StringAttr>(chip).str()].getAsObject()->try_emplace(
+            "persistent", true);
     }
     kernel["targets"] = std::move(chips);
     if (warp)
@@ -282,6 +285,12 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
     addRaggedSplitFacts(kernel, info, grid);
   else
     addSplitFacts(kernel, info, grid);
+  // A persistent kernel: a block an SM (as many as the device has), each
+  // walking the work items the grid above would have had.
+  auto warp = info.getAs<DictionaryAttr>("warp_schedule");
+  if (warp && warp.get("persistent"))
+    grid = llvm::json::Array{llvm::json::Object{{"dim", "multiprocessors"}}, 1,
+                             1};
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }

@@ -148,6 +148,26 @@ void AttentionKernelBuilder::orderHeaviestFirst(Value &queryBlock,
   auto mul32 = [&](Value x, Value y) {
     return arith::MulIOp::create(builder, x, y).getResult();
   };
+  Value blocks = i32(gpu::GridDimOp::create(builder, gpu::Dimension::x));
+  Value heads = i32(gpu::GridDimOp::create(builder, gpu::Dimension::y));
+  Value batches = i32(gpu::GridDimOp::create(builder, gpu::Dimension::z));
+  Value pairs = mul32(heads, batches);
+  Value linear = arith::AddIOp::create(
+      builder, i32(queryBlock),
+      mul32(blocks, arith::AddIOp::create(builder, i32(headIndex),
+                                          mul32(heads, i32(batch)))));
+  orderItemHeaviestFirst(linear, blocks, heads, pairs, queryBlock, headIndex);
+}
+
+void AttentionKernelBuilder::orderItemHeaviestFirst(Value linear, Value blocks,
+                                                    Value heads, Value pairs,
+                                                    Value &queryBlock,
+                                                    Value &headIndex) {
+  ImplicitLocOpBuilder &builder = *b;
+  auto i32 = [&](Value x) { return toI32(x); };
+  auto mul32 = [&](Value x, Value y) {
+    return arith::MulIOp::create(builder, x, y).getResult();
+  };
   auto div32 = [&](Value x, Value y) {
     return arith::DivUIOp::create(builder, x, y).getResult();
   };
@@ -158,14 +178,6 @@ void AttentionKernelBuilder::orderHeaviestFirst(Value &queryBlock,
     return arith::ConstantIntOp::create(builder, builder.getI32Type(), value)
         .getResult();
   };
-  Value blocks = i32(gpu::GridDimOp::create(builder, gpu::Dimension::x));
-  Value heads = i32(gpu::GridDimOp::create(builder, gpu::Dimension::y));
-  Value batches = i32(gpu::GridDimOp::create(builder, gpu::Dimension::z));
-  Value pairs = mul32(heads, batches);
-  Value linear = arith::AddIOp::create(
-      builder, i32(queryBlock),
-      mul32(blocks, arith::AddIOp::create(builder, i32(headIndex),
-                                          mul32(heads, i32(batch)))));
   constexpr int64_t kSectionBytes = 16 << 20;
   // K and V bytes of a head in KiB. Any section size from 1 to every head
   // numbers each block once, so an overflow (past 2^25 keys) would only
@@ -237,6 +249,28 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
     }
   }
   return {queryBlock, headIndex};
+}
+
+void AttentionKernelBuilder::bindWorkItem(Value item, Value queryBlocks) {
+  ImplicitLocOpBuilder &builder = *b;
+  // 32-bit divisions, as for a grid: the runtime launches a persistent
+  // kernel only when its items fit.
+  Value blocks = toI32(queryBlocks);
+  Value heads = toI32(numQueryHeads);
+  Value linear = toI32(item);
+  Value queryBlock = toIndex(arith::RemUIOp::create(builder, linear, blocks));
+  Value pair = arith::DivUIOp::create(builder, linear, blocks);
+  Value headIndex = toIndex(arith::RemUIOp::create(builder, pair, heads));
+  batch = toIndex(arith::DivUIOp::create(builder, pair, heads));
+  if (spec.problem.causal)
+    orderItemHeaviestFirst(
+        linear, blocks, heads,
+        arith::MulIOp::create(builder, heads, toI32(batchSize)), queryBlock,
+        headIndex);
+  bindHeads(headIndex);
+  bindQueries(queryBlock);
+  kvOffset = sub(kvLen, qLen);
+  std::tie(kvBegin, kvEnd) = keyRange(kvLen);
 }
 
 void AttentionKernelBuilder::bindHeads(Value headIndex) {

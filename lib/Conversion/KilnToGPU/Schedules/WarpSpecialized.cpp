@@ -61,20 +61,23 @@ constexpr int64_t kWarpgroupThreads = 4 * kWarpSize;
 /// Stages of the K and V ring.
 constexpr int64_t kStages = 2;
 /// Registers a thread of the producer keeps after setmaxnreg; the consumers
-/// take what is left of the SM's 65536 (see consumerRegisters).
+/// take what is left of the SM's 65536 (see consumerRegisters). A
+/// persistent producer also decodes the items and carries the ring's
+/// counters: in 24 it spills.
 constexpr int64_t kProducerRegisters = 24;
+constexpr int64_t kPersistentProducerRegisters = 40;
 /// Dynamic shared memory a block may use on sm_90 (227 KiB).
 constexpr int64_t kHopperSharedLimit = 227 * 1024;
 
 /// The mbarriers, 8 bytes each, after the tiles: Q's, then per stage K full,
-/// V full, K empty, V empty.
+/// V full, K empty, V empty; persistent kernels also Q empty.
 enum Barrier : int64_t {
   kQFull = 0,
   kKFull = 1,
   kVFull = 1 + kStages,
   kKEmpty = 1 + 2 * kStages,
   kVEmpty = 1 + 3 * kStages,
-  kNumBarriers = 1 + 4 * kStages,
+  kQEmpty = 1 + 4 * kStages,
 };
 
 class WarpSpecializedKernel : public AttentionKernelBuilder {
@@ -88,6 +91,7 @@ public:
         consumers(warpSpecializedSchedule(spec).consumers),
         overlap(warpSpecializedSchedule(spec).overlap),
         pingPong(warpSpecializedSchedule(spec).pingPong),
+        persistent(spec.variant.persistent),
         products(spec.problem.elementType) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
   }
@@ -96,7 +100,7 @@ public:
   int64_t kvBlockSize() const override { return tileKeys; }
   int64_t sharedBytes() const override { return 0; }
   int64_t dynamicSharedBytes() const override {
-    return barrierOffset() + kNumBarriers * 8;
+    return barrierOffset() + numBarriers() * 8;
   }
   int64_t threadsPerBlock() const override {
     return (1 + consumers) * kWarpgroupThreads;
@@ -112,12 +116,17 @@ protected:
 private:
   /// Slabs of 64 columns a row of Q and K, and of V.
   int64_t slabs() const { return paddedDim / kSwizzleElements; }
+  int64_t numBarriers() const { return kQEmpty + (persistent ? 1 : 0); }
   int64_t valueSlabs() const { return paddedValueDim / kSwizzleElements; }
   int64_t blockRows() const { return consumers * kConsumerRows; }
+  int64_t producerRegisters() const {
+    return persistent ? kPersistentProducerRegisters : kProducerRegisters;
+  }
   /// 128 · 24 + 256 · 240 = 64512 with two consumers, 128 · 24 + 384 · 160
-  /// with three (multiples of 8, as setmaxnreg takes).
+  /// with three (multiples of 8, as setmaxnreg takes); persistent, 128 · 40
+  /// + 256 · 232 and 128 · 40 + 384 · 152.
   int64_t consumerRegisters() const {
-    int64_t left = (65536 - kWarpgroupThreads * kProducerRegisters) /
+    int64_t left = (65536 - kWarpgroupThreads * producerRegisters()) /
                    (consumers * kWarpgroupThreads);
     return std::min<int64_t>(240, left / 8 * 8);
   }
@@ -189,12 +198,23 @@ private:
     return arith::AddIOp::create(*b, x, constI32(y));
   }
 
-  void buildProducer(Value sharedBase, Value numTiles);
+  /// The producer's copies for the block's tiles, or (persistent) for one
+  /// item's: its tiles are numbered from `tileBase` in the ring, and from
+  /// the second item on (`item` counts the block's items) Q's copy waits
+  /// for the consumers to be done with the last Q.
+  void buildProducer(Value sharedBase, Value numTiles, Value item = Value());
+  /// Persistent kernels: runs `body` for each of the block's work items
+  /// (from the block's index, a grid apart) with the item bound, its tile
+  /// count and the block's item count so far; carries the tile base.
+  void forEachItem(function_ref<void(Value numTiles, Value item)> body);
+  /// The tiles of the bound key range [kvBegin, kvEnd).
+  Value tilesInRange();
   /// A consumer warpgroup (`consumerIndex` 0 or 1, or 2): binds its values
   /// below, runs its loop over the tiles and writes its rows; returns its
   /// final state.
   SmallVector<Value> buildConsumerLoop(Value shared, Value sharedBase,
-                                       Value numTiles, Value consumerIndex);
+                                       Value numTiles, Value consumerIndex,
+                                       Value item = Value());
 
   //===--------------------------------------------------------------------===//
   // The consumer's parts.
@@ -256,6 +276,8 @@ private:
   /// their products (named barriers 1 and 2), so that one's softmax runs
   /// while the other's products do.
   bool pingPong;
+  /// One block an SM walking the work items.
+  bool persistent;
   /// S = Q·Kᵀ and O += P·V, on wgmma.
   WgmmaProduct products;
 
@@ -263,6 +285,9 @@ private:
   /// The consumer's index, the mbarriers' address, this lane's column pair
   /// in a quad, whether it leads its warp, and the shared Q rows and tiles.
   Value consumer, barriers, quadLane, isLeader, qTile, tilesStart;
+  /// Persistent kernels: the ring index of the item's first tile (null
+  /// when tiles count from 0).
+  Value tileBase;
   /// This thread's rows g and g + 8 of its warp's 16.
   Value queryRows[2];
   /// The warpgroup's first and last diagonals (bottom-right aligned).
@@ -272,7 +297,8 @@ private:
   Value softmaxScale, zero;
 };
 
-void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
+void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles,
+                                          Value item) {
   Value barriers = add32(sharedBase, barrierOffset());
   auto barrierAt = [&](int64_t index, Value stage) -> Value {
     Value address = add32(barriers, 8 * index);
@@ -281,7 +307,18 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
     return arith::AddIOp::create(*b, address,
                                  arith::MulIOp::create(*b, stage, constI32(8)));
   };
-  // Q, once.
+  // Q, once an item; past the first, when the consumers released the last
+  // (phase item - 1 of Q empty).
+  if (item) {
+    Value item32 = toI32(item);
+    Value later = arith::CmpIOp::create(*b, arith::CmpIPredicate::ugt, item32,
+                                        constI32(0));
+    ifThen(later, [&] {
+      wait(barrierAt(kQEmpty, Value()),
+           arith::AndIOp::create(
+               *b, arith::AddIOp::create(*b, item32, constI32(1)), constI32(1)));
+    });
+  }
   Value qFull = barrierAt(kQFull, Value());
   expectBytes(qFull, qBytes());
   copySlabs(qMap, sharedBase, slabs(), blockRows(), firstQuery, head, qFull);
@@ -290,7 +327,7 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
   forLoop(constIndex(0), numTiles, constIndex(1), ValueRange{},
           [&](Value tile, ValueRange) {
             ImplicitLocOpBuilder &ib = *b;
-            Value tile32 = toI32(tile);
+            Value tile32 = toI32(tileBase ? add(tileBase, tile) : tile);
             Value stage = arith::AndIOp::create(ib, tile32, constI32(1));
             Value round = arith::ShRUIOp::create(ib, tile32, constI32(1));
             // The consumers released this stage's previous tile (round - 1):
@@ -329,7 +366,7 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles) {
 }
 
 WarpSpecializedKernel::TileRef WarpSpecializedKernel::tileRef(Value tile) {
-  Value tile32 = toI32(tile);
+  Value tile32 = toI32(tileBase ? add(tileBase, tile) : tile);
   return TileRef{
       arith::AndIOp::create(*b, tile32, constI32(1)),
       arith::AndIOp::create(*b, arith::ShRUIOp::create(*b, tile32, constI32(1)),
@@ -587,7 +624,8 @@ void WarpSpecializedKernel::writeConsumerOutput(ValueRange results) {
 
 SmallVector<Value>
 WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
-                                         Value numTiles, Value consumerIndex) {
+                                         Value numTiles, Value consumerIndex,
+                                         Value item) {
   consumer = consumerIndex;
   zero = constF32(0.0f);
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
@@ -621,9 +659,14 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   SmallVector<Value> initState = {negInf, negInf, zero, zero};
   initState.append(paddedValueDim / 8 * 4, zero);
 
-  wait(add32(barriers, 8 * kQFull), constI32(0));
+  wait(add32(barriers, 8 * kQFull),
+       item ? arith::AndIOp::create(*b, toI32(item), constI32(1)).getResult()
+            : constI32(0));
   SmallVector<Value> results = overlap ? runOverlappedLoop(numTiles, initState)
                                        : runSerialLoop(numTiles, initState);
+  // The item's products are done with Q: the producer may bring the next.
+  if (item)
+    ifThen(isLeader, [&] { arrive(add32(barriers, 8 * kQEmpty)); });
   writeConsumerOutput(results);
   return results;
 }
@@ -640,17 +683,14 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   Value isFirst = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
                                         threadId, constIndex(0));
   ifThen(isFirst, [&] {
-    for (int64_t index = 0; index < kNumBarriers; ++index)
+    for (int64_t index = 0; index < numBarriers(); ++index)
       initBarrier(add32(barriers, 8 * index),
                   index >= kKEmpty ? 4 * consumers : 1);
     inlinePtx({}, {}, "fence.mbarrier_init.release.cluster;", "");
   });
   gpu::BarrierOp::create(builder);
 
-  Value span =
-      arith::MaxSIOp::create(builder, sub(kvEnd, kvBegin), constIndex(0));
-  Value numTiles =
-      arith::CeilDivUIOp::create(builder, span, constIndex(tileKeys));
+  Value numTiles = persistent ? Value() : tilesInRange();
   Value warpgroup =
       arith::DivUIOp::create(builder, threadId, constIndex(kWarpgroupThreads));
   Value isProducer = arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
@@ -660,18 +700,57 @@ void WarpSpecializedKernel::buildBody(gpu::GPUFuncOp func) {
   builder.setInsertionPointToStart(&roles.getThenRegion().front());
   inlinePtx(
       {}, {},
-      llvm::formatv("setmaxnreg.dec.sync.aligned.u32 {0};", kProducerRegisters)
+      llvm::formatv("setmaxnreg.dec.sync.aligned.u32 {0};", producerRegisters())
           .str(),
       "");
-  ifThen(isFirst, [&] { buildProducer(sharedBase, numTiles); });
+  ifThen(isFirst, [&] {
+    if (!persistent)
+      return buildProducer(sharedBase, numTiles);
+    forEachItem([&](Value itemTiles, Value item) {
+      buildProducer(sharedBase, itemTiles, item);
+    });
+  });
   builder.setInsertionPointToStart(&roles.getElseRegion().front());
   inlinePtx(
       {}, {},
       llvm::formatv("setmaxnreg.inc.sync.aligned.u32 {0};", consumerRegisters())
           .str(),
       "");
-  buildConsumerLoop(shared, sharedBase, numTiles,
-                    sub(warpgroup, constIndex(1)));
+  Value consumerIndex = sub(warpgroup, constIndex(1));
+  if (!persistent) {
+    buildConsumerLoop(shared, sharedBase, numTiles, consumerIndex);
+    return;
+  }
+  forEachItem([&](Value itemTiles, Value item) {
+    buildConsumerLoop(shared, sharedBase, itemTiles, consumerIndex, item);
+  });
+}
+
+Value WarpSpecializedKernel::tilesInRange() {
+  Value span = arith::MaxSIOp::create(*b, sub(kvEnd, kvBegin), constIndex(0));
+  return arith::CeilDivUIOp::create(*b, span, constIndex(tileKeys));
+}
+
+// Items blockIdx.x, + gridDim.x, ... of ceil(q_len / rows) · heads ·
+// batch; the ring's tiles continue from item to item.
+void WarpSpecializedKernel::forEachItem(
+    function_ref<void(Value numTiles, Value item)> body) {
+  ImplicitLocOpBuilder &builder = *b;
+  Value queryBlocks =
+      arith::CeilDivUIOp::create(builder, qLen, constIndex(blockRows()));
+  Value items = mul(mul(queryBlocks, numQueryHeads), batchSize);
+  Value first = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
+  Value step = gpu::GridDimOp::create(builder, gpu::Dimension::x);
+  forLoop(first, items, step, ValueRange{constIndex(0), constIndex(0)},
+          [&](Value item, ValueRange carried) {
+            bindWorkItem(item, queryBlocks);
+            Value itemTiles = tilesInRange();
+            tileBase = carried[0];
+            body(itemTiles, carried[1]);
+            tileBase = Value();
+            return SmallVector<Value>{add(carried[0], itemTiles),
+                                      add(carried[1], constIndex(1))};
+          });
 }
 
 } // namespace
