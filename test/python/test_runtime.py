@@ -160,6 +160,22 @@ def test_missing_ptx(package_dir: Path) -> None:
             Status.FORMAT_ERROR,
             "kernels[1].args[6].kind",
         ),
+        # A persistent grid belongs to a target-specific attention kernel's
+        # grid x only: the portable kernel has none, and y never.
+        (
+            lambda m: m["kernels"][0]["grid"].__setitem__(
+                0, {"dim": "multiprocessors"}),
+            Status.FORMAT_ERROR,
+            'kernels[0].grid[0]: "multiprocessors" is grid x of a '
+            "target-specific attention kernel only",
+        ),
+        (
+            lambda m: m["kernels"][0]["grid"].__setitem__(
+                1, {"dim": "multiprocessors"}),
+            Status.FORMAT_ERROR,
+            '"multiprocessors" is grid x of a target-specific attention '
+            "kernel only",
+        ),
     ],
 )
 def test_corrupt_manifest(tmp_path: Path, mutate, status, fragment) -> None:
