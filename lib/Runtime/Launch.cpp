@@ -155,8 +155,10 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
                 fmt::format("{}kernel \"{}\" is persistent: its work items "
                             "do not fit, or the device's SM count is unknown",
                             where, kernel.name)};
-      value = std::min(blocks * args.q_heads * args.batch,
-                       residency->smCount * residency->blocksPerSM);
+      value = blocks * args.q_heads * args.batch;
+      if (!rule.multiprocessorsUpToKvLen ||
+          args.kv_len <= rule.multiprocessorsUpToKvLen)
+        value = std::min(value, residency->smCount * residency->blocksPerSM);
       formula = "multiprocessors";
     }
     for (Dim dim : rule.perDims) {

@@ -118,8 +118,11 @@ struct GridRule {
   /// "plan_items"`).
   bool planItems = false;
   /// Persistent kernels' grid x: the blocks the device holds at once, an
-  /// SM's times the SM count (`"dim": "multiprocessors"`).
+  /// SM's times the SM count (`"dim": "multiprocessors"`); with
+  /// `"up_to_kv_len": N` (> 0) only for launches of at most N keys, a block
+  /// an item past that.
   bool multiprocessors = false;
+  int64_t multiprocessorsUpToKvLen = 0;
 };
 
 struct Kernel {

@@ -360,6 +360,9 @@ void parseGridRule(const Node &node, GridRule &rule) {
   } else if (node.has("dim") && node.key("dim").raw().is_string() &&
              node.key("dim").string() == "multiprocessors") {
     rule.multiprocessors = true;
+    Node upTo = node.optionalKey("up_to_kv_len");
+    if (!upTo.isNull())
+      rule.multiprocessorsUpToKvLen = upTo.integer(1, INT32_MAX);
   } else if (node.has("dim")) {
     parseDims(node.key("dim"), rule.dims);
     Node perNode = node.optionalKey("per");

@@ -597,6 +597,9 @@ struct WarpSpecializedSchedule {
   bool pingPong = false;
   /// One block an SM over the work items (see KernelVariant::persistent).
   bool persistent = false;
+  /// With persistent: launched so only up to this many keys (0: always);
+  /// longer launches give a block each item (the kernel then walks one).
+  int64_t persistentUpToKeys = 0;
   /// "table" (the shipped table of measured schedules), "rule" or
   /// "option" (forced).
   const char *from = "rule";

@@ -319,6 +319,9 @@ struct ConvertKilnToGPUPass
     force(warpSpecializeOverlap, schedule.overlap);
     force(warpSpecializePingPong, schedule.pingPong);
     force(warpSpecializePersistent, schedule.persistent);
+    // (Forced on, it walks at every length.)
+    if (warpSpecializePersistent >= 0)
+      schedule.persistentUpToKeys = 0;
     std::string why;
     if (!warpSpecializedScheduleFits(spec, schedule, why))
       return op->emitOpError("warp-specialised kernel: ") << why;
@@ -342,6 +345,7 @@ struct ConvertKilnToGPUPass
     fields.set("targets", builder.getStrArrayAttr({"sm_90a"}));
     // Its schedule, for the manifest: the table's, the rules' or forced.
     const char *from = schedule.from;
+    int64_t upToKeys = schedule.persistentUpToKeys;
     schedule = warpSpecializedSchedule(spec);
     NamedAttrList warp;
     warp.set("consumers", builder.getI64IntegerAttr(schedule.consumers));
@@ -352,6 +356,8 @@ struct ConvertKilnToGPUPass
     // (Said only when set: the grid is then the SMs', see Package.cpp.)
     if (schedule.persistent)
       warp.set("persistent", builder.getBoolAttr(true));
+    if (schedule.persistent && upToKeys)
+      warp.set("persistent_up_to_kv_len", builder.getI64IntegerAttr(upToKeys));
     fields.set("warp_schedule", warp.getDictionary(builder.getContext()));
     func->setAttr(kKernelInfoAttrName,
                   fields.getDictionary(builder.getContext()));

@@ -120,8 +120,14 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
   // One block an SM walking the items where their costs are alike (no
   // causal mask): +1-17% from 512 to 16k tokens. Causal items differ by
   // up to the whole row of tiles, and a static walk loses the balance the
-  // hardware's block scheduler gives a grid (-10 to -32% at 4k).
-  schedule.persistent = !spec.problem.causal;
+  // hardware's block scheduler gives a grid (-10 to -32% from 4k): causal
+  // kernels with 128-key tiles walk only up to 1k keys (+7-19% at 512 and
+  // 1k), and launch a block an item past that.
+  schedule.persistent =
+      !spec.problem.causal ||
+      std::max(spec.problem.headDim, spec.problem.valueDim()) <= 128;
+  if (spec.problem.causal)
+    schedule.persistentUpToKeys = 1024;
   schedule.tileKeys = 128;
   std::string why;
   if (!warpSpecializedScheduleFits(spec, schedule, why))
@@ -138,6 +144,7 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
     measured.overlap = row.overlap;
     measured.pingPong = row.pingPong;
     measured.persistent = schedule.persistent;
+    measured.persistentUpToKeys = schedule.persistentUpToKeys;
     measured.from = "table";
     if (warpSpecializedScheduleFits(spec, measured, why))
       schedule = measured;

@@ -263,6 +263,9 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       if (warp.get("persistent"))
         schedules[cast<StringAttr>(chip).str()].getAsObject()->try_emplace(
             "persistent", true);
+      if (auto keys = warp.getAs<IntegerAttr>("persistent_up_to_kv_len"))
+        schedules[cast<StringAttr>(chip).str()].getAsObject()->try_emplace(
+            "persistent_up_to_kv_len", keys.getInt());
     }
     kernel["targets"] = std::move(chips);
     if (warp)
@@ -288,9 +291,12 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
   // A persistent kernel: a block an SM (as many as the device has), each
   // walking the work items the grid above would have had.
   auto warp = info.getAs<DictionaryAttr>("warp_schedule");
-  if (warp && warp.get("persistent"))
-    grid = llvm::json::Array{llvm::json::Object{{"dim", "multiprocessors"}}, 1,
-                             1};
+  if (warp && warp.get("persistent")) {
+    llvm::json::Object x{{"dim", "multiprocessors"}};
+    if (auto keys = warp.getAs<IntegerAttr>("persistent_up_to_kv_len"))
+      x["up_to_kv_len"] = keys.getInt();
+    grid = llvm::json::Array{std::move(x), 1, 1};
+  }
   addLaunchFacts(kernel, info, std::move(grid), std::move(args));
   return kernel;
 }
