@@ -279,6 +279,26 @@ protected:
                                        SmallVector<Value> &acc,
                                        SmallVector<Value> *alphas = nullptr,
                                        Value scoreScale = Value());
+  /// onlineSoftmaxStep with lazy rescaling (scores in log2 units): the
+  /// state's maxima are references that move, with the rescale of the sums
+  /// and O accumulators, only when a score of the warp's rows passes them
+  /// by more than `threshold` (a warp vote, so the branch is uniform).
+  /// Weights reach 2^threshold at most. Every lane of the warp must call it.
+  SmallVector<Value> lazyOnlineSoftmaxStep(ArrayRef<Value> scores,
+                                           ValueRange state,
+                                           SmallVector<Value> &newState,
+                                           SmallVector<Value> &acc,
+                                           float threshold);
+  /// Row r's (0: g, 1: g + 8) maximum over `scores`, reduced over the quad
+  /// (times `scoreScale` where given).
+  Value rowTileMax(ArrayRef<Value> scores, int64_t r, Value scoreScale);
+  /// `max`, or 0 where it is -inf (a row that saw only hidden keys).
+  Value safeRowMax(Value max);
+  /// Row r's weights 2^(score - safeMax) (or 2^fma(score, scoreScale,
+  /// -safeMax)) into `probabilities`; returns `sum` plus them.
+  Value rowWeights(ArrayRef<Value> scores, int64_t r, Value safeMax,
+                   Value scoreScale, Value sum,
+                   SmallVector<Value> &probabilities);
   /// 1 / sum where sum > 0, else 0: the output scale of a row whose softmax
   /// denominator is `sum` (rows that saw no key are zeros).
   Value reciprocalOrZero(Value sum);

@@ -7,9 +7,9 @@
 // bytes a 16-dim chunk, and converts them in registers; Q's columns are
 // permuted once so that those 4 bytes are the fragment's two registers.
 // V's B fragments take two keys at one head dim (a transpose): ldmatrix.trans
-// of byte pairs gives a lane two keys at two adjacent head dims, which byte
-// moves split into the fragments of the even and of the odd head dims of a
-// 16-column group; the accumulators are put back in order once, after the
+// of byte pairs gives a lane two keys at two adjacent head dims, which a
+// byte permute splits into the fragments of the even and of the odd head
+// dims of a 16-column group; the accumulators are put back in order once, after the
 // loop (restoreValueColumns). The products run in f16 whatever the query's
 // type: e4m3 values, and their bit-moved images, are exact in f16. The dequantisation
 // scales never touch the tiles: K's multiplies the score scale and V's the
@@ -23,6 +23,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <algorithm>
@@ -112,19 +113,17 @@ MmaKernel::loadFp8ValueFragments(Value staging, Value keyRow,
   auto c = [&](int64_t value) { return constI32(value); };
   SmallVector<std::array<Value, 2>> fragments;
   for (int64_t group = 0; group < (second ? 2 : 1); ++group) {
-    // Per matrix: key 2t's two head dims (low half) and key 2t + 1's (high
-    // half) converted, then the halves regrouped by head dim.
+    // Per matrix: one byte permute regroups the pairs by head dim (dim 2g
+    // of keys 2t and 2t + 1 in the low half, dim 2g + 1 in the high half),
+    // and each half converts to its f16 pair.
     std::array<Value, 2> even, odd;
     for (int64_t keys = 0; keys < 2; ++keys) {
       Value word = matrices[2 * group + keys];
-      Value first = e4m3PairToF16(word);
-      Value next = e4m3PairToF16(arith::ShRUIOp::create(builder, word, c(16)));
-      even[keys] = arith::OrIOp::create(
-          builder, arith::AndIOp::create(builder, first, c(0xFFFF)),
-          arith::ShLIOp::create(builder, next, c(16)));
-      odd[keys] = arith::OrIOp::create(
-          builder, arith::ShRUIOp::create(builder, first, c(16)),
-          arith::AndIOp::create(builder, next, c(0xFFFF0000)));
+      Value byDim =
+          NVVM::PermuteOp::create(builder, builder.getI32Type(), word, word,
+                                  c(0x3120), NVVM::PermuteMode::DEFAULT);
+      even[keys] = e4m3PairToF16(byDim);
+      odd[keys] = e4m3PairToF16(arith::ShRUIOp::create(builder, byDim, c(16)));
     }
     fragments.push_back(even);
     fragments.push_back(odd);

@@ -43,6 +43,13 @@ inline constexpr int64_t kDecodeWarpKeys = kTileKeys / kWarpsPerBlock;
 /// fit the sm_80 shared-memory limit.
 inline constexpr int64_t kLargestRegisterQ = 128;
 
+/// How far (log2 units) a decode warp's scores may pass its rows' reference
+/// maxima before they move and the accumulators rescale
+/// (lazyOnlineSoftmaxStep): weights stay below 256, exact enough in the f16
+/// and bf16 operands of P·V (their relative precision is the same at any
+/// magnitude) and far from f32's range in the sums.
+inline constexpr float kLazyRescaleThreshold = 8.0f;
+
 /// Bytes of a 128-byte-swizzled slab of a tile: 64 rows of 128 bytes.
 inline constexpr int64_t kSlabBytes = kTileKeys * 128;
 

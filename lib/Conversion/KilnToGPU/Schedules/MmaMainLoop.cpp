@@ -89,10 +89,16 @@ SmallVector<Value> MmaKernel::emitLoop(int64_t keyBlocks, Value keyOffset,
         SmallVector<Value> finished =
             finishTileScores(scores, kvStart, keyOffset);
 
-        // Online softmax for rows g (r = 0) and g + 8 (r = 1).
+        // Online softmax for rows g (r = 0) and g + 8 (r = 1). In decode
+        // mode a warp's 16 keys a tile would rescale all its O accumulators
+        // (D / 2 multiplies) for 4 scores a thread: there the maxima move
+        // lazily. (Not with masked_score, whose revisit reads the maxima.)
         SmallVector<Value> newState, acc;
         SmallVector<Value> probabilities =
-            onlineSoftmaxStep(finished, state, newState, acc);
+            keyBlocks < kTileKeys / 8 && !spec.problem.maskedScore
+                ? lazyOnlineSoftmaxStep(finished, state, newState, acc,
+                                        kLazyRescaleThreshold)
+                : onlineSoftmaxStep(finished, state, newState, acc);
 
         // This tile's V has landed (the next tile and the K after it may
         // still be in flight).

@@ -27,8 +27,10 @@
 // CHECK-NEXT: %[[OTHER1:shuffleResult[_0-9]*]], %{{.*}} = gpu.shuffle  xor %[[PAIRMAX]], %[[ONE]], %{{.*}} : f32
 // CHECK-NEXT: %[[TILEMAX:[0-9]+]] = arith.maximumf %[[PAIRMAX]], %[[OTHER1]] : f32
 // CHECK-NEXT: %[[NEWMAX:[0-9]+]] = arith.maximumf %[[MAX0]], %[[TILEMAX]] : f32
-// CHECK-NEXT: %[[EMPTY:[0-9]+]] = arith.cmpf oeq, %[[NEWMAX]], %[[NEGINF]] : f32
-// CHECK-NEXT: %[[SAFEMAX:[0-9]+]] = arith.select %[[EMPTY]], %[[ZERO:cst[_0-9]*]], %[[NEWMAX]] : f32
+// CHECK-NEXT: %[[NEGINF2:cst[_0-9]*]] = arith.constant 0xFF800000 : f32
+// CHECK-NEXT: %[[EMPTY:[0-9]+]] = arith.cmpf oeq, %[[NEWMAX]], %[[NEGINF2]] : f32
+// CHECK-NEXT: %[[ZERO:cst[_0-9]*]] = arith.constant 0.000000e+00 : f32
+// CHECK-NEXT: %[[SAFEMAX:[0-9]+]] = arith.select %[[EMPTY]], %[[ZERO]], %[[NEWMAX]] : f32
 // CHECK-NEXT: %[[DROP:[0-9]+]] = arith.subf %[[MAX0]], %[[SAFEMAX]] : f32
 // CHECK-NEXT: %[[ALPHA0:[0-9]+]] = llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"(%[[DROP]]) : (f32) -> f32
 // CHECK-NEXT: %[[RESCALED:[0-9]+]] = arith.mulf %[[SUM0]], %[[ALPHA0]] : f32
@@ -38,7 +40,8 @@
 // CHECK-COUNT-7: arith.subf %{{[0-9]+}}, %[[SAFEMAX]] : f32
 // CHECK-NEXT: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK-NEXT: %{{[0-9]+}} = arith.addf
-// CHECK-NEXT: arith.maximumf %[[NEGINF]], %{{[0-9]+}} : f32
+// CHECK-NEXT: %[[NEGINF3:cst[_0-9]*]] = arith.constant 0xFF800000 : f32
+// CHECK-NEXT: arith.maximumf %[[NEGINF3]], %{{[0-9]+}} : f32
 // CHECK: %[[NEWMAX1:[0-9]+]] = arith.maximumf %[[MAX1]], %{{[0-9]+}} : f32
 // CHECK: %[[DROP1:[0-9]+]] = arith.subf %[[MAX1]], %{{[0-9]+}} : f32
 // CHECK-NEXT: %[[ALPHA1:[0-9]+]] = llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"(%[[DROP1]]) : (f32) -> f32
@@ -72,7 +75,9 @@ func.func @tf32(%q: tensor<1x4x?x32xf32>, %k: tensor<1x4x?x32xf32>, %v: tensor<1
 // WS-NEXT: %[[QUADMAX:[0-9]+]] = arith.maximumf
 // WS-NEXT: %[[TILEMAX:[0-9]+]] = arith.mulf %[[QUADMAX]], %[[SCALELOG2]] : f32
 // WS-NEXT: %[[NEWMAX:[0-9]+]] = arith.maximumf %{{.*}}, %[[TILEMAX]] : f32
+// WS-NEXT: arith.constant 0xFF800000 : f32
 // WS-NEXT: arith.cmpf oeq, %[[NEWMAX]]
+// WS-NEXT: arith.constant 0.000000e+00 : f32
 // WS-NEXT: %[[SAFEMAX:[0-9]+]] = arith.select
 // WS-NEXT: arith.subf %{{.*}}, %[[SAFEMAX]] : f32
 // WS-NEXT: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
