@@ -53,6 +53,14 @@ if os.path.isdir(shared_models):
     config.available_features.add("shared-models")
     config.substitutions.append(("%shared_models", shared_models))
 
+# The wheel, where utils/dev.sh wheel built it (utils/dev.sh test does).
+import glob
+
+wheels = sorted(glob.glob(os.path.join(config.kiln_obj_root, "dist", "kiln-*.whl")))
+if wheels:
+    config.available_features.add("wheel")
+    config.substitutions.append(("%kiln_wheel", wheels[-1]))
+
 # The importer's fuzz test needs clang with libFuzzer and the sanitizers.
 if shutil.which("clang++-22") and os.path.exists(
     "/usr/lib/llvm-22/lib/clang/22/lib/linux/libclang_rt.fuzzer-x86_64.a"

@@ -2,6 +2,7 @@
 #===- utils/bundle-kilnc.sh - kilnc for a machine without LLVM --------------===#
 #
 #   utils/bundle-kilnc.sh OUT.tar.xz
+#   utils/bundle-kilnc.sh OUT-DIRECTORY   (the bundle's files, unpacked: the wheel's)
 #
 # Links kilnc against LLVM's and MLIR's static libraries (only what it uses),
 # strips it, and packs it with the few shared libraries it still needs, the
@@ -16,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 LLVM_LIB=/usr/lib/llvm-22/lib
-OUT="$(realpath -m "${1:?usage: utils/bundle-kilnc.sh OUT.tar.xz}")"
+OUT="$(realpath -m "${1:?usage: utils/bundle-kilnc.sh OUT.tar.xz|OUT-DIRECTORY}")"
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 BUNDLE="$STAGE/kilnc-bundle"
@@ -46,5 +47,9 @@ exec "$here/lib/ld-linux-x86-64.so.2" --library-path "$here/lib" "$here/kilnc.bi
 SCRIPT
 chmod +x "$BUNDLE/kilnc"
 "$BUNDLE/kilnc" --version >/dev/null
-tar -cJf "$OUT" -C "$STAGE" kilnc-bundle
-echo "$OUT: $(du -h "$OUT" | cut -f1)"
+if [[ "$OUT" == *.tar.xz ]]; then
+  tar -cJf "$OUT" -C "$STAGE" kilnc-bundle
+else
+  rm -rf "$OUT" && mkdir -p "$(dirname "$OUT")" && cp -a "$BUNDLE" "$OUT"
+fi
+echo "$OUT: $(du -sh "$OUT" | cut -f1)"

@@ -9,6 +9,10 @@
 #   utils/dev.sh test      build everything and run every test; the last line
 #                          is "N passed, N failed"
 #   utils/dev.sh build     set-up and build only
+#   utils/dev.sh wheel     the wheel (build/dist/kiln-*.whl): the Python
+#                          package, libkilnrt.so and the bundled kilnc, for
+#                          `pip install` where only the CUDA driver and
+#                          PyTorch are
 #   utils/dev.sh test-fast the same tests but the few that compile whole
 #                          site packages for both targets or fuzz the
 #                          importer (minutes each on 2 cores): the loop
@@ -33,7 +37,7 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libgtest-dev nlohmann-json3-dev libfmt-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev
-  python3 python3-onnx python3-numpy python3-pytest
+  python3 python3-onnx python3-numpy python3-pytest python3-venv
 )
 
 log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
@@ -55,7 +59,7 @@ install_packages() {
     "${missing[@]}" >/dev/null
 }
 
-build() {
+configure() {
   install_packages
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     log "configuring $BUILD_DIR"
@@ -63,6 +67,10 @@ build() {
       -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
       -DLLVM_EXTERNAL_LIT="$LLVM_BIN/lit" >/dev/null
   fi
+}
+
+build() {
+  configure
   log "building (ninja -j$JOBS)"
   ninja -C "$BUILD_DIR" -j"$JOBS"
   # The importer's fuzzer (ASan, UBSan, libFuzzer), which the test suite runs.
@@ -74,7 +82,10 @@ build() {
 }
 
 run_example() {
-  build
+  # Only the compiler: the example needs nothing else.
+  configure
+  log "building kilnc (ninja -j$JOBS)"
+  ninja -C "$BUILD_DIR" -j"$JOBS" kilnc
   local model="$ROOT/examples/gpt2_2layer.onnx"
   local package="$BUILD_DIR/example-package"
   log "kilnc $model --report --verify -o $package"
@@ -85,12 +96,33 @@ run_example() {
   ls -l "$package"
 }
 
+# The wheel: kilnc bundled with its loader and libraries (it runs where no
+# LLVM is), libkilnrt.so (it needs glibc, the C++ runtime and, at run time,
+# the CUDA driver) and the Python package.
+build_wheel() {
+  configure
+  log "building kilnc and libkilnrt (ninja -j$JOBS)"
+  ninja -C "$BUILD_DIR" -j"$JOBS" kilnc kilnrt
+  local stage="$BUILD_DIR/wheel-stage"
+  rm -rf "$stage" && mkdir -p "$stage"
+  log "bundling kilnc"
+  BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" "$ROOT/utils/bundle-kilnc.sh" "$stage/bin" >/dev/null
+  # The runtime as built: it needs glibc 2.34 and the C++ runtime of GCC 11
+  # or later, which a machine running PyTorch has (linking the C++ runtime
+  # in statically would need glibc 2.36: its random_device calls arc4random).
+  cp -L "$BUILD_DIR/lib/libkilnrt.so" "$stage/libkilnrt.so"
+  "$PYTHON" "$ROOT/utils/make-wheel.py" --python "$ROOT/python/kiln" \
+    --runtime "$stage/libkilnrt.so" --bundle "$stage/bin" --out "$BUILD_DIR/dist"
+}
+
 # Tests that take 40 s or more each on 2 cores (their time, in the JUnit
 # report of a full run): left out by test-fast.
 SLOW_TESTS='package-warp-specialized|package-wgmma|package-warp-schedule|fuzz\.test|fusion-verify'
 
 run_tests() {
   build
+  # The wheel, which a test installs in a fresh virtual environment.
+  build_wheel
   local results="$BUILD_DIR/test-results"
   local filter=()
   if [[ "${1:-}" == fast ]]; then
@@ -116,8 +148,9 @@ example) run_example ;;
 test) run_tests ;;
 test-fast) run_tests fast ;;
 build) build ;;
+wheel) build_wheel ;;
 *)
-  echo "usage: utils/dev.sh example|test|test-fast|build" >&2
+  echo "usage: utils/dev.sh example|test|test-fast|build|wheel" >&2
   exit 2
   ;;
 esac

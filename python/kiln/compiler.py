@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .runtime import KilnError, Package, Status
 
-__all__ = ["CompileError", "compile", "find_kilnc", "kilnc_arguments", "load"]
+__all__ = ["CompileError", "compile", "find_kilnc", "kilnc_arguments", "kilnc_main",
+           "load"]
 
 _ROOT = Path(__file__).resolve().parent
 
@@ -65,6 +66,19 @@ def find_kilnc() -> str:
         f"cannot find kilnc (tried {tried} and PATH); set KILN_KILNC or build "
         f"Kiln (utils/dev.sh build)",
     )
+
+
+def kilnc_main() -> None:
+    """The ``kilnc`` command an installed wheel puts on PATH: the compiler
+    bundled in the package (its own loader and libraries beside it)."""
+    import sys
+
+    bundled = _ROOT / "bin" / "kilnc"
+    if not os.access(bundled, os.X_OK):
+        raise SystemExit(f"kilnc: the bundled compiler is missing ({bundled}); "
+                         f"this copy of the package was not installed from "
+                         f"Kiln's wheel")
+    os.execv(str(bundled), [str(bundled)] + sys.argv[1:])
 
 
 def kilnc_arguments(options: Dict[str, Any]) -> List[str]:
