@@ -11,7 +11,8 @@ soft-capping, GPT-2, BERT; hidden 1024, 16 heads, 2 layers, vocabulary
 1024) and the hand-written modules of test/gpu/check_torch_compile.py; bf16,
 b·s = --tokens tokens at each s. Outputs are checked first (relative error of
 the last hidden state or logits, bf16 bound 3e-2): against the float64
-output for the hand-written modules up to 4k tokens, else against eager. Rows:
+output for the hand-written modules (both zoos: check_torch_compile.py's
+and research_zoo.py's) up to 4k tokens, else against eager. Rows:
 ``{model, s, impl: "eager"|"inductor"|"kiln", ms, sites, fused}`` with
 `sites` the sites Kiln's fusion found, `fused` the sites it rewrote (kiln)
 or the SDPA calls Inductor's own patterns made (inductor), and `compile_s`
@@ -94,9 +95,26 @@ HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
 
 
 def zoo_names() -> List[str]:
+    """The hand-written modules: check_torch_compile's zoo, then the
+    research zoo's (test/gpu/research_zoo.py)."""
     import check_torch_compile as zoo
+    import research_zoo
 
-    return list(zoo.NAMES)
+    research = [c[0] for c in research_zoo.zoo(1, 64, "meta", DTYPE)]
+    return list(zoo.NAMES) + research
+
+
+def zoo_case(name: str, batch: int, seq: int) -> Any:
+    """A hand-written module's (name, module, inputs, sites), from either zoo."""
+    import check_torch_compile as zoo
+    import research_zoo
+
+    if name in zoo.NAMES:
+        return zoo.case(name, batch, seq)
+    for case in research_zoo.zoo(batch, seq, DEVICE, DTYPE):
+        if case[0] == name:
+            return case
+    raise SystemExit(f"unknown model {name}")
 
 
 def vit_image(seq: int) -> int:
@@ -106,10 +124,8 @@ def vit_image(seq: int) -> int:
 
 
 def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
-    import check_torch_compile as zoo
-
-    if name in zoo.NAMES:
-        return zoo.case(name, batch, seq)[2]()
+    if name in zoo_names():
+        return zoo_case(name, batch, seq)[2]()
     ids = torch.randint(0, 1024, (batch, seq), device=DEVICE)
     padding = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
     padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
@@ -130,11 +146,7 @@ def build(name: str, batch: int, seq: int) -> torch.nn.Module:
     models = hf_models(seq)
     if name in models:
         return models[name]().to(DEVICE).eval()
-    import check_torch_compile as zoo
-
-    if name not in zoo.NAMES:
-        raise SystemExit(f"unknown model {name}")
-    return zoo.case(name, batch, seq)[1].to(DEVICE, DTYPE).eval()
+    return zoo_case(name, batch, seq)[1].to(DEVICE, DTYPE).eval()
 
 
 def tensor_of(output: Any) -> torch.Tensor:
@@ -162,7 +174,7 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
         # float64 output (eager bf16's own error beside); the rest against
         # eager bf16.
         exact = None
-        if name in zoo.NAMES and seq <= 4096:
+        if name in zoo_names() and seq <= 4096:
             exact = zoo.reference(model, inputs)
         against = want if exact is None else exact
         torch._dynamo.reset()

@@ -876,12 +876,34 @@ def pv_wrong_side():
 
 
 def scale_from_input():
-    """The scale is a graph input, not a constant."""
-    g = Graph("neg_scale_input")
+    """The scale is a graph input, not a constant: a run-time scale."""
+    g = Graph("scale_input")
     q, k, v = qkv_inputs(g)
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
     scale = g.input("scale", F32, [1])
     scores = g.op("Mul", [scores, scale], "scale_mul")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
+def scale_runtime(name, form):
+    """A scale known only at run time: a learned temperature (a graph input,
+    as Dynamo lifts a parameter) times Q·Kᵀ after a constant 1/sqrt(d)
+    ("temperature"), or 1/sqrt of the head size computed from Q's shape
+    ("size", Shape -> Gather -> Cast -> Sqrt -> Div)."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    if form == "temperature":
+        scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(4.0))], "scale")
+        tau = g.input("tau", F32, [])
+        scores = g.op("Mul", [tau, scores], "temperature")
+    elif form == "size":
+        shape = g.op("Shape", [q], "q_shape")
+        dim = g.op("Gather", [shape, g.const("last", np.int64(3))], "head_size", axis=0)
+        size = g.op("Cast", [dim], "head_size_f", to=F32)
+        root = g.op("Sqrt", [size], "root")
+        scores = g.op("Div", [scores, root], "scale")
     softmax_pv(g, scores, v, [B, H, S, D])
     g.save()
 
@@ -1181,6 +1203,8 @@ def main():
     scores_used_elsewhere()
     pv_wrong_side()
     scale_from_input()
+    scale_runtime("scale_runtime_temperature", "temperature")
+    scale_runtime("scale_runtime_size", "size")
     mask_after_softmax()
     mask_before_scale()
     shared_scores()

@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 9
+#define KILN_RUNTIME_API_VERSION 10
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -140,6 +140,9 @@ typedef struct kiln_site_info {
      (num_kv_scales kv_heads). Other sites: dtype and 0. */
   kiln_dtype cache_dtype;
   int32_t kv_scales;
+  /* C API version 10: the site takes a run-time scale (its launches pass
+     kiln_attention_args.scale_factor). */
+  int32_t scale_factor;
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -195,6 +198,11 @@ typedef struct kiln_attention_args {
   void *workspace;
   int64_t workspace_bytes;
   int64_t num_splits;
+  /* Sites whose op takes a run-time scale ("scale_factor" in the manifest):
+     a device pointer to one f32 that multiplies the site's scale, read by
+     the kernel (capturable: the value may change between replays). NULL
+     for every other site. */
+  const float *scale_factor;
 } kiln_attention_args;
 
 /// Arguments of one paged-attention launch (a kiln.paged_attention site).

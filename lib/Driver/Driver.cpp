@@ -288,7 +288,8 @@ void addPagedDecodeSites(ModuleOp module, int64_t pageSize) {
     std::string name = llvm::formatv("attention_{0}", index).str();
     op->setAttr(kSiteAttrName, builder.getStringAttr(name));
     if (!op.getCausal() || op.getMask() || op.getBias() ||
-        op.getMaskedScore() || ShapedType::isDynamic(op.getNumQueryHeads()) ||
+        op.getScaleFactor() || op.getMaskedScore() ||
+        ShapedType::isDynamic(op.getNumQueryHeads()) ||
         ShapedType::isDynamic(op.getNumKvHeads()) ||
         ShapedType::isDynamic(op.getHeadDim()) ||
         ShapedType::isDynamic(op.getValueHeadDim()) ||

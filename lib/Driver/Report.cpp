@@ -101,39 +101,138 @@ std::optional<llvm::json::Object> layoutStep(Operation *op) {
   return std::nullopt;
 }
 
-/// The graph value an operand of a site is computed from, and how: from
-/// the operand up through the layout ops the fusion kept or made
-/// (transpose, reshape, cast, logical not) to the first value the importer
-/// named (an op's kiln.onnx_value, or a graph input). `transforms` lists
-/// them in the order they apply to the named value, so that
-/// `operand = transforms(value)`. A null value: no named value is reached
-/// through layout ops alone (the site cannot be rewritten mechanically).
+/// The float value of a splat constant (through reshapes), if `value` is
+/// one.
+std::optional<double> splatConstant(Value value) {
+  while (auto reshape = value.getDefiningOp<tosa::ReshapeOp>())
+    value = reshape.getInput1();
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  auto attr = constant ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
+                       : DenseFPElementsAttr();
+  if (!attr || !attr.isSplat())
+    return std::nullopt;
+  return attr.getSplatValue<APFloat>().convertToDouble();
+}
+
+/// The sizes a `tosa.const_shape` holds, if `value` is one.
+std::optional<SmallVector<int64_t>> constShape(Value value) {
+  auto shape = value.getDefiningOp<tosa::ConstShapeOp>();
+  if (!shape)
+    return std::nullopt;
+  return llvm::to_vector(shape.getValues().getValues<int64_t>());
+}
+
+llvm::json::Array sizesToJSON(ArrayRef<int64_t> sizes) {
+  llvm::json::Array array;
+  for (int64_t size : sizes)
+    array.push_back(sizeToJSON(size));
+  return array;
+}
+
+/// A step the rewrite can replay from `op`'s chained input to its result:
+/// a layout op, or an elementwise op whose other operands are splat
+/// constants (x·c, x + c, select(x, a, b), 1/x, -x), a static slice or a
+/// tile. Returns the step and the chained input; nothing for other ops.
+std::optional<std::pair<llvm::json::Object, Value>> replayStep(Operation *op) {
+  if (std::optional<llvm::json::Object> step = layoutStep(op))
+    return std::pair(std::move(*step), op->getOperand(0));
+  auto binary = [&](StringRef name, Value lhs,
+                    Value rhs) -> std::optional<std::pair<llvm::json::Object, Value>> {
+    for (auto [chain, other] : {std::pair(lhs, rhs), std::pair(rhs, lhs)})
+      if (std::optional<double> constant = splatConstant(other);
+          constant && chain.getType() == op->getResult(0).getType())
+        return std::pair(llvm::json::Object{{"op", name}, {"value", *constant}},
+                         chain);
+    return std::nullopt;
+  };
+  if (auto mul = dyn_cast<tosa::MulOp>(op))
+    return binary("mul", mul.getInput1(), mul.getInput2());
+  if (auto add = dyn_cast<tosa::AddOp>(op))
+    return binary("add", add.getInput1(), add.getInput2());
+  if (auto select = dyn_cast<tosa::SelectOp>(op)) {
+    std::optional<double> onTrue = splatConstant(select.getOnTrue());
+    std::optional<double> onFalse = splatConstant(select.getOnFalse());
+    if (!onTrue || !onFalse ||
+        cast<ShapedType>(select.getPred().getType()).getShape() !=
+            cast<ShapedType>(select.getOutput().getType()).getShape())
+      return std::nullopt;
+    return std::pair(llvm::json::Object{{"op", "where"},
+                                        {"true", *onTrue},
+                                        {"false", *onFalse},
+                                        {"dtype", elementName(op->getResult(0).getType())}},
+                     select.getPred());
+  }
+  if (isa<tosa::ReciprocalOp>(op))
+    return std::pair(llvm::json::Object{{"op", "reciprocal"}}, op->getOperand(0));
+  if (isa<tosa::NegateOp>(op))
+    return std::pair(llvm::json::Object{{"op", "neg"}}, op->getOperand(0));
+  if (auto slice = dyn_cast<tosa::SliceOp>(op)) {
+    std::optional<SmallVector<int64_t>> start = constShape(slice.getStart());
+    std::optional<SmallVector<int64_t>> size = constShape(slice.getSize());
+    if (!start || !size)
+      return std::nullopt;
+    return std::pair(llvm::json::Object{{"op", "slice"},
+                                        {"start", sizesToJSON(*start)},
+                                        {"size", sizesToJSON(*size)}},
+                     slice.getInput1());
+  }
+  if (auto tile = dyn_cast<tosa::TileOp>(op)) {
+    std::optional<SmallVector<int64_t>> multiples = constShape(tile.getMultiples());
+    if (!multiples)
+      return std::nullopt;
+    return std::pair(llvm::json::Object{{"op", "tile"},
+                                        {"multiples", sizesToJSON(*multiples)}},
+                     tile.getInput1());
+  }
+  return std::nullopt;
+}
+
+/// The graph values an operand of a site is computed from, and how: from
+/// the operand up through the ops the rewrite can replay (replayStep), each
+/// value the importer named on the way (an op's kiln.onnx_value, or a graph
+/// input) is a source, nearest first, with the steps from it to the
+/// operand in the order they apply (`operand = transforms(value)`).
+/// `value` and `transforms` are the nearest source's; a null value: no
+/// named value is reached through such ops (the site cannot be rewritten
+/// mechanically). A caller whose graph lacks the nearest value (a value
+/// its exporter made inside an op it decomposed) takes the next one.
 llvm::json::Value describeOperand(Value operand) {
   llvm::json::Object entry{{"shape", shapeToJSON(operand.getType())},
                            {"dtype", elementName(operand.getType())}};
-  llvm::json::Array transforms;
+  SmallVector<llvm::json::Object> steps; // operand first
+  llvm::json::Array sources;
+  auto source = [&](std::string name) {
+    llvm::json::Array transforms;
+    for (const llvm::json::Object &step : llvm::reverse(steps))
+      transforms.push_back(llvm::json::Object(step));
+    sources.push_back(llvm::json::Object{{"value", std::move(name)},
+                                         {"transforms", std::move(transforms)}});
+  };
   Value value = operand;
-  for (int depth = 0; depth < 16 && value; ++depth) {
+  for (int depth = 0; depth < 32 && value; ++depth) {
     if (auto arg = dyn_cast<BlockArgument>(value)) {
-      std::optional<std::string> name = graphInputName(arg);
-      entry["value"] = name ? llvm::json::Value(*name) : llvm::json::Value(nullptr);
+      if (std::optional<std::string> name = graphInputName(arg))
+        source(*name);
       break;
     }
     Operation *def = value.getDefiningOp();
-    if (auto name = def->getAttrOfType<StringAttr>(kGraphValueAttrName)) {
-      entry["value"] = name.str();
-      break;
-    }
-    std::optional<llvm::json::Object> step = layoutStep(def);
+    if (auto name = def->getAttrOfType<StringAttr>(kGraphValueAttrName))
+      source(name.str());
+    std::optional<std::pair<llvm::json::Object, Value>> step = replayStep(def);
     if (!step)
       break;
-    transforms.push_back(std::move(*step));
-    value = def->getOperand(0);
+    steps.push_back(std::move(step->first));
+    value = step->second;
   }
-  if (!entry.get("value"))
+  if (sources.empty()) {
     entry["value"] = nullptr;
-  std::reverse(transforms.begin(), transforms.end());
-  entry["transforms"] = std::move(transforms);
+    entry["transforms"] = llvm::json::Array();
+  } else {
+    const llvm::json::Object *nearest = sources.front().getAsObject();
+    entry["value"] = *nearest->get("value");
+    entry["transforms"] = *nearest->get("transforms");
+  }
+  entry["sources"] = std::move(sources);
   return entry;
 }
 
@@ -146,6 +245,9 @@ llvm::json::Object describeOperands(AttentionOp op) {
       op.getMask() ? describeOperand(op.getMask()) : llvm::json::Value(nullptr);
   operands["bias"] =
       op.getBias() ? describeOperand(op.getBias()) : llvm::json::Value(nullptr);
+  // Only where the op takes a run-time scale.
+  if (Value factor = op.getScaleFactor())
+    operands["scale_factor"] = describeOperand(factor);
   return operands;
 }
 
@@ -279,6 +381,18 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
           orDash(site.get("softcap")), orDash(site.get("mask")),
           orDash(site.get("bias")), nodeText);
     }
+  }
+  for (auto [index, siteValue] : llvm::enumerate(sites)) {
+    const llvm::json::Object &site = *siteValue.getAsObject();
+    if (!site.getBoolean("scale_factor").value_or(false))
+      continue;
+    std::optional<StringRef> from;
+    if (const llvm::json::Object *operands = site.getObject("operands"))
+      if (const llvm::json::Object *factor = operands->getObject("scale_factor"))
+        from = factor->getString("value");
+    os << llvm::formatv("  site {0} scale: {1} times a run-time factor{2}\n",
+                        index, orDash(site.get("scale")),
+                        from ? (" (" + *from + ")").str() : std::string());
   }
   for (auto [index, siteValue] : llvm::enumerate(sites))
     if (std::optional<StringRef> masking =

@@ -244,6 +244,14 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       // Append kernels are launched by launchAppend alone.
       return invalid("{}kernel \"{}\" is a paged-append kernel", where,
                      kernel.name);
+    case ArgSource::ScaleFactor:
+      if (!args.scale_factor)
+        return invalid("{}the site takes a run-time scale: scale_factor is "
+                       "NULL",
+                       where);
+      value.pointer = static_cast<uint64_t>(
+          reinterpret_cast<uintptr_t>(args.scale_factor));
+      continue;
     case ArgSource::KvScale:
       if (!paged)
         return invalid("{}kernel \"{}\" is paged", where, kernel.name);
@@ -426,6 +434,15 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
       *config = kiln_launch_config{};
     return Error::ok();
   }
+  // A run-time scale given to a site that takes none would be ignored: the
+  // caller expects it applied.
+  if (launch.args.scale_factor &&
+      std::none_of(launch.kernel->args.begin(), launch.kernel->args.end(), [](const KernelArg &arg) {
+        return arg.source == ArgSource::ScaleFactor;
+      }))
+    return invalid("{}scale_factor is set but the site takes no run-time "
+                   "scale (its scale is the constant {})",
+                   messagePrefix(s), s.scale);
   LaunchPlan plan;
   int64_t splits = std::max<int64_t>(launch.args.num_splits, 1);
   // A batch larger than one grid holds: its first launch's.

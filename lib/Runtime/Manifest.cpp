@@ -10,6 +10,8 @@
 
 #include "Manifest.h"
 
+#include <algorithm>
+
 #include "ManifestParser.h"
 
 #include <fmt/format.h>
@@ -297,6 +299,8 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
                           : valueHeadDimNode.optionalInteger(1);
   parseMask(node, site.mask, site.maskDtype);
   parseBias(node, site.bias, site.biasDtype);
+  Node factorNode = node.optionalKey("scale_factor");
+  site.scaleFactor = !factorNode.isNull() && factorNode.boolean();
 
   // The site must be launchable with its kernel.
   auto mismatch = [&](const std::string &what) {
@@ -318,6 +322,13 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     mismatch("the mask");
   if (site.bias != kernel.bias || site.biasDtype != kernel.biasDtype)
     mismatch("the bias");
+  if (site.scaleFactor !=
+      std::any_of(kernel.args.begin(), kernel.args.end(),
+                  [](const KernelArg &arg) {
+                    return arg.source == ArgSource::ScaleFactor;
+                  }))
+    mismatch("the run-time scale (the site's scale_factor, the kernel's "
+             "scale_factor argument)");
   auto hasArg = [&](ArgSource source) {
     for (const KernelArg &arg : kernel.args)
       if (arg.source == source)

@@ -67,6 +67,8 @@ enum class ArgSource : uint8_t {
   /// Paged kernels of FP8 caches: the f32 dequantisation scales of the
   /// keys or the values (`paged` = 0 or 1).
   KvScale,
+  /// Kernels of sites with a run-time scale: the pointer to its one f32.
+  ScaleFactor,
 };
 
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32, TensorMap };
@@ -199,6 +201,9 @@ struct Site {
   kiln_dtype cacheDtype = KILN_DTYPE_NONE;
   KvScales kvScales = KvScales::None;
   float scale = 1.0f;
+  /// The site's op takes a run-time scale: its kernels take the factor's
+  /// pointer (kiln_attention_args.scale_factor).
+  bool scaleFactor = false;
   bool causal = false;
   std::optional<int64_t> window;
   std::optional<float> softcap;

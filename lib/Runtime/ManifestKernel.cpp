@@ -61,6 +61,11 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.dim = *dim;
     return true;
   }
+  // A site's run-time scale.
+  if (name == "scale_factor") {
+    arg.source = ArgSource::ScaleFactor;
+    return true;
+  }
   // An FP8 cache's dequantisation scales.
   if (name == "k_scale" || name == "v_scale") {
     arg.source = ArgSource::KvScale;
@@ -252,6 +257,13 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                                  arg.name, dtypeName(arg.dtype)));
     break;
   }
+  case ArgSource::ScaleFactor:
+    if (kernel.paged)
+      nameNode.fail(fmt::format("argument \"{}\" belongs to attention "
+                                "kernels, not paged ones",
+                                arg.name));
+    expectKinds(arg.kind == ArgKind::Pointer, "\"pointer\"");
+    break;
   case ArgSource::Scale:
   case ArgSource::Softcap:
     expectKinds(arg.kind == ArgKind::F32, "\"f32\"");

@@ -79,12 +79,14 @@ def site_source(site: Dict[str, Any]) -> str:
     v = f"tensor<?x?x?x{value_dim}x{dtype}>"
     arguments = [f"%q: {q}", f"%k: {q}", f"%v: {v}"]
     uses = ""
-    for role, letter in (("mask", "m"), ("bias", "b")):
+    for role, letter in (("mask", "m"), ("bias", "b"), ("scale_factor", "f")):
         operand = site["operands"].get(role)
         if operand is None:
             continue
         rank = len(operand["shape"])
-        tensor = "tensor<" + "?x" * rank + operand["dtype"] + ">"
+        # A run-time scale is one element: its sizes are 1, not dynamic.
+        size = "1x" if role == "scale_factor" else "?x"
+        tensor = "tensor<" + size * rank + operand["dtype"] + ">"
         arguments.append(f"%{letter}: {tensor}")
         uses += f" {role}(%{letter} : {tensor})"
     attributes = []
@@ -118,9 +120,32 @@ def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
     for role, entry in roles:
         if entry is None:
             continue
-        if entry.get("value") is None:
+        if not any(source.get("value") is not None for source in _sources(entry)):
             return f"its {role} is not a named graph value"
     return None
+
+
+def _sources(entry: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The graph values a report's operand can be computed from, nearest
+    first, each with the ops that compute the operand from it (kilnc's
+    `sources`; a report without them names one value)."""
+    return entry.get("sources") or [{"value": entry.get("value"),
+                                     "transforms": entry.get("transforms", [])}]
+
+
+def _source_in(entry: Dict[str, Any], nodes: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The nearest of an operand's sources that is a node of the FX graph
+    (`nodes`, by name and by the exporter's aliases), or None."""
+    for source in _sources(entry):
+        if source.get("value") in nodes and _replayable(source["transforms"]):
+            return source
+    return None
+
+
+def _replayable(transforms: List[Dict[str, Any]]) -> bool:
+    """Whether the rewrite can replay a source's ops: a slice whose size
+    follows the graph's sizes (null) is not (its size is not known here)."""
+    return all(not (t["op"] == "slice" and None in t["size"]) for t in transforms)
 
 
 # --------------------------------------------------------------------------
@@ -169,7 +194,7 @@ def _run_kilnc(onnx_path: Path, options: Dict[str, Any],
 
 
 #: Report keys whose integers are sizes, which may follow the bound sizes.
-_SIZE_KEYS = {"shape", "mask_shape", "batch", "q_len", "kv_len"}
+_SIZE_KEYS = {"shape", "mask_shape", "batch", "q_len", "kv_len", "size"}
 
 
 def _free_sizes(report: Dict[str, Any], onnx_path: Path,
@@ -342,6 +367,38 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
                 (node, dtypes[transform["dtype"]]))
         elif op == "not":
             node = graph.call_function(aten.logical_not.default, (node,))
+        elif op == "mul":
+            node = graph.call_function(aten.mul.Tensor, (node, float(transform["value"])))
+        elif op == "add":
+            node = graph.call_function(aten.add.Tensor, (node, float(transform["value"])))
+        elif op == "reciprocal":
+            node = graph.call_function(aten.reciprocal.default, (node,))
+        elif op == "neg":
+            node = graph.call_function(aten.neg.default, (node,))
+        elif op == "where":
+            # select(node, a, b) with constant branches, in the dtype the
+            # report names.
+            like = graph.call_function(
+                aten.scalar_tensor.default, (float(transform["true"]),),
+                {"dtype": dtypes[transform["dtype"]]})
+            other = graph.call_function(
+                aten.scalar_tensor.default, (float(transform["false"]),),
+                {"dtype": dtypes[transform["dtype"]]})
+            node = graph.call_function(aten.where.self, (node, like, other))
+        elif op == "slice":
+            # Static starts and sizes along each axis that moves.
+            for axis, (start, size) in enumerate(zip(transform["start"], transform["size"])):
+                if size is None:
+                    raise KilnError(Status.UNSUPPORTED, "a slice of dynamic size")
+                if start == 0 and shape is not None and size == shape[axis]:
+                    continue
+                node = graph.call_function(aten.slice.Tensor,
+                                           (node, axis, int(start), int(start) + int(size)))
+            shape = None if shape is None else list(transform["size"])
+        elif op == "tile":
+            multiples = [int(m) for m in transform["multiples"]]
+            node = graph.call_function(aten.repeat.default, (node, multiples))
+            shape = None if shape is None else [s * m for s, m in zip(shape, multiples)]
         else:
             raise KilnError(Status.UNSUPPORTED, f"unknown transform {op!r}")
     return node, shape
@@ -371,6 +428,59 @@ def onnx_aliases(onnx_nodes: Iterable[Any], fx_names: Iterable[str]) -> Dict[str
     # An FX node whose name the ONNX graph still has is its own value.
     return {value: origin for origin, value in last.items()
             if origin in known and origin not in values and value not in known}
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n\s*([^\n]*)')
+
+
+def source_line(stack_trace: Optional[str]) -> Optional[str]:
+    """The user's line an FX node came from: the innermost frame of its
+    `stack_trace` ("path:line in function: code"), or None."""
+    frames = _FRAME.findall(stack_trace or "")
+    if not frames:
+        return None
+    path, line, function, code = frames[-1]
+    return f"{path}:{line} in {function.strip()}: {code.strip()}"
+
+
+def onnx_origins(onnx_nodes: Iterable[Any]) -> Dict[str, str]:
+    """ONNX node name -> the name of the FX node it was made for (the
+    exporter's `pkg.torch.onnx.fx_node` metadata), for the nodes that
+    record one."""
+    origins: Dict[str, str] = {}
+    for node in onnx_nodes:
+        match = _FX_ORIGIN.match(node.metadata_props.get("pkg.torch.onnx.fx_node", ""))
+        if match and getattr(node, "name", None):
+            origins[node.name] = match.group(1)
+    return origins
+
+
+def site_sources(report: Dict[str, Any], origins: Dict[str, str],
+                 fx_nodes: Dict[str, Any]) -> Dict[str, str]:
+    """For each ONNX node a report names (its sites' nodes and its unfused
+    softmaxes), the user's source line of the FX node it came from, where
+    that node has a stack trace. `fx_nodes`: FX node name -> node (anything
+    with `.meta` and `.target`)."""
+    names = [u.get("node") for u in report.get("unfused", [])]
+    for site in report.get("sites", []):
+        names += site.get("nodes", [])
+    lines: Dict[str, str] = {}
+    for name in names:
+        if not name or name in lines:
+            continue
+        node = fx_nodes.get(origins.get(name, name[5:] if name.startswith("node_") else name))
+        line = source_line(node.meta.get("stack_trace")) if node is not None else None
+        if line:
+            lines[name] = line
+    return lines
+
+
+def _site_line(site: Dict[str, Any], lines: Dict[str, str]) -> Optional[str]:
+    """The source line of a site's softmax where known (else of its last
+    node that has one)."""
+    found = [lines[n] for n in site.get("nodes", []) if n in lines]
+    softmax = [line for line in found if "softmax" in line.lower()]
+    return (softmax or found or [None])[-1]
 
 
 def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
@@ -407,11 +517,18 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
     replaced = 0
     for index, site in enumerate(report["sites"]):
         why = _unrewritable(site)
-        names = [site["output"]["value"]] + [
-            operand["value"] for operand in site["operands"].values() if operand]
-        missing = [name for name in names if name not in nodes]
-        if why is None and missing:
-            why = f"the graph has no node {missing[0]!r}"
+        chosen: Dict[str, Dict[str, Any]] = {}
+        for role, operand in [("output", site["output"])] + list(site["operands"].items()):
+            if operand is None or why is not None:
+                continue
+            source = _source_in(operand, nodes)
+            if source is None:
+                names = [s["value"] for s in _sources(operand) if s.get("value")]
+                why = (f"its {role} is computed from {', '.join(map(repr, names))}, "
+                       f"which the exporter made: no node of the graph is "
+                       f"{'it' if len(names) == 1 else 'one of them'}")
+            else:
+                chosen[role] = source
         if why is None:
             try:
                 handle = kops.handle(_cache.site_from_source(
@@ -421,7 +538,7 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
         if why is not None:
             entry["skipped"][index] = why
             continue
-        output = nodes[site["output"]["value"]]
+        output = nodes[chosen["output"]["value"]]
         before = set(graph.nodes)
         try:
             with graph.inserting_before(output):
@@ -431,9 +548,9 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
                     if operand is None:
                         operands[role] = None
                         continue
-                    source = nodes[operand["value"]]
+                    source = nodes[chosen[role]["value"]]
                     operands[role], shapes[role] = _apply(
-                        graph, source, operand["transforms"], _shape_of(source))
+                        graph, source, chosen[role]["transforms"], _shape_of(source))
                 dense = dense_term(site, shapes)
                 if dense and entry.get("dense_bias", "inductor") != "kiln":
                     raise KilnError(
@@ -444,11 +561,12 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
                 call = graph.call_function(
                     torch.ops.kiln.attention.default,
                     (operands["query"], operands["key"], operands["value"],
-                     operands.get("mask"), operands.get("bias"), None, handle, 0))
+                     operands.get("mask"), operands.get("bias"), None, handle, 0,
+                     operands.get("scale_factor")))
                 # The result has the query's sizes with the value's head dim.
                 query = shapes["query"]
                 value_dim = int(site.get("v_head_dim") or site["head_dim"])
-                result, _ = _apply(graph, call, site["output"]["transforms"],
+                result, _ = _apply(graph, call, chosen["output"]["transforms"],
                                    None if query is None else query[:-1] + [value_dim])
         except KilnError as error:
             inserted = [n for n in graph.nodes if n not in before]
@@ -931,6 +1049,10 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         entry["aliases"] = onnx_aliases(
             program.model.graph, (node.name for node in module.graph.nodes))
         report = _report_for(key, program, kiln_options, module)
+        if report is not None:
+            entry["source_lines"] = site_sources(
+                report, onnx_origins(program.model.graph),
+                {node.name: node for node in module.graph.nodes})
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
         raise _Fallback(f"export to ONNX failed: {type(error).__name__}: {error}") from error
     if report is None:
@@ -1067,16 +1189,22 @@ def explain(model: Any, *example_inputs: Any) -> str:
                      f"{len(entry['rewritten'])} rewritten"
                      + (f" ({entry['fallback']})" if entry["fallback"] else "")
                      + (f", {entry['verified']}" if entry.get("verified") else ""))
+        sources = entry.get("source_lines", {})
         for index, site in enumerate(report["sites"]):
             state = ("rewritten" if index in entry["rewritten"]
                      else f"not rewritten: {entry['skipped'].get(index)}")
+            where = _site_line(site, sources)
             lines.append(
                 f"  site {index}: {site['dtype']} d{site['head_dim']} "
                 f"heads {site['q_heads']}/{site['kv_heads']} causal={site['causal']} "
                 f"mask={site['mask']} bias={site['bias']} -> "
-                f"{site['output']['value']}: {state}")
+                f"{site['output']['value']}: {state}"
+                + (f"\n    at {where}" if where else ""))
         for unfused in report.get("unfused", []):
-            lines.append(f"  softmax {unfused['node']}: {unfused['reason']}")
+            where = sources.get(unfused["node"])
+            lines.append(f"  softmax {unfused['node']}"
+                         + (f" at {where}" if where else "")
+                         + f": not fused: {unfused['reason']}")
     text = "\n".join(lines)
     print(text)
     return text

@@ -149,6 +149,7 @@ class _SiteInfo(ctypes.Structure):
         ("ragged", ctypes.c_int32),
         ("cache_dtype", ctypes.c_int),
         ("kv_scales", ctypes.c_int32),
+        ("scale_factor", ctypes.c_int32),
     ]
 
 
@@ -310,6 +311,7 @@ class AttentionArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64),
         ("num_splits", ctypes.c_int64),
+        ("scale_factor", ctypes.c_void_p),
     ]
 
 
@@ -537,7 +539,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 9
+_API_VERSION = 10
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:
@@ -735,6 +737,9 @@ class Site:
         self.mask_dtype: Optional[str] = DType(info.mask_dtype).manifest_name
         self.bias: bool = bool(info.bias)
         self.bias_dtype: Optional[str] = DType(info.bias_dtype).manifest_name
+        # The site's op takes a run-time scale: attention() needs
+        # scale_factor (a one-element f32 tensor).
+        self.scale_factor: bool = bool(info.scale_factor)
 
     @property
     def package(self) -> "Package":
@@ -1474,10 +1479,14 @@ class Site:
         stream: Any = None,
         workspace: Any = None,
         num_splits: int = 0,
+        scale_factor: Any = None,
     ) -> Any:
         """Runs the site on torch CUDA tensors in the site's layout and
         returns `out` (allocated like a contiguous `q` when not given).
         `workspace` and `num_splits` are as for paged_attention().
+        `scale_factor`: a site whose op takes a run-time scale needs it, a
+        one-element f32 tensor on q's device that the kernel reads (the
+        scores are scaled by the site's scale times it).
 
         `mask`/`bias` broadcast to [batch, q_heads, q_len, kv_len] (any rank
         up to 4). `stream` is a torch.cuda.Stream or a raw CUstream int;
@@ -1493,7 +1502,8 @@ class Site:
             out_shape = list(q.shape)
             out_shape[-1] = v.shape[-1]
             out = launch_stream.empty(out_shape, q.dtype)
-        args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out)
+        args, out = self.attention_args(q, k, v, mask=mask, bias=bias, out=out,
+                                        scale_factor=scale_factor)
         if args.batch == 0:
             return out
         with torch.cuda.device(q.device):
@@ -1513,6 +1523,7 @@ class Site:
         mask: Any = None,
         bias: Any = None,
         out: Any = None,
+        scale_factor: Any = None,
     ) -> Tuple[AttentionArgs, Any]:
         """The raw launch arguments of attention() and its `out` tensor, for
         launching repeatedly with launch() (the caller keeps the tensors
@@ -1601,6 +1612,15 @@ class Site:
             getattr(args, name + "_strides")[:] = list(
                 broadcast_strides(tensor.shape, tensor.stride(), target, name)
             )
+        if scale_factor is not None:
+            if (not isinstance(scale_factor, torch.Tensor)
+                    or scale_factor.dtype != torch.float32
+                    or scale_factor.numel() != 1 or scale_factor.device != device):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"scale_factor must be a one-element float32 tensor on {device}",
+                )
+            args.scale_factor = scale_factor.data_ptr()
 
         return args, out
 

@@ -12,7 +12,9 @@ them like any op. A site is named by a small integer handle:
     out = torch.ops.kiln.attention(q, k, v, None, None, None,
                                    kops.handle(site), 0)
 
-``kiln::paged_attention`` ends with optional tensors, each None by default
+``kiln::attention`` ends with an optional `scale_factor` (a one-element
+f32 tensor: the run-time scale of a site whose ``kiln.attention`` takes
+one, read by the kernel); ``kiln::paged_attention`` ends with optional tensors, each None by default
 (schemas written before them still bind): `k_scale` and `v_scale`, the
 dequantisation scales of an FP8 site's float8_e4m3fn caches, and
 `q_offsets` and `plan`, a ragged site's packing (its q and out are
@@ -73,14 +75,15 @@ def _define() -> None:
             workspace: Optional[Tensor],
             site: int,
             num_splits: int,
+            scale_factor: Optional[Tensor] = None,
         ) -> Tensor:
             return _site(site).attention(
                 q, k, v, mask=mask, bias=bias, workspace=_own(workspace),
-                num_splits=num_splits,
+                num_splits=num_splits, scale_factor=scale_factor,
             )
 
         @attention_op.register_fake
-        def _(q, k, v, mask, bias, workspace, site, num_splits):
+        def _(q, k, v, mask, bias, workspace, site, num_splits, scale_factor=None):
             shape = list(q.shape)
             shape[-1] = v.shape[-1]
             return q.new_empty(shape)
@@ -151,13 +154,15 @@ def register(package: Package) -> None:
 
 def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
               bias: Any = None, workspace: Any = None,
-              num_splits: int = 0) -> Any:
-    """``torch.ops.kiln.attention`` on `site` (see Site.attention)."""
+              num_splits: int = 0, scale_factor: Any = None) -> Any:
+    """``torch.ops.kiln.attention`` on `site` (see Site.attention);
+    `scale_factor`, a one-element f32 CUDA tensor, is the run-time scale of
+    a site that takes one."""
     import torch
 
     index = handle(site)  # defines the ops on first use
     return torch.ops.kiln.attention(q, k, v, mask, bias, workspace, index,
-                                    num_splits)
+                                    num_splits, scale_factor)
 
 
 def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,

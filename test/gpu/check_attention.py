@@ -196,8 +196,11 @@ def reference(
     v: torch.Tensor,
     mask: Optional[torch.Tensor],
     bias: Optional[torch.Tensor],
+    factor: float = 1.0,
 ) -> torch.Tensor:
-    """float64 attention of [B, H, S, D] views; returns [B, Hq, Sq, D]."""
+    """float64 attention of [B, H, S, D] views; returns [B, Hq, Sq, D].
+    `factor`: a run-time scale_factor's value (the scale is site.scale
+    times it)."""
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -224,7 +227,7 @@ def reference(
         kv_index = torch.arange(h0, h1, device=device) // group
         kh = k[:, kv_index].double()
         vh = v[:, kv_index].double()
-        scores = site.scale * torch.matmul(qh, kh.transpose(-1, -2))
+        scores = site.scale * factor * torch.matmul(qh, kh.transpose(-1, -2))
         if site.softcap:
             scores = site.softcap * torch.tanh(scores / site.softcap)
         if bias_full is not None:
@@ -272,6 +275,13 @@ def run_case(
     mask = make_mask(site, case, device)
     bias = make_bias(site, case, device)
     out.fill_(float("nan"))
+    # A site with a run-time scale: a random factor (either sign), read by
+    # the kernel from device memory.
+    factor = None
+    if site.scale_factor:
+        value = float(torch.empty(()).uniform_(0.5, 1.5)) * (
+            -1.0 if torch.rand(()) < 0.25 else 1.0)
+        factor = torch.tensor([value], dtype=torch.float32, device=device)
 
     result: Dict[str, Any] = {
         "site": site.name,
@@ -301,21 +311,27 @@ def run_case(
             busy.uniform_()
             for buffer, source in zip(buffers, (q, k, v)):
                 buffer.copy_(source)
-            site.attention(*buffers, mask=mask, bias=bias, out=out)
+            site.attention(*buffers, mask=mask, bias=bias, out=out,
+                           scale_factor=factor)
         elif case.variant == "graph":
             static_out = out
             site.package.prepare()  # module loads are not capturable
             # The first launch sizes the package's split-KV workspace (no
             # allocation may happen while capturing).
-            site.attention(q, k, v, mask=mask, bias=bias, out=static_out)
+            site.attention(q, k, v, mask=mask, bias=bias, out=static_out,
+                           scale_factor=factor)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                site.attention(q, k, v, mask=mask, bias=bias, out=static_out)
+                site.attention(q, k, v, mask=mask, bias=bias, out=static_out,
+                               scale_factor=factor)
             static_out.fill_(float("nan"))
+            if factor is not None:
+                # The replay reads the factor's value now, not the capture's.
+                factor.mul_(0.75)
             graph.replay()
         else:
             site.attention(q, k, v, mask=mask, bias=bias, out=out,
-                           num_splits=splits)
+                           num_splits=splits, scale_factor=factor)
         torch.cuda.synchronize()
     except Exception as error:  # KilnError, or a CUDA error from the kernel
         result.update(ok=False, error=f"{type(error).__name__}: {error}")
@@ -328,6 +344,7 @@ def run_case(
         to_bhsd(v, layout),
         mask,
         bias,
+        1.0 if factor is None else float(factor),
     )
     got = to_bhsd(out, layout).double()
     nan_count = int(torch.isnan(got).sum())

@@ -450,6 +450,9 @@ def main() -> int:
     parser.add_argument("--no-inductor", action="store_true",
                         help="skip torch.compile default (its SDPA count)")
     parser.add_argument("--only", help="comma-separated module names")
+    parser.add_argument("--zoo", choices=("hand", "research", "all"), default="hand",
+                        help="hand: this file's zoo; research: research_zoo.py's "
+                        "(forms this zoo does not hold); all: both")
     parser.add_argument("--dynamic", default="causal-tril,bert-padding,alibi-baddbmm,"
                         "gqa-expand,latent-values,cross-attention",
                         help="modules also run under dynamic=True at three lengths "
@@ -460,6 +463,11 @@ def main() -> int:
     rows = []
     cases = zoo(options.batch, options.seq)
     assert [c[0] for c in cases] == NAMES, "NAMES is not the zoo's names"
+    if options.zoo != "hand":
+        import research_zoo
+
+        research = research_zoo.zoo(options.batch, options.seq, DEVICE, DTYPE)
+        cases = research if options.zoo == "research" else cases + research
     only = set(options.only.split(",")) if options.only else None
     dynamic = [name for name in options.dynamic.split(",") if name and name != "none"]
     unknown = sorted(set(dynamic) - set(NAMES))

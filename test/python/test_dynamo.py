@@ -56,6 +56,7 @@ def test_sites_without_names_are_not_rewritten() -> None:
     [site] = report_of("gqa_repeat_kv.onnx")["sites"]
     assert kd._unrewritable(site) is None
     site["operands"]["key"]["value"] = None
+    site["operands"]["key"]["sources"] = []
     assert kd._unrewritable(site) == "its key is not a named graph value"
     [site] = report_of("gqa_repeat_kv.onnx")["sites"]
     # A reshape to dynamic sizes is sized from the graph at rewrite time.
@@ -196,3 +197,69 @@ def test_weights_declared_finite_reach_kilnc() -> None:
     assert report["finite_inputs"] == ["relative_attention_bias.weight"]
     [site] = report["sites"]
     assert site["bias"] and site["mask"] == "boolean" and report["unfused"] == []
+
+
+def test_operands_are_taken_from_the_nearest_value_the_graph_has() -> None:
+    """An operand computed from a value the exporter made (`val_113`, inside
+    a decomposed einsum) is taken from the next value up that is an FX
+    node, with the ops between replayed; a site none of whose sources the
+    graph has says which values it looked for."""
+    operand = {"value": "val_113", "transforms": [{"op": "transpose", "perms": [0, 2, 1, 3]}],
+               "sources": [
+                   {"value": "val_113", "transforms": [{"op": "transpose", "perms": [0, 2, 1, 3]}]},
+                   {"value": "view_2", "transforms": [
+                       {"op": "reshape", "shape": [2, 64, 16, 64]},
+                       {"op": "transpose", "perms": [0, 2, 1, 3]}]},
+                   {"value": "linear", "transforms": []}]}
+    assert kd._source_in(operand, {"view_2": 1, "linear": 2})["value"] == "view_2"
+    assert kd._source_in(operand, {"linear": 2})["value"] == "linear"
+    assert kd._source_in(operand, {"other": 3}) is None
+    # A slice whose size follows the graph's sizes cannot be replayed: the
+    # next source is taken.
+    sliced = {"sources": [
+        {"value": "tril", "transforms": [{"op": "slice", "start": [0, 0], "size": [None, None]}]},
+        {"value": "ones", "transforms": [{"op": "cast", "dtype": "i1"}]}]}
+    assert kd._source_in(sliced, {"tril": 1, "ones": 2})["value"] == "ones"
+    # A report without sources names one value.
+    assert kd._sources({"value": "q", "transforms": []}) == [{"value": "q", "transforms": []}]
+    site = {"operands": {"query": operand, "key": {"value": None, "sources": []},
+                         "value": {"value": "v", "transforms": []}},
+            "output": {"value": "out", "transforms": []}}
+    assert kd._unrewritable(site) == "its key is not a named graph value"
+    site["operands"]["key"] = {"value": None, "sources": [{"value": "k", "transforms": []}]}
+    assert kd._unrewritable(site) is None
+
+
+def test_sites_and_softmaxes_name_the_users_source_line() -> None:
+    """kiln.explain names the line of the user's code a site or an unfused
+    softmax came from: the innermost frame of the FX node's stack trace,
+    found through the ONNX node's recorded FX origin."""
+    from types import SimpleNamespace as Node
+
+    trace = ('  File "/work/train.py", line 88, in forward\n    x = self.attn(x)\n'
+             '  File "/work/model.py", line 42, in forward\n'
+             '    probs = scores.softmax(dim=-1)\n')
+    assert kd.source_line(trace) == (
+        "/work/model.py:42 in forward: probs = scores.softmax(dim=-1)")
+    assert kd.source_line(None) is None and kd.source_line("no frames") is None
+
+    onnx_nodes = [Node(name="node_Softmax_7", metadata_props={
+                      "pkg.torch.onnx.fx_node": "%softmax : [num_users=1] = ..."}),
+                  Node(name="node_MatMul_3", metadata_props={})]
+    origins = kd.onnx_origins(onnx_nodes)
+    assert origins == {"node_Softmax_7": "softmax"}
+    fx = {"softmax": Node(meta={"stack_trace": trace}, target="softmax"),
+          "matmul": Node(meta={}, target="matmul")}
+    report = {"sites": [{"nodes": ["node_MatMul_3", "node_Softmax_7"]}],
+              "unfused": [{"node": "node_softmax", "reason": "r"}]}
+    fx["softmax"].name = "softmax"
+    lines = kd.site_sources(report, origins, fx)
+    # node_softmax: no origin recorded, but the exporter's name for the node
+    # of the FX node `softmax`'s value.
+    assert lines == {"node_Softmax_7": kd.source_line(trace),
+                     "node_softmax": kd.source_line(trace)}
+    assert kd._site_line(report["sites"][0], lines) == kd.source_line(trace)
+    # node_<name>: the exporter's name for the node of an FX node's value.
+    fx["softmax_1"] = Node(meta={"stack_trace": trace})
+    report["unfused"] = [{"node": "node_softmax_1", "reason": "r"}]
+    assert "node_softmax_1" in kd.site_sources(report, {}, fx)

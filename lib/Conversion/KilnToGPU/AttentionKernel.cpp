@@ -61,6 +61,8 @@ std::string KernelSpec::name() const {
     result += problem.paged ? "_ragged" : "_packed";
   if (problem.fp8Cache)
     result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
+  if (problem.scaleFactor)
+    result += "_sf";
   return result;
 }
 
@@ -119,6 +121,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
     names.append({"num_splits", "workspace"});
   if (spec.variant.warpSpecialized)
     names.append({"q_map", "k_map", "v_map"});
+  if (spec.problem.scaleFactor)
+    names.push_back("scale_factor");
   return names;
 }
 
@@ -147,6 +151,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
     kinds.append({"i32", "pointer"});
   if (spec.variant.warpSpecialized)
     kinds.append(3, "tensor_map");
+  if (spec.problem.scaleFactor)
+    kinds.push_back("pointer");
   return kinds;
 }
 

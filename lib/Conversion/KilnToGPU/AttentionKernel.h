@@ -74,6 +74,9 @@ struct AttentionProblem {
   /// and the output.
   bool fp8Cache = false;
   bool perHeadScales = false;
+  /// The op's run-time scale_factor: the kernel takes a pointer to one f32
+  /// (argument `scale_factor`, last) and multiplies the score scale by it.
+  bool scaleFactor = false;
 
   /// The head dim of V and the output.
   int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
@@ -481,6 +484,8 @@ protected:
   /// table entry and slot are a shift and a mask.
   Value pageShift, pageMask;
   Value numQueryHeads, numKvHeads, qLen, kvLen, scaleNatural, scaleLog2;
+  /// The run-time scale_factor's pointer (scaleFactor sites), else null.
+  Value scaleFactorPtr;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
   Value batch, kvHead, group;
   /// Split-KV kernels: the launch's batch size and split count, this

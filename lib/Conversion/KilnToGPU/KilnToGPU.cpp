@@ -266,10 +266,12 @@ struct ConvertKilnToGPUPass
       }
       // The warp-specialised kernel folds the scale into its exponents'
       // FMAs, which takes a positive scale (a row's largest score then
-      // comes from its largest dot product).
+      // comes from its largest dot product): one known when the kernel is
+      // built, so not a run-time scale_factor, whose sign is the graph's.
       auto attention = dyn_cast<AttentionOp>(site);
       if (hopper && warpSpecialize && spec.variant.tensorCores && attention &&
           attention.getScale().convertToFloat() > 0.0f &&
+          !attention.getScaleFactor() &&
           warpSpecializedKernelSupports(spec)) {
         FailureOr<std::string> wsName =
             buildWarpSpecialized(spec, op, builder, gpuModule, kernels);
@@ -385,6 +387,7 @@ struct ConvertKilnToGPUPass
       problem.maskType = cast<ShapedType>(mask.getType()).getElementType();
     if (Value bias = op.getBias())
       problem.biasType = cast<ShapedType>(bias.getType()).getElementType();
+    problem.scaleFactor = static_cast<bool>(op.getScaleFactor());
 
     spec.variant.tensorCores =
         tensorCores && mmaKernelSupports(problem.elementType, problem.headDim,

@@ -439,7 +439,7 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
 } // namespace
 
 llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
-  return llvm::json::Object{{"layout", stringifyLayout(op.getLayout())},
+  llvm::json::Object site{{"layout", stringifyLayout(op.getLayout())},
                             {"dtype", getElementTypeName(op.getElementType())},
                             {"scale", double(op.getScale().convertToFloat())},
                             {"causal", op.getCausal()},
@@ -456,6 +456,11 @@ llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
                             {"mask", op.getMaskKind()},
                             {"masked_score", maskedScoreToJSON(op)},
                             {"bias", bool(op.getBias())}};
+  // Said only where the op takes a run-time scale: its kernels take the
+  // factor's pointer.
+  if (op.getScaleFactor())
+    site["scale_factor"] = true;
+  return site;
 }
 
 llvm::json::Value mlir::kiln::sizeToJSON(int64_t size) {

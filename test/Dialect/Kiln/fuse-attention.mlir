@@ -1067,7 +1067,7 @@ func.func @scores_returned(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %
 
 // -----
 
-// A per-head scale is not a splat constant.
+// A per-head scale is neither a splat constant nor one run-time factor.
 // CHECK-LABEL: func.func @nonsplat_scale
 // CHECK-NOT:     kiln.attention
 // CHECK:         tosa.reduce_max
@@ -1085,7 +1085,7 @@ func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v
   %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
   %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
   %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
-  // expected-remark @above {{softmax not fused: the scale is not a splat constant}}
+  // expected-remark @above {{softmax not fused: the scale is neither a splat constant nor a one-element tensor}}
   %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
   %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
   %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
@@ -1102,10 +1102,11 @@ func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v
 
 // -----
 
-// A scale computed at run time is not a constant.
+// A scale computed at run time (one element) is the op's scale_factor.
 // CHECK-LABEL: func.func @runtime_scale
-// CHECK-NOT:     kiln.attention
-// CHECK:         tosa.reduce_max
+// CHECK-SAME:    %[[SCALE:[a-z0-9]+]]: tensor<1x1x1x1xf32>
+// CHECK:         kiln.attention %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%[[SCALE]] : tensor<1x1x1x1xf32>) {scale = 1.000000e+00 : f32}
+// CHECK-NOT:     tosa.reduce_max
 func.func @runtime_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %scale: tensor<1x1x1x1xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
   %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
   %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
@@ -1119,7 +1120,6 @@ func.func @runtime_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %sc
   %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
   %v11 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
   %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
-  // expected-remark @above {{softmax not fused: the scale is not a splat constant}}
   %v13 = tosa.sub %v11, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
   %v14 = tosa.exp %v13 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
   %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>

@@ -202,3 +202,21 @@ func.func @packed_heads(%q: tensor<9x6x64xf32>, %k: tensor<9x4x64xf32>, %v: tens
   %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32} : tensor<9x6x64xf32>, tensor<9x4x64xf32>, tensor<9x4x64xf32> -> tensor<9x6x64xf32>
   return %o : tensor<9x6x64xf32>
 }
+
+// -----
+
+// A run-time scale is one element: a per-head factor is not.
+func.func @scale_factor_per_head(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x32xf32>, %f: tensor<1x4x1x1xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{scale_factor must hold one element (every size 1), got 'tensor<1x4x1x1xf32>'}}
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<1x4x1x1xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
+  return %o : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// A dynamic size could be anything but 1.
+func.func @scale_factor_dynamic(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x32xf32>, %f: tensor<?xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{scale_factor must hold one element (every size 1), got 'tensor<?xf32>'}}
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<?xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
+  return %o : tensor<1x4x16x32xf32>
+}

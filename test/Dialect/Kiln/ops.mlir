@@ -57,3 +57,14 @@ func.func @packed(%q: tensor<?x8x64xbf16>, %k: tensor<?x2x64xbf16>, %v: tensor<?
   %o = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<?xi32>, tensor<?xi32>) {causal, scale = 0.125 : f32} : tensor<?x8x64xbf16>, tensor<?x2x64xbf16>, tensor<?x2x32xbf16> -> tensor<?x8x32xbf16>
   return %o : tensor<?x8x32xbf16>
 }
+
+// A run-time scale: one f32 element that multiplies the scale (a learned
+// temperature), of rank 0 or with every size 1.
+// CHECK-LABEL: func.func @scale_factor
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x1x1x16xi1>) scale_factor(%{{.*}} : tensor<f32>) {causal, scale = 1.250000e-01 : f32}
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%{{.*}} : tensor<1x1x1x1xf32>) {scale = 1.000000e+00 : f32}
+func.func @scale_factor(%q: tensor<1x4x16x32xbf16>, %k: tensor<1x4x16x32xbf16>, %v: tensor<1x4x16x32xbf16>, %m: tensor<1x1x1x16xi1>, %t: tensor<f32>, %u: tensor<1x1x1x1xf32>) -> (tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>) {
+  %o = kiln.attention %q, %k, %v mask(%m : tensor<1x1x1x16xi1>) scale_factor(%t : tensor<f32>) {causal, scale = 0.125 : f32} : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16> -> tensor<1x4x16x32xbf16>
+  %p = kiln.attention %q, %k, %v scale_factor(%u : tensor<1x1x1x1xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16> -> tensor<1x4x16x32xbf16>
+  return %o, %p : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>
+}

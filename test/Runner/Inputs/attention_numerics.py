@@ -21,11 +21,15 @@ DECOMPOSED = [("--attention-lowering=decomposed",)]
 def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
          scale=0.25, causal=False, window=None, softcap=None, mask=None,
          bias=None, layout="bhsd", dynamic=False, flags=None,
-         masked_score=None, window_right=None, dv=None):
+         masked_score=None, window_right=None, dv=None, factor=None):
     q64, q = to_dtype(rng.standard_normal((b, hq, sq, d)), dtype)
     k64, k = to_dtype(rng.standard_normal((b, hkv, sk, d)), dtype)
     v64, v = to_dtype(rng.standard_normal((b, hkv, sk, dv or d)), dtype)
-    expected = attention(q64, k64, v64, scale, causal, window, softcap,
+    # A run-time scale_factor multiplies the scale (the op's and the
+    # reference's).
+    expected = attention(q64, k64, v64,
+                         scale * (1.0 if factor is None else np.float32(factor)),
+                         causal, window, softcap,
                          None if mask is None else
                          (mask if mask.dtype == np.bool_ else
                           mask.astype(np.float64)),
@@ -45,10 +49,14 @@ def case(name, b=2, hq=4, hkv=4, sq=37, sk=53, d=16, dtype="f32",
     if bias is not None:
         inputs.append(bias)
         bias_type = tensor_type(bias.shape, "f32")
+    factor_type = None
+    if factor is not None:
+        inputs.append(np.array([factor], np.float32))
+        factor_type = "tensor<1xf32>"
     mlir = attention_mlir(types,
                           attention_attrs(scale, causal, window, softcap, layout,
                                           masked_score, window_right),
-                          mask_type, bias_type)
+                          mask_type, bias_type, factor_type=factor_type)
     checker.run(name, mlir, inputs, expected, dtype,
                 flags or TILED + DECOMPOSED)
 
@@ -116,5 +124,14 @@ case("right-bound-only", sq=30, sk=30, window_right=4)
 case("two-sided-window-padding", sq=53, sk=53, window=9, window_right=8,
      mask=left_padding, masked_score=FINFO_MIN)
 case("additive-min-plus-causal", sq=53, sk=53, causal=True, mask=additive_min)
+
+# A run-time scale (scale_factor): a learned temperature times the constant
+# scale, with a soft-cap, a mask and causal; a negative factor (the graph's
+# sign is kept: the largest score then comes from the smallest product).
+case("scale-factor", factor=0.7)
+case("scale-factor-softcap-causal", sq=33, sk=33, scale=1.0, softcap=5.0,
+     causal=True, factor=1.9)
+case("scale-factor-mask-bf16", dtype="bf16", mask=padding, factor=0.3)
+case("scale-factor-negative", factor=-0.8, causal=True, sq=21, sk=21)
 
 checker.finish()

@@ -165,9 +165,10 @@ def attention_attrs(scale, causal=False, window=None, softcap=None,
 
 
 def attention_mlir(types, attrs, mask_type=None, bias_type=None,
-                   paged=False):
+                   paged=False, factor_type=None):
     """A @main with one kiln.attention (or paged_attention) over `types`
-    (q, k, v[, page_table, kv_lens]), then mask, bias."""
+    (q, k, v[, page_table, kv_lens]), then mask, bias and the run-time
+    scale_factor."""
     args = [f"%a{i}: {t}" for i, t in enumerate(types)]
     operands = [f"%a{i}" for i in range(len(types))]
     extra = ""
@@ -178,6 +179,9 @@ def attention_mlir(types, attrs, mask_type=None, bias_type=None,
     if bias_type:
         args.append(f"%bias: {bias_type}")
         extra += f" bias(%bias : {bias_type})"
+    if factor_type:
+        args.append(f"%f: {factor_type}")
+        extra += f" scale_factor(%f : {factor_type})"
     op = "kiln.paged_attention" if paged else "kiln.attention"
     # Q's shape with V's head dim (they differ in multi-head latent
     # attention).

@@ -10,6 +10,8 @@
 #ifndef KILN_TARGET_PACKAGE_PACKAGE_H
 #define KILN_TARGET_PACKAGE_PACKAGE_H
 
+#include "kiln-c/Runtime.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 
@@ -34,8 +36,9 @@ llvm::json::Value maskedScoreToJSON(AttentionOp op);
 /// dynamic), the mask kind and whether a bias remains.
 llvm::json::Object siteAttributesToJSON(AttentionOp op);
 
-/// Version of the manifest format this writer produces.
-inline constexpr int64_t kManifestFormatVersion = 1;
+/// Version of the manifest format this writer produces: the one the
+/// runtime reads, defined once in its C header.
+inline constexpr int64_t kManifestFormatVersion = KILN_MANIFEST_FORMAT_VERSION;
 
 /// PTX assembly of one target.
 struct TargetPTX {

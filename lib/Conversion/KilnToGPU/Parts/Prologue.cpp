@@ -129,6 +129,12 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
     kMap = args[next++];
     vMap = args[next++];
   }
+  scaleFactorPtr = spec.problem.scaleFactor ? args[next++] : Value();
+  // A run-time factor multiplies the scale once, here: every later use of
+  // the scale (scores, exponents, FP8 descales) sees the product.
+  if (scaleFactorPtr)
+    scale = fmul(scale, LLVM::LoadOp::create(builder, builder.getF32Type(),
+                                             scaleFactorPtr));
 
   const float log2e = 1.4426950408889634f;
   scaleNatural = scale;

@@ -204,6 +204,15 @@ LogicalResult AttentionOp::verify() {
       failed(verifyBroadcastable(*this, getBias(), "bias", logicalShape)))
     return failure();
 
+  if (Value factor = getScaleFactor()) {
+    auto factorType = cast<RankedTensorType>(factor.getType());
+    if (llvm::any_of(factorType.getShape(),
+                     [](int64_t size) { return size != 1; }))
+      return emitOpError() << "scale_factor must hold one element (every "
+                              "size 1), got "
+                           << factorType;
+  }
+
   if (std::optional<APFloat> fill = getMaskedScore()) {
     float value = fill->convertToFloat();
     if (!std::isfinite(value) || value > -1.0e4f)

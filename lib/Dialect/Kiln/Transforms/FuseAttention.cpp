@@ -238,6 +238,10 @@ struct AttentionMatch {
   /// Logical [B, Hq, Sq, Sk] of the scores.
   SmallVector<int64_t, 4> scoresShape;
   double scale = 1.0;
+  /// A one-element tensor the scores are multiplied by (a run-time scale:
+  /// a learned temperature, 1/sqrt of a size the graph computes); null
+  /// when every factor is a constant.
+  Value scaleFactor;
   std::optional<double> softcap;
   bool causal = false;
   std::optional<int64_t> window;
@@ -776,8 +780,24 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         chain = mul.getInput1();
       else if ((factor = getSplatFloat(mul.getInput1())))
         chain = mul.getInput2();
-      if (!factor)
-        return fail("the scale is not a splat constant");
+      if (!factor) {
+        // A run-time scale: a one-element float tensor that does not come
+        // from the scores.
+        bool lhsScores = reachesMatmul(mul.getInput1());
+        bool rhsScores = reachesMatmul(mul.getInput2());
+        Value factorValue = lhsScores ? mul.getInput2() : mul.getInput1();
+        auto factorType = getRankedType(factorValue);
+        if (lhsScores == rhsScores || !factorType ||
+            !factorType.hasStaticShape() || factorType.getNumElements() != 1 ||
+            !isa<FloatType>(factorType.getElementType()))
+          return fail("the scale is neither a splat constant nor a "
+                      "one-element tensor");
+        if (match.scaleFactor)
+          return fail("the scores are scaled by two run-time factors");
+        match.scaleFactor = factorValue;
+        chain = lhsScores ? mul.getInput1() : mul.getInput2();
+        factor = 1.0;
+      }
       if (getRankedType(chain) != resultType)
         return fail("the scale broadcasts the scores");
       match.scale *= *factor;
@@ -1646,6 +1666,26 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
   return value;
 }
 
+/// A run-time scale as the op's f32 `scale_factor`: the graph's
+/// one-element factor cast to f32; a reciprocal (how the importer writes
+/// `x / y`) is taken in f32 from its input, so the factor is not rounded
+/// to a narrower type first.
+Value materializeScaleFactor(PatternRewriter &rewriter, Location loc,
+                             Value factor) {
+  auto toF32 = [&](Value value) -> Value {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getElementType().isF32())
+      return value;
+    return tosa::CastOp::create(rewriter, loc,
+                                type.clone(rewriter.getF32Type()), value);
+  };
+  if (auto reciprocal = factor.getDefiningOp<tosa::ReciprocalOp>()) {
+    Value wide = toF32(reciprocal.getInput1());
+    return tosa::ReciprocalOp::create(rewriter, loc, wide.getType(), wide);
+  }
+  return toF32(factor);
+}
+
 struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
   FuseAttentionPattern(MLIRContext *context, bool paddedRowsFree)
       : OpRewritePattern(context), paddedRowsFree(paddedRowsFree) {}
@@ -1681,6 +1721,9 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     Value mask, bias;
     if (match->maskTerm.value)
       mask = materializeMask(rewriter, loc, match->maskTerm, batch, numHeads);
+    Value scaleFactor;
+    if (match->scaleFactor)
+      scaleFactor = materializeScaleFactor(rewriter, loc, match->scaleFactor);
     if (match->biasTerm.value)
       bias = materializeMask(rewriter, loc, match->biasTerm, batch, numHeads);
 
@@ -1694,7 +1737,7 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
                                   : queryType.clone(fusedShape);
     auto fused = AttentionOp::create(
         rewriter, loc, fusedType, query, key, value, mask, bias,
-        /*q_offsets=*/Value(), /*kv_offsets=*/Value(),
+        /*q_offsets=*/Value(), /*kv_offsets=*/Value(), scaleFactor,
         rewriter.getF32FloatAttr(static_cast<float>(match->scale)),
         match->causal ? rewriter.getUnitAttr() : UnitAttr(),
         match->window ? rewriter.getI64IntegerAttr(*match->window)

@@ -237,7 +237,8 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
     auto fused = AttentionOp::create(
         rewriter, op.getLoc(), resultType, sources[0], sources[1], sources[2],
         op.getMask(), op.getBias(), /*q_offsets=*/Value(),
-        /*kv_offsets=*/Value(), op.getScaleAttr(), op.getCausalAttr(),
+        /*kv_offsets=*/Value(), op.getScaleFactor(), op.getScaleAttr(),
+        op.getCausalAttr(),
         op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
         op.getMaskedScoreAttr(),
         LayoutAttr::get(op.getContext(), Layout::bshd));

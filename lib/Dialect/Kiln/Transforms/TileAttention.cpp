@@ -188,6 +188,8 @@ struct Site {
   /// FP8 caches only: the f32 factors of K and V, `[1]` or `[Hkv]`.
   Value keyScale, valueScale;
   float scale = 1.0f;
+  /// The op's run-time scale_factor (a one-element f32 tensor), or null.
+  Value scaleFactor;
   bool causal = false;
   std::optional<int64_t> window;
   /// Keys past the diagonal by more than this are hidden; 0 for causal.
@@ -298,6 +300,7 @@ struct Site {
     if (causal)
       rightBound = 0;
     if constexpr (std::is_same_v<OpT, AttentionOp>) {
+      scaleFactor = op.getScaleFactor();
       rightBound = op.getRightBound();
       if (std::optional<APFloat> fill = op.getMaskedScore())
         maskedScore = fill->convertToFloat();
@@ -437,10 +440,19 @@ struct Site {
     // j <= i + (keys - queries).
     Value diagonal = ir.sub(keyCount, queryLength);
     Value init = ir.empty({rows, keys}, ir.b.getF32Type());
+    // The run-time factor multiplies the dot products before anything else.
+    Value factor;
+    if (scaleFactor) {
+      int64_t rank = cast<RankedTensorType>(scaleFactor.getType()).getRank();
+      factor = tensor::ExtractOp::create(ir.b, ir.loc, scaleFactor,
+                                         SmallVector<Value>(rank, ir.idx(0)));
+    }
     return ir.generic(
         {dots}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})}, {kPar, kPar},
         [&](IR &in, ValueRange args) -> Value {
           Value score = args[0];
+          if (factor)
+            score = in.mulf(score, factor);
           bool additive = bias || (mask && !isBoolMask());
           // With additive terms the score is built in natural units, as the
           // graph adds them, and converted to the output units after.

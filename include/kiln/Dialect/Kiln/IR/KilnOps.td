@@ -23,14 +23,16 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     Computes, for every batch `b`, query head `h` and query row `i`,
 
     ```
-    s[j]   = scale · dot(Q[b, h, i, :], K[b, h / G, j, :])
+    s[j]   = scale · f · dot(Q[b, h, i, :], K[b, h / G, j, :])
     s[j]   = softcap · tanh(s[j] / softcap)          (when `softcap` is set)
     s[j]  += bias[b, h, i, j] + mask[b, h, i, j]      (when present)
     s[j]   = -inf when j is hidden by `causal`/`window`
     out[b, h, i, :] = Σ_j softmax(s)[j] · V[b, h / G, j, :]
     ```
 
-    with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
+    where `f` is the run-time `scale_factor` (a one-element f32 tensor: a
+    learned temperature, a scale computed from sizes at run time) or 1 when
+    the op has none, and with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
     K and V are never copied per query head). Operands, in the `bhsd` layout:
     Q `[B, Hq, Sq, D]`, K `[B, Hkv, Sk, D]`, V `[B, Hkv, Sk, Dv]` and the
     result `[B, Hq, Sq, Dv]` (Dv may differ from D: multi-head latent
@@ -102,6 +104,7 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     Optional<Kiln_FloatTensor>:$bias,
     Optional<RankedTensorOf<[I32]>>:$q_offsets,
     Optional<RankedTensorOf<[I32]>>:$kv_offsets,
+    Optional<RankedTensorOf<[F32]>>:$scale_factor,
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
@@ -118,6 +121,7 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     (`bias` `(` $bias^ `:` type($bias) `)`)?
     (`offsets` `(` $q_offsets^ `,` $kv_offsets `:` type($q_offsets) `,`
      type($kv_offsets) `)`)?
+    (`scale_factor` `(` $scale_factor^ `:` type($scale_factor) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)
     `->` type($result)
   }];
