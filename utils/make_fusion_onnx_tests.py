@@ -65,7 +65,9 @@ class Graph:
         self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
         return name
 
-    def save(self):
+    def save(self, value_info=False):
+        """Writes the graph; with `value_info`, the types and shapes of
+        every value, as torch's dynamo exporter records them."""
         graph = helper.make_graph(self.nodes, self.name, self.inputs,
                                   self.outputs, self.inits)
         model = helper.make_model(
@@ -73,6 +75,8 @@ class Graph:
             opset_imports=[helper.make_opsetid("", self.opset)])
         # The installed onnx may predate the opset: no checker, ir_version 8.
         model.ir_version = 8
+        if value_info:
+            model = onnx.shape_inference.infer_shapes(model)
         onnx.save(model, os.path.join(OUT, self.name + ".onnx"))
 
 
@@ -593,6 +597,60 @@ def alibi():
                   "causal_where")
     softmax_pv(g, scores, v, [B, heads, S, D])
     g.save()
+
+
+def alibi_from_padding(name="alibi_bloom_padding", elem=F32):
+    """BLOOM as transformers writes it (build_alibi_tensor, baddbmm): the
+    ALiBi bias slope_h · position_j with positions counted over the padding
+    mask ((cumsum(m) - 1) · m, an integer tensor cast to float), reshaped to
+    [B·H, 1, S] and added by baddbmm (beta 1, alpha 1/sqrt(d)) to Q·Kᵀ over
+    merged heads; then the scores viewed as [B, H, S, S] plus an additive
+    causal-and-padding mask of finfo.min, computed from the mask too."""
+    g = Graph(name, opset=18)
+    heads, batch = 4, 2
+    np_elem = np.float32
+    mask = g.input("attention_mask", I64, [batch, S])
+    q = g.input("q", elem, [batch * heads, S, D])
+    k = g.input("k", elem, [batch * heads, S, D])
+    v = g.input("v", elem, [batch * heads, S, D])
+    # arange_tensor = ((mask.cumsum(-1) - 1) * mask)[:, None, :]
+    counted = g.op("CumSum", [mask, g.const("cumsum_axis", np.array(1, np.int64))], "cumsum")
+    shifted = g.op("Sub", [counted, g.const("one_i64", np.array(1, np.int64))], "sub")
+    positions = g.op("Mul", [shifted, mask], "mul")
+    positions = g.op("Unsqueeze", [positions, g.const("axis1", np.array([1], np.int64))],
+                     "unsqueeze")
+    positions = g.op("Cast", [positions], "positions_f", to=F32)
+    slopes = 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+    alibi = g.op("Mul", [g.const("slopes", slopes.astype(np_elem)[:, None]), positions],
+                 "alibi_mul")  # [B, H, S]
+    alibi = g.op("Reshape", [alibi, g.const("alibi_shape",
+                                            np.array([batch * heads, 1, S], np.int64))],
+                 "alibi")
+    # baddbmm(alibi, q, kᵀ, beta=1, alpha=1/sqrt(d))
+    k_t = g.op("Transpose", [k], "k_t", perm=[0, 2, 1])
+    product = g.op("MatMul", [q, k_t], "bmm")
+    product = g.op("Mul", [product, g.const("alpha", np.float32(0.25))], "alpha_mul")
+    scores = g.op("Add", [alibi, product], "baddbmm")
+    scores = g.op("Reshape", [scores, g.const("scores_shape",
+                                              np.array([batch, heads, S, S], np.int64))],
+                  "view")
+    # The 4-D mask: 0 where key j <= i and m[b, j] = 1, else finfo.min.
+    causal = g.const("causal_keep", np.tril(np.ones((S, S), bool))[None, None])
+    padding = g.op("Cast", [mask], "mask_bool", to=BOOL)
+    padding = g.op("Unsqueeze", [padding, g.const("axes12", np.array([1, 2], np.int64))],
+                   "mask_4d")
+    keep = g.op("And", [causal, padding], "keep")
+    additive = g.op("Where", [keep, g.const("zero_f", np.array(0.0, np.float32)),
+                              g.const("min_f", np.array(FINFO_MIN, np.float32))],
+                    "causal_mask")
+    scores = g.op("Add", [scores, additive], "masked")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    probs = g.op("Reshape", [probs, g.const("probs_shape",
+                                            np.array([batch * heads, S, S], np.int64))],
+                 "probs_view")
+    ctx = g.op("MatMul", [probs, v], "pv")
+    g.output(ctx, elem, [batch * heads, S, D])
+    g.save(value_info=True)
 
 
 def softcap():
@@ -1175,6 +1233,7 @@ def main():
     t5_bias_float_mask_sum()
     t5_bias_from_input()
     alibi()
+    alibi_from_padding()
     softcap()
     softcap_half("softcap_f16", 50.0, 50.0)
     einsum_attention("einsum_bhsd", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd")

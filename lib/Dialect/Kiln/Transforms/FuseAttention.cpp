@@ -1069,11 +1069,23 @@ bool isDeclaredFinite(BlockArgument argument) {
 }
 
 /// Whether an additive float term can hide keys: its computation involves a
-/// masking constant (-inf or a large negative fill) or a value the graph
-/// does not know (an argument not declared finite). Position biases
-/// computed from weights and ranges (T5, ALiBi) cannot.
+/// masking constant (-inf or a large negative fill) or a float value the
+/// graph does not know (an argument not declared finite). Position biases
+/// computed from weights and ranges (T5, ALiBi) cannot, nor can anything
+/// computed from integers (BLOOM's ALiBi counts positions over the padding
+/// mask), whatever computed those.
 bool mayHideKeys(Value value, int depth = 24) {
+  // An integer tensor holds no infinity or NaN.
+  if (isa<IntegerType>(getElementTypeOrSelf(value.getType())))
+    return false;
   Operation *def = value.getDefiningOp();
+  // Converted to f32 or bf16 an integer stays finite (|x| < 2^64, far below
+  // their largest value); to f16, one wider than 16 bits may not.
+  if (auto cast = dyn_cast_or_null<tosa::CastOp>(def))
+    if (auto from = dyn_cast<IntegerType>(
+            getElementTypeOrSelf(cast.getInput().getType())))
+      return isa<Float16Type>(getElementTypeOrSelf(value.getType())) &&
+             from.getWidth() > 16;
   if (!def) {
     auto argument = cast<BlockArgument>(value);
     return !isDeclaredFinite(argument);
