@@ -382,8 +382,18 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
       if (!text.consume_front(kUnfusedRemarkPrefix))
         return failure();
       std::vector<std::string> names = nodeNames(diag.getLocation());
+      // " [at NAME]": the node whose op stopped the match.
+      std::string stoppedAt;
+      if (text.ends_with("]")) {
+        size_t at = text.rfind(" [at ");
+        if (at != StringRef::npos) {
+          stoppedAt = text.substr(at + 5).drop_back().str();
+          text = text.take_front(at);
+        }
+      }
       report.unfused.push_back(
-          {names.empty() ? std::string() : names.front(), text.str()});
+          {names.empty() ? std::string() : names.front(), text.str(),
+           stoppedAt});
       return success();
     });
     FusionPipelineOptions fusionOptions;

@@ -331,8 +331,12 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
   fused.walk([&](AttentionOp op) { sites.push_back(describeSite(op)); });
   llvm::json::Array unfusedArray;
   for (const UnfusedSoftmax &entry : unfused)
-    unfusedArray.push_back(
-        llvm::json::Object{{"node", entry.node}, {"reason", entry.reason}});
+    unfusedArray.push_back(llvm::json::Object{
+        {"node", entry.node},
+        {"reason", entry.reason},
+        {"stopped_at", entry.stoppedAt.empty()
+                           ? llvm::json::Value(nullptr)
+                           : llvm::json::Value(entry.stoppedAt)}});
   llvm::json::Array opaqueArray;
   for (const OpaqueNode &entry : opaque)
     opaqueArray.push_back(llvm::json::Object{{"node", entry.node},
@@ -410,7 +414,9 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
   os << llvm::formatv("Softmaxes left unfused: {0}\n", unfused.size());
   for (const UnfusedSoftmax &entry : unfused)
     os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "
-       << entry.reason << "\n";
+       << entry.reason
+       << (entry.stoppedAt.empty() ? "" : " (at " + entry.stoppedAt + ")")
+       << "\n";
   if (!opaque.empty()) {
     os << llvm::formatv("Nodes kept opaque by the importer: {0}\n",
                         opaque.size());

@@ -461,7 +461,8 @@ def site_sources(report: Dict[str, Any], origins: Dict[str, str],
     softmaxes), the user's source line of the FX node it came from, where
     that node has a stack trace. `fx_nodes`: FX node name -> node (anything
     with `.meta` and `.target`)."""
-    names = [u.get("node") for u in report.get("unfused", [])]
+    names = [name for u in report.get("unfused", [])
+             for name in (u.get("node"), u.get("stopped_at"))]
     for site in report.get("sites", []):
         names += site.get("nodes", [])
     lines: Dict[str, str] = {}
@@ -1050,9 +1051,12 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
             program.model.graph, (node.name for node in module.graph.nodes))
         report = _report_for(key, program, kiln_options, module)
         if report is not None:
-            entry["source_lines"] = site_sources(
-                report, onnx_origins(program.model.graph),
-                {node.name: node for node in module.graph.nodes})
+            try:  # only for kiln.explain: never a reason to fall back
+                entry["source_lines"] = site_sources(
+                    report, onnx_origins(program.model.graph),
+                    {node.name: node for node in module.graph.nodes})
+            except Exception:  # noqa: BLE001
+                entry["source_lines"] = {}
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
         raise _Fallback(f"export to ONNX failed: {type(error).__name__}: {error}") from error
     if report is None:
@@ -1202,9 +1206,12 @@ def explain(model: Any, *example_inputs: Any) -> str:
                 + (f"\n    at {where}" if where else ""))
         for unfused in report.get("unfused", []):
             where = sources.get(unfused["node"])
+            stopped = unfused.get("stopped_at")
             lines.append(f"  softmax {unfused['node']}"
                          + (f" at {where}" if where else "")
-                         + f": not fused: {unfused['reason']}")
+                         + f": not fused: {unfused['reason']}"
+                         + (f"\n    stopped at {sources.get(stopped, stopped)}"
+                            if stopped else ""))
     text = "\n".join(lines)
     print(text)
     return text

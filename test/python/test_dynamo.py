@@ -263,3 +263,8 @@ def test_sites_and_softmaxes_name_the_users_source_line() -> None:
     fx["softmax_1"] = Node(meta={"stack_trace": trace})
     report["unfused"] = [{"node": "node_softmax_1", "reason": "r"}]
     assert "node_softmax_1" in kd.site_sources(report, {}, fx)
+    # The node that stopped the match (kilnc's stopped_at) is named too.
+    tanh_trace = trace.replace("probs = scores.softmax(dim=-1)", "s = torch.tanh(s) * 2")
+    fx["tanh"] = Node(meta={"stack_trace": tanh_trace})
+    report["unfused"] = [{"node": "node_softmax_1", "reason": "r", "stopped_at": "node_tanh"}]
+    assert kd.site_sources(report, {}, fx)["node_tanh"].endswith("s = torch.tanh(s) * 2")

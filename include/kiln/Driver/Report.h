@@ -21,6 +21,9 @@ namespace mlir::kiln {
 struct UnfusedSoftmax {
   std::string node;
   std::string reason;
+  /// The node whose op stopped the match (empty: the softmax's own, or
+  /// unknown).
+  std::string stoppedAt;
 };
 
 /// A node the importer kept as an opaque op.

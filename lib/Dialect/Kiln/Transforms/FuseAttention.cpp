@@ -271,6 +271,19 @@ struct SoftmaxOps {
   tosa::MulOp normalize;
 };
 
+/// The first graph node name (NameLoc) in `loc`, or empty.
+std::string firstNodeName(Location loc) {
+  std::string name;
+  loc->walk([&](Location inner) {
+    if (auto named = dyn_cast<NameLoc>(inner)) {
+      name = named.getName().str();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return name;
+}
+
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
 /// reports on starts this way.
 bool looksLikeSoftmax(tosa::ReduceMaxOp maxOp) {
@@ -607,7 +620,7 @@ std::optional<std::pair<Value, Value>> splitBiasAndMask(Value term) {
 LogicalResult matchScores(Value scores, AttentionMatch &match,
                           tosa::MatMulOp &scoresMatmul,
                           SmallVectorImpl<MaskTerm> &terms,
-                          std::string &whyNot) {
+                          std::string &whyNot, Operation **stoppedAt) {
   auto fail = [&](const Twine &reason) {
     whyNot = reason.str();
     return failure();
@@ -617,6 +630,9 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
   Value current = scores;
   for (bool first = true;; first = false) {
     Operation *def = current.getDefiningOp();
+    // Where a failure below stops the walk: the op it was reading.
+    if (stoppedAt)
+      *stoppedAt = def;
     if (!def)
       return fail("the scores do not come from a matmul");
     if (!first && !current.hasOneUse())
@@ -1452,7 +1468,8 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
 /// Reads a whole attention site around the softmax starting at `maxOp`.
 FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                                          std::string &whyNot,
-                                         bool paddedRowsFree = false) {
+                                         bool paddedRowsFree = false,
+                                         Operation **stoppedAt = nullptr) {
   auto fail = [&](const Twine &reason) {
     whyNot = reason.str();
     return failure();
@@ -1504,8 +1521,11 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   // Backwards: masks, softcap and scale down to QKᵀ.
   tosa::MatMulOp scoresMatmul;
   SmallVector<MaskTerm> terms;
-  if (failed(matchScores(softmax->input, match, scoresMatmul, terms, whyNot)))
+  if (failed(matchScores(softmax->input, match, scoresMatmul, terms, whyNot,
+                         stoppedAt)))
     return failure();
+  if (stoppedAt)
+    *stoppedAt = nullptr;
 
   auto scoresType = getRankedType(softmax->input);
   if (scoresType.getRank() == 4)
@@ -2038,9 +2058,21 @@ struct KilnFuseAttentionPass
       if (!looksLikeSoftmax(maxOp))
         return;
       std::string whyNot;
-      if (succeeded(matchAttention(maxOp, whyNot, paddedRows == "free")))
+      Operation *stoppedAt = nullptr;
+      if (succeeded(matchAttention(maxOp, whyNot, paddedRows == "free",
+                                   &stoppedAt))) {
         whyNot = "the rewrite did not apply";
-      maxOp->emitRemark("softmax not fused: ") << whyNot;
+        stoppedAt = nullptr;
+      }
+      // The graph node whose op stopped the walk from the softmax to Q·Kᵀ,
+      // where it is another node: " [at NAME]" (the report's stopped_at).
+      std::string at;
+      if (stoppedAt && stoppedAt != maxOp.getOperation()) {
+        std::string here = firstNodeName(stoppedAt->getLoc());
+        if (!here.empty() && here != firstNodeName(maxOp->getLoc()))
+          at = " [at " + here + "]";
+      }
+      maxOp->emitRemark("softmax not fused: ") << whyNot << at;
       ++numUnfused;
     });
   }
