@@ -519,6 +519,70 @@ def t5_bias(name, combined, zero=False):
     g.save()
 
 
+def t5_encoder_two_layers(name="t5_encoder_hf"):
+    """T5's encoder as transformers writes it and Dynamo exports it: the
+    relative position buckets from ranges (bidirectional, log-spaced far
+    away: Log, Div, Cast to int64, Min, Where), the bias gathered from the
+    embedding table (a graph input, declared finite), permuted to
+    [1, H, S, S]; the padding mask Where(keep, 0, finfo.min) over
+    [B, 1, S, S]; position_bias + mask computed once and added to the
+    scores of both layers (no scale); softmax in f32 cast back."""
+    g = Graph(name, opset=18)
+    buckets, max_distance, batch = 32, 128, 2
+    table = g.input("relative_attention_bias.weight", F32, [buckets, H])
+    attention_mask = g.input("attention_mask", I64, [batch, S])
+    positions = g.op("Range", [g.const("r0", np.array(0, np.int64)),
+                               g.const("rS", np.array(S, np.int64)),
+                               g.const("r1", np.array(1, np.int64))], "arange")
+    context = g.op("Unsqueeze", [positions, g.const("ax1", np.array([1], np.int64))],
+                   "context_position")
+    memory = g.op("Unsqueeze", [positions, g.const("ax0", np.array([0], np.int64))],
+                  "memory_position")
+    relative = g.op("Sub", [memory, context], "relative_position")
+    half = buckets // 2
+    positive = g.op("Greater", [relative, g.const("zero_i", np.array(0, np.int64))], "gt")
+    positive = g.op("Cast", [positive], "gt_long", to=I64)
+    offset = g.op("Mul", [positive, g.const("half_i", np.array(half, np.int64))], "mul_half")
+    distance = g.op("Abs", [relative], "abs")
+    max_exact = half // 2
+    small = g.op("Less", [distance, g.const("max_exact", np.array(max_exact, np.int64))],
+                 "is_small")
+    far = g.op("Cast", [distance], "distance_f", to=F32)
+    far = g.op("Div", [far, g.const("max_exact_f", np.array(max_exact, np.float32))], "div")
+    far = g.op("Log", [far], "log")
+    far = g.op("Div", [far, g.const("log_ratio", np.array(np.log(max_distance / max_exact),
+                                                          np.float32))], "div_1")
+    far = g.op("Mul", [far, g.const("span", np.array(half - max_exact, np.float32))], "mul_1")
+    far = g.op("Cast", [far], "far_long", to=I64)
+    far = g.op("Add", [far, g.const("max_exact_i", np.array(max_exact, np.int64))], "add_far")
+    far = g.op("Min", [far, g.const("last_bucket", np.array(half - 1, np.int64))], "minimum")
+    chosen = g.op("Where", [small, distance, far], "where")
+    bucket = g.op("Add", [offset, chosen], "relative_buckets")
+    values = g.op("Gather", [table, bucket], "embedding", axis=0)  # [S, S, H]
+    bias = g.op("Transpose", [values], "permute", perm=[2, 0, 1])
+    bias = g.op("Unsqueeze", [bias, g.const("ax0b", np.array([0], np.int64))],
+                "position_bias")
+    keep = g.op("Cast", [attention_mask], "keep_bool", to=BOOL)
+    keep = g.op("Unsqueeze", [keep, g.const("ax12", np.array([1, 2], np.int64))], "keep_4d")
+    keep = g.op("Expand", [keep, g.const("mask_shape", np.array([batch, 1, S, S], np.int64))],
+                "keep_expand")
+    mask = g.op("Where", [keep, g.const("zero_f", np.array(0.0, np.float32)),
+                          g.const("min_f", np.array(FINFO_MIN, np.float32))], "causal_mask")
+    both = g.op("Add", [bias, mask], "position_bias_masked")
+    x = g.input("x", F32, [batch, H, S, D])
+    for layer in range(2):
+        q = g.op("Mul", [x, g.weight(f"wq{layer}", [1, H, 1, D])], f"q{layer}")
+        k = g.op("Mul", [x, g.weight(f"wk{layer}", [1, H, 1, D])], f"k{layer}")
+        v = g.op("Mul", [x, g.weight(f"wv{layer}", [1, H, 1, D])], f"v{layer}")
+        k_t = g.op("Transpose", [k], f"k_t{layer}", perm=[0, 1, 3, 2])
+        scores = g.op("MatMul", [q, k_t], f"scores{layer}")
+        scores = g.op("Add", [scores, both], f"scores_add{layer}")
+        probs = g.op("Softmax", [scores], f"softmax{layer}", axis=-1)
+        x = g.op("MatMul", [probs, v], f"pv{layer}")
+    g.output(x, F32, [batch, H, S, D])
+    g.save(value_info=True)
+
+
 def t5_bias_from_input():
     """T5's self-attention as torch's exporter writes it under Dynamo: the
     relative position bias gathered from the embedding table, which the
@@ -1232,6 +1296,7 @@ def main():
     t5_bias("t5_zero_bias_expand", combined=False, zero="expand")
     t5_bias_float_mask_sum()
     t5_bias_from_input()
+    t5_encoder_two_layers()
     alibi()
     alibi_from_padding()
     softcap()
