@@ -224,6 +224,7 @@ private:
   Status importTile();
   Status importTrilu();
   Status importWhere();
+  Status importCumSum();
   Status importBinary(StringRef opType);
   Status importVariadic(StringRef opType);
   Status importUnary(StringRef opType);
@@ -1197,6 +1198,8 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importConv();
   if (op == "Attention")
     return importAttention();
+  if (op == "CumSum")
+    return importCumSum();
   return unsupported("no lowering for this operator");
 }
 
