@@ -385,9 +385,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
       // " [at NAME]": the node whose op stopped the match.
       std::string stoppedAt;
       if (text.ends_with("]")) {
-        size_t at = text.rfind(" [at ");
+        size_t at = text.rfind(kStoppedAtMarker);
         if (at != StringRef::npos) {
-          stoppedAt = text.substr(at + 5).drop_back().str();
+          stoppedAt = text.substr(at + kStoppedAtMarker.size()).drop_back().str();
           text = text.take_front(at);
         }
       }

@@ -15,21 +15,10 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace mlir::kiln;
-
-std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
-  llvm::SetVector<StringRef> names;
-  loc->walk([&](Location inner) {
-    if (auto named = dyn_cast<NameLoc>(inner))
-      names.insert(named.getName().getValue());
-    return WalkResult::advance();
-  });
-  return std::vector<std::string>(names.begin(), names.end());
-}
 
 namespace {
 

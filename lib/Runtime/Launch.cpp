@@ -436,10 +436,7 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
   }
   // A run-time scale given to a site that takes none would be ignored: the
   // caller expects it applied.
-  if (launch.args.scale_factor &&
-      std::none_of(launch.kernel->args.begin(), launch.kernel->args.end(), [](const KernelArg &arg) {
-        return arg.source == ArgSource::ScaleFactor;
-      }))
+  if (launch.args.scale_factor && !s.scaleFactor)
     return invalid("{}scale_factor is set but the site takes no run-time "
                    "scale (its scale is the constant {})",
                    messagePrefix(s), s.scale);

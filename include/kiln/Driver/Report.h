@@ -51,10 +51,6 @@ struct FusionReport {
   void printText(ModuleOp fused, llvm::raw_ostream &os) const;
 };
 
-/// The names of the graph nodes behind `loc`: every NameLoc inside it, in
-/// order, without repeats.
-std::vector<std::string> nodeNames(Location loc);
-
 /// The prefix of the fusion pass's remarks on unfused softmaxes.
 inline constexpr char kUnfusedRemarkPrefix[] = "softmax not fused: ";
 

@@ -271,19 +271,6 @@ struct SoftmaxOps {
   tosa::MulOp normalize;
 };
 
-/// The first graph node name (NameLoc) in `loc`, or empty.
-std::string firstNodeName(Location loc) {
-  std::string name;
-  loc->walk([&](Location inner) {
-    if (auto named = dyn_cast<NameLoc>(inner)) {
-      name = named.getName().str();
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return name;
-}
-
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
 /// reports on starts this way.
 bool looksLikeSoftmax(tosa::ReduceMaxOp maxOp) {
@@ -367,6 +354,16 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
 namespace {
 bool regroupsLeadingAxes(RankedTensorType source, RankedTensorType result);
 } // namespace
+
+std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
+  llvm::SetVector<StringRef> names;
+  loc->walk([&](Location inner) {
+    if (auto named = dyn_cast<NameLoc>(inner))
+      names.insert(named.getName().getValue());
+    return WalkResult::advance();
+  });
+  return std::vector<std::string>(names.begin(), names.end());
+}
 
 std::optional<double> mlir::kiln::detail::getSplatFloat(Value value) {
   if (auto reciprocal = value.getDefiningOp<tosa::ReciprocalOp>()) {
@@ -2068,9 +2065,10 @@ struct KilnFuseAttentionPass
       // where it is another node: " [at NAME]" (the report's stopped_at).
       std::string at;
       if (stoppedAt && stoppedAt != maxOp.getOperation()) {
-        std::string here = firstNodeName(stoppedAt->getLoc());
-        if (!here.empty() && here != firstNodeName(maxOp->getLoc()))
-          at = " [at " + here + "]";
+        std::vector<std::string> here = nodeNames(stoppedAt->getLoc());
+        std::vector<std::string> softmax = nodeNames(maxOp->getLoc());
+        if (!here.empty() && (softmax.empty() || here.front() != softmax.front()))
+          at = (kStoppedAtMarker + here.front() + "]").str();
       }
       maxOp->emitRemark("softmax not fused: ") << whyNot << at;
       ++numUnfused;

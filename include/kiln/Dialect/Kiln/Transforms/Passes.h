@@ -12,6 +12,9 @@
 #include "mlir/IR/PatternMatch.h"
 #include "mlir/Pass/Pass.h"
 
+#include <string>
+#include <vector>
+
 namespace mlir::kiln {
 
 #define GEN_PASS_DECL
@@ -32,6 +35,15 @@ inline constexpr llvm::StringLiteral kReplacesAttrName = "kiln.replaces";
 /// The discardable attribute the importer puts on the operation producing a
 /// named graph value (mirrors ImportONNX.h's kOnnxValueAttrName).
 inline constexpr llvm::StringLiteral kGraphValueAttrName = "kiln.onnx_value";
+
+/// The names of the graph nodes behind `loc`: every NameLoc inside it, in
+/// order, without repeats.
+std::vector<std::string> nodeNames(Location loc);
+
+/// What follows an unfused softmax's reason in the fusion pass's remark
+/// when another node's op stopped the match: " [at NAME]" (the report's
+/// stopped_at).
+inline constexpr llvm::StringLiteral kStoppedAtMarker = " [at ";
 
 /// The unit attribute on a function argument that declares it finite (no
 /// infinity or NaN): an additive term computed from it cannot hide keys, so
