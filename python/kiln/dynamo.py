@@ -504,71 +504,170 @@ def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any]) -> int:
-    """Replaces each rewritable site of `report` in `module`'s graph by a
-    Kiln call; returns how many it replaced."""
+def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
+                 chosen: Dict[str, Dict[str, Any]], handle: int,
+                 dense_bias: str) -> Any:
+    """Writes a Kiln call for `site` into `graph` at its insertion point:
+    each operand from its source node (`sources`, by role) through the ops
+    the report lists (`chosen`), the call, and the ops from its result to
+    the site's output; returns the node of that output. Raises KilnError
+    for a site the backend leaves to Inductor."""
     import torch
 
+    operands: Dict[str, Any] = {}
+    shapes: Dict[str, Any] = {}
+    for role, operand in site["operands"].items():
+        if operand is None:
+            operands[role] = None
+            continue
+        source = sources[role]
+        operands[role], shapes[role] = _apply(
+            graph, source, chosen[role]["transforms"], _shape_of(source))
+    dense = dense_term(site, shapes)
+    if dense and dense_bias != "kiln":
+        raise KilnError(
+            Status.UNSUPPORTED,
+            f"its {dense} is a dense per-head [q, k] term, which "
+            "Inductor computes inside its softmax faster than "
+            "Kiln reads it (dense_bias=\"kiln\" rewrites it)")
+    call = graph.call_function(
+        torch.ops.kiln.attention.default,
+        (operands["query"], operands["key"], operands["value"],
+         operands.get("mask"), operands.get("bias"), None, handle, 0,
+         operands.get("scale_factor")))
+    # The result has the query's sizes with the value's head dim.
+    query = shapes["query"]
+    value_dim = int(site.get("v_head_dim") or site["head_dim"])
+    result, _ = _apply(graph, call, chosen["output"]["transforms"],
+                       None if query is None else query[:-1] + [value_dim])
+    return result
+
+
+def _plan(site: Dict[str, Any], nodes: Dict[str, Any]
+          ) -> Tuple[Optional[str], Dict[str, Dict[str, Any]], Optional[int]]:
+    """Why `site` cannot be rewritten in a graph of `nodes` (or None), the
+    source each operand and the output is taken from, and the site's op
+    handle."""
     from . import torch_ops as kops
 
+    why = _unrewritable(site)
+    chosen: Dict[str, Dict[str, Any]] = {}
+    for role, operand in [("output", site["output"])] + list(site["operands"].items()):
+        if operand is None or why is not None:
+            continue
+        source = _source_in(operand, nodes)
+        if source is None:
+            names = [s["value"] for s in _sources(operand) if s.get("value")]
+            why = (f"its {role} is computed from {', '.join(map(repr, names))}, "
+                   f"which the exporter made: no node of the graph is "
+                   f"{'it' if len(names) == 1 else 'one of them'}")
+        else:
+            chosen[role] = source
+    if why is not None:
+        return why, chosen, None
+    try:
+        return None, chosen, kops.handle(_cache.site_from_source(
+            site_source(site), _site_label(site)))
+    except KilnError as error:
+        return f"no kernel ({error})", chosen, None
+
+
+class _Timed:
+    """The timed choice of each site's path (kiln.choice) in the graph of
+    `exported`, run on `tensors` (its inputs): the values a site reads come
+    from one eager run of the graph as exported, made when the first site
+    is timed and kept only for the sources the sites read."""
+
+    def __init__(self, exported: Any, tensors: Sequence[Any],
+                 options: Optional[Dict[str, Any]]) -> None:
+        self.exported, self.tensors, self.options = exported, tensors, options
+        self.names: set = set()
+        self.values: Optional[Dict[str, Any]] = None
+
+    def prepare(self, names: set) -> None:
+        """The names of the nodes whose values sites may read (their
+        sources; every input is kept too)."""
+        self.names = set(names)
+
+    def value(self, node: Any) -> Any:
+        if self.values is None:
+            self.values = self._run()
+        return self.values.get(node.name)
+
+    def _run(self) -> Dict[str, Any]:
+        import torch
+
+        module = _graph_of(self.exported)
+        devices = {t.device for t in self.tensors if t.device.type != "cpu"}
+        if len(devices) == 1:
+            _scalars_on(module, next(iter(devices)))
+        names, values = self.names, {}
+
+        class Capture(torch.fx.Interpreter):
+            def run_node(self, node: Any) -> Any:
+                result = super().run_node(node)
+                if node.op in ("placeholder", "get_attr") or node.name in names:
+                    values[node.name] = result
+                return result
+
+        with torch.no_grad():
+            Capture(module).run(*_lifted_values(self.exported, self.tensors))
+        return values
+
+    def __call__(self, site: Dict[str, Any], output: Any, sources: Dict[str, Any],
+                 build: Callable[[Any, Dict[str, Any]], Any]) -> Dict[str, Any]:
+        from . import choice
+
+        try:
+            return choice.choose(site, output, sources, self.value, choice.Choice(
+                build, lambda module, inputs: _inductor(module, inputs, self.options)))
+        except KilnError:
+            raise  # the site cannot be rewritten (the rewrite says why)
+        except Exception as error:  # noqa: BLE001 (timing never breaks the model)
+            if _restarts(error):
+                raise
+            return {"path": "kiln", "why": f"not timed: {type(error).__name__}: "
+                                           f"{str(error)[:300]}"}
+
+
+def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
+             choose: Optional["_Timed"] = None) -> int:
+    """Replaces each rewritable site of `report` in `module`'s graph by a
+    Kiln call; returns how many it replaced. `choose`, when given, decides
+    each site's path (choice.choose's decision, kept in the entry's
+    "choices"); a site it gives to Inductor is left as written."""
     graph = module.graph
     nodes = {node.name: node for node in graph.nodes}
     for value, origin in entry.get("aliases", {}).items():
         nodes.setdefault(value, nodes[origin])
+    dense_bias = entry.get("dense_bias", "inductor")
+    plans = [_plan(site, nodes) for site in report["sites"]]
+    if choose is not None:
+        choose.prepare({nodes[source["value"]].name for why, chosen, _ in plans
+                        if why is None for source in chosen.values()})
     replaced = 0
     for index, site in enumerate(report["sites"]):
-        why = _unrewritable(site)
-        chosen: Dict[str, Dict[str, Any]] = {}
-        for role, operand in [("output", site["output"])] + list(site["operands"].items()):
-            if operand is None or why is not None:
-                continue
-            source = _source_in(operand, nodes)
-            if source is None:
-                names = [s["value"] for s in _sources(operand) if s.get("value")]
-                why = (f"its {role} is computed from {', '.join(map(repr, names))}, "
-                       f"which the exporter made: no node of the graph is "
-                       f"{'it' if len(names) == 1 else 'one of them'}")
-            else:
-                chosen[role] = source
-        if why is None:
-            try:
-                handle = kops.handle(_cache.site_from_source(
-                    site_source(site), _site_label(site)))
-            except KilnError as error:
-                why = f"no kernel ({error})"
+        why, chosen, handle = plans[index]
         if why is not None:
             entry["skipped"][index] = why
             continue
         output = nodes[chosen["output"]["value"]]
+        sources = {role: nodes[source["value"]] for role, source in chosen.items()}
+
+        def build(into: Any, operands: Dict[str, Any]) -> Any:
+            return _insert_site(into, operands, site, chosen, handle, dense_bias)
+
         before = set(graph.nodes)
         try:
+            if choose is not None:
+                decision = choose(site, output, sources, build)
+                entry.setdefault("choices", {})[index] = decision
+                if decision["path"] != "kiln":
+                    entry["skipped"][index] = (
+                        f"Inductor's path is faster here ({decision['why']})")
+                    continue
             with graph.inserting_before(output):
-                operands: Dict[str, Any] = {}
-                shapes: Dict[str, Any] = {}
-                for role, operand in site["operands"].items():
-                    if operand is None:
-                        operands[role] = None
-                        continue
-                    source = nodes[chosen[role]["value"]]
-                    operands[role], shapes[role] = _apply(
-                        graph, source, chosen[role]["transforms"], _shape_of(source))
-                dense = dense_term(site, shapes)
-                if dense and entry.get("dense_bias", "inductor") != "kiln":
-                    raise KilnError(
-                        Status.UNSUPPORTED,
-                        f"its {dense} is a dense per-head [q, k] term, which "
-                        "Inductor computes inside its softmax faster than "
-                        "Kiln reads it (dense_bias=\"kiln\" rewrites it)")
-                call = graph.call_function(
-                    torch.ops.kiln.attention.default,
-                    (operands["query"], operands["key"], operands["value"],
-                     operands.get("mask"), operands.get("bias"), None, handle, 0,
-                     operands.get("scale_factor")))
-                # The result has the query's sizes with the value's head dim.
-                query = shapes["query"]
-                value_dim = int(site.get("v_head_dim") or site["head_dim"])
-                result, _ = _apply(graph, call, chosen["output"]["transforms"],
-                                   None if query is None else query[:-1] + [value_dim])
+                result = build(graph, sources)
         except KilnError as error:
             inserted = [n for n in graph.nodes if n not in before]
             for node in reversed(inserted):
@@ -762,6 +861,31 @@ def _graph_of(exported: Any) -> Any:
                                 copy.deepcopy(exported.graph_module.graph))
 
 
+def _lifted_value(exported: Any, spec: Any) -> Any:
+    """The tensor an exported graph's lifted parameter, buffer or constant
+    input (`spec`) holds."""
+    import torch
+
+    value = exported.constants.get(spec.target)
+    if value is None:
+        value = exported.state_dict[spec.target]
+    if not isinstance(value, torch.Tensor):
+        raise KilnError(Status.UNSUPPORTED,
+                        f"a lifted constant {spec.target!r} is not a tensor")
+    return value
+
+
+def _lifted_values(exported: Any, tensors: Sequence[Any]) -> List[Any]:
+    """Every input of the exported graph as written (before _bind_lifted):
+    the lifted values, with the graph's user inputs `tensors` in order."""
+    import torch
+
+    user = torch.export.graph_signature.InputKind.USER_INPUT
+    given = iter(tensors)
+    return [next(given) if spec.kind == user else _lifted_value(exported, spec)
+            for spec in exported.graph_signature.input_specs]
+
+
 def _bind_lifted(module: Any, exported: Any) -> Any:
     """`module` taking only the Dynamo graph's inputs: each placeholder of a
     lifted parameter, buffer or constant becomes a buffer of the module."""
@@ -775,12 +899,7 @@ def _bind_lifted(module: Any, exported: Any) -> Any:
     for number, (spec, node) in enumerate(zip(specs, placeholders)):
         if spec.kind == user:
             continue
-        value = exported.constants.get(spec.target)
-        if value is None:
-            value = exported.state_dict[spec.target]
-        if not isinstance(value, torch.Tensor):
-            raise KilnError(Status.UNSUPPORTED,
-                            f"a lifted constant {spec.target!r} is not a tensor")
+        value = _lifted_value(exported, spec)
         name = f"_kiln_lifted_{number}"
         module.register_buffer(name, value.detach())
         with module.graph.inserting_before(node):
@@ -901,7 +1020,10 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     ("exact" or "free"), ``dense_bias`` ("inductor", the default: a site
     whose bias or float mask has scores of its own for every head and query
     stays in Inductor, which computes such a term faster than Kiln reads it;
-    "kiln": rewritten all the same); every other option goes to Inductor. Graphs with
+    "kiln": rewritten all the same), ``choose`` ("timed", the default: each
+    site is timed on the model's first inputs against Inductor's own code
+    for it, kiln.choice, and takes the faster; "kiln": every site Kiln can
+    take is rewritten); every other option goes to Inductor. Graphs with
     dynamic sizes (``dynamic=True``, ``mark_dynamic``) are exported with
     those sizes symbolic, so new lengths reuse the same sites and code."""
     import torch
@@ -915,15 +1037,17 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         options = {**torch._inductor.list_mode_options(mode), **options}
     # Kiln's own options also at the top of `options` (kiln.optimize passes
     # its keyword arguments there).
-    for name in ("padded_rows", "dense_bias"):
+    for name in ("padded_rows", "dense_bias", "choose"):
         if name in options:
             kiln_options[name] = options.pop(name)
         if name in kwargs:
             kiln_options[name] = kwargs[name]
-    if kiln_options.get("dense_bias", "inductor") not in ("inductor", "kiln"):
-        raise KilnError(Status.INVALID_ARGUMENT,
-                        f"dense_bias must be \"inductor\" or \"kiln\", not "
-                        f"{kiln_options['dense_bias']!r}")
+    for name, allowed in (("dense_bias", ("inductor", "kiln")),
+                          ("choose", ("timed", "kiln"))):
+        if name in kiln_options and kiln_options[name] not in allowed:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"{name} must be one of {', '.join(map(repr, allowed))}, "
+                            f"not {kiln_options[name]!r}")
     entry = _new_entry()
     reports.append(entry)
     try:
@@ -1047,6 +1171,7 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         entry["key"] = key
         entry["finite_inputs"] = finite
         entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
+        entry["choose"] = kiln_options.get("choose", "timed")
         entry["aliases"] = onnx_aliases(
             program.model.graph, (node.name for node in module.graph.nodes))
         report = _report_for(key, program, kiln_options, module)
@@ -1075,11 +1200,20 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
     import torch
 
     module = _graph_of(exported)
+    timed = (entry.get("choose", "timed") == "timed"
+             and all(t.is_cuda for t in tensors)
+             and not any(isinstance(t, torch._subclasses.FakeTensor) for t in tensors))
     try:
-        rewritten = bool(report["sites"]) and _rewrite(module, report, entry)
+        rewritten = bool(report["sites"]) and _rewrite(
+            module, report, entry, _Timed(exported, tensors, options) if timed else None)
     except Exception as error:  # noqa: BLE001 (never break the model)
+        if _restarts(error):
+            raise
         raise _Fallback(f"rewrite failed: {type(error).__name__}: {error}") from error
     if not rewritten:
+        if any(c["path"] != "kiln" for c in entry.get("choices", {}).values()):
+            raise _Fallback("Inductor's own code measured faster at every site "
+                            "Kiln could take")
         raise _Fallback(entry["fallback"] or "no site rewritten")
     try:
         module = _bind_lifted(module, exported)
@@ -1195,7 +1329,9 @@ def explain(model: Any, *example_inputs: Any) -> str:
                      + (f", {entry['verified']}" if entry.get("verified") else ""))
         sources = entry.get("source_lines", {})
         for index, site in enumerate(report["sites"]):
-            state = ("rewritten" if index in entry["rewritten"]
+            choice = entry.get("choices", {}).get(index)
+            state = ("rewritten" + (f" ({choice['why']})" if choice else "")
+                     if index in entry["rewritten"]
                      else f"not rewritten: {entry['skipped'].get(index)}")
             where = _site_line(site, sources)
             lines.append(

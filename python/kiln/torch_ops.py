@@ -25,12 +25,13 @@ never synchronise. A split-KV launch without a ``workspace`` (a uint8 CUDA
 tensor of ``site.workspace_size(...)`` bytes) takes one of its own from the
 caching allocator, freed when the op returns, so that nothing the op
 allocated outlives it (CUDA graphs, and Inductor's CUDA-graph trees, capture
-it like any temporary). Needs torch 2.4 or later
-(``torch.library.custom_op``).
+it like any temporary). A call checks its tensors fully the first time
+their sizes, strides and dtypes are seen and then only sets pointers (see
+_Launcher). Needs torch 2.4 or later (``torch.library.register_fake``).
 """
 
 import threading
-from typing import Any, List, Optional
+from typing import Any, List
 
 from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
@@ -47,9 +48,26 @@ def _own(workspace: Any) -> Any:
     return TRANSIENT_WORKSPACE if workspace is None else workspace
 
 
+#: The operators' schemas (defined with torch.library.Library: a call costs
+#: the dispatcher's hop and no more, where torch.library.custom_op adds its
+#: safety wrappers to every call).
+_SCHEMAS = {
+    "attention": "attention(Tensor q, Tensor k, Tensor v, Tensor? mask, "
+                 "Tensor? bias, Tensor? workspace, int site, int num_splits, "
+                 "Tensor? scale_factor=None) -> Tensor",
+    "paged_attention": "paged_attention(Tensor q, Tensor key_cache, "
+                       "Tensor value_cache, Tensor page_table, Tensor kv_lens, "
+                       "Tensor? workspace, int site, int num_splits, "
+                       "int total_kv_len=0, Tensor? k_scale=None, "
+                       "Tensor? v_scale=None, Tensor? q_offsets=None, "
+                       "Tensor? plan=None) -> Tensor",
+}
+_library: Any = None
+
+
 def _define() -> None:
     """Defines the two operators once per process."""
-    global _defined
+    global _defined, _library
     if _defined:  # without the lock: torch.compile traces through handle()
         return
     with _lock:
@@ -57,53 +75,25 @@ def _define() -> None:
             return
         import torch
 
-        if not hasattr(torch.library, "custom_op"):
+        if not hasattr(torch.library, "register_fake"):
             raise KilnError(
                 Status.UNSUPPORTED,
                 f"Kiln's custom ops need torch 2.4 or later (torch.library."
-                f"custom_op); this is torch {torch.__version__}",
+                f"register_fake); this is torch {torch.__version__}",
             )
-        Tensor = torch.Tensor
+        library = torch.library.Library("kiln", "FRAGMENT")
+        for schema in _SCHEMAS.values():
+            library.define(schema)
 
-        @torch.library.custom_op("kiln::attention", mutates_args=())
-        def attention_op(
-            q: Tensor,
-            k: Tensor,
-            v: Tensor,
-            mask: Optional[Tensor],
-            bias: Optional[Tensor],
-            workspace: Optional[Tensor],
-            site: int,
-            num_splits: int,
-            scale_factor: Optional[Tensor] = None,
-        ) -> Tensor:
-            return _site(site).attention(
-                q, k, v, mask=mask, bias=bias, workspace=_own(workspace),
-                num_splits=num_splits, scale_factor=scale_factor,
-            )
+        def attention_op(q, k, v, mask, bias, workspace, site, num_splits,
+                         scale_factor=None):
+            return _launcher(site).attention(q, k, v, mask, bias, workspace,
+                                             num_splits, scale_factor)
 
-        @attention_op.register_fake
-        def _(q, k, v, mask, bias, workspace, site, num_splits, scale_factor=None):
-            shape = list(q.shape)
-            shape[-1] = v.shape[-1]
-            return q.new_empty(shape)
-
-        @torch.library.custom_op("kiln::paged_attention", mutates_args=())
-        def paged_attention_op(
-            q: Tensor,
-            key_cache: Tensor,
-            value_cache: Tensor,
-            page_table: Tensor,
-            kv_lens: Tensor,
-            workspace: Optional[Tensor],
-            site: int,
-            num_splits: int,
-            total_kv_len: int = 0,
-            k_scale: Optional[Tensor] = None,
-            v_scale: Optional[Tensor] = None,
-            q_offsets: Optional[Tensor] = None,
-            plan: Optional[Tensor] = None,
-        ) -> Tensor:
+        def paged_attention_op(q, key_cache, value_cache, page_table, kv_lens,
+                               workspace, site, num_splits, total_kv_len=0,
+                               k_scale=None, v_scale=None, q_offsets=None,
+                               plan=None):
             return _site(site).paged_attention(
                 q, key_cache, value_cache, page_table, kv_lens,
                 workspace=_own(workspace), num_splits=num_splits,
@@ -111,17 +101,138 @@ def _define() -> None:
                 k_scale=k_scale, v_scale=v_scale,
             )
 
-        @paged_attention_op.register_fake
-        def _(q, key_cache, value_cache, page_table, kv_lens, workspace, site,
-              num_splits, total_kv_len=0, k_scale=None, v_scale=None,
-              q_offsets=None, plan=None):
+        # CPU too: a CPU tensor reaches the site's own check, which names
+        # it, rather than the dispatcher's "no kernel" error.
+        for device in ("CUDA", "CPU"):
+            library.impl("attention", attention_op, device)
+            library.impl("paged_attention", paged_attention_op, device)
+
+        def attention_fake(q, k, v, mask, bias, workspace, site, num_splits,
+                           scale_factor=None):
+            shape = list(q.shape)
+            shape[-1] = v.shape[-1]
+            return q.new_empty(shape)
+
+        def paged_attention_fake(q, key_cache, value_cache, page_table, kv_lens,
+                                 workspace, site, num_splits, total_kv_len=0,
+                                 k_scale=None, v_scale=None, q_offsets=None,
+                                 plan=None):
             if q.dim() == 3:  # a ragged site's packed rows [total_q, Hq, D]
                 return q.new_empty((q.shape[0], q.shape[1], value_cache.shape[3]))
             return q.new_empty(
                 (q.shape[0], q.shape[1], q.shape[2], value_cache.shape[3])
             )
 
+        torch.library.register_fake("kiln::attention", attention_fake, lib=library)
+        torch.library.register_fake("kiln::paged_attention", paged_attention_fake,
+                                    lib=library)
+        _library = library  # the definitions last as long as it does
         _defined = True
+
+
+class _Launcher:
+    """A site's launches from ``kiln::attention``. The first call of each
+    signature (every tensor's sizes, strides and dtype, the device, the
+    split count) goes through ``Site.attention_args``' checks and keeps the
+    argument struct it built and the workspace size; a later call of that
+    signature only allocates its output (and workspace), sets the data
+    pointers and calls the C launch, which checks what a signature cannot
+    fix (alignment of the pointers) on every call. Each thread keeps its own
+    structs, so concurrent launches never share one."""
+
+    __slots__ = ("site", "_local")
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self._local = threading.local()
+
+    def attention(self, q: Any, k: Any, v: Any, mask: Any, bias: Any,
+                  workspace: Any, num_splits: int, scale_factor: Any) -> Any:
+        import torch
+
+        if workspace is not None or not q.is_cuda:
+            # The caller's own workspace, or a tensor the site refuses: the
+            # full path (and its error).
+            return self.site.attention(q, k, v, mask=mask, bias=bias,
+                                       workspace=workspace, num_splits=num_splits,
+                                       scale_factor=scale_factor)
+        key = (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype,
+               v.shape, v.stride(), v.dtype, q.device, num_splits,
+               None if mask is None else (mask.shape, mask.stride(), mask.dtype),
+               None if bias is None else (bias.shape, bias.stride(), bias.dtype),
+               None if scale_factor is None else (
+                   scale_factor.shape, scale_factor.dtype, scale_factor.device))
+        plans = self._local.__dict__.setdefault("plans", {})
+        plan = plans.get(key)
+        if plan is None:
+            out, plans[key] = self._first(q, k, v, mask, bias, num_splits,
+                                          scale_factor)
+            return out
+        args, out_shape, workspace_bytes = plan
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+        if args.batch == 0:
+            return out
+        args.q, args.k, args.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        args.out = out.data_ptr()
+        if mask is not None:
+            args.mask = mask.data_ptr()
+        if bias is not None:
+            args.bias = bias.data_ptr()
+        if scale_factor is not None:
+            args.scale_factor = scale_factor.data_ptr()
+        if workspace_bytes:
+            # The call's own, freed when it returns (TRANSIENT_WORKSPACE).
+            workspace = torch.empty(workspace_bytes, dtype=torch.uint8,
+                                    device=q.device)
+            args.workspace = workspace.data_ptr()
+        index = q.device.index
+        if torch.cuda.current_device() == index:
+            self.site.launch(args, _raw_stream(index))
+        else:
+            with torch.cuda.device(index):
+                self.site.launch(args, _raw_stream(index))
+        return out
+
+    def _first(self, q: Any, k: Any, v: Any, mask: Any, bias: Any,
+               num_splits: int, scale_factor: Any) -> Any:
+        """The first launch of a signature through the site's full checks;
+        returns its output and what later launches reuse."""
+        import torch
+
+        from .runtime import _Stream
+
+        site = self.site
+        args, out = site.attention_args(q, k, v, mask=mask, bias=bias,
+                                        scale_factor=scale_factor)
+        plan = (args, tuple(out.shape), 0)
+        if args.batch == 0:
+            return out, plan
+        stream = _Stream(q.device, None)
+        with torch.cuda.device(q.device):
+            site._set_workspace(
+                args, TRANSIENT_WORKSPACE, num_splits, stream,
+                (args.batch, args.q_heads, args.kv_heads, args.q_len,
+                 args.kv_len, args.v_head_dim or args.head_dim))
+            site.launch(args, stream.handle)
+        return out, (args, tuple(out.shape), int(args.workspace_bytes))
+
+
+def _raw_stream(index: int) -> int:
+    """The CUstream of the current stream of device `index`."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def _launcher(index: int) -> _Launcher:
+    site = _site(index)
+    launcher = getattr(site, "_torch_launcher", None)
+    if launcher is None:
+        launcher = site._torch_launcher = _Launcher(site)  # type: ignore[attr-defined]
+    return launcher
 
 
 def _site(index: int) -> Site:

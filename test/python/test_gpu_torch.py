@@ -17,7 +17,7 @@ if not os.environ.get("KILN_PYTEST_REAL_DRIVER"):
     pytest.skip("GPU tests: set KILN_PYTEST_REAL_DRIVER=1 (conftest.py keeps "
                 "the suite off real drivers otherwise)", allow_module_level=True)
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available() or not hasattr(torch.library, "custom_op"):
+if not torch.cuda.is_available() or not hasattr(torch.library, "register_fake"):
     pytest.skip("needs a CUDA device and torch 2.4 or later",
                 allow_module_level=True)
 pytest.importorskip("transformers")

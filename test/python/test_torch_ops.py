@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-if not hasattr(torch.library, "custom_op"):
-    pytest.skip("torch.library.custom_op needs torch 2.4 or later",
+if not hasattr(torch.library, "register_fake"):
+    pytest.skip("torch.library.register_fake needs torch 2.4 or later",
                 allow_module_level=True)
 
 import kiln  # noqa: E402

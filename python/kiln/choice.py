@@ -1,0 +1,241 @@
+"""The torch.compile backend's choice, per site, between Kiln's kernel and
+Inductor's own code for the attention it found (see docs/design.md, "Which
+path a site takes").
+
+A site is cut out of the exported graph with what it reads (the sources the
+rewrite replays, and any other value the softmax's inputs come from) and
+compiled twice by Inductor: as the graph wrote it, and as the rewrite would
+make it (the replayed layout ops and the Kiln call). Both run back to back
+on the site's own inputs from the model's first call, timed by the wall
+clock over many calls with one synchronisation at the end, so that a call's
+host cost counts where it is the bound; the faster is kept. Sites of the
+same form (every layer of a model) are timed once: the decision is kept by
+the site's structure, its inputs' sizes, strides and dtypes and the device,
+in memory and in the cache directory, so a later process compiles without
+timing again.
+
+A site whose scores alone would take more than SCORES_TIMED elements is not
+timed: Inductor must materialise them (as large as the inputs times the key
+length), and Kiln's kernel never loses there in any measurement we hold.
+"""
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import transformers as _cache
+
+__all__ = ["Choice", "SCORES_TIMED", "choose"]
+
+#: Above this many score elements (batch x heads x queries x keys) a site
+#: is rewritten without timing (1 GiB of bf16 scores).
+SCORES_TIMED = 1 << 29
+
+#: Decisions of this process, by key.
+_decisions: Dict[str, Dict[str, Any]] = {}
+
+#: Bump when the timing method changes: old decisions are then retimed.
+_METHOD = "wall-v1"
+
+
+class Choice:
+    """What decides one site: `build` writes the Kiln path of the site into
+    a graph (given the graph and its source nodes by role, returns the node
+    of the site's output), `compile` compiles a graph module with Inductor
+    (given the module and its example inputs, returns a callable)."""
+
+    def __init__(self, build: Callable[[Any, Dict[str, Any]], Any],
+                 compile: Callable[[Any, Sequence[Any]], Callable]) -> None:
+        self.build = build
+        self.compile = compile
+
+
+def _directory() -> Path:
+    return _cache.cache_directory() / "choices"
+
+
+def _subgraph(output: Any, stops: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
+    """The nodes that compute `output` from `stops` (in graph order) and the
+    leaves they read: the stops, then every placeholder or attribute the
+    walk reaches without passing a stop."""
+    stop_set = set(stops)
+    needed, leaves, seen = set(), [], set()
+    pending = [output]
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in stop_set:
+            continue
+        if node.op in ("placeholder", "get_attr"):
+            leaves.append(node)
+            continue
+        needed.add(node)
+        pending.extend(node.all_input_nodes)
+    order = {node: position for position, node in enumerate(output.graph.nodes)}
+    body = sorted(needed, key=order.__getitem__)
+    leaves = [s for s in stops if s in seen] + sorted(leaves, key=order.__getitem__)
+    return body, leaves
+
+
+def _module(leaves: Sequence[Any], fill: Callable[[Any, Dict[Any, Any]], Any]) -> Any:
+    """A graph module taking `leaves` (copied placeholders, their metadata
+    kept) whose output `fill(graph, env)` writes."""
+    import torch
+
+    graph = torch.fx.Graph()
+    env: Dict[Any, Any] = {}
+    for number, leaf in enumerate(leaves):
+        placeholder = graph.placeholder(f"in{number}")
+        placeholder.meta = dict(leaf.meta)
+        env[leaf] = placeholder
+    graph.output(fill(graph, env))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _structure(body: Sequence[Any], leaves: Sequence[Any], values: Sequence[Any],
+               site: Dict[str, Any], device: Any) -> str:
+    """The key of a site's decision: its ops (targets, constant arguments,
+    which value each reads), its inputs' sizes, strides and dtypes, the
+    site's attributes and the device."""
+    import torch
+
+    index = {node: f"%{n}" for n, node in enumerate(list(leaves) + list(body))}
+
+    def argument(value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            return index.get(value, "?")
+        if isinstance(value, (list, tuple)):
+            return [argument(v) for v in value]
+        if isinstance(value, dict):
+            return {k: argument(v) for k, v in sorted(value.items())}
+        return repr(value)
+
+    ops = [[node.op, str(node.target), argument(node.args), argument(node.kwargs)]
+           for node in body]
+    inputs = [[list(v.shape), list(v.stride()), str(v.dtype)] for v in values]
+    name = torch.cuda.get_device_name(device)
+    text = json.dumps([_METHOD, ops, inputs, site, name, torch.__version__],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _seconds(function: Callable, inputs: Sequence[Any]) -> float:
+    """Wall-clock seconds per call of `function` on `inputs`, back to back:
+    the best of five rounds, each long enough (about 2 ms or 8 calls) to
+    hide the one synchronisation that ends it."""
+    import torch
+
+    function(*inputs)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    function(*inputs)
+    torch.cuda.synchronize()
+    once = max(time.perf_counter() - start, 1e-6)
+    calls = max(8, min(200, int(2e-3 / once)))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            function(*inputs)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def _recall(key: str) -> Optional[Dict[str, Any]]:
+    decision = _decisions.get(key)
+    if decision is not None:
+        return decision
+    try:
+        decision = json.loads((_directory() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    _decisions[key] = decision
+    return decision
+
+
+def _remember(key: str, decision: Dict[str, Any]) -> None:
+    _decisions[key] = decision
+    try:
+        directory = _directory()
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = directory / f".{key}.{os.getpid()}.tmp"
+        partial.write_text(json.dumps(decision))
+        os.replace(partial, directory / f"{key}.json")
+    except OSError:
+        pass  # a read-only cache times again next time
+
+
+def score_elements(site: Dict[str, Any], values: Dict[str, Any]) -> Optional[int]:
+    """Batch x heads x queries x keys of a site, from its query's and key's
+    values (in the site's layout), or None when unknown."""
+    query, key = values.get("query"), values.get("key")
+    if query is None or key is None or query.dim() != 4 or key.dim() != 4:
+        return None
+    if site.get("layout") == "bshd":
+        batch, q_len, heads, _ = query.shape
+        k_len = key.shape[1]
+    else:
+        batch, heads, q_len, _ = query.shape
+        k_len = key.shape[2]
+    return int(batch) * int(heads) * int(q_len) * int(k_len)
+
+
+def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
+           value_of: Callable[[Any], Any], choice: Choice) -> Dict[str, Any]:
+    """Which path a site takes: {"path": "kiln" | "inductor", "why": ...,
+    and the times in microseconds where measured}. `output` is the node the
+    site's result replaces, `sources` its operands' source nodes by role,
+    `value_of(node)` a node's value on the model's first inputs."""
+    import torch
+
+    stops = [node for role, node in sources.items() if role != "output"]
+    body, leaves = _subgraph(output, stops)
+    values = [value_of(leaf) for leaf in leaves]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}
+    devices = {v.device for v in values if v.device.type == "cuda"}
+    if len(devices) != 1:
+        return {"path": "kiln", "why": "not timed: the site's inputs are on no one CUDA device"}
+    device = devices.pop()
+    roles = {role: value_of(node) for role, node in sources.items()}
+    elements = score_elements(site, roles)
+    if elements is not None and elements > SCORES_TIMED:
+        return {"path": "kiln", "why": f"not timed: {elements} scores "
+                                       f"(Inductor would materialise them)"}
+    key = _structure(body, leaves, values, site, device)
+    decision = _recall(key)
+    if decision is not None:
+        return {**decision, "cached": True}
+
+    def graph_as_written(graph: Any, env: Dict[Any, Any]) -> Any:
+        for node in body:
+            env[node] = graph.node_copy(node, env.__getitem__)
+        return env[output]
+
+    def graph_with_kiln(graph: Any, env: Dict[Any, Any]) -> Any:
+        return choice.build(graph, {role: env[node] for role, node in sources.items()
+                                    if role != "output"})
+
+    with_kiln = _module(leaves, graph_with_kiln)  # raises first if Kiln cannot
+    try:
+        with torch.no_grad():
+            kiln = choice.compile(with_kiln, values)
+            inductor = choice.compile(_module(leaves, graph_as_written), values)
+            inductor_s = _seconds(inductor, values)
+            kiln_s = _seconds(kiln, values)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"path": "kiln", "why": "not timed: out of memory while timing"}
+    path = "kiln" if kiln_s <= inductor_s else "inductor"
+    decision = {"path": path, "kiln_us": round(kiln_s * 1e6, 2),
+                "inductor_us": round(inductor_s * 1e6, 2),
+                "why": (f"timed: Kiln {kiln_s * 1e6:.1f} us, Inductor "
+                        f"{inductor_s * 1e6:.1f} us a call")}
+    _remember(key, decision)
+    return decision
