@@ -216,6 +216,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
                          compile_s=inductor_compile_s))
         rows.append(dict(base, impl="kiln", ms=times.get("kiln"), sites=sites, fused=fused,
                          rel_err=kiln_error, ok=kiln_error < 3e-2, notes=notes,
+                         choices=[c for e in entries
+                                  for c in e.get("choices", {}).values()],
                          unfused=unfused, compile_s=kiln_compile_s))
     del model
     torch.cuda.empty_cache()
