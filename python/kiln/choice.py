@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import transformers as _cache
+from .regions import copy_into, graph_module
 
 __all__ = ["Choice", "SCORES_TIMED", "choose"]
 
@@ -80,21 +81,6 @@ def _subgraph(output: Any, stops: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
     body = sorted(needed, key=order.__getitem__)
     leaves = [s for s in stops if s in seen] + sorted(leaves, key=order.__getitem__)
     return body, leaves
-
-
-def _module(leaves: Sequence[Any], fill: Callable[[Any, Dict[Any, Any]], Any]) -> Any:
-    """A graph module taking `leaves` (copied placeholders, their metadata
-    kept) whose output `fill(graph, env)` writes."""
-    import torch
-
-    graph = torch.fx.Graph()
-    env: Dict[Any, Any] = {}
-    for number, leaf in enumerate(leaves):
-        placeholder = graph.placeholder(f"in{number}")
-        placeholder.meta = dict(leaf.meta)
-        env[leaf] = placeholder
-    graph.output(fill(graph, env))
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
 def _structure(body: Sequence[Any], leaves: Sequence[Any], values: Sequence[Any],
@@ -214,19 +200,17 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
         return {**decision, "cached": True}
 
     def graph_as_written(graph: Any, env: Dict[Any, Any]) -> Any:
-        for node in body:
-            env[node] = graph.node_copy(node, env.__getitem__)
-        return env[output]
+        return copy_into(graph, env, body, output)
 
     def graph_with_kiln(graph: Any, env: Dict[Any, Any]) -> Any:
         return choice.build(graph, {role: env[node] for role, node in sources.items()
                                     if role != "output"})
 
-    with_kiln = _module(leaves, graph_with_kiln)  # raises first if Kiln cannot
+    with_kiln = graph_module(leaves, graph_with_kiln)  # raises first if Kiln cannot
     try:
         with torch.no_grad():
             kiln = choice.compile(with_kiln, values)
-            inductor = choice.compile(_module(leaves, graph_as_written), values)
+            inductor = choice.compile(graph_module(leaves, graph_as_written), values)
             inductor_s = _seconds(inductor, values)
             kiln_s = _seconds(kiln, values)
     except torch.cuda.OutOfMemoryError:

@@ -37,6 +37,7 @@ run ``kilnc --verify`` on it by hand).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -479,6 +480,8 @@ def site_sources(report: Dict[str, Any], origins: Dict[str, str],
 def _site_line(site: Dict[str, Any], lines: Dict[str, str]) -> Optional[str]:
     """The source line of a site's softmax where known (else of its last
     node that has one)."""
+    if site.get("source_line"):
+        return site["source_line"]
     found = [lines[n] for n in site.get("nodes", []) if n in lines]
     softmax = [line for line in found if "softmax" in line.lower()]
     return (softmax or found or [None])[-1]
@@ -595,24 +598,15 @@ class _Timed:
         return self.values.get(node.name)
 
     def _run(self) -> Dict[str, Any]:
-        import torch
+        from .regions import values
 
         module = _graph_of(self.exported)
         devices = {t.device for t in self.tensors if t.device.type != "cpu"}
         if len(devices) == 1:
             _scalars_on(module, next(iter(devices)))
-        names, values = self.names, {}
-
-        class Capture(torch.fx.Interpreter):
-            def run_node(self, node: Any) -> Any:
-                result = super().run_node(node)
-                if node.op in ("placeholder", "get_attr") or node.name in names:
-                    values[node.name] = result
-                return result
-
-        with torch.no_grad():
-            Capture(module).run(*_lifted_values(self.exported, self.tensors))
-        return values
+        wanted = [node for node in module.graph.nodes
+                  if node.op in ("placeholder", "get_attr") or node.name in self.names]
+        return values(module, _lifted_values(self.exported, self.tensors), wanted)
 
     def __call__(self, site: Dict[str, Any], output: Any, sources: Dict[str, Any],
                  build: Callable[[Any, Dict[str, Any]], Any]) -> Dict[str, Any]:
@@ -1064,6 +1058,10 @@ class _Fallback(Exception):
     """A graph Kiln leaves to Inductor alone, and why."""
 
 
+class _ExportFailed(_Fallback):
+    """A graph the ONNX exporter could not convert as a whole."""
+
+
 def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
              kiln_options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
     """The backend's work on Dynamo's graph `gm`, recorded in `entry`."""
@@ -1080,9 +1078,15 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         dynamic = any(shape for shape in dynamic_shapes)
         entry["dynamic"] = dynamic
         tensors = [example_inputs[i] for i in positions]
-        exported, report = _exported(source, tensors, positions,
-                                     dynamic_shapes if dynamic else None,
-                                     gm, example_inputs, kiln_options, entry)
+        try:
+            exported, report = _exported(source, tensors, positions,
+                                         dynamic_shapes if dynamic else None,
+                                         gm, example_inputs, kiln_options, entry)
+        except _ExportFailed as failure:
+            if dynamic:
+                raise
+            return _by_regions(gm, example_inputs, options, kiln_options, entry,
+                               str(failure))
         if dynamic and report.get("bound_dims") and not report.get("sizes_free"):
             # The graph's shape computations need static sizes: its report
             # holds for these sizes only, so each new shape is exported and
@@ -1098,6 +1102,90 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         entry["fallback"] = str(reason)
         entry["rewritten"] = []
         return _inductor(gm, example_inputs, options)
+
+
+def _by_regions(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
+                kiln_options: Dict[str, Any], entry: Dict[str, Any],
+                failure: str) -> Callable:
+    """Dynamo's graph `gm`, which the exporter could not convert whole
+    (`failure`), with each attention region (kiln.regions) exported,
+    fused and rewritten on its own and called from `gm` in its place; the
+    graph is then checked and compiled by Inductor as a whole. The entry's
+    report lists every region's sites in order, and `regions` what became
+    of each region."""
+    import operator
+
+    import torch
+
+    from . import regions as cut
+
+    found = cut.regions(gm.graph)
+    if not found:
+        raise _Fallback(f"{failure}; and no attention region to export apart")
+    module = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    nodes = {node.name: node for node in module.graph.nodes}
+    captured = cut.values(gm, _concrete(example_inputs),
+                          [leaf for region in found for leaf in region.leaves])
+    merged: Dict[str, Any] = {"sites": [], "unfused": []}
+    entry["regions"] = []
+    for number, region in enumerate(found):
+        record = _new_entry(softmax=region.softmax.name)
+        entry["regions"].append(record)
+        inputs = [captured.get(leaf.name) for leaf in region.leaves]
+        offset = len(merged["sites"])
+        try:
+            if not all(isinstance(x, torch.Tensor) for x in inputs):
+                raise _Fallback("an input of the region is not a tensor")
+            source = cut.module(region)
+            positions = list(range(len(inputs)))
+            exported, report = _exported(source, inputs, positions, None, source,
+                                         inputs, kiln_options, record)
+            # Each region's export names its nodes afresh: the user's line
+            # is the region's softmax's in Dynamo's graph.
+            line = source_line(region.softmax.meta.get("stack_trace"))
+            merged["sites"] += [dict(site, source_line=line) for site in report["sites"]]
+            merged["unfused"] += report.get("unfused", [])
+            timed = (record.get("choose", "timed") == "timed"
+                     and all(x.is_cuda for x in inputs))
+            rewritten = _graph_of(exported)
+            count = bool(report["sites"]) and _rewrite(
+                rewritten, report, record,
+                _Timed(exported, inputs, options) if timed else None)
+            for index in record["rewritten"]:
+                entry["rewritten"].append(offset + index)
+            for index, why in record["skipped"].items():
+                entry["skipped"][offset + index] = why
+            for index, choice in record.get("choices", {}).items():
+                entry.setdefault("choices", {})[offset + index] = choice
+            if not count:
+                raise _Fallback(record["fallback"] or "no site rewritten")
+            rewritten = _bind_lifted(rewritten, exported)
+        except _Fallback as reason:
+            record["fallback"] = str(reason)
+            entry["rewritten"] = [i for i in entry["rewritten"] if i < offset]
+            continue
+        except Exception as error:  # noqa: BLE001 (never break the model)
+            if _restarts(error):
+                raise
+            record["fallback"] = f"{type(error).__name__}: {str(error)[:300]}"
+            entry["rewritten"] = [i for i in entry["rewritten"] if i < offset]
+            continue
+        name = f"_kiln_region_{number}"
+        module.add_submodule(name, rewritten)
+        output = nodes[region.output.name]
+        with module.graph.inserting_before(output):
+            call = module.graph.call_module(
+                name, tuple(nodes[leaf.name] for leaf in region.leaves))
+            result = module.graph.call_function(operator.getitem, (call, 0))
+        output.replace_all_uses_with(result)
+    entry["report"] = merged
+    entry["export"] = f"{failure}; exported by attention regions"
+    if not entry["rewritten"]:
+        raise _Fallback(f"{failure}; no attention region rewritten")
+    module.graph.eliminate_dead_code()
+    module.graph.lint()
+    module.recompile()
+    return _checked(gm, example_inputs, module, example_inputs, options, entry)
 
 
 def _is_weight(node: Any, value: Any) -> bool:
@@ -1183,7 +1271,8 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
             except Exception:  # noqa: BLE001
                 entry["source_lines"] = {}
     except Exception as error:  # noqa: BLE001 (any export failure falls back)
-        raise _Fallback(f"export to ONNX failed: {type(error).__name__}: {error}") from error
+        raise _ExportFailed(f"export to ONNX failed: {type(error).__name__}: "
+                            f"{str(error)[:500]}") from error
     if report is None:
         raise _Fallback("no kilnc here and no cached report: the graph is kept "
                         "for `python3 -m kiln.dynamo --compile-pending`")
@@ -1219,6 +1308,16 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
         module = _bind_lifted(module, exported)
     except Exception as error:  # noqa: BLE001 (never break the model)
         raise _Fallback(f"cannot bind the graph's constants: {error}") from error
+    return _checked(gm, example_inputs, module, tensors, options, entry)
+
+
+def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
+             tensors: Sequence[Any], options: Dict[str, Any],
+             entry: Dict[str, Any]) -> Callable:
+    """The rewritten `module` (taking `tensors`) checked against Dynamo's
+    graph `gm` on its inputs (docs/design.md) and compiled by Inductor."""
+    import torch
+
     devices = {t.device for t in tensors if t.device.type != "cpu"}
     if len(devices) == 1:
         _scalars_on(module, devices.pop())
@@ -1325,6 +1424,7 @@ def explain(model: Any, *example_inputs: Any) -> str:
         report = entry["report"] or {"sites": [], "unfused": []}
         lines.append(f"graph {number}: {len(report['sites'])} sites fused, "
                      f"{len(entry['rewritten'])} rewritten"
+                     + (f" ({entry['export']})" if entry.get("export") else "")
                      + (f" ({entry['fallback']})" if entry["fallback"] else "")
                      + (f", {entry['verified']}" if entry.get("verified") else ""))
         sources = entry.get("source_lines", {})

@@ -289,6 +289,52 @@ class SdpaScaleCausal(Projections):
 Case = Tuple[str, nn.Module, Callable[[], Tuple[Any, ...]], int]
 
 
+class ComplexRope(Projections):
+    """Rotary embeddings through complex numbers (view_as_complex times a
+    polar table, view_as_real), causal scores from matmul with a triu
+    -inf mask added."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s, d = x.shape[1], self.head_dim
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=x.device).float() / d))
+        angles = torch.outer(torch.arange(s, device=x.device).float(), inv)
+        rotation = torch.polar(torch.ones_like(angles), angles)
+
+        def rotate(t):
+            pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+            return torch.view_as_real(pairs * rotation).flatten(3).type_as(t)
+
+        q, k = rotate(q), rotate(k)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(d)
+        mask = torch.full((s, s), float("-inf"), device=x.device).triu(1)
+        scores = scores + mask
+        return self.merge(torch.matmul(F.softmax(scores.float(), dim=-1).type_as(q), v))
+
+
+class KthSparseMlp(Projections):
+    """A causal attention layer followed by an MLP whose activations are
+    sparsified per token with torch.kthvalue (only the largest eighth
+    kept): an op outside attention that the ONNX exporter may not know."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.up = nn.Linear(hidden, 2 * hidden)
+        self.down = nn.Linear(2 * hidden, hidden)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        scores = q @ k.transpose(-2, -1) * self.head_dim ** -0.5
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        y = x + self.merge(scores.softmax(-1) @ v)
+        h = F.gelu(self.up(y))
+        threshold = torch.kthvalue(h.float(), h.shape[-1] * 7 // 8, dim=-1,
+                                   keepdim=True).values
+        return y + self.down(h * (h.float() >= threshold).to(h.dtype))
+
+
 def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
     """The research zoo at `batch` × `seq`: (name, module, inputs, sites)."""
     hidden, heads = 1024, 16
@@ -316,4 +362,6 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("local-band", LocalBand(hidden, heads), tokens, 1),
         ("gqa-grouped-einsum", GqaGroupedEinsum(hidden, heads), tokens, 1),
         ("sdpa-scale-causal", SdpaScaleCausal(hidden, heads), tokens, 1),
+        ("complex-rope", ComplexRope(hidden, heads), tokens, 1),
+        ("kth-sparse-mlp", KthSparseMlp(hidden, heads), tokens, 1),
     ]
