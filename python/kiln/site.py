@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from .runtime import KilnError, Status
+from .capi import KilnError, Status
 
 __all__ = ["Operand", "SiteSpec", "check_fp8_cache", "package_source"]
 

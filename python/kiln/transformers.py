@@ -39,11 +39,16 @@ except ImportError:  # the site cache works without torch (kilnc only)
         return function
 
 from . import torch_ops as kops
-from .paged_cache import _boolean_mask, _ragged_unavailable, paged_cache_class
 from .runtime import KilnError, Status
 from .site import TORCH_DTYPES, SiteSpec
-from .site_cache import (_compiler_stamp, _sites, _sites_by_digest,
-                         cache_directory, site_for, site_from_source)
+
+# The site cache and PagedKVCache live in modules of their own; their names
+# stay importable from here (public ones, and the tables tests clear).
+from .paged_cache import (_boolean_mask, _ragged_unavailable,  # noqa: F401
+                          paged_cache_class)
+from .site_cache import (_compiler_stamp, _sites,  # noqa: F401
+                         _sites_by_digest, cache_directory, site_for,
+                         site_from_source)
 
 __all__ = ["PagedKVCache", "attention_forward", "cache_directory", "fallbacks",
            "precompile", "register", "site_for"]
