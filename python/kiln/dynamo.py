@@ -50,7 +50,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from .compiler import find_kilnc
 from .runtime import KilnError, Status
-from . import transformers as _cache
+from .site import SiteSpec, package_source
+from . import site_cache as _cache
 
 __all__ = ["backend", "compile_pending", "explain", "optimize", "reports",
            "site_source"]
@@ -73,40 +74,7 @@ def site_source(site: Dict[str, Any]) -> str:
     """The MLIR source of a one-site package for a report's site: its
     attributes as the fusion found them, every size and head count
     dynamic."""
-    dtype = site["dtype"]
-    head_dim = int(site["head_dim"])
-    value_dim = int(site.get("v_head_dim") or head_dim)
-    q = f"tensor<?x?x?x{head_dim}x{dtype}>"
-    v = f"tensor<?x?x?x{value_dim}x{dtype}>"
-    arguments = [f"%q: {q}", f"%k: {q}", f"%v: {v}"]
-    uses = ""
-    for role, letter in (("mask", "m"), ("bias", "b"), ("scale_factor", "f")):
-        operand = site["operands"].get(role)
-        if operand is None:
-            continue
-        rank = len(operand["shape"])
-        # A run-time scale is one element: its sizes are 1, not dynamic.
-        size = "1x" if role == "scale_factor" else "?x"
-        tensor = "tensor<" + size * rank + operand["dtype"] + ">"
-        arguments.append(f"%{letter}: {tensor}")
-        uses += f" {role}(%{letter} : {tensor})"
-    attributes = []
-    if site.get("causal"):
-        attributes.append("causal")
-    if site.get("layout") == "bshd":
-        attributes.append("layout = #kiln.layout<bshd>")
-    if site.get("masked_score") is not None:
-        attributes.append(f"masked_score = {float(site['masked_score'])!r} : f32")
-    attributes.append(f"scale = {float(site['scale'])!r} : f32")
-    if site.get("softcap") is not None:
-        attributes.append(f"softcap = {float(site['softcap'])!r} : f32")
-    if site.get("window") is not None:
-        attributes.append(f"window = {int(site['window'])} : i64")
-    if site.get("window_right") is not None:
-        attributes.append(f"window_right = {int(site['window_right'])} : i64")
-    return (f"func.func @attention({', '.join(arguments)}) -> {v} {{\n"
-            f"  %o = kiln.attention %q, %k, %v{uses} {{{', '.join(attributes)}}}"
-            f" : {q}, {q}, {v} -> {v}\n  return %o : {v}\n}}\n")
+    return package_source(SiteSpec.from_report(site))
 
 
 def _site_label(site: Dict[str, Any]) -> str:

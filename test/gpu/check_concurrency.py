@@ -625,7 +625,8 @@ def check_disk_cache() -> List[Row]:
         return []
     script = ("import sys; sys.path.insert(0, sys.argv[1]);"
               "import kiln.transformers as kt;"
-              "site = kt.site_for('bf16', 64, 64, 'causal', 0.125);"
+              "from kiln.site import SiteSpec;"
+              "site = kt.site_for(SiteSpec.dense('bf16', 64, 64, 0.125, causal=True));"
               "print(site.name, len(site.package.kernels))")
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, KILN_CACHE=cache)

@@ -73,7 +73,9 @@ from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM,  # noqa: E
                           BertConfig, GemmaConfig, Gemma2Config, GPT2Config, LlamaConfig,
                           MistralConfig, Qwen2Config)
 
+import kiln.paged_cache as kp  # noqa: E402
 import kiln.transformers as kt  # noqa: E402
+from kiln.site import SiteSpec  # noqa: E402
 
 RESULTS = []
 COMMON = dict(vocab_size=1000, hidden_size=256, intermediate_size=512,
@@ -202,12 +204,12 @@ def check_sliding_window(name, build, length=100):
     eager's and against that of the same weights without the window."""
     config, wide_config = build()
     before = dict(kt.fallbacks)
-    kinds = []  # the site kinds the calls ask for
+    specs = []  # the site specs the calls ask for
     site_for = kt.site_for
 
-    def spy(dtype, head_dim, value_dim, kind, scale):
-        kinds.append(kind)
-        return site_for(dtype, head_dim, value_dim, kind, scale)
+    def spy(spec):
+        specs.append(spec)
+        return site_for(spec)
     eager, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
     assert eager.config.sliding_window == WINDOW < length, (
         f"{name}: the model's sliding_window is {eager.config.sliding_window}")
@@ -247,7 +249,7 @@ def check_sliding_window(name, build, length=100):
           f"effect {window_effect:.2e}; fallbacks {fell_back or 'none'}")
     # The unpadded batch's mask is exactly causal with the window: Kiln's
     # mask function leaves it out and the layer runs on Kiln's `window`.
-    windowed = sorted({kind for kind in kinds if "_window" in kind})
+    windowed = sorted({spec.label for spec in specs if spec.window})
     print(f"  {name}: sites on Kiln's window: {windowed or 'none'}")
     assert windowed, "no call ran on Kiln's window attribute"
     assert not fell_back, f"fell back to SDPA: {fell_back}"
@@ -457,7 +459,7 @@ def check_paged_sliding_window():
         results.append((real_lengths, worst, effect,
                         cache.sequence_lengths().tolist()))
     fell_back = new_fallbacks(before)
-    site = ("bf16", 64, 64, f"paged16_window{WINDOW}", 64 ** -0.5)
+    site = SiteSpec.paged("bf16", 64, 64, 64 ** -0.5, 16, window=WINDOW)
     for real_lengths, worst, effect, lengths in results:
         print(f"  paged cache, window {WINDOW}, prompts {real_lengths} + 40 "
               f"steps: worst logits rel err {worst:.2e}; window's own effect "
@@ -486,8 +488,8 @@ def check_paged_ragged_prefill():
     _, kiln = pair(config, AutoModelForCausalLM, torch.bfloat16)
     ids, mask = left_padded((37, 30, 21))
     layers = config.num_hidden_layers
-    site_for = kt.site_for
-    kinds = {True: [], False: []}
+    site_for = kp.site_for
+    specs = {True: [], False: []}
     attention = {}
     logits = {True: [], False: []}
     # The same decode tokens for both.
@@ -500,12 +502,12 @@ def check_paged_ragged_prefill():
         def keep(module, args, output):
             outputs.append(output[0] if isinstance(output, tuple) else output)
 
-        def spy(dtype, head_dim, value_dim, kind, scale, ragged=ragged):
-            kinds[ragged].append(kind)
-            return site_for(dtype, head_dim, value_dim, kind, scale)
+        def spy(spec, ragged=ragged):
+            specs[ragged].append(spec)
+            return site_for(spec)
 
         hook = kiln.model.layers[0].self_attn.register_forward_hook(keep)
-        kt.site_for = spy
+        kp.site_for = spy
         try:
             with torch.no_grad():
                 positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -523,23 +525,24 @@ def check_paged_ragged_prefill():
                                use_cache=True)
                     logits[ragged].append(out.logits[:, -1].float())
         finally:
-            kt.site_for = site_for
+            kp.site_for = site_for
             hook.remove()
     fell_back = new_fallbacks(before)
     pads = ~mask.bool()
     rel_attention = rel(attention[False][~pads], attention[True][~pads])
     pad_zero = all(bool((attention[r][pads] == 0).all()) for r in (True, False))
     errors = [rel(a, b) for a, b in zip(logits[False], logits[True])]
-    ragged_kinds = sorted({k for k in kinds[True] if k.endswith("_ragged")})
+    ragged_sites = sorted({s.label for s in specs[True] if s.ragged})
     print(f"  ragged prefill vs uniform: layer 0 attention rel err "
           f"{rel_attention:.2e}, pad rows zero in both: {pad_zero}; logits rel "
           f"err prefill {errors[0]:.1e}, steps "
-          f"{[f'{e:.1e}' for e in errors[1:]]}; ragged sites {ragged_kinds}; "
+          f"{[f'{e:.1e}' for e in errors[1:]]}; ragged sites {ragged_sites}; "
           f"unavailable {kt._ragged_unavailable or 'none'}; fallbacks "
           f"{fell_back or 'none'}")
     assert not fell_back, f"fell back to SDPA: {fell_back}"
-    assert ragged_kinds == ["paged16_ragged"], ragged_kinds
-    assert not any(k.endswith("_ragged") for k in kinds[False]), kinds[False]
+    assert (len(ragged_sites) == 1
+            and ragged_sites[0].endswith("_paged16_ragged")), ragged_sites
+    assert not any(s.ragged for s in specs[False]), specs[False]
     assert pad_zero, "pad rows of the attention output are not zero"
     assert rel_attention < 8e-3, rel_attention
     assert max(errors) < 1e-2, errors
@@ -578,7 +581,7 @@ def check_paged_fp8():
     layer = caches["fp8"].layers[0]
     storage = (layer.keys.dtype, layer.values.dtype)
     scales = tuple(layer.k_scale.shape), layer.k_scale.dtype
-    fp8_sites = sorted({key[3] for key in kt._sites if "_fp8kv" in key[3]})
+    fp8_sites = sorted({spec.label for spec in kt._sites if spec.fp8_kv_heads})
     prefill_err = rel(prefill["bf16"], prefill["fp8"])
     start = ids.shape[1]
     ours = runs["fp8"].sequences[:, start:]
@@ -602,7 +605,7 @@ def check_paged_fp8():
     assert not fell_back, f"fell back to SDPA: {fell_back}"
     assert storage == (torch.float8_e4m3fn, torch.float8_e4m3fn), storage
     assert scales == ((2,), torch.float32), scales
-    assert "paged16_fp8kv2" in fp8_sites, fp8_sites
+    assert any(label.endswith("_paged16_fp8kv2") for label in fp8_sites), fp8_sites
     assert prefill_err < 5e-2, prefill_err
     assert 2 * same_first >= ours[:, :8].numel(), same_first
     assert all(tie for *_, tie in ties), f"greedy tokens differ: {ties}"

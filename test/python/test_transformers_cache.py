@@ -1,7 +1,7 @@
 """kiln.transformers' site cache without a GPU or torch: the generated
 sources compile with kilnc, packages land under $KILN_CACHE/<version>/, and a
 second lookup loads them without compiling; paged sites carry their sliding
-window in their kind, key and digest. With torch (on the CPU, transformers
+window in their spec, label and digest. With torch (on the CPU, transformers
 or a stand-in for its two cache base classes): PagedKVCache's bookkeeping
 for left-padded batches and sliding windows against a reference of the
 paged kernel's semantics, and the masks it refuses."""
@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 import kiln
+import kiln.paged_cache as kp
 import kiln.transformers as kt
+from kiln.site import SiteSpec, package_source
+
+CAUSAL = SiteSpec.dense("bf16", 64, 64, 0.125, causal=True)
+MASK = SiteSpec.dense("bf16", 64, 64, 0.125, mask=True)
+NONE = SiteSpec.dense("bf16", 64, 64, 0.125)
+
+
+def paged16(window=None):
+    return SiteSpec.paged("bf16", 64, 64, 0.125, 16, window=window)
 
 
 def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
@@ -21,42 +31,41 @@ def test_sites_compile_into_the_versioned_cache(cache: Path) -> None:
     names = sorted(p.name.rsplit("_", 1)[0] for p in cache.iterdir() if p.is_dir())
     assert names == ["bf16_d64_causal", "bf16_d64_mask", "bf16_d64_none",
                      "bf16_d64_paged16"]
-    causal = kt.site_for("bf16", 64, 64, "causal", 0.125)
+    causal = kt.site_for(CAUSAL)
     assert causal.causal and causal.mask == "none"
     assert causal.q_heads is None and causal.kv_heads is None  # dynamic
-    mask = kt.site_for("bf16", 64, 64, "mask", 0.125)
+    mask = kt.site_for(MASK)
     assert mask.mask == "boolean" and not mask.causal
-    paged = kt.site_for("bf16", 64, 64, "paged16", 0.125)
+    paged = kt.site_for(paged16())
     assert paged.paged and paged.page_size == 16 and paged.causal
 
 
-def test_softcap_and_window_kinds_are_kiln_attributes(cache: Path) -> None:
+def test_softcap_and_window_are_kiln_attributes(cache: Path) -> None:
     """Gemma 2's soft-cap and a sliding window run on Kiln's own attributes,
-    not on a fallback or a mask; the kinds without them keep their text."""
-    site = kt.site_for("bf16", 64, 64, kt._dense_kind("causal", 512, 50.0), 0.125)
+    not on a fallback or a mask; the sites without them keep their text."""
+    site = kt.site_for(SiteSpec.dense("bf16", 64, 64, 0.125, causal=True,
+                                      window=512, softcap=50.0))
     assert site.causal and site.window == 512 and site.softcap == 50.0
     assert site.mask == "none"
-    site = kt.site_for("bf16", 64, 64, kt._dense_kind("mask", softcap=30.0), 0.125)
+    site = kt.site_for(SiteSpec.dense("bf16", 64, 64, 0.125, mask=True,
+                                      softcap=30.0))
     assert site.mask == "boolean" and site.softcap == 30.0 and not site.window
-    assert kt._site_text("bf16", 64, 64, "causal", 0.125) == kt._source(
-        "bf16", 64, 64, "causal", 0.125)
-    assert "window" not in kt._site_text("bf16", 64, 64, "causal", 0.125)
+    assert "window" not in package_source(CAUSAL)
+    assert "softcap" not in package_source(CAUSAL)
     with pytest.raises(kiln.KilnError, match="needs causal"):
-        kt._dense_kind("mask", 512)
-    with pytest.raises(kiln.KilnError, match="unknown site kind"):
-        kt.site_for("bf16", 64, 64, "mask_window512", 0.125)
+        SiteSpec.dense("bf16", 64, 64, 0.125, mask=True, window=512)
 
 
 def test_a_cached_package_loads_without_kilnc(cache: Path, monkeypatch) -> None:
-    kt.site_for("f16", 128, 128, "none", 128 ** -0.5)
+    kt.site_for(SiteSpec.dense("f16", 128, 128, 128 ** -0.5))
     kt._sites.clear(); kt._sites_by_digest.clear()
     monkeypatch.setenv("KILN_KILNC", "/nonexistent/kilnc")  # would fail
-    site = kt.site_for("f16", 128, 128, "none", 128 ** -0.5)
+    site = kt.site_for(SiteSpec.dense("f16", 128, 128, 128 ** -0.5))
     assert site.dtype == "f16" and site.head_dim == 128
 
 
 def test_a_package_from_another_kilnc_is_rebuilt(cache: Path) -> None:
-    kt.site_for("bf16", 64, 64, "none", 0.125)
+    kt.site_for(NONE)
     [directory] = [p for p in cache.iterdir() if p.is_dir()]
     stamp = directory / "kilnc.stamp"
     assert stamp.read_text() == kt._compiler_stamp()
@@ -65,12 +74,12 @@ def test_a_package_from_another_kilnc_is_rebuilt(cache: Path) -> None:
     manifest.write_text(manifest.read_text())
     before = manifest.stat().st_mtime_ns
     kt._sites.clear(); kt._sites_by_digest.clear()
-    kt.site_for("bf16", 64, 64, "none", 0.125)
+    kt.site_for(NONE)
     assert manifest.stat().st_mtime_ns == before
     # Built by another kilnc (or before stamps): compiled again.
     stamp.write_text("/elsewhere/kilnc 1 1")
     kt._sites.clear(); kt._sites_by_digest.clear()
-    site = kt.site_for("bf16", 64, 64, "none", 0.125)
+    site = kt.site_for(NONE)
     assert stamp.read_text() == kt._compiler_stamp()
     assert manifest.stat().st_mtime_ns != before
     assert site.dtype == "bf16" and site.head_dim == 64
@@ -81,15 +90,15 @@ def test_paged_sites_carry_their_window(cache: Path) -> None:
                   windows=(32,))
     names = sorted(p.name.rsplit("_", 1)[0] for p in cache.iterdir() if p.is_dir())
     assert "bf16_d64_paged16" in names and "bf16_d64_paged16_window32" in names
-    plain = kt.site_for("bf16", 64, 64, "paged16", 0.125)
-    windowed = kt.site_for("bf16", 64, 64, "paged16_window32", 0.125)
+    plain = kt.site_for(paged16())
+    windowed = kt.site_for(paged16(32))
     assert plain.window is None
     assert windowed.window == 32 and windowed.causal and windowed.page_size == 16
-    assert ("bf16", 64, 64, "paged16_window32", 0.125) in kt._sites
+    assert paged16(32) in kt._sites
     # The window is in the source, hence in the digest; without one the
     # source is the one packages compiled before windows were cached.
-    assert "window = 32 : i64" in kt._paged_source("bf16", 64, 64, 16, 0.125, 32)
-    assert "window" not in kt._paged_source("bf16", 64, 64, 16, 0.125)
+    assert "window = 32 : i64" in package_source(paged16(32))
+    assert "window" not in package_source(paged16())
 
 
 def test_processes_compiling_one_site_share_the_cache(cache: Path) -> None:
@@ -101,7 +110,8 @@ def test_processes_compiling_one_site_share_the_cache(cache: Path) -> None:
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "import kiln.transformers as kt;"
-        "site = kt.site_for('bf16', 64, 64, 'causal', 0.125);"
+        "from kiln.site import SiteSpec;"
+        "site = kt.site_for(SiteSpec.dense('bf16', 64, 64, 0.125, causal=True));"
         "assert site.causal and site.head_dim == 64, site;"
         "print(len(site.package.kernels))"
     )
@@ -124,14 +134,11 @@ def test_processes_compiling_one_site_share_the_cache(cache: Path) -> None:
     assert (package / "manifest.json").exists() and (package / "kilnc.stamp").exists()
 
 
-def test_site_kinds_are_checked(cache: Path) -> None:
-    assert kt._paged_kind(16) == "paged16"
-    assert kt._paged_kind(16, 4096) == "paged16_window4096"
+def test_paged_specs_are_checked(cache: Path) -> None:
+    assert paged16().label == "bf16_d64_paged16"
+    assert paged16(4096).label == "bf16_d64_paged16_window4096"
     with pytest.raises(kiln.KilnError, match="positive"):
-        kt._paged_kind(16, 0)
-    for kind in ("paged", "paged16_window", "paged16w32", "sliding"):
-        with pytest.raises(kiln.KilnError, match="unknown site kind"):
-            kt.site_for("bf16", 64, 64, kind, 0.125)
+        paged16(0)
     assert not cache.exists()  # nothing was written, nothing compiled
 
 
@@ -173,7 +180,7 @@ def _stand_in_cache_utils():
 @pytest.fixture
 def paged(monkeypatch):
     """PagedKVCache with the kernel replaced by `reference_paged`; yields the
-    class and the list of site kinds requested."""
+    class and the list of site specs requested."""
     torch = pytest.importorskip("torch")
     try:
         import transformers.cache_utils  # noqa: F401
@@ -183,18 +190,16 @@ def paged(monkeypatch):
         monkeypatch.setitem(sys.modules, "transformers", package)
         monkeypatch.setitem(sys.modules, "transformers.cache_utils",
                             package.cache_utils)
-    kinds = []
+    specs = []
 
-    def site_for(dtype, head_dim, value_dim, kind, scale):
-        kinds.append(kind)
-        window = kt._PAGED_KIND.fullmatch(kind)[2]
-        return types.SimpleNamespace(scale=scale,
-                                     window=int(window) if window else None)
+    def site_for(spec):
+        specs.append(spec)
+        return types.SimpleNamespace(scale=spec.scale, window=spec.window)
 
-    monkeypatch.setattr(kt, "site_for", site_for)
-    monkeypatch.setattr(kt.kops, "paged_attention", reference_paged)
+    monkeypatch.setattr(kp, "site_for", site_for)
+    monkeypatch.setattr(kp.kops, "paged_attention", reference_paged)
     torch.manual_seed(0)
-    yield kt._paged_cache_class(), kinds
+    yield kp.paged_cache_class(), specs
 
 
 def reference_paged(site, q, key_cache, value_cache, table, kv_lens,
@@ -290,7 +295,7 @@ def run_steps(cache, windows, pads, chunks, decode, scale=0.3):
 def test_left_padded_batches_are_stored_compacted(paged, windows) -> None:
     import torch
 
-    PagedKVCache, kinds = paged
+    PagedKVCache, specs = paged
     cache = PagedKVCache(batch_size=3, max_length=16, num_layers=len(windows),
                          page_size=4, device="cpu")
     pads = (0, 3, 6)
@@ -299,7 +304,8 @@ def test_left_padded_batches_are_stored_compacted(paged, windows) -> None:
     assert cache.pad_counts == [0, 3, 6]
     assert cache.sequence_lengths().tolist() == [16, 13, 10]
     assert cache.layers[0].get_seq_length() == 16  # pads counted, as HF does
-    assert set(kinds) == {kt._paged_kind(4, w) for w in windows}
+    assert {(s.page_size, s.window, s.ragged) for s in specs} == {
+        (4, w, False) for w in windows}
 
 
 def test_pads_may_span_prefill_chunks(paged) -> None:

@@ -1,0 +1,139 @@
+"""The on-disk cache of one-site packages that the frontends compile.
+
+A site (`kiln.site.SiteSpec`) is compiled on first use into a package under
+``$KILN_CACHE/<kiln version>/<label>_<digest>`` (default ``~/.cache/kiln``;
+the digest is of the package's MLIR source), so later processes load it
+without ``kilnc``. Each package records the ``kilnc`` that built it; where
+another one is at hand, the site is compiled again. Safe from several
+threads and several processes sharing one cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Dict, Optional
+
+from . import __version__
+from .compiler import compile as kiln_compile
+from .compiler import find_kilnc
+from .runtime import KilnError, Package, Site
+from .site import SiteSpec, package_source
+
+__all__ = ["cache_directory", "site_for", "site_from_source"]
+
+_lock = threading.Lock()
+#: Sites by their spec (site_for).
+_sites: Dict[SiteSpec, Site] = {}
+#: Sites by their package directory (site_from_source).
+_sites_by_digest: Dict[str, Site] = {}
+_packages: list = []
+
+
+def cache_directory() -> Path:
+    return Path(os.environ.get("KILN_CACHE",
+                               Path.home() / ".cache" / "kiln")) / __version__
+
+
+_STAMP_FILE = "kilnc.stamp"
+
+
+def _compiler_stamp() -> Optional[str]:
+    """Identity of the kilnc this process would compile with (its path,
+    size and modification time), or None when there is none: a cached
+    package built by another kilnc is rebuilt when one is at hand."""
+    try:
+        path = os.path.realpath(find_kilnc())
+        status = os.stat(path)
+    except (KilnError, OSError):
+        return None
+    return f"{path} {status.st_size} {status.st_mtime_ns}"
+
+
+def _is_current(directory: Path, stamp: Optional[str]) -> bool:
+    """Whether `directory` holds a whole package that this process may use:
+    one built by the kilnc at hand (any, when there is none)."""
+    stamp_file = directory / _STAMP_FILE
+    try:
+        return (directory / "manifest.json").exists() and (
+            stamp is None or stamp_file.read_text() == stamp)
+    except OSError:
+        return False
+
+
+def _compile_into_cache(text: str, directory: Path,
+                        stamp: Optional[str]) -> None:
+    """Compiles `text` into `directory` so that other processes never see
+    half a package: one process at a time compiles a given site (an
+    exclusive lock on a file beside it; the others wait, then find it
+    built), into a private directory that is renamed into place whole."""
+    import fcntl
+    import shutil
+    import tempfile
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if _is_current(directory, stamp):
+                return
+            scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}.",
+                                            dir=directory.parent))
+            try:
+                source = scratch / "site.mlir"
+                source.write_text(text)
+                built = scratch / "package"
+                kiln_compile(source, output=built).close()
+                if stamp is not None:
+                    (built / _STAMP_FILE).write_text(stamp)
+                if directory.exists():
+                    # A package another kilnc built: moved aside whole (a
+                    # process that opened it keeps its files), then removed.
+                    stale = scratch / "stale"
+                    os.rename(directory, stale)
+                os.rename(built, directory)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def site_for(spec: SiteSpec) -> Site:
+    """The site of `spec`: from memory, from the disk cache, or compiled now
+    (needs kilnc) into the cache (see site_from_source). A site already in
+    memory is found without a lock (so that torch.compile traces through
+    this call)."""
+    site = _sites.get(spec)
+    if site is not None:
+        return site
+    site = site_from_source(package_source(spec), spec.label)
+    _sites[spec] = site
+    return site
+
+
+def site_from_source(text: str, label: str) -> Site:
+    """The one site of the package compiled from MLIR `text`: from memory,
+    from the disk cache (``$KILN_CACHE/<version>/<label>_<digest>``), or
+    compiled now into it (needs kilnc). A cached package that another kilnc
+    built is compiled again when kilnc is found (without one, the cache is
+    used as it is). Safe from several threads and processes sharing one
+    cache directory."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    directory = cache_directory() / f"{label}_{digest}"
+    site = _sites_by_digest.get(str(directory))
+    if site is not None:
+        return site
+    with _lock:
+        site = _sites_by_digest.get(str(directory))
+        if site is not None:
+            return site
+        stamp = _compiler_stamp()
+        if not _is_current(directory, stamp):
+            _compile_into_cache(text, directory, stamp)
+        package = Package(directory)
+        _packages.append(package)
+        site = package.sites[0]
+        _sites_by_digest[str(directory)] = site
+        return site
