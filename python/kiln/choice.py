@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import transformers as _cache
+from . import site_cache as _cache
 from .regions import copy_into, graph_module
 
 __all__ = ["Choice", "SCORES_TIMED", "choose"]
