@@ -14,9 +14,10 @@ the site's structure, its inputs' sizes, strides and dtypes and the device,
 in memory and in the cache directory, so a later process compiles without
 timing again.
 
-A site whose scores alone would take more than SCORES_TIMED elements is not
-timed: Inductor must materialise them (as large as the inputs times the key
-length), and Kiln's kernel never loses there in any measurement we hold.
+A site one of whose values (the scores, where the graph writes attention
+out) has more than SCORES_TIMED elements is not timed: Inductor must
+materialise them, and Kiln's kernel never loses there in any measurement we
+hold; nor is the graph run to capture its values then.
 """
 
 import hashlib
@@ -28,8 +29,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import site_cache as _cache
 from .regions import copy_into, graph_module
+from .site import SiteSpec
 
-__all__ = ["Choice", "SCORES_TIMED", "choose"]
+__all__ = ["Choice", "SCORES_TIMED", "choose", "largest_value"]
 
 #: Above this many score elements (batch x heads x queries x keys) a site
 #: is rewritten without timing (1 GiB of bf16 scores).
@@ -62,6 +64,7 @@ def _subgraph(output: Any, stops: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
     """The nodes that compute `output` from `stops` (in graph order) and the
     leaves they read: the stops, then every placeholder or attribute the
     walk reaches without passing a stop."""
+    stops = list(dict.fromkeys(stops))
     stop_set = set(stops)
     needed, leaves, seen = set(), [], set()
     pending = [output]
@@ -105,7 +108,9 @@ def _structure(body: Sequence[Any], leaves: Sequence[Any], values: Sequence[Any]
            for node in body]
     inputs = [[list(v.shape), list(v.stride()), str(v.dtype)] for v in values]
     name = torch.cuda.get_device_name(device)
-    text = json.dumps([_METHOD, ops, inputs, site, name, torch.__version__],
+    # The site's attributes, not its value names (which differ per layer).
+    attributes = repr(SiteSpec.from_report(site))
+    text = json.dumps([_METHOD, ops, inputs, attributes, name, torch.__version__],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -157,19 +162,24 @@ def _remember(key: str, decision: Dict[str, Any]) -> None:
         pass  # a read-only cache times again next time
 
 
-def score_elements(site: Dict[str, Any], values: Dict[str, Any]) -> Optional[int]:
-    """Batch x heads x queries x keys of a site, from its query's and key's
-    values (in the site's layout), or None when unknown."""
-    query, key = values.get("query"), values.get("key")
-    if query is None or key is None or query.dim() != 4 or key.dim() != 4:
-        return None
-    if site.get("layout") == "bshd":
-        batch, q_len, heads, _ = query.shape
-        k_len = key.shape[1]
-    else:
-        batch, heads, q_len, _ = query.shape
-        k_len = key.shape[2]
-    return int(batch) * int(heads) * int(q_len) * int(k_len)
+def largest_value(body: Sequence[Any]) -> Optional[int]:
+    """The most elements any of `body`'s values has, from the graph's
+    metadata (the materialised scores, where the graph writes attention
+    out), or None when no node records a static size."""
+    sizes = []
+    for node in body:
+        value = node.meta.get("val")
+        shape = getattr(value, "shape", None)
+        if shape is None:
+            continue
+        try:
+            count = 1
+            for size in shape:
+                count *= int(size)
+        except TypeError:  # a symbolic size
+            continue
+        sizes.append(count)
+    return max(sizes) if sizes else None
 
 
 def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
@@ -180,8 +190,12 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     `value_of(node)` a node's value on the model's first inputs."""
     import torch
 
-    stops = [node for role, node in sources.items() if role != "output"]
+    stops = list(dict.fromkeys(node for role, node in sources.items() if role != "output"))
     body, leaves = _subgraph(output, stops)
+    elements = largest_value(body)
+    if elements is not None and elements > SCORES_TIMED:
+        return {"path": "kiln", "why": f"not timed: a value of {elements} elements "
+                                       f"(the scores Inductor would materialise)"}
     values = [value_of(leaf) for leaf in leaves]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}
@@ -189,11 +203,6 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     if len(devices) != 1:
         return {"path": "kiln", "why": "not timed: the site's inputs are on no one CUDA device"}
     device = devices.pop()
-    roles = {role: value_of(node) for role, node in sources.items()}
-    elements = score_elements(site, roles)
-    if elements is not None and elements > SCORES_TIMED:
-        return {"path": "kiln", "why": f"not timed: {elements} scores "
-                                       f"(Inductor would materialise them)"}
     key = _structure(body, leaves, values, site, device)
     decision = _recall(key)
     if decision is not None:

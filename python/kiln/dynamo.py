@@ -606,7 +606,8 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     plans = [_plan(site, nodes) for site in report["sites"]]
     if choose is not None:
         choose.prepare({nodes[source["value"]].name for why, chosen, _ in plans
-                        if why is None for source in chosen.values()})
+                        if why is None for role, source in chosen.items()
+                        if role != "output"})
     replaced = 0
     for index, site in enumerate(report["sites"]):
         why, chosen, handle = plans[index]
