@@ -581,8 +581,12 @@ class _Timed:
         from . import choice
 
         try:
-            return choice.choose(site, output, sources, self.value, choice.Choice(
-                build, lambda module, inputs: _inductor(module, inputs, self.options)))
+            # Compiled apart from the frame Dynamo is compiling: Inductor's
+            # guards on these small graphs must not land in its shape env.
+            with _outside_dynamo():
+                return choice.choose(site, output, sources, self.value, choice.Choice(
+                    build, lambda module, inputs: _inductor(module, inputs,
+                                                            self.options)))
         except KilnError:
             raise  # the site cannot be rewritten (the rewrite says why)
         except Exception as error:  # noqa: BLE001 (timing never breaks the model)

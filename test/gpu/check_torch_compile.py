@@ -36,6 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.dynamo  # noqa: E402
+import kiln.transformers  # noqa: E402,F401 (the site cache)
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Where a model's forward spends its GPU time under Inductor alone, under
+``torch.compile(backend="kiln")``, and with the graph the backend exports
+compiled by Inductor without any site rewritten: the share of the
+difference that the exported graph itself costs, apart from Kiln's sites.
+
+    python3 bench/profile_torch_compile.py [--models gemma2,llama] [--seq 1024]
+        [--tokens 4096] [--top 12]
+
+For each model and variant: the forward's time (CUDA events, 10 calls after
+3 warm-ups, as bench_torch_compile.py) and the kernels taking the most GPU
+time in one profiled call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import bench_torch_compile as bench  # noqa: E402
+import kiln.dynamo  # noqa: E402
+
+
+def top_kernels(function, count: int) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    function()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        function()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=count,
+                                     max_name_column_width=70)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="gemma2,llama")
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--top", type=int, default=12)
+    options = parser.parse_args()
+    os.environ["KILN_VERIFY"] = "0"
+    rewrite = kiln.dynamo._rewrite
+
+    def unrewritten(module, report, entry, choose=None):
+        return 1  # the exported graph as it is, as if a site were rewritten
+
+    batch = max(options.tokens // options.seq, 1)
+    for name in options.models.split(","):
+        model = bench.build(name, batch, options.seq)
+        inputs = bench.model_inputs(name, batch, options.seq)
+        variants = {
+            "inductor": lambda model=model: torch.compile(model),
+            "kiln": lambda model=model: torch.compile(model, backend="kiln",
+                                          options={"kiln": {"choose": "kiln"}}),
+            "exported, not rewritten": lambda model=model: torch.compile(
+                model, backend="kiln"),
+        }
+        with torch.no_grad():
+            for variant, make in variants.items():
+                kiln.dynamo._rewrite = unrewritten if variant.startswith("exported") else rewrite
+                torch._dynamo.reset()
+                compiled = make()
+                compiled(*inputs)
+                kiln.dynamo._rewrite = rewrite
+                ms = bench.time_ms(lambda: compiled(*inputs), 10)
+                print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms", flush=True)
+                print(top_kernels(lambda: compiled(*inputs), options.top), flush=True)
+        del model
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
