@@ -57,12 +57,15 @@ def main() -> int:
     for name in options.models.split(","):
         model = bench.build(name, batch, options.seq)
         inputs = bench.model_inputs(name, batch, options.seq)
+        every = {"kiln": {"choose": "kiln"}}
         variants = {
             "inductor": lambda model=model: torch.compile(model),
-            "kiln": lambda model=model: torch.compile(model, backend="kiln",
-                                          options={"kiln": {"choose": "kiln"}}),
-            "exported, not rewritten": lambda model=model: torch.compile(
+            "kiln (every site)": lambda model=model: torch.compile(
+                model, backend="kiln", options=every),
+            "kiln (default: timed)": lambda model=model: torch.compile(
                 model, backend="kiln"),
+            "exported, not rewritten": lambda model=model: torch.compile(
+                model, backend="kiln", options=every),
         }
         with torch.no_grad():
             for variant, make in variants.items():
@@ -72,7 +75,10 @@ def main() -> int:
                 compiled(*inputs)
                 kiln.dynamo._rewrite = rewrite
                 ms = bench.time_ms(lambda: compiled(*inputs), 10)
-                print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms", flush=True)
+                entry = kiln.dynamo.reports[-1] if kiln.dynamo.reports else {}
+                print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms "
+                      f"{entry.get('graph_choice') or ''} {entry.get('fallback') or ''}",
+                      flush=True)
                 print(top_kernels(lambda: compiled(*inputs), options.top), flush=True)
         del model
         torch.cuda.empty_cache()

@@ -115,7 +115,7 @@ def _structure(body: Sequence[Any], leaves: Sequence[Any], values: Sequence[Any]
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _seconds(function: Callable, inputs: Sequence[Any]) -> float:
+def seconds(function: Callable, inputs: Sequence[Any]) -> float:
     """Wall-clock seconds per call of `function` on `inputs`, back to back:
     the best of five rounds, each long enough (about 2 ms or 8 calls) to
     hide the one synchronisation that ends it."""
@@ -220,8 +220,8 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
         with torch.no_grad():
             kiln = choice.compile(with_kiln, values)
             inductor = choice.compile(graph_module(leaves, graph_as_written), values)
-            inductor_s = _seconds(inductor, values)
-            kiln_s = _seconds(kiln, values)
+            inductor_s = seconds(inductor, values)
+            kiln_s = seconds(kiln, values)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return {"path": "kiln", "why": "not timed: out of memory while timing"}

@@ -569,9 +569,9 @@ class _Timed:
         from .regions import values
 
         module = _graph_of(self.exported)
-        devices = {t.device for t in self.tensors if t.device.type != "cpu"}
-        if len(devices) == 1:
-            _scalars_on(module, next(iter(devices)))
+        device = _device_of(self.tensors)
+        if device is not None:
+            _scalars_on(module, device)
         wanted = [node for node in module.graph.nodes
                   if node.op in ("placeholder", "get_attr") or node.name in self.names]
         return values(module, _lifted_values(self.exported, self.tensors), wanted)
@@ -853,9 +853,20 @@ def _lifted_values(exported: Any, tensors: Sequence[Any]) -> List[Any]:
             for spec in exported.graph_signature.input_specs]
 
 
-def _bind_lifted(module: Any, exported: Any) -> Any:
+def _device_of(tensors: Sequence[Any]) -> Any:
+    """The one non-CPU device of `tensors`, or None."""
+    devices = {t.device for t in tensors if t.device.type != "cpu"}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _bind_lifted(module: Any, exported: Any, device: Any = None) -> Any:
     """`module` taking only the Dynamo graph's inputs: each placeholder of a
-    lifted parameter, buffer or constant becomes a buffer of the module."""
+    lifted parameter, buffer or constant becomes a buffer of the module. A
+    0-d CPU constant (a `torch.tensor(x)` the model makes in its forward,
+    which Dynamo's graph makes on the spot) moves to `device`: on the CPU,
+    the compiled graph would copy it to the GPU every call, and such a copy
+    from pageable memory waits for the stream (0-d tensors combine the
+    same on any device)."""
     import torch
 
     user = torch.export.graph_signature.InputKind.USER_INPUT
@@ -867,6 +878,8 @@ def _bind_lifted(module: Any, exported: Any) -> Any:
         if spec.kind == user:
             continue
         value = _lifted_value(exported, spec)
+        if device is not None and value.device.type == "cpu" and value.dim() == 0:
+            value = value.to(device)
         name = f"_kiln_lifted_{number}"
         module.register_buffer(name, value.detach())
         with module.graph.inserting_before(node):
@@ -1058,8 +1071,9 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         except _ExportFailed as failure:
             if dynamic:
                 raise
-            return _by_regions(gm, example_inputs, options, kiln_options, entry,
-                               str(failure))
+            return _guarded(_by_regions(gm, example_inputs, options, kiln_options,
+                                        entry, str(failure)),
+                            gm, example_inputs, options, entry)
         if dynamic and report.get("bound_dims") and not report.get("sizes_free"):
             # The graph's shape computations need static sizes: its report
             # holds for these sizes only, so each new shape is exported and
@@ -1070,7 +1084,8 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
             return _per_shape(gm, source, positions, len(example_inputs), options,
                               kiln_options, entry, example_inputs)
         compiled = _finish(exported, report, gm, example_inputs, tensors, options, entry)
-        return _taking(compiled, positions, len(example_inputs))
+        return _guarded(_taking(compiled, positions, len(example_inputs)), gm,
+                        example_inputs, options, entry)
     except _Fallback as reason:
         entry["fallback"] = str(reason)
         entry["rewritten"] = []
@@ -1132,7 +1147,7 @@ def _by_regions(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
                 entry.setdefault("choices", {})[offset + index] = choice
             if not count:
                 raise _Fallback(record["fallback"] or "no site rewritten")
-            rewritten = _bind_lifted(rewritten, exported)
+            rewritten = _bind_lifted(rewritten, exported, _device_of(inputs))
         except _Fallback as reason:
             record["fallback"] = str(reason)
             entry["rewritten"] = [i for i in entry["rewritten"] if i < offset]
@@ -1159,6 +1174,45 @@ def _by_regions(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
     module.graph.lint()
     module.recompile()
     return _checked(gm, example_inputs, module, example_inputs, options, entry)
+
+
+def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
+             options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
+    """`compiled` (the graph with Kiln's sites), or Inductor alone on
+    Dynamo's graph `gm` where that measures faster on the first inputs
+    (choose="timed" on CUDA; docs/design.md): the sites each won their own
+    timing, but the rewritten graph as a whole is the exported program
+    compiled, which Inductor may compile less well than Dynamo's graph.
+    The entry's `graph_choice` gives both times."""
+    import torch
+
+    from . import choice
+
+    inputs = _concrete(example_inputs)
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    if (entry.get("choose", "timed") != "timed" or not tensors
+            or not all(t.is_cuda for t in tensors) or _writes_in_place(gm)):
+        return compiled
+    try:
+        alone = _inductor(gm, example_inputs, options)  # as a fallback is
+        with torch.no_grad():
+            alone_s = choice.seconds(alone, inputs)
+            kiln_s = choice.seconds(compiled, inputs)
+    except Exception as error:  # noqa: BLE001 (timing never breaks the model)
+        if _restarts(error):
+            raise
+        entry["graph_choice"] = {"path": "kiln", "why": f"not timed: "
+                                 f"{type(error).__name__}: {str(error)[:300]}"}
+        return compiled
+    why = (f"timed: the graph with Kiln {kiln_s * 1e6:.1f} us, Inductor alone "
+           f"{alone_s * 1e6:.1f} us a call")
+    if kiln_s <= alone_s:
+        entry["graph_choice"] = {"path": "kiln", "why": why}
+        return compiled
+    entry["graph_choice"] = {"path": "inductor", "why": why}
+    entry["fallback"] = f"Inductor alone is faster on this graph ({why})"
+    entry["rewritten"] = []
+    return alone
 
 
 def _is_weight(node: Any, value: Any) -> bool:
@@ -1278,7 +1332,7 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
                             "Kiln could take")
         raise _Fallback(entry["fallback"] or "no site rewritten")
     try:
-        module = _bind_lifted(module, exported)
+        module = _bind_lifted(module, exported, _device_of(tensors))
     except Exception as error:  # noqa: BLE001 (never break the model)
         raise _Fallback(f"cannot bind the graph's constants: {error}") from error
     return _checked(gm, example_inputs, module, tensors, options, entry)
@@ -1291,9 +1345,9 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
     graph `gm` on its inputs (docs/design.md) and compiled by Inductor."""
     import torch
 
-    devices = {t.device for t in tensors if t.device.type != "cpu"}
-    if len(devices) == 1:
-        _scalars_on(module, devices.pop())
+    device = _device_of(tensors)
+    if device is not None:
+        _scalars_on(module, device)
     verify = _verify_mode()
     if verify != "off" and _writes_in_place(gm):
         verify, entry["verified"] = "off", "not checked: the graph writes in place"
