@@ -97,8 +97,6 @@ LogicalResult checkTarget(Location loc, StringRef chip) {
   return success();
 }
 
-/// The size a symbolic dimension gets when the graph cannot be imported with
-/// it dynamic and the user bound nothing: 1 for batch-like names, else 128.
 /// Marks the entry arguments named in `names` (by their `onnx.name`)
 /// `kiln.finite` in every function; a name no argument carries is an error.
 LogicalResult declareFiniteInputs(ModuleOp module,
@@ -121,14 +119,11 @@ LogicalResult declareFiniteInputs(ModuleOp module,
   return success();
 }
 
-int64_t defaultSizeFor(StringRef name) {
-  return name.contains_insensitive("batch") ? 1 : 128;
-}
-
 /// Reads an ONNX model (by extension) or MLIR text; opaque ONNX nodes are
 /// added to `report`. An ONNX graph whose shape computations cannot be
-/// imported with dynamic dimensions is imported again with every unbound
-/// symbolic dimension given a size, with a warning naming them.
+/// imported with dynamic dimensions is imported with every unbound symbolic
+/// dimension given a size, with a warning naming them. The file is read
+/// once.
 OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
                                 MLIRContext &context, FusionReport &report) {
   StringRef path = options.inputPath;
@@ -139,101 +134,39 @@ OwningOpRef<ModuleOp> readInput(const CompileOptions &options,
   importOptions.dimBindings = options.dimBindings;
   // The JSON report names the graph values each site reads and replaces.
   importOptions.recordValueNames = options.report == ReportKind::JSON;
-  SmallVector<std::pair<Location, std::string>> firstErrors;
+  importOptions.staticSizesOnFailure = true;
+  // --verify runs the whole graph on the CPU, where an opaque node stops it.
+  // Nodes kept opaque only for a dynamic size (a strided 1-D Conv over a
+  // dynamic length, say) import with the symbolic dimensions bound.
+  importOptions.staticSizesForOpaqueNodes = options.verify;
   ImportReport importReport;
-  OwningOpRef<ModuleOp> module;
-  {
-    // Hold the first attempt's diagnostics back: they only matter if the
-    // second attempt does not happen or fails too.
-    SmallVector<std::pair<Location, std::string>> warnings;
-    ScopedDiagnosticHandler hold(&context, [&](Diagnostic &diag) {
-      auto &list = diag.getSeverity() == DiagnosticSeverity::Error
-                       ? firstErrors
-                       : warnings;
-      list.push_back({diag.getLocation(), diag.str()});
-      return success();
-    });
-    module = importONNXFile(path, &context, &importReport, importOptions);
-    if (module) {
-      for (auto &[loc, message] : warnings)
-        emitWarning(loc) << message;
-    }
-  }
-  if (!module) {
-    // Retry with sizes for the symbolic dimensions, if there are any.
-    ImportReport retryReport;
-    ImportOptions retryOptions = importOptions;
-    retryOptions.defaultDimBinding = 128;
-    SmallVector<std::pair<std::string, int64_t>> bound;
-    {
-      ScopedDiagnosticHandler silence(&context,
-                                      [](Diagnostic &) { return success(); });
-      OwningOpRef<ModuleOp> probe =
-          importONNXFile(path, &context, &retryReport, retryOptions);
-      bound.assign(retryReport.boundDims.begin(), retryReport.boundDims.end());
-    }
-    if (!bound.empty()) {
-      for (auto &[name, size] : bound)
-        retryOptions.dimBindings.emplace(name, defaultSizeFor(name));
-      retryOptions.defaultDimBinding = 128;
-      importReport = ImportReport();
-      module = importONNXFile(path, &context, &importReport, retryOptions);
-      if (module) {
-        std::string list;
-        llvm::raw_string_ostream os(list);
-        llvm::interleaveComma(importReport.boundDims, os, [&](auto &dim) {
-          os << dim.first << "=" << dim.second;
-        });
-        emitWarning(FileLineColLoc::get(&context, path, 0, 0))
-            << "the graph's shape computations need static sizes; compiled "
-               "with "
-            << list << " (choose them with --bind-dims)";
-      }
-    }
-    if (!module) {
-      for (auto &[loc, message] : firstErrors)
-        emitError(loc) << message;
-      return nullptr;
-    }
-  }
-  if (options.verify && !importReport.unsupportedOps.empty()) {
-    // --verify runs the whole graph on the CPU, where an opaque node stops
-    // it. Nodes kept opaque only for a dynamic size (a strided 1-D Conv over
-    // a dynamic length, say) import with the symbolic dimensions bound.
-    ImportOptions boundOptions = importOptions;
-    boundOptions.defaultDimBinding = 128;
-    ImportReport probeReport;
-    {
-      ScopedDiagnosticHandler silence(&context,
-                                      [](Diagnostic &) { return success(); });
-      OwningOpRef<ModuleOp> probe =
-          importONNXFile(path, &context, &probeReport, boundOptions);
-    }
-    for (auto &[name, size] : probeReport.boundDims)
-      boundOptions.dimBindings.emplace(name, defaultSizeFor(name));
-    ImportReport boundReport;
-    OwningOpRef<ModuleOp> bound;
-    if (!probeReport.boundDims.empty()) {
-      ScopedDiagnosticHandler silence(&context,
-                                      [](Diagnostic &) { return success(); });
-      bound = importONNXFile(path, &context, &boundReport, boundOptions);
-    }
-    if (bound && boundReport.unsupportedOps.size() <
-                     importReport.unsupportedOps.size()) {
-      std::string list;
-      llvm::raw_string_ostream os(list);
-      llvm::interleaveComma(boundReport.boundDims, os, [&](auto &dim) {
-        os << dim.first << "=" << dim.second;
-      });
-      emitWarning(FileLineColLoc::get(&context, path, 0, 0))
-          << importReport.unsupportedOps.size() -
-                 boundReport.unsupportedOps.size()
-          << " node(s) import only with static sizes; --verify runs the graph "
-             "with "
-          << list << " (choose them with --bind-dims)";
-      module = std::move(bound);
-      importReport = std::move(boundReport);
-    }
+  OwningOpRef<ModuleOp> module =
+      importONNXFile(path, &context, &importReport, importOptions);
+  if (!module)
+    return nullptr;
+
+  std::string boundList;
+  llvm::raw_string_ostream os(boundList);
+  llvm::interleaveComma(importReport.boundDims, os, [&](auto &dim) {
+    os << dim.first << "=" << dim.second;
+  });
+  Location fileLoc = FileLineColLoc::get(&context, path, 0, 0);
+  switch (importReport.staticSizes) {
+  case ImportReport::StaticSizes::None:
+    break;
+  case ImportReport::StaticSizes::ForShapeComputations:
+    emitWarning(fileLoc) << "the graph's shape computations need static "
+                            "sizes; compiled with "
+                         << boundList << " (choose them with --bind-dims)";
+    break;
+  case ImportReport::StaticSizes::ForOpaqueNodes:
+    emitWarning(fileLoc)
+        << importReport.opaqueWithDynamicSizes -
+               importReport.unsupportedOps.size()
+        << " node(s) import only with static sizes; --verify runs the graph "
+           "with "
+        << boundList << " (choose them with --bind-dims)";
+    break;
   }
   for (const ImportReport::UnsupportedOp &op : importReport.unsupportedOps)
     report.opaque.push_back({op.nodeName, op.opType, op.reason});
@@ -448,19 +381,24 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   if (options.pagedKvPageSize > 0)
     addPagedDecodeSites(*module, options.pagedKvPageSize);
 
-  // sm_90a's kernels are generated a second time, from the same sites, with
-  // the wgmma variants; they keep the portable kernels' names, arguments,
-  // grids and shared memory, so the manifest (described from the portable
-  // module) holds for both.
+  // sm_90a's kernels are generated from a copy of the sites with the wgmma
+  // variants; they keep the portable kernels' names, arguments, grids and
+  // shared memory, so the manifest (described from the portable module)
+  // holds for both. Each target's PTX is serialised once: sm_90a's from the
+  // copy, every other target's from the portable module.
   bool hopper = options.wgmma && options.tensorCores &&
                 llvm::is_contained(options.targets, "sm_90a");
+  std::vector<std::string> portableChips;
+  for (const std::string &chip : options.targets)
+    if (!hopper || chip != "sm_90a")
+      portableChips.push_back(chip);
   OwningOpRef<ModuleOp> hopperModule;
   if (hopper)
     hopperModule = module->clone();
 
-  // Generates `target`'s kernels for `chips` (the portable ones, or the
-  // sm_90a variants), records their schedules (the kernel facts live on the
-  // gpu.funcs until serialisation) and serialises them to PTX.
+  // Generates `target`'s kernels (the portable ones, or the sm_90a
+  // variants), records their schedules (the kernel facts live on the
+  // gpu.funcs until serialisation) and serialises them to PTX for `chips`.
   auto generate = [&](ModuleOp target, ArrayRef<std::string> chips,
                       bool hopperVariant,
                       llvm::StringMap<llvm::json::Value> &schedules,
@@ -488,6 +426,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
         failed(describe()))
       return failure();
     schedules = describeSchedules(target);
+    if (chips.empty())
+      return std::vector<TargetPTX>();
     if (failed(runPipeline(target, [&](OpPassManager &pm) {
           buildPTXPipeline(pm, gpuOptions);
         })))
@@ -497,12 +437,11 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
 
   FailureOr<llvm::json::Object> description = failure();
   llvm::StringMap<llvm::json::Value> portableSchedules, hopperSchedules;
-  FailureOr<std::vector<TargetPTX>> ptx =
-      generate(*module, options.targets, /*hopperVariant=*/false,
-               portableSchedules, [&] {
-                 description = describeKernelsAndSites(*module);
-                 return LogicalResult(description);
-               });
+  FailureOr<std::vector<TargetPTX>> ptx = generate(
+      *module, portableChips, /*hopperVariant=*/false, portableSchedules, [&] {
+        description = describeKernelsAndSites(*module);
+        return LogicalResult(description);
+      });
   if (failed(ptx))
     return failure();
   if (hopper) {
@@ -516,18 +455,25 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     if (failed(hopperPTX))
       return failure();
     addTargetOnlyKernels(*description, std::move(*hopperDescription));
-    for (TargetPTX &target : *ptx)
-      if (target.chip == "sm_90a") {
-        target.assembly = std::move(hopperPTX->front().assembly);
-        // Its split kernels let their combine kernels launch early, and
-        // those wait (LaunchProtocol::launchDependents).
-        target.gridDependency = true;
-        // Its attention kernels wait for the kernels before them
-        // (LaunchProtocol::waitForGrid).
-        target.attentionGridDependency = true;
-        // And reduce their splits in a cluster (LaunchProtocol::clusterSplits).
-        target.clusterSplits = kMaxClusterSplits;
-      }
+    TargetPTX &hopperTarget = hopperPTX->front();
+    // Its split kernels let their combine kernels launch early, and those
+    // wait (LaunchProtocol::launchDependents).
+    hopperTarget.gridDependency = true;
+    // Its attention kernels wait for the kernels before them
+    // (LaunchProtocol::waitForGrid).
+    hopperTarget.attentionGridDependency = true;
+    // And reduce their splits in a cluster (LaunchProtocol::clusterSplits).
+    hopperTarget.clusterSplits = kMaxClusterSplits;
+    // The targets in the order given.
+    std::vector<TargetPTX> ordered;
+    auto portable = ptx->begin();
+    for (const std::string &chip : options.targets) {
+      if (chip == "sm_90a")
+        ordered.push_back(hopperTarget);
+      else if (portable != ptx->end() && portable->chip == chip)
+        ordered.push_back(std::move(*portable++));
+    }
+    *ptx = std::move(ordered);
   }
   addSchedules(*description, options.targets, portableSchedules,
                hopper ? &hopperSchedules : nullptr);

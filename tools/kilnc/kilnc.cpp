@@ -12,6 +12,7 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
 
+#include "llvm/ADT/Statistic.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
@@ -176,6 +177,12 @@ static cl::opt<std::string> kvCache(
              "site over a KV cache of pages of N keys (attention_K_paged)"),
     cl::init(""), cl::cat(kilncCategory));
 
+static cl::opt<bool> statistics(
+    "statistics",
+    cl::desc("Print the compile's counters on stderr at exit (ONNX models "
+             "read, graphs converted)"),
+    cl::Hidden, cl::cat(kilncCategory));
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) {
@@ -188,6 +195,9 @@ int main(int argc, char **argv) {
       "kilnc: find attention in a model graph, fuse it and compile it to GPU "
       "kernels\n");
 
+  // Release builds of LLVM ignore -stats; these counters are kept regardless.
+  if (statistics)
+    llvm::EnableStatistics(/*DoPrintOnExit=*/false);
   kiln::initializeTargets();
   DialectRegistry registry;
   kiln::registerAllDialects(registry);
@@ -256,5 +266,8 @@ int main(int argc, char **argv) {
   options.allowTf32 = allowTf32;
   options.schedule = schedule;
   options.blocksPerSM = blocksPerSM;
-  return succeeded(kiln::compile(options, context, llvm::outs())) ? 0 : 1;
+  bool compiled = succeeded(kiln::compile(options, context, llvm::outs()));
+  if (statistics)
+    llvm::PrintStatistics(llvm::errs());
+  return compiled ? 0 : 1;
 }

@@ -23,6 +23,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Statistic.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -36,6 +37,15 @@
 using namespace mlir;
 using namespace mlir::kiln;
 using namespace mlir::kiln::onnx_import;
+
+#define DEBUG_TYPE "kiln-onnx-import"
+
+// Counted in release builds too: tests check that a compile reads its model
+// once.
+ALWAYS_ENABLED_STATISTIC(NumModelsRead, "ONNX models read and parsed");
+ALWAYS_ENABLED_STATISTIC(NumGraphsConverted,
+                         "ONNX graphs converted to MLIR (a second time for a "
+                         "model imported again with static sizes)");
 
 namespace {
 
@@ -330,9 +340,11 @@ FailureOr<TensorType> Importer::convertType(const onnx::TypeProto &type) {
     }
     std::string name = dim.has_dim_param() ? dim.dim_param() : "?";
     auto binding = options.dimBindings.find(name);
-    int64_t size = binding != options.dimBindings.end()
-                       ? binding->second
-                       : options.defaultDimBinding;
+    int64_t size = 0;
+    if (binding != options.dimBindings.end())
+      size = binding->second;
+    else if (options.bindAllDims)
+      size = defaultStaticSize(name);
     if (size <= 0) {
       shape.push_back(kDynamic);
       continue;
@@ -1351,6 +1363,96 @@ static void prepareContext(MLIRContext *ctx) {
   ctx->allowUnregisteredDialects();
 }
 
+int64_t mlir::kiln::defaultStaticSize(StringRef dimName) {
+  return dimName.contains_insensitive("batch") ? 1 : 128;
+}
+
+namespace {
+/// The diagnostics of one conversion, held back until it is known whether
+/// they matter.
+struct HeldDiagnostics {
+  SmallVector<std::tuple<Location, DiagnosticSeverity, std::string>> list;
+
+  void replay(bool errors, bool others) const {
+    for (const auto &[loc, severity, message] : list) {
+      if (severity == DiagnosticSeverity::Error) {
+        if (errors)
+          emitError(loc) << message;
+      } else if (others) {
+        // The importer's other diagnostics are warnings.
+        emitWarning(loc) << message;
+      }
+    }
+  }
+};
+} // namespace
+
+/// Converts the parsed `model` into a fresh report; with `held`, its
+/// diagnostics go there instead of to the context's handler.
+static OwningOpRef<ModuleOp>
+convertModel(LoadedModel &model, StringRef bufferName, MLIRContext *ctx,
+             const ImportOptions &options, ImportReport &report,
+             HeldDiagnostics *held) {
+  ++NumGraphsConverted;
+  std::optional<ScopedDiagnosticHandler> hold;
+  if (held)
+    hold.emplace(ctx, [held](Diagnostic &diag) {
+      held->list.push_back(
+          {diag.getLocation(), diag.getSeverity(), diag.str()});
+      return success();
+    });
+  Importer importer(ctx, bufferName, options, &report);
+  return importer.run(model);
+}
+
+/// Imports `model`, with its unbound symbolic dimensions given static sizes
+/// where ImportOptions::staticSizesOnFailure or staticSizesForOpaqueNodes
+/// ask for them.
+static OwningOpRef<ModuleOp> importModel(LoadedModel &model,
+                                         StringRef bufferName, MLIRContext *ctx,
+                                         const ImportOptions &options,
+                                         ImportReport &report) {
+  ImportOptions staticOptions = options;
+  staticOptions.bindAllDims = true;
+  HeldDiagnostics dynamicDiagnostics;
+  OwningOpRef<ModuleOp> module = convertModel(
+      model, bufferName, ctx, options, report,
+      options.staticSizesOnFailure ? &dynamicDiagnostics : nullptr);
+  if (module) {
+    dynamicDiagnostics.replay(/*errors=*/false, /*others=*/true);
+    if (!options.staticSizesForOpaqueNodes || report.unsupportedOps.empty())
+      return module;
+    HeldDiagnostics discarded;
+    ImportReport staticReport;
+    OwningOpRef<ModuleOp> staticModule = convertModel(
+        model, bufferName, ctx, staticOptions, staticReport, &discarded);
+    if (!staticModule || staticReport.boundDims.empty() ||
+        staticReport.unsupportedOps.size() >= report.unsupportedOps.size())
+      return module;
+    staticReport.staticSizes = ImportReport::StaticSizes::ForOpaqueNodes;
+    staticReport.opaqueWithDynamicSizes = report.unsupportedOps.size();
+    report = std::move(staticReport);
+    return staticModule;
+  }
+  if (!options.staticSizesOnFailure)
+    return module;
+  // A graph without symbolic dimensions fails the same way again: then only
+  // the first attempt's errors are shown.
+  HeldDiagnostics staticDiagnostics;
+  ImportReport staticReport;
+  module = convertModel(model, bufferName, ctx, staticOptions, staticReport,
+                        &staticDiagnostics);
+  if (!staticReport.boundDims.empty())
+    staticDiagnostics.replay(/*errors=*/true, /*others=*/true);
+  if (module && !staticReport.boundDims.empty()) {
+    staticReport.staticSizes = ImportReport::StaticSizes::ForShapeComputations;
+    report = std::move(staticReport);
+    return module;
+  }
+  dynamicDiagnostics.replay(/*errors=*/true, /*others=*/false);
+  return nullptr;
+}
+
 OwningOpRef<ModuleOp> mlir::kiln::importONNXBuffer(StringRef bytes,
                                                    StringRef bufferName,
                                                    MLIRContext *ctx,
@@ -1365,8 +1467,10 @@ OwningOpRef<ModuleOp> mlir::kiln::importONNXBuffer(StringRef bytes,
                        << "': " << message;
     return {};
   }
-  Importer importer(ctx, bufferName, options, report);
-  return importer.run(model);
+  ++NumModelsRead;
+  ImportReport localReport;
+  return importModel(model, bufferName, ctx, options,
+                     report ? *report : localReport);
 }
 
 OwningOpRef<ModuleOp> mlir::kiln::importONNXFile(StringRef path,

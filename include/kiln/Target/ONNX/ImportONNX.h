@@ -42,7 +42,25 @@ struct ImportReport {
   /// Symbolic dimensions imported as static sizes (name, or `?` for an
   /// unnamed one, and the size), in the order they were met.
   std::vector<std::pair<std::string, int64_t>> boundDims;
+  /// Why the import gave the unbound symbolic dimensions static sizes
+  /// (ImportOptions::staticSizesOnFailure, staticSizesForOpaqueNodes).
+  enum class StaticSizes {
+    /// It did not: they are dynamic.
+    None,
+    /// The graph's shape computations cannot be imported without them.
+    ForShapeComputations,
+    /// Fewer nodes are kept opaque with them.
+    ForOpaqueNodes,
+  };
+  StaticSizes staticSizes = StaticSizes::None;
+  /// With StaticSizes::ForOpaqueNodes: the nodes kept opaque with the
+  /// dimensions dynamic.
+  size_t opaqueWithDynamicSizes = 0;
 };
+
+/// The static size a symbolic dimension without a binding gets where one is
+/// needed: 1 for batch-like names, else 128.
+int64_t defaultStaticSize(llvm::StringRef dimName);
 
 /// Options of the importer.
 struct ImportOptions {
@@ -54,9 +72,18 @@ struct ImportOptions {
   /// Static sizes for symbolic dimensions (ONNX `dim_param` names): a bound
   /// dimension is imported as that size, so shape computations over it fold.
   std::map<std::string, int64_t> dimBindings;
-  /// Size given to every symbolic or unknown dimension without a binding;
-  /// 0 keeps such dimensions dynamic.
-  int64_t defaultDimBinding = 0;
+  /// Give every symbolic or unknown dimension without a binding its
+  /// defaultStaticSize; false keeps such dimensions dynamic.
+  bool bindAllDims = false;
+  /// Where the graph cannot be imported with its unbound symbolic dimensions
+  /// dynamic, import it again, from the model already parsed, with
+  /// bindAllDims (the report says so). The first attempt's diagnostics are
+  /// shown only where the second does not help.
+  bool staticSizesOnFailure = false;
+  /// Where the import keeps nodes opaque, import the model again with
+  /// bindAllDims, silently, and keep that graph if it has fewer opaque nodes
+  /// (a strided 1-D Conv over a dynamic length, say).
+  bool staticSizesForOpaqueNodes = false;
   /// Mark the operation that produces each node output with that ONNX
   /// tensor's name (kOnnxValueAttrName), so that a fusion report can name
   /// the graph values a site reads and replaces.
@@ -72,6 +99,8 @@ inline constexpr llvm::StringLiteral kOnnxValueAttrName = "kiln.onnx_value";
 /// reported through `ctx`'s diagnostic engine, located at the file and the
 /// ONNX node, and give a null result. Registers and loads the dialects the
 /// result uses. When `report` is given, it receives the nodes kept opaque.
+/// The file is read and parsed once, whatever the options (the statistics
+/// the models read and the graphs converted from them).
 OwningOpRef<ModuleOp> importONNXFile(llvm::StringRef path, MLIRContext *ctx,
                                      ImportReport *report = nullptr,
                                      const ImportOptions &options = {});
