@@ -13,13 +13,22 @@ out="${1:-$root/docs/reference}"
 tblgen="${MLIR_TBLGEN:-/usr/lib/llvm-22/bin/mlir-tblgen}"
 mlir_include="$(cd "$(dirname "$tblgen")/../include" && pwd)"
 
+# convert-kiln-to-gpu's options: KernelOptions.def through the C
+# preprocessor, as include/kiln/Conversion/CMakeLists.txt makes them.
+generated="$(mktemp -d)"
+trap 'rm -rf "$generated"' EXIT
+mkdir -p "$generated/kiln/Conversion"
+"${CXX:-c++}" -E -P -x c++ -I"$root/include" \
+  "$root/include/kiln/Conversion/KernelOptions.td.in" \
+  -o "$generated/kiln/Conversion/KernelOptions.td"
+
 # generate GENERATOR TD OUTPUT [OPTION...]
 generate() {
   local generator="$1" td="$root/include/kiln/$2" output="$3"
   shift 3
   "$tblgen" "$generator" -allow-hugo-specific-features "$@" \
-    -I"$(dirname "$td")" -I"$mlir_include" -I"$root/include" "$td" \
-    -o "$out/$output"
+    -I"$(dirname "$td")" -I"$mlir_include" -I"$root/include" \
+    -I"$generated" "$td" -o "$out/$output"
 }
 
 mkdir -p "$out"

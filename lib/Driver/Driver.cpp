@@ -288,11 +288,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   for (const std::string &chip : options.targets)
     if (failed(checkTarget(inputLoc, chip)))
       return failure();
-  if (options.schedule != "table" && options.schedule != "wgmma" &&
-      options.schedule != "mma")
-    return emitError(inputLoc)
-           << "--schedule must be 'table', 'wgmma' or 'mma', got '"
-           << options.schedule << "'";
+  if (failed(verifyConvertKilnToGPUOptions(
+          options.kernel, [&] { return emitError(inputLoc); }, "--")))
+    return failure();
   FusionReport report;
   OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
@@ -386,7 +384,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   // shared memory, so the manifest (described from the portable module)
   // holds for both. Each target's PTX is serialised once: sm_90a's from the
   // copy, every other target's from the portable module.
-  bool hopper = options.wgmma && options.tensorCores &&
+  bool hopper = options.wgmma && options.kernel.tensorCores &&
                 llvm::is_contained(options.targets, "sm_90a");
   std::vector<std::string> portableChips;
   for (const std::string &chip : options.targets)
@@ -404,33 +402,19 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
                       llvm::StringMap<llvm::json::Value> &schedules,
                       function_ref<LogicalResult()> describe)
       -> FailureOr<std::vector<TargetPTX>> {
-    GPUPipelineOptions gpuOptions;
-    gpuOptions.targets = chips;
-    gpuOptions.kvBlockSize = options.kvBlockSize;
-    gpuOptions.rowsPerWarp = options.rowsPerWarp;
-    gpuOptions.tensorCores = options.tensorCores;
-    gpuOptions.allowTf32 = options.allowTf32;
-    gpuOptions.hopper = hopperVariant;
-    gpuOptions.warpSpecialize = options.warpSpecialize;
-    gpuOptions.warpSpecializeConsumers = options.warpSpecializeConsumers;
-    gpuOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
-    gpuOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
-    gpuOptions.warpSpecializePingPong = options.warpSpecializePingPong;
-    gpuOptions.warpSpecializePersistent = options.warpSpecializePersistent;
-    gpuOptions.schedule = options.schedule;
-    gpuOptions.blocksPerSM = options.blocksPerSM;
+    ConvertKilnToGPUOptions kernelOptions = options.kernel;
+    kernelOptions.hopper = hopperVariant;
     if (failed(runPipeline(target,
                            [&](OpPassManager &pm) {
-                             buildKernelGenerationPipeline(pm, gpuOptions);
+                             buildKernelGenerationPipeline(pm, kernelOptions);
                            })) ||
         failed(describe()))
       return failure();
     schedules = describeSchedules(target);
     if (chips.empty())
       return std::vector<TargetPTX>();
-    if (failed(runPipeline(target, [&](OpPassManager &pm) {
-          buildPTXPipeline(pm, gpuOptions);
-        })))
+    if (failed(runPipeline(
+            target, [&](OpPassManager &pm) { buildPTXPipeline(pm, chips); })))
       return failure();
     return extractPTX(target);
   };

@@ -29,28 +29,23 @@ void mlir::kiln::buildFusionPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
 }
 
-void mlir::kiln::buildKernelGenerationPipeline(OpPassManager &pm,
-                                         const GPUPipelineOptions &options) {
-  kiln::ConvertKilnToGPUOptions convertOptions;
-  convertOptions.kvBlockSize = options.kvBlockSize;
-  convertOptions.rowsPerWarp = options.rowsPerWarp;
-  convertOptions.tensorCores = options.tensorCores;
-  convertOptions.allowTf32 = options.allowTf32;
-  convertOptions.hopper = options.hopper;
-  convertOptions.warpSpecialize = options.warpSpecialize;
-  convertOptions.warpSpecializeConsumers = options.warpSpecializeConsumers;
-  convertOptions.warpSpecializeTileKeys = options.warpSpecializeTileKeys;
-  convertOptions.warpSpecializeOverlap = options.warpSpecializeOverlap;
-  convertOptions.warpSpecializePingPong = options.warpSpecializePingPong;
-  convertOptions.warpSpecializePersistent = options.warpSpecializePersistent;
-  convertOptions.schedule = options.schedule;
-  convertOptions.blocksPerSM = options.blocksPerSM;
-  pm.addPass(createConvertKilnToGPU(convertOptions));
+kiln::ConvertKilnToGPUOptions
+mlir::kiln::GPUPipelineOptions::kernelOptions() const {
+  ConvertKilnToGPUOptions options;
+#define KILN_KERNEL_OPTION(FIELD, FLAG, TYPE, DEFAULT, KILNC, DESCRIPTION)     \
+  options.FIELD = FIELD;
+#include "kiln/Conversion/KernelOptions.def"
+  return options;
+}
+
+void mlir::kiln::buildKernelGenerationPipeline(
+    OpPassManager &pm, const ConvertKilnToGPUOptions &options) {
+  pm.addPass(createConvertKilnToGPU(options));
 }
 
 void mlir::kiln::buildPTXPipeline(OpPassManager &pm,
-                            const GPUPipelineOptions &options) {
-  for (const std::string &chip : options.targets) {
+                                  ArrayRef<std::string> targets) {
+  for (const std::string &chip : targets) {
     GpuNVVMAttachTargetOptions attach;
     attach.chip = chip;
     // PTX ISA 8.0 is what sm_90a first needs and what CUDA 12.0+ accepts.
@@ -74,8 +69,8 @@ void mlir::kiln::buildPTXPipeline(OpPassManager &pm,
 
 void mlir::kiln::buildGPUPipeline(OpPassManager &pm,
                             const GPUPipelineOptions &options) {
-  buildKernelGenerationPipeline(pm, options);
-  buildPTXPipeline(pm, options);
+  buildKernelGenerationPipeline(pm, options.kernelOptions());
+  buildPTXPipeline(pm, options.targets);
 }
 
 void mlir::kiln::registerPipelines() {

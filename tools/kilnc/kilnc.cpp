@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "kiln/Conversion/Passes.h"
 #include "kiln/Driver/Driver.h"
 #include "kiln/InitAll.h"
 
@@ -74,83 +75,34 @@ static cl::list<std::string>
             cl::CommaSeparated, cl::value_desc("sm_XX,..."),
             cl::cat(kilncCategory));
 
-static cl::opt<int64_t> kvBlockSize("kv-block-size",
-                                    cl::desc("Keys per shared-memory stage"),
-                                    cl::init(32), cl::Hidden,
-                                    cl::cat(kilncCategory));
-static cl::opt<int64_t> rowsPerWarp("rows-per-warp",
-                                    cl::desc("Query rows per warp"),
-                                    cl::init(4), cl::Hidden,
-                                    cl::cat(kilncCategory));
-static cl::opt<bool>
-    tensorCores("tensor-cores",
-                cl::desc("Use the tensor-core kernels: mma.sync/wgmma for f16 "
-                         "and bf16 sites, TF32 with split operands for f32 "
-                         "sites (default on; =0 for the scalar kernel)"),
-                cl::init(true), cl::cat(kilncCategory));
 static cl::opt<bool>
     wgmma("wgmma",
           cl::desc("For sm_90a, the Hopper (wgmma) variant of the tensor-core "
                    "kernel (default on; "
                    "=0 for mma.sync on every target)"),
           cl::init(true), cl::cat(kilncCategory));
-static cl::opt<bool> warpSpecialize(
-    "warp-specialize",
-    cl::desc("For sm_90a, also the warp-specialised prefill kernel (TMA "
-             "copies from a producer warp, two wgmma consumer warpgroups, "
-             "three at head dim 64) "
-             "for f16 and bf16 sites whose head dims are equal multiples of "
-             "64 up to 256, with their masks, bias and softcap; the runtime "
-             "launches it where TMA can describe the views (default on)"),
-    cl::init(true), cl::cat(kilncCategory));
-static cl::opt<int64_t> warpSpecializeConsumers(
-    "warp-specialize-consumers",
-    cl::desc("Consumer warpgroups of the warp-specialised kernels, 2 or 3 "
-             "(default: from the schedule table or the rules; for tuning)"),
-    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<int64_t> warpSpecializeTileKeys(
-    "warp-specialize-tile-keys",
-    cl::desc("Keys a K/V tile of the warp-specialised kernels, 64 or 128 "
-             "(default: from the schedule table or the rules; for tuning)"),
-    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<bool> warpSpecializeOverlap(
-    "warp-specialize-overlap",
-    cl::desc("In the warp-specialised kernels, run each tile's softmax "
-             "while the previous tile's P·V runs (=0: one tile after "
-             "another; default: from the schedule table or the rules; for "
-             "tuning)"),
-    cl::init(true), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<bool> warpSpecializePingPong(
-    "warp-specialize-ping-pong",
-    cl::desc("In the warp-specialised kernels with the overlap and two "
-             "consumer warpgroups, make them take turns to issue their "
-             "products (default: from the schedule table or the rules; for "
-             "tuning)"),
-    cl::init(false), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<bool> warpSpecializePersistent(
-    "warp-specialize-persistent",
-    cl::desc("Run the warp-specialised kernels as one block an SM walking "
-             "the work items (query block, head, sequence) rather than a "
-             "block an item (default: from the rules; for tuning)"),
-    cl::init(false), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<bool> allowTf32(
-    "allow-tf32",
-    cl::desc("Run f32 sites on one TF32 product per product: Q, K, V and "
-             "the probabilities rounded to TF32 (10 mantissa bits), f32 "
-             "accumulation and softmax; about 4e-4 relative error instead of "
-             "about 1e-6 (default off: three TF32 products with split "
-             "operands, f32's accuracy)"),
-    cl::init(false), cl::cat(kilncCategory));
-static cl::opt<std::string>
-    schedule("schedule",
-             cl::desc("sm_90a tensor-core variant: table (default: the "
-                      "shipped table of measured schedules), wgmma or mma"),
-             cl::init("table"), cl::Hidden, cl::cat(kilncCategory));
-static cl::opt<int64_t> blocksPerSM(
-    "blocks-per-sm",
-    cl::desc("Blocks per SM the tensor-core kernels' registers leave room "
-             "for (default -1: from the schedule)"),
-    cl::init(-1), cl::Hidden, cl::cat(kilncCategory));
+
+// The kernel generation's flags, bound to the options kilnc compiles with:
+// one per entry of KernelOptions.def.
+static kiln::ConvertKilnToGPUOptions kernelOptions;
+#define KILNC_Flag(FIELD, FLAG, TYPE, DEFAULT, DESCRIPTION)                    \
+  static cl::opt<TYPE, true> FIELD##Flag(                                      \
+      FLAG, cl::desc(DESCRIPTION), cl::location(kernelOptions.FIELD),          \
+      cl::init(DEFAULT), cl::cat(kilncCategory));
+#define KILNC_HiddenFlag(FIELD, FLAG, TYPE, DEFAULT, DESCRIPTION)              \
+  static cl::opt<TYPE, true> FIELD##Flag(                                      \
+      FLAG, cl::desc(DESCRIPTION), cl::location(kernelOptions.FIELD),          \
+      cl::init(DEFAULT), cl::Hidden, cl::cat(kilncCategory));
+// A tuning switch: -1 (the schedule table's or the rules' choice) unless
+// given; `--FLAG` alone or `=1` is 1, `=0` is 0.
+#define KILNC_HiddenSwitch(FIELD, FLAG, TYPE, DEFAULT, DESCRIPTION)            \
+  static cl::opt<bool> FIELD##Flag(                                            \
+      FLAG, cl::desc(DESCRIPTION), cl::Hidden, cl::cat(kilncCategory),         \
+      cl::cb<void, bool>([](bool given) { kernelOptions.FIELD = given; }));
+#define KILNC_NotAFlag(FIELD, FLAG, TYPE, DEFAULT, DESCRIPTION)
+#define KILN_KERNEL_OPTION(FIELD, FLAG, TYPE, DEFAULT, KILNC, DESCRIPTION)     \
+  KILNC_##KILNC(FIELD, FLAG, TYPE, DEFAULT, DESCRIPTION)
+#include "kiln/Conversion/KernelOptions.def"
 
 static cl::opt<std::string> paddedRows(
     "padded-rows",
@@ -237,7 +189,7 @@ int main(int argc, char **argv) {
     }
     options.pagedKvPageSize = pageSize;
   }
-  for (StringRef binding : bindDims) {
+  for (StringRef binding : ::bindDims) {
     auto [name, value] = binding.split('=');
     int64_t size = 0;
     if (name.empty() || value.getAsInteger(10, size) || size <= 0) {
@@ -249,23 +201,8 @@ int main(int argc, char **argv) {
   }
   if (!targets.empty())
     options.targets.assign(targets.begin(), targets.end());
-  options.kvBlockSize = kvBlockSize;
-  options.rowsPerWarp = rowsPerWarp;
-  options.tensorCores = tensorCores;
   options.wgmma = wgmma;
-  options.warpSpecialize = warpSpecialize;
-  // Unset schedule options leave the choice to the table or the rules.
-  auto given = [](const cl::opt<bool> &option) -> int64_t {
-    return option.getNumOccurrences() ? int64_t(option) : -1;
-  };
-  options.warpSpecializeConsumers = warpSpecializeConsumers;
-  options.warpSpecializeTileKeys = warpSpecializeTileKeys;
-  options.warpSpecializeOverlap = given(warpSpecializeOverlap);
-  options.warpSpecializePingPong = given(warpSpecializePingPong);
-  options.warpSpecializePersistent = given(warpSpecializePersistent);
-  options.allowTf32 = allowTf32;
-  options.schedule = schedule;
-  options.blocksPerSM = blocksPerSM;
+  options.kernel = kernelOptions;
   bool compiled = succeeded(kiln::compile(options, context, llvm::outs()));
   if (statistics)
     llvm::PrintStatistics(llvm::errs());

@@ -24,6 +24,15 @@ namespace mlir::kiln {
 #define GEN_PASS_REGISTRATION
 #include "kiln/Conversion/Passes.h.inc"
 
+/// Checks the options of convert-kiln-to-gpu that need no site: the one
+/// place they are checked (by the pass before anything else, and by kilnc
+/// before it reads its input). Each message names the option as
+/// `flagPrefix` followed by its name ("--" for kilnc's flags).
+LogicalResult
+verifyConvertKilnToGPUOptions(const ConvertKilnToGPUOptions &options,
+                              function_ref<InFlightDiagnostic()> emitError,
+                              StringRef flagPrefix = "");
+
 } // namespace mlir::kiln
 
 #endif // KILN_CONVERSION_PASSES_H

@@ -8,6 +8,8 @@
 #define KILN_CONVERSION_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
+// Generated from KernelOptions.def (CMakeLists.txt).
+include "kiln/Conversion/KernelOptions.td"
 
 def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
   let summary = "Generate a tiled online-softmax GPU kernel per attention site";
@@ -48,67 +50,9 @@ def ConvertKilnToGPU : Pass<"convert-kiln-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::memref::MemRefDialect", "::mlir::LLVM::LLVMDialect",
     "::mlir::NVVM::NVVMDialect"
   ];
-  let options = [
-    Option<"kvBlockSize", "kv-block-size", "int64_t", "32",
-           "Keys staged in shared memory per iteration (a multiple of 32)">,
-    Option<"rowsPerWarp", "rows-per-warp", "int64_t", "4",
-           "Query rows each warp of the scalar kernel owns">,
-    Option<"tensorCores", "tensor-cores", "bool", "true",
-           "Use the mma.sync kernel for f16 and bf16 sites whose head dim "
-           "it supports (a multiple of 8 up to 256), and the TF32 kernel "
-           "with split operands (3xTF32, f32's accuracy) for f32 sites "
-           "whose head dims are multiples of 8 up to 256; the scalar kernel "
-           "otherwise">,
-    Option<"allowTf32", "allow-tf32", "bool", "false",
-           "Run f32 sites on one TF32 product per product (mma.sync "
-           "m16n8k8: Q, K, P and V rounded to TF32, f32 accumulation and "
-           "softmax) where the TF32 kernel supports the head dims "
-           "(multiples of 8 up to 256, V's its own), rather than on the "
-           "split-operand default">,
-    Option<"hopper", "hopper", "bool", "false",
-           "Build the sm_90a variant of the tensor-core kernel (wgmma on "
-           "swizzled shared tiles) where a site's head dims are multiples of "
-           "64; the module then serves sm_90a only">,
-    Option<"warpSpecialize", "warp-specialize", "bool", "true",
-           "With hopper: also build the warp-specialised kernel (TMA "
-           "producer warp, two wgmma consumer warpgroups, three at head dim "
-           "64) for kiln.attention "
-           "f16/bf16 sites (masks, bias and softcap included) whose head "
-           "dims (Q's and K's, and V's) are multiples of 8 from 16 to 256; "
-           "the runtime launches it for prefill shapes whose views TMA can "
-           "describe">,
-    Option<"warpSpecializeConsumers", "warp-specialize-consumers",
-           "int64_t", "-1",
-           "Consumer warpgroups of the warp-specialised kernels, 2 or 3 "
-           "(-1: from the schedule table or the rules), for tuning">,
-    Option<"warpSpecializeTileKeys", "warp-specialize-tile-keys", "int64_t",
-           "-1",
-           "Keys a K/V tile of the warp-specialised kernels, 64 or 128 (-1: "
-           "from the schedule table or the rules), for tuning">,
-    Option<"warpSpecializeOverlap", "warp-specialize-overlap", "int64_t",
-           "-1",
-           "1: in the warp-specialised kernels, run each tile's softmax "
-           "while the previous tile's P·V product runs; 0: one tile after "
-           "another (-1: from the schedule table or the rules), for tuning">,
-    Option<"warpSpecializePingPong", "warp-specialize-ping-pong", "int64_t",
-           "-1",
-           "1: in the warp-specialised kernels with the overlap and two "
-           "consumers, make the consumers take turns to issue their "
-           "products (named barriers); 0: not (-1: from the schedule table "
-           "or the rules), for tuning">,
-    Option<"warpSpecializePersistent", "warp-specialize-persistent",
-           "int64_t", "-1",
-           "1: the warp-specialised kernels run one block an SM over the "
-           "work items (query block, head, sequence); 0: a block an item "
-           "(-1: from the rules), for tuning">,
-    Option<"schedule", "schedule", "std::string", "\"table\"",
-           "Tensor-core kernel variant on sm_90a: 'table' (the shipped "
-           "table of measured schedules, else the rules), 'wgmma' or 'mma' "
-           "(forced, for tuning)">,
-    Option<"blocksPerSM", "blocks-per-sm", "int64_t", "-1",
-           "Blocks per SM the tensor-core kernel's registers leave room for "
-           "(-1: from the schedule; 0: as ptxas allocates), for tuning">
-  ];
+  // KernelOptions.def: the one list of these options, which
+  // kiln-gpu-pipeline and kilnc offer too.
+  let options = KilnKernelOptions;
 }
 
 def MarkTensorMapArguments

@@ -8,6 +8,8 @@
 #ifndef KILN_DRIVER_DRIVER_H
 #define KILN_DRIVER_DRIVER_H
 
+#include "kiln/Conversion/Passes.h"
+
 #include "mlir/Support/LLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -42,34 +44,12 @@ struct CompileOptions {
   uint64_t seed = 0;
   /// Static sizes for symbolic ONNX input dimensions (`--bind-dims`).
   std::map<std::string, int64_t> dimBindings;
-  int64_t kvBlockSize = 32;
-  int64_t rowsPerWarp = 4;
-  /// f16 and bf16 sites get the mma.sync kernel (`--tensor-cores`).
-  bool tensorCores = true;
-  /// sm_90a gets the wgmma variant of the tensor-core kernel (`--wgmma`).
+  /// sm_90a gets the wgmma variants of the tensor-core kernels (`--wgmma`):
+  /// its kernels are generated with `kernel.hopper`.
   bool wgmma = true;
-  /// With wgmma: sm_90a also gets the warp-specialised kernels
-  /// (`--warp-specialize`).
-  bool warpSpecialize = true;
-  /// The warp-specialised kernels' schedule, forced for tuning: consumer
-  /// warpgroups (`--warp-specialize-consumers`), keys a tile
-  /// (`--warp-specialize-tile-keys`), each tile's softmax overlapping the
-  /// previous tile's P·V (`--warp-specialize-overlap`, 0 or 1), the two
-  /// consumers' turns (`--warp-specialize-ping-pong`, 0 or 1), one block
-  /// an SM over the work items (`--warp-specialize-persistent`, 0 or 1);
-  /// -1 takes the schedule table's or the rules'.
-  int64_t warpSpecializeConsumers = -1;
-  int64_t warpSpecializeTileKeys = -1;
-  int64_t warpSpecializeOverlap = -1;
-  int64_t warpSpecializePingPong = -1;
-  int64_t warpSpecializePersistent = -1;
-  /// f32 sites run one TF32 product per product rather than three with
-  /// split operands (`--allow-tf32`).
-  bool allowTf32 = false;
-  /// Forces the sm_90a variant ("wgmma", "mma") and the blocks per SM
-  /// (>= 0) instead of the schedule table, for tuning.
-  std::string schedule = "table";
-  int64_t blocksPerSM = -1;
+  /// The kernel generation's options (KernelOptions.def; kilnc's flags of
+  /// the same names).
+  ConvertKilnToGPUOptions kernel;
   /// Rows that see no key may differ from the graph (`--padded-rows=free`).
   bool paddedRowsFree = false;
   /// Graph inputs (ONNX input names, or MLIR arguments' `onnx.name`) that the

@@ -91,14 +91,13 @@ struct ConvertKilnToGPUPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (kvBlockSize <= 0 || kvBlockSize % kWarpSize != 0) {
-      module.emitError("kv-block-size must be a positive multiple of 32");
+    ConvertKilnToGPUOptions options;
+#define KILN_KERNEL_OPTION(FIELD, FLAG, TYPE, DEFAULT, KILNC, DESCRIPTION)     \
+  options.FIELD = FIELD;
+#include "kiln/Conversion/KernelOptions.def"
+    if (failed(verifyConvertKilnToGPUOptions(
+            options, [&] { return module.emitError(); })))
       return signalPassFailure();
-    }
-    if (rowsPerWarp <= 0) {
-      module.emitError("rows-per-warp must be positive");
-      return signalPassFailure();
-    }
     SmallVector<Operation *> sites;
     module.walk([&](Operation *op) {
       if (isa<AttentionOp, PagedAttentionOp>(op))
@@ -117,11 +116,6 @@ struct ConvertKilnToGPUPass
           gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModuleName);
     }
     SymbolTable kernels(gpuModule);
-    if (schedule != "table" && schedule != "wgmma" && schedule != "mma") {
-      module.emitError("schedule must be 'table', 'wgmma' or 'mma', got '")
-          << schedule << "'";
-      return signalPassFailure();
-    }
 
     int64_t siteIndex = 0;
     for (Operation *site : sites) {
@@ -567,3 +561,19 @@ struct MarkTensorMapArgumentsPass
 };
 
 } // namespace
+
+LogicalResult mlir::kiln::verifyConvertKilnToGPUOptions(
+    const ConvertKilnToGPUOptions &options,
+    function_ref<InFlightDiagnostic()> emitError, StringRef flagPrefix) {
+  if (options.kvBlockSize <= 0 || options.kvBlockSize % kWarpSize != 0)
+    return emitError() << flagPrefix
+                       << "kv-block-size must be a positive multiple of 32";
+  if (options.rowsPerWarp <= 0)
+    return emitError() << flagPrefix << "rows-per-warp must be positive";
+  if (options.schedule != "table" && options.schedule != "wgmma" &&
+      options.schedule != "mma")
+    return emitError() << flagPrefix
+                       << "schedule must be 'table', 'wgmma' or 'mma', got '"
+                       << options.schedule << "'";
+  return success();
+}
