@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import site_cache as _cache
-from .regions import copy_into, graph_module
+from .regions import copy_into, graph_module, walk_up
 from .site import SiteSpec
 
 __all__ = ["Choice", "SCORES_TIMED", "choose", "largest_value"]
@@ -66,24 +66,10 @@ def _subgraph(output: Any, stops: Sequence[Any]) -> Tuple[List[Any], List[Any]]:
     walk reaches without passing a stop."""
     stops = list(dict.fromkeys(stops))
     stop_set = set(stops)
-    needed, leaves, seen = set(), [], set()
-    pending = [output]
-    while pending:
-        node = pending.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node in stop_set:
-            continue
-        if node.op in ("placeholder", "get_attr"):
-            leaves.append(node)
-            continue
-        needed.add(node)
-        pending.extend(node.all_input_nodes)
-    order = {node: position for position, node in enumerate(output.graph.nodes)}
-    body = sorted(needed, key=order.__getitem__)
-    leaves = [s for s in stops if s in seen] + sorted(leaves, key=order.__getitem__)
-    return body, leaves
+    body, leaves = walk_up(output, lambda node: node in stop_set
+                           or node.op in ("placeholder", "get_attr"))
+    return body, ([s for s in stops if s in leaves]
+                  + [leaf for leaf in leaves if leaf not in stop_set])
 
 
 def _structure(body: Sequence[Any], leaves: Sequence[Any], values: Sequence[Any],

@@ -80,9 +80,11 @@ def _product_of(softmax: Any) -> Optional[Any]:
     return None
 
 
-def _grow(output: Any) -> Optional[Tuple[List[Any], List[Any]]]:
-    """The attention ops `output` is computed with and the values they
-    read, or None when the region grows past _MOST_NODES."""
+def walk_up(output: Any, is_leaf: Callable[[Any], bool],
+            most: Optional[int] = None) -> Optional[Tuple[List[Any], List[Any]]]:
+    """The nodes `output` is computed from up to the nodes `is_leaf` stops
+    at (`output` itself is never a leaf), and those leaves, each in graph
+    order; None when more than `most` nodes would be taken."""
     body, leaves, seen = set(), [], set()
     pending = [output]
     while pending:
@@ -90,18 +92,27 @@ def _grow(output: Any) -> Optional[Tuple[List[Any], List[Any]]]:
         if node in seen:
             continue
         seen.add(node)
-        name = _name(node)
-        if name is None or name not in _ATTENTION_OPS or (
-                node is not output and name == "scaled_dot_product_attention"):
+        if node is not output and is_leaf(node):
             leaves.append(node)
             continue
         body.add(node)
-        if len(body) > _MOST_NODES:
+        if most is not None and len(body) > most:
             return None
         pending.extend(node.all_input_nodes)
     order = {node: position for position, node in enumerate(output.graph.nodes)}
     return (sorted(body, key=order.__getitem__),
             sorted(leaves, key=order.__getitem__))
+
+
+def _grow(output: Any) -> Optional[Tuple[List[Any], List[Any]]]:
+    """The attention ops `output` is computed with and the values they
+    read, or None when the region grows past _MOST_NODES."""
+    def is_leaf(node: Any) -> bool:
+        name = _name(node)
+        return (name is None or name not in _ATTENTION_OPS
+                or name == "scaled_dot_product_attention")
+
+    return walk_up(output, is_leaf, _MOST_NODES)
 
 
 def regions(graph: Any) -> List[Region]:
