@@ -156,6 +156,38 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
   return kinds;
 }
 
+GridRule AttentionKernelBuilder::gridRule() const {
+  assert((!spec.problem.ragged || spec.launch.packQueryHeads) &&
+         "ragged kernels pack query heads");
+  GridRule rule = attentionGridRule(spec.problem.ragged,
+                                    spec.launch.packQueryHeads,
+                                    spec.launch.splitKV);
+  rule.persistent = spec.variant.persistent;
+  rule.persistentUpToKvLen =
+      spec.variant.persistent ? spec.variant.persistentUpToKeys : 0;
+  return rule;
+}
+
+KernelContract AttentionKernelBuilder::contract() const {
+  KernelContract contract;
+  contract.kind = spec.problem.paged ? KernelKind::PagedAttention
+                                     : KernelKind::Attention;
+  contract.threadsPerBlock = threadsPerBlock();
+  contract.rowsPerBlock = rowsPerBlock();
+  contract.kvBlockSize = kvBlockSize();
+  contract.staticSharedBytes = sharedBytes();
+  contract.dynamicSharedBytes = dynamicSharedBytes();
+  contract.setArguments(argumentNames(), argumentKinds());
+  contract.grid = gridRule();
+  contract.packsQueryHeads = packsQueryHeads();
+  contract.ragged = spec.problem.ragged;
+  contract.clusterSplits = spec.launch.clusterSplits;
+  contract.tensorMaps = tensorMaps();
+  if (spec.variant.tf32)
+    contract.math = spec.variant.tf32Split ? "3xtf32" : "tf32";
+  return contract;
+}
+
 Value KernelBuilderBase::constIndex(int64_t value) {
   return arith::ConstantIndexOp::create(*b, value);
 }

@@ -11,6 +11,7 @@
 #ifndef KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
 #define KILN_LIB_CONVERSION_KILNTOGPU_ATTENTIONKERNEL_H
 
+#include "kiln/Conversion/KilnToGPU/KernelContract.h"
 #include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -131,6 +132,9 @@ struct KernelVariant {
   /// block, head, sequence) in turn, its producer loading the next item's
   /// Q and tiles while the consumers finish the last (not part of name()).
   bool persistent = false;
+  /// With persistent: launched so only up to this many keys (0: always;
+  /// see WarpSpecializedSchedule::persistentUpToKeys; not part of name()).
+  int64_t persistentUpToKeys = 0;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   /// FP8 caches on targets with cvt.rn.f16x2.e4m3x2 (sm_89 on): the
@@ -362,6 +366,13 @@ public:
   /// Whether grid y runs over KV heads with a group's query heads packed
   /// into each block's rows (see LaunchProtocol::packQueryHeads).
   bool packsQueryHeads() const { return spec.launch.packQueryHeads; }
+  /// How the grid covers the work: the rule the prologue maps its block
+  /// by (scheduleBlock, bindHeads) and the manifest states.
+  GridRule gridRule() const;
+  /// What the kernel promises its launcher: block, grid, shared memory, the
+  /// argument ABI, tensor maps, the products' precision. The pass adds
+  /// what the builder does not know: schedules, targets, companions.
+  KernelContract contract() const;
 
   /// Names of the kernel arguments, in order.
   SmallVector<std::string> argumentNames() const;
@@ -382,6 +393,8 @@ protected:
   /// (past the band) again for query blocks with a row that saw no key; if
   /// not, nothing is skipped when masked_score is set.
   virtual bool revisitsSkippedKeys() const { return false; }
+  /// The tensor-map arguments and what each describes.
+  virtual SmallVector<TensorMapFacts> tensorMaps() const { return {}; }
   /// Workgroup memory attributions of the gpu.func.
   virtual SmallVector<Type> workgroupBuffers(MLIRContext *ctx) const {
     return {};
@@ -586,6 +599,9 @@ SmallVector<std::string> splitCombineArgumentKinds(bool ragged = false);
 gpu::GPUFuncOp buildSplitCombineKernel(OpBuilder &moduleBuilder, Location loc,
                                        Type elementType, int64_t valueDim,
                                        bool waitForGrid, bool ragged = false);
+/// The contract of that kernel.
+KernelContract splitCombineContract(Type elementType, int64_t valueDim,
+                                    bool ragged);
 
 /// Threads of a paged-append block (one new token a block).
 inline constexpr int64_t kAppendThreads = 128;
@@ -605,6 +621,9 @@ gpu::GPUFuncOp buildPagedAppendKernel(OpBuilder &moduleBuilder, Location loc,
                                       Type elementType, int64_t headDim,
                                       int64_t valueDim, bool fp8Cache = false,
                                       bool perHeadScales = false);
+/// The contract of that kernel.
+KernelContract pagedAppendContract(Type elementType, int64_t headDim,
+                                   int64_t valueDim, bool fp8Cache);
 
 /// The warp-specialised sm_90a kernel (KernelVariant::warpSpecialized).
 std::unique_ptr<AttentionKernelBuilder>

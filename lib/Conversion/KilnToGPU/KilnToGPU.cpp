@@ -39,13 +39,6 @@ using namespace mlir::kiln::detail;
 
 namespace {
 
-ArrayAttr stringArray(OpBuilder &builder, ArrayRef<std::string> values) {
-  SmallVector<Attribute> attrs;
-  for (const std::string &value : values)
-    attrs.push_back(builder.getStringAttr(value));
-  return builder.getArrayAttr(attrs);
-}
-
 /// Checks that `op` is something the kernel generator supports.
 LogicalResult checkSupported(AttentionOp op, bool tensorCores,
                              bool allowTf32) {
@@ -187,49 +180,27 @@ struct ConvertKilnToGPUPass
         OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
         gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
         kernels.insert(func);
-        DictionaryAttr info = makeKernelInfo(builder, *kernel);
-        if (spec.variant.tf32) {
-          // The products' precision, for the manifest.
-          NamedAttrList fields(info);
-          fields.set("math", builder.getStringAttr(
-                                 spec.variant.tf32Split ? "3xtf32" : "tf32"));
-          info = fields.getDictionary(builder.getContext());
-        }
-        if (spec.variant.tensorCores) {
-          // The schedule, for the manifest.
-          NamedAttrList fields(info);
-          fields.set(
-              "schedule",
-              builder.getDictionaryAttr({
-                  builder.getNamedAttr(
-                      "variant", builder.getStringAttr(
-                                     chosen.wgmma ? "wgmma" : "mma.sync")),
-                  builder.getNamedAttr(
-                      "blocks_per_sm",
-                      builder.getI64IntegerAttr(chosen.blocksPerSM)),
-                  builder.getNamedAttr("from",
-                                       builder.getStringAttr(chosen.from)),
-              }));
-          info = fields.getDictionary(builder.getContext());
-        }
+        KernelContract contract = kernel->contract();
+        if (spec.variant.tensorCores)
+          contract.schedule = MmaScheduleFacts{
+              chosen.wgmma ? "wgmma" : "mma.sync", chosen.blocksPerSM,
+              chosen.from};
         // A companion kernel shared by every kernel with the same `name`
-        // (built once), named in this kernel's info under `field`.
-        auto companion = [&](StringRef field, const std::string &name,
+        // (built once, with its own contract); returns that name.
+        auto companion = [&](const std::string &name,
                              function_ref<gpu::GPUFuncOp()> build,
-                             DictionaryAttr companionInfo) {
+                             function_ref<KernelContract()> companionContract) {
           if (!kernels.lookup(name)) {
             gpu::GPUFuncOp kernel = build();
             kernels.insert(kernel);
-            kernel->setAttr(kKernelInfoAttrName, companionInfo);
+            kernel->setAttr(kKernelInfoAttrName,
+                            companionContract().toAttr(builder.getContext()));
           }
-          NamedAttrList fields(info);
-          fields.set(field, builder.getStringAttr(name));
-          info = fields.getDictionary(builder.getContext());
+          return name;
         };
         // The kernel that reduces its splits, by output type.
         if (spec.launch.splitKV)
-          companion(
-              "combine_kernel",
+          contract.combineKernel = companion(
               splitCombineKernelName(spec.problem.elementType,
                                      spec.problem.valueDim(),
                                      spec.problem.ragged),
@@ -239,12 +210,15 @@ struct ConvertKilnToGPUPass
                     spec.problem.valueDim(), /*waitForGrid=*/hopper,
                     spec.problem.ragged);
               },
-              makeCombineInfo(builder, spec));
+              [&] {
+                return splitCombineContract(spec.problem.elementType,
+                                            spec.problem.valueDim(),
+                                            spec.problem.ragged);
+              });
         // The cache append of the site's caches, by element type and head
         // dims.
         if (spec.problem.paged)
-          companion(
-              "append_kernel",
+          contract.appendKernel = companion(
               pagedAppendKernelName(
                   spec.problem.elementType, spec.problem.headDim,
                   spec.problem.valueDim(), spec.problem.fp8Cache,
@@ -255,8 +229,13 @@ struct ConvertKilnToGPUPass
                     spec.problem.headDim, spec.problem.valueDim(),
                     spec.problem.fp8Cache, spec.problem.perHeadScales);
               },
-              makeAppendInfo(builder, spec));
-        func->setAttr(kKernelInfoAttrName, info);
+              [&] {
+                return pagedAppendContract(
+                    spec.problem.elementType, spec.problem.headDim,
+                    spec.problem.valueDim(), spec.problem.fp8Cache);
+              });
+        func->setAttr(kKernelInfoAttrName,
+                      contract.toAttr(builder.getContext()));
       }
       // The warp-specialised kernel folds the scale into its exponents'
       // FMAs, which takes a positive scale (a row's largest score then
@@ -326,6 +305,7 @@ struct ConvertKilnToGPUPass
     spec.variant.overlapSoftmax = schedule.overlap;
     spec.variant.pingPong = schedule.pingPong;
     spec.variant.persistent = schedule.persistent;
+    spec.variant.persistentUpToKeys = schedule.persistentUpToKeys;
     std::string name = spec.name();
     if (kernels.lookup(name))
       return name;
@@ -337,26 +317,14 @@ struct ConvertKilnToGPUPass
     OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
     gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
     kernels.insert(func);
-    NamedAttrList fields(makeKernelInfo(builder, *kernel));
-    fields.set("targets", builder.getStrArrayAttr({"sm_90a"}));
+    KernelContract contract = kernel->contract();
+    contract.targets = {"sm_90a"};
     // Its schedule, for the manifest: the table's, the rules' or forced.
-    const char *from = schedule.from;
-    int64_t upToKeys = schedule.persistentUpToKeys;
-    schedule = warpSpecializedSchedule(spec);
-    NamedAttrList warp;
-    warp.set("consumers", builder.getI64IntegerAttr(schedule.consumers));
-    warp.set("kv_block_size", builder.getI64IntegerAttr(schedule.tileKeys));
-    warp.set("overlap", builder.getBoolAttr(schedule.overlap));
-    warp.set("ping_pong", builder.getBoolAttr(schedule.pingPong));
-    warp.set("from", builder.getStringAttr(from));
-    // (Said only when set: the grid is then the SMs', see Package.cpp.)
-    if (schedule.persistent)
-      warp.set("persistent", builder.getBoolAttr(true));
-    if (schedule.persistent && upToKeys)
-      warp.set("persistent_up_to_kv_len", builder.getI64IntegerAttr(upToKeys));
-    fields.set("warp_schedule", warp.getDictionary(builder.getContext()));
-    func->setAttr(kKernelInfoAttrName,
-                  fields.getDictionary(builder.getContext()));
+    WarpSpecializedSchedule built = warpSpecializedSchedule(spec);
+    contract.warpSchedule =
+        WarpScheduleFacts{built.consumers, built.tileKeys, built.overlap,
+                          built.pingPong, schedule.from};
+    func->setAttr(kKernelInfoAttrName, contract.toAttr(builder.getContext()));
     return name;
   }
 
@@ -453,80 +421,6 @@ struct ConvertKilnToGPUPass
     spec.launch.packQueryHeads = true;
     spec.launch.splitKV = true;
     return success();
-  }
-
-  /// The launch facts every kernel has: block, rows per block, key block,
-  /// shared memory and the argument ABI.
-  SmallVector<NamedAttribute>
-  launchFacts(OpBuilder &builder, int64_t rowsPerBlock, int64_t threads,
-              int64_t kvBlockSize, int64_t staticShared, int64_t dynamicShared,
-              ArrayRef<std::string> argNames, ArrayRef<std::string> argKinds) {
-    return {builder.getNamedAttr("rows_per_block",
-                                 builder.getI64IntegerAttr(rowsPerBlock)),
-            builder.getNamedAttr("threads_per_block",
-                                 builder.getI64IntegerAttr(threads)),
-            builder.getNamedAttr("kv_block_size",
-                                 builder.getI64IntegerAttr(kvBlockSize)),
-            builder.getNamedAttr("static_shared_bytes",
-                                 builder.getI64IntegerAttr(staticShared)),
-            builder.getNamedAttr("dynamic_shared_bytes",
-                                 builder.getI64IntegerAttr(dynamicShared)),
-            builder.getNamedAttr("arg_names", stringArray(builder, argNames)),
-            builder.getNamedAttr("arg_kinds", stringArray(builder, argKinds))};
-  }
-
-  /// The facts of the split-KV combine kernel of `spec`'s output.
-  DictionaryAttr makeCombineInfo(OpBuilder &builder, const KernelSpec &spec) {
-    SmallVector<NamedAttribute> fields = launchFacts(
-        builder, kCombineRowsPerBlock, kCombineThreads, /*kvBlockSize=*/0,
-        /*staticShared=*/0, /*dynamicShared=*/0,
-        splitCombineArgumentNames(spec.problem.ragged),
-        splitCombineArgumentKinds(spec.problem.ragged));
-    fields.push_back(
-        builder.getNamedAttr("kind", builder.getStringAttr("split_combine")));
-    fields.push_back(builder.getNamedAttr(
-        "dtype",
-        builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
-    fields.push_back(builder.getNamedAttr(
-        "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
-    if (spec.problem.ragged)
-      fields.push_back(builder.getNamedAttr("ragged", builder.getUnitAttr()));
-    return builder.getDictionaryAttr(fields);
-  }
-
-  /// The facts of the paged cache's append kernel of `spec`'s caches.
-  DictionaryAttr makeAppendInfo(OpBuilder &builder, const KernelSpec &spec) {
-    SmallVector<NamedAttribute> fields = launchFacts(
-        builder, /*rowsPerBlock=*/1, kAppendThreads, /*kvBlockSize=*/0,
-        /*staticShared=*/0, /*dynamicShared=*/0, pagedAppendArgumentNames(),
-        pagedAppendArgumentKinds());
-    fields.push_back(
-        builder.getNamedAttr("kind", builder.getStringAttr("paged_append")));
-    fields.push_back(builder.getNamedAttr(
-        "dtype",
-        builder.getStringAttr(getElementTypeName(spec.problem.elementType))));
-    fields.push_back(builder.getNamedAttr(
-        "cache_dtype",
-        builder.getStringAttr(spec.problem.fp8Cache
-                                  ? std::string("f8e4m3")
-                                  : getElementTypeName(
-                                        spec.problem.elementType))));
-    fields.push_back(builder.getNamedAttr(
-        "head_dim", builder.getI64IntegerAttr(spec.problem.headDim)));
-    fields.push_back(builder.getNamedAttr(
-        "v_head_dim", builder.getI64IntegerAttr(spec.problem.valueDim())));
-    return builder.getDictionaryAttr(fields);
-  }
-
-  DictionaryAttr makeKernelInfo(OpBuilder &builder,
-                                const AttentionKernelBuilder &kernel) {
-    SmallVector<NamedAttribute> fields = launchFacts(
-        builder, kernel.rowsPerBlock(), kernel.threadsPerBlock(),
-        kernel.kvBlockSize(), kernel.sharedBytes(), kernel.dynamicSharedBytes(),
-        kernel.argumentNames(), kernel.argumentKinds());
-    fields.push_back(builder.getNamedAttr(
-        "packs_query_heads", builder.getBoolAttr(kernel.packsQueryHeads())));
-    return builder.getDictionaryAttr(fields);
   }
 };
 

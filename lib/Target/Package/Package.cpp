@@ -7,6 +7,7 @@
 
 #include "kiln/Target/Package/Package.h"
 
+#include "kiln/Conversion/KilnToGPU/KernelContract.h"
 #include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 
@@ -59,137 +60,141 @@ llvm::json::Value optionalToJSON(std::optional<APFloat> value) {
 /// An argument's "dtype" entry: none, or its value (null included).
 using DtypeEntry = std::optional<llvm::json::Value>;
 
-/// The argument ABI of a kernel from its facts (names and kinds), each
-/// argument with the "dtype" entry `dtypeOf(name, kind)` gives it.
+/// The argument ABI of a kernel, each argument with the "dtype" entry
+/// `dtypeOf(name, kind)` gives it.
 llvm::json::Array
-argsToJSON(DictionaryAttr info,
+argsToJSON(const KernelContract &contract,
            llvm::function_ref<DtypeEntry(StringRef, StringRef)> dtypeOf) {
   llvm::json::Array args;
-  auto names = info.getAs<ArrayAttr>("arg_names");
-  auto kinds = info.getAs<ArrayAttr>("arg_kinds");
-  for (auto [nameAttr, kindAttr] : llvm::zip(names, kinds)) {
-    StringRef name = cast<StringAttr>(nameAttr).getValue();
-    StringRef kind = cast<StringAttr>(kindAttr).getValue();
-    llvm::json::Object arg{{"name", name}, {"kind", kind}};
-    if (DtypeEntry dtype = dtypeOf(name, kind))
+  for (const KernelArgument &argument : contract.arguments) {
+    llvm::json::Object arg{{"name", argument.name}, {"kind", argument.kind}};
+    if (DtypeEntry dtype = dtypeOf(argument.name, argument.kind))
       arg["dtype"] = std::move(*dtype);
     args.push_back(std::move(arg));
   }
   return args;
 }
 
-/// How a kernel launches, from its kernel facts: block, rows per block, key
-/// block, grid rules, shared memory and the argument ABI.
-void addLaunchFacts(llvm::json::Object &kernel, DictionaryAttr info,
-                    llvm::json::Array grid, llvm::json::Array args) {
-  int64_t threads = info.getAs<IntegerAttr>("threads_per_block").getInt();
-  kernel["block"] = llvm::json::Array{threads, 1, 1};
-  kernel["rows_per_block"] = info.getAs<IntegerAttr>("rows_per_block").getInt();
-  kernel["kv_block_size"] = info.getAs<IntegerAttr>("kv_block_size").getInt();
-  kernel["grid"] = std::move(grid);
-  kernel["static_shared_bytes"] =
-      info.getAs<IntegerAttr>("static_shared_bytes").getInt();
-  kernel["dynamic_shared_bytes"] =
-      info.getAs<IntegerAttr>("dynamic_shared_bytes").getInt();
-  kernel["args"] = std::move(args);
-}
-
-/// Grid z of an attention kernel: the batch, times the launch's split count
-/// for kernels that split keys; and the kernel's combine kernel (null when it
-/// does not split).
-void addSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
-                   llvm::json::Array &grid) {
-  auto combine = info.getAs<StringAttr>("combine_kernel");
-  llvm::json::Object batch{{"dim", "batch"}, {"ceil_div", 1}};
-  if (combine)
-    batch["times_splits"] = true;
-  grid.push_back(std::move(batch));
-  kernel["split_combine"] =
-      combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
-}
-
-/// Grid z of a ragged kernel (its packed rows are one sequence): the
-/// splits alone; and the kernel's combine kernel.
-void addRaggedSplitFacts(llvm::json::Object &kernel, DictionaryAttr info,
-                         llvm::json::Array &grid) {
-  kernel["ragged"] = true;
-  auto combine = info.getAs<StringAttr>("combine_kernel");
-  llvm::json::Object z{{"value", 1}};
-  if (combine)
+/// The grid as the manifest states it (docs/package.md): x, y and z, each a
+/// dimension of the launch over a divisor, or a constant.
+llvm::json::Array gridToJSON(const KernelContract &contract) {
+  const GridRule &grid = contract.grid;
+  if (grid.persistent) {
+    llvm::json::Object x{{"dim", "multiprocessors"}};
+    if (grid.persistentUpToKvLen)
+      x["up_to_kv_len"] = grid.persistentUpToKvLen;
+    return llvm::json::Array{std::move(x), 1, 1};
+  }
+  int64_t rows = contract.rowsPerBlock;
+  llvm::json::Array result;
+  switch (grid.blocks) {
+  case GridRule::Blocks::OutputRows:
+    return llvm::json::Array{
+        llvm::json::Object{
+            {"dim", llvm::json::Array{"batch", "q_heads", "q_len"}},
+            {"ceil_div", rows}},
+        1, 1};
+  case GridRule::Blocks::NewTokens:
+    return llvm::json::Array{llvm::json::Object{{"dim", "total_new"}}, 1, 1};
+  case GridRule::Blocks::QueryBlocks:
+    result.push_back(llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rows}});
+    break;
+  case GridRule::Blocks::PackedQueryBlocks:
+    result.push_back(
+        llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
+                           {"per", "kv_heads"},
+                           {"ceil_div", rows}});
+    break;
+  case GridRule::Blocks::PlanItems:
+    result.push_back(llvm::json::Object{{"dim", "plan_items"}});
+    break;
+  }
+  result.push_back(llvm::json::Object{
+      {"dim", grid.headsAreKvHeads() ? "kv_heads" : "q_heads"},
+      {"ceil_div", 1}});
+  llvm::json::Object z = grid.zIsBatch()
+                             ? llvm::json::Object{{"dim", "batch"},
+                                                  {"ceil_div", 1}}
+                             : llvm::json::Object{{"value", 1}};
+  if (grid.timesSplits)
     z["times_splits"] = true;
-  grid.push_back(std::move(z));
-  kernel["split_combine"] =
-      combine ? llvm::json::Value(combine.str()) : llvm::json::Value(nullptr);
+  result.push_back(std::move(z));
+  return result;
+}
+
+/// How a kernel launches: block, rows per block, key block, grid, shared
+/// memory and the argument ABI; a ragged kernel says so.
+void addLaunchFacts(llvm::json::Object &kernel,
+                    const KernelContract &contract, llvm::json::Array args) {
+  kernel["block"] = llvm::json::Array{contract.threadsPerBlock, 1, 1};
+  kernel["rows_per_block"] = contract.rowsPerBlock;
+  kernel["kv_block_size"] = contract.kvBlockSize;
+  kernel["grid"] = gridToJSON(contract);
+  kernel["static_shared_bytes"] = contract.staticSharedBytes;
+  kernel["dynamic_shared_bytes"] = contract.dynamicSharedBytes;
+  kernel["args"] = std::move(args);
+  if (contract.ragged)
+    kernel["ragged"] = true;
+}
+
+/// An attention kernel's combine kernel (null when it does not split).
+llvm::json::Value combineToJSON(const KernelContract &contract) {
+  return contract.combineKernel ? llvm::json::Value(*contract.combineKernel)
+                                : llvm::json::Value(nullptr);
 }
 
 /// The split-KV combine kernel: one block a row of the output.
 llvm::json::Object describeCombineKernel(gpu::GPUFuncOp func,
-                                         DictionaryAttr info) {
-  std::string dtype = info.getAs<StringAttr>("dtype").str();
+                                         const KernelContract &contract) {
   llvm::json::Array args =
-      argsToJSON(info, [&](StringRef name, StringRef) -> DtypeEntry {
+      argsToJSON(contract, [&](StringRef name, StringRef) -> DtypeEntry {
         if (name == "out")
-          return llvm::json::Value(dtype);
+          return llvm::json::Value(contract.dtype);
         return std::nullopt;
       });
-  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
-  llvm::json::Array grid;
-  grid.push_back(llvm::json::Object{
-      {"dim", llvm::json::Array{"batch", "q_heads", "q_len"}},
-      {"ceil_div", rowsPerBlock}});
-  grid.push_back(1);
-  grid.push_back(1);
   llvm::json::Object kernel{
       {"name", func.getName()},
-      {"kind", "split_combine"},
-      {"dtype", dtype},
-      {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
+      {"kind", stringifyKernelKind(contract.kind)},
+      {"dtype", contract.dtype},
+      {"v_head_dim", contract.valueHeadDim},
   };
-  // Ragged launches' combine: it takes q_offsets and the sequence count.
-  if (info.get("ragged"))
-    kernel["ragged"] = true;
-  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  addLaunchFacts(kernel, contract, std::move(args));
   return kernel;
 }
 
 /// The paged cache's append kernel: one block a new token.
 llvm::json::Object describeAppendKernel(gpu::GPUFuncOp func,
-                                        DictionaryAttr info) {
-  std::string dtype = info.getAs<StringAttr>("dtype").str();
-  auto cacheAttr = info.getAs<StringAttr>("cache_dtype");
-  std::string cacheDtype = cacheAttr ? cacheAttr.str() : dtype;
+                                        const KernelContract &contract) {
   llvm::json::Array args =
-      argsToJSON(info, [&](StringRef name, StringRef) -> DtypeEntry {
+      argsToJSON(contract, [&](StringRef name, StringRef) -> DtypeEntry {
         if (name == "new_keys" || name == "new_values")
-          return llvm::json::Value(dtype);
+          return llvm::json::Value(contract.dtype);
         if (name == "key_cache" || name == "value_cache")
-          return llvm::json::Value(cacheDtype);
+          return llvm::json::Value(contract.cacheDtype);
         if (name == "k_scale" || name == "v_scale")
           return llvm::json::Value("f32");
         return std::nullopt;
       });
-  llvm::json::Array grid;
-  grid.push_back(llvm::json::Object{{"dim", "total_new"}});
-  grid.push_back(1);
-  grid.push_back(1);
   llvm::json::Object kernel{
       {"name", func.getName()},
-      {"kind", "paged_append"},
-      {"dtype", dtype},
-      {"cache_dtype", cacheDtype},
-      {"head_dim", info.getAs<IntegerAttr>("head_dim").getInt()},
-      {"v_head_dim", info.getAs<IntegerAttr>("v_head_dim").getInt()},
+      {"kind", stringifyKernelKind(contract.kind)},
+      {"dtype", contract.dtype},
+      {"cache_dtype", contract.cacheDtype},
+      {"head_dim", contract.headDim},
+      {"v_head_dim", contract.valueHeadDim},
   };
-  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  addLaunchFacts(kernel, contract, std::move(args));
   return kernel;
 }
 
 /// The attributes a kernel is specialised on, as the first site using it
 /// states them (every site sharing a kernel shares them).
-llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
+llvm::json::Object describeKernel(gpu::GPUFuncOp func,
+                                  const KernelContract &contract,
                                   AttentionOp site) {
+  std::string dtype = getElementTypeName(site.getElementType());
   llvm::json::Array args =
-      argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
+      argsToJSON(contract, [&](StringRef name, StringRef kind) -> DtypeEntry {
         if (kind != "pointer" || name == "kv_offsets" ||
             name == "q_offsets" || name == "plan")
           return std::nullopt;
@@ -197,33 +202,12 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
           return elementTypeValue(site.getMask());
         if (name == "bias")
           return elementTypeValue(site.getBias());
-        return llvm::json::Value(getElementTypeName(site.getElementType()));
+        return llvm::json::Value(dtype);
       });
-  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
-  // A kernel that packs a KV head's query heads into its rows has one block
-  // per rowsPerBlock (query, head) pairs of a group, and grid y over KV
-  // heads.
-  auto packed = info.getAs<BoolAttr>("packs_query_heads");
-  llvm::json::Array grid;
-  if (site.isPacked()) {
-    // Packed sequences: the blocks are the plan's items.
-    grid.push_back(llvm::json::Object{{"dim", "plan_items"}});
-    grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
-  } else if (packed && packed.getValue()) {
-    grid.push_back(
-        llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
-                           {"per", "kv_heads"},
-                           {"ceil_div", rowsPerBlock}});
-    grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
-  } else {
-    grid.push_back(
-        llvm::json::Object{{"dim", "q_len"}, {"ceil_div", rowsPerBlock}});
-    grid.push_back(llvm::json::Object{{"dim", "q_heads"}, {"ceil_div", 1}});
-  }
   llvm::json::Object kernel{
       {"name", func.getName()},
-      {"kind", "attention"},
-      {"dtype", getElementTypeName(site.getElementType())},
+      {"kind", stringifyKernelKind(contract.kind)},
+      {"dtype", dtype},
       {"head_dim", site.getHeadDim()},
       {"v_head_dim", site.getValueHeadDim()},
       {"causal", site.getCausal()},
@@ -234,81 +218,65 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func, DictionaryAttr info,
       {"mask_dtype", elementTypeValue(site.getMask())},
       {"bias", bool(site.getBias())},
       {"bias_dtype", elementTypeValue(site.getBias())},
+      {"split_combine", combineToJSON(contract)},
   };
   // f32 sites on TF32 tensor cores say so (allow-tf32).
-  if (auto math = info.getAs<StringAttr>("math"))
-    kernel["math"] = math.str();
+  if (contract.math)
+    kernel["math"] = *contract.math;
   // A kernel in some targets' PTX only (the warp-specialised sm_90a
-  // kernel), whose tensor-map arguments say what the runtime encodes: the
-  // tensor, the box (64 columns, a 128-byte swizzle row, by the block's
-  // query rows or the key tile) and the swizzle.
-  if (auto targets = info.getAs<ArrayAttr>("targets")) {
+  // kernel), with its schedule on each.
+  if (!contract.targets.empty()) {
     llvm::json::Array chips;
     llvm::json::Object schedules;
-    auto warp = info.getAs<DictionaryAttr>("warp_schedule");
-    for (Attribute chip : targets) {
-      chips.push_back(cast<StringAttr>(chip).str());
-      if (!warp)
+    for (const std::string &chip : contract.targets) {
+      chips.push_back(chip);
+      if (!contract.warpSchedule)
         continue;
-      // The warp-specialised kernel's schedule on that chip.
-      schedules[cast<StringAttr>(chip).str()] = llvm::json::Object{
-          {"variant", "warp-specialized"},
-          {"blocks_per_sm", 1},
-          {"consumer_warpgroups",
-           warp.getAs<IntegerAttr>("consumers").getInt()},
-          {"kv_block_size", warp.getAs<IntegerAttr>("kv_block_size").getInt()},
-          {"overlap", warp.getAs<BoolAttr>("overlap").getValue()},
-          {"ping_pong", warp.getAs<BoolAttr>("ping_pong").getValue()},
-          {"from", warp.getAs<StringAttr>("from").getValue()}};
-      if (warp.get("persistent"))
-        schedules[cast<StringAttr>(chip).str()].getAsObject()->try_emplace(
-            "persistent", true);
-      if (auto keys = warp.getAs<IntegerAttr>("persistent_up_to_kv_len"))
-        schedules[cast<StringAttr>(chip).str()].getAsObject()->try_emplace(
-            "persistent_up_to_kv_len", keys.getInt());
+      const WarpScheduleFacts &warp = *contract.warpSchedule;
+      llvm::json::Object schedule{{"variant", "warp-specialized"},
+                                  {"blocks_per_sm", 1},
+                                  {"consumer_warpgroups", warp.consumers},
+                                  {"kv_block_size", warp.kvBlockSize},
+                                  {"overlap", warp.overlap},
+                                  {"ping_pong", warp.pingPong},
+                                  {"from", warp.from}};
+      if (contract.grid.persistent)
+        schedule["persistent"] = true;
+      if (contract.grid.persistentUpToKvLen)
+        schedule["persistent_up_to_kv_len"] = contract.grid.persistentUpToKvLen;
+      schedules[chip] = std::move(schedule);
     }
     kernel["targets"] = std::move(chips);
-    if (warp)
+    if (contract.warpSchedule)
       kernel["schedule"] = std::move(schedules);
   }
+  // Tensor-map arguments say what the runtime encodes: the tensor, the
+  // box and the swizzle.
   for (llvm::json::Value &value : args) {
     llvm::json::Object &arg = *value.getAsObject();
-    if (arg.getString("kind") != "tensor_map")
-      continue;
-    StringRef tensor = arg.getString("name")->split('_').first;
-    int64_t rows = tensor == "q"
-                       ? info.getAs<IntegerAttr>("rows_per_block").getInt()
-                       : info.getAs<IntegerAttr>("kv_block_size").getInt();
-    arg["tensor"] = tensor.str();
-    arg["dtype"] = getElementTypeName(site.getElementType());
-    arg["box"] = llvm::json::Array{64, rows};
-    arg["swizzle"] = 128;
+    std::optional<StringRef> name = arg.getString("name");
+    for (const TensorMapFacts &map : contract.tensorMaps) {
+      if (!name || map.argument != *name)
+        continue;
+      arg["tensor"] = map.tensor;
+      arg["dtype"] = dtype;
+      arg["box"] = llvm::json::Array{map.boxColumns, map.boxRows};
+      arg["swizzle"] = map.swizzleBytes;
+    }
   }
-  if (site.isPacked())
-    addRaggedSplitFacts(kernel, info, grid);
-  else
-    addSplitFacts(kernel, info, grid);
-  // A persistent kernel: a block an SM (as many as the device has), each
-  // walking the work items the grid above would have had.
-  auto warp = info.getAs<DictionaryAttr>("warp_schedule");
-  if (warp && warp.get("persistent")) {
-    llvm::json::Object x{{"dim", "multiprocessors"}};
-    if (auto keys = warp.getAs<IntegerAttr>("persistent_up_to_kv_len"))
-      x["up_to_kv_len"] = keys.getInt();
-    grid = llvm::json::Array{std::move(x), 1, 1};
-  }
-  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  addLaunchFacts(kernel, contract, std::move(args));
   return kernel;
 }
 
-/// The kernel of a kiln.paged_attention site: its ABI from the kernel
-/// facts; the grid packs a KV head's query heads as the attention kernels.
-llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
+/// The kernel of a kiln.paged_attention site: its ABI and grid from its
+/// contract, its attributes from the site.
+llvm::json::Object describePagedKernel(gpu::GPUFuncOp func,
+                                       const KernelContract &contract,
                                        PagedAttentionOp site) {
   std::string dtype = getElementTypeName(site.getElementType());
   std::string cacheDtype = site.isFp8Cache() ? "f8e4m3" : dtype;
   llvm::json::Array args =
-      argsToJSON(info, [&](StringRef name, StringRef kind) -> DtypeEntry {
+      argsToJSON(contract, [&](StringRef name, StringRef kind) -> DtypeEntry {
         if (name == "key_cache" || name == "value_cache")
           return llvm::json::Value(cacheDtype);
         if (name == "k_scale" || name == "v_scale")
@@ -318,45 +286,47 @@ llvm::json::Object describePagedKernel(gpu::GPUFuncOp func, DictionaryAttr info,
           return llvm::json::Value(dtype);
         return std::nullopt;
       });
-  int64_t rowsPerBlock = info.getAs<IntegerAttr>("rows_per_block").getInt();
-  bool ragged = site.isRagged();
-  llvm::json::Array grid;
-  // A ragged kernel's blocks are its plan's items.
-  if (ragged)
-    grid.push_back(llvm::json::Object{{"dim", "plan_items"}});
-  else
-    grid.push_back(
-        llvm::json::Object{{"dim", llvm::json::Array{"q_len", "q_heads"}},
-                           {"per", "kv_heads"},
-                           {"ceil_div", rowsPerBlock}});
-  grid.push_back(llvm::json::Object{{"dim", "kv_heads"}, {"ceil_div", 1}});
   auto queryType = cast<RankedTensorType>(site.getQuery().getType());
   auto valueType = cast<RankedTensorType>(site.getValueCache().getType());
-  PagedAttentionOp op = site;
   llvm::json::Object kernel{
       {"name", func.getName()},
-      {"kind", "paged_attention"},
+      {"kind", stringifyKernelKind(contract.kind)},
       {"dtype", dtype},
       {"cache_dtype", cacheDtype},
-      {"head_dim", queryType.getDimSize(ragged ? 2 : 3)},
+      {"head_dim", queryType.getDimSize(site.isRagged() ? 2 : 3)},
       {"v_head_dim", valueType.getDimSize(3)},
       {"causal", site.getCausal()},
-      {"window", optionalToJSON(op.getWindow())},
-      {"softcap", optionalToJSON(op.getSoftcap())},
+      {"window", optionalToJSON(site.getWindow())},
+      {"softcap", optionalToJSON(site.getSoftcap())},
       {"mask", "none"},
       {"mask_dtype", nullptr},
       {"bias", false},
       {"bias_dtype", nullptr},
+      {"split_combine", combineToJSON(contract)},
   };
   // The kernel that writes new keys and values into these caches.
-  if (auto append = info.getAs<StringAttr>("append_kernel"))
-    kernel["paged_append"] = append.str();
-  if (ragged)
-    addRaggedSplitFacts(kernel, info, grid);
-  else
-    addSplitFacts(kernel, info, grid);
-  addLaunchFacts(kernel, info, std::move(grid), std::move(args));
+  if (contract.appendKernel)
+    kernel["paged_append"] = *contract.appendKernel;
+  addLaunchFacts(kernel, contract, std::move(args));
   return kernel;
+}
+
+/// The contract of generated kernel `name`, for `op`'s diagnostics.
+FailureOr<KernelContract> contractOf(gpu::GPUModuleOp gpuModule,
+                                     StringRef name, Operation *op,
+                                     gpu::GPUFuncOp &func) {
+  func = gpuModule ? gpuModule.lookupSymbol<gpu::GPUFuncOp>(name)
+                   : gpu::GPUFuncOp();
+  auto info = func ? func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
+                   : DictionaryAttr();
+  if (!info)
+    return op->emitOpError("kernel '") << name << "' has no kernel facts";
+  llvm::Expected<KernelContract> contract = KernelContract::fromAttr(info);
+  if (!contract)
+    return op->emitOpError("kernel '")
+           << name << "' has malformed kernel facts: "
+           << llvm::toString(contract.takeError());
+  return std::move(*contract);
 }
 
 /// A kiln.paged_attention site: the attention attributes, its sizes (null
@@ -490,6 +460,29 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
   llvm::json::Array kernels, sites;
   llvm::StringMap<bool> described;
   auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
+  // Describes (once) the kernel `name` of the site `op` of the kind it
+  // expects.
+  auto describe = [&](StringRef name, Operation *op,
+                      KernelKind expected) -> LogicalResult {
+    if (described.lookup(name))
+      return success();
+    gpu::GPUFuncOp func;
+    FailureOr<KernelContract> contract =
+        contractOf(gpuModule, name, op, func);
+    if (failed(contract))
+      return failure();
+    if (contract->kind != expected)
+      return op->emitOpError("kernel '")
+             << name << "' is a " << stringifyKernelKind(contract->kind)
+             << " kernel, not a " << stringifyKernelKind(expected) << " one";
+    described[name] = true;
+    if (auto paged = dyn_cast<PagedAttentionOp>(op))
+      kernels.push_back(describePagedKernel(func, *contract, paged));
+    else
+      kernels.push_back(
+          describeKernel(func, *contract, cast<AttentionOp>(op)));
+    return success();
+  };
   WalkResult walk = module.walk([&](Operation *op) {
     if (!isa<AttentionOp, PagedAttentionOp>(op))
       return WalkResult::advance();
@@ -500,21 +493,11 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
       return WalkResult::interrupt();
     }
     StringRef kernelName = kernelRef.getLeafReference().getValue();
-    auto func = gpuModule.lookupSymbol<gpu::GPUFuncOp>(kernelName);
-    DictionaryAttr info =
-        func ? func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
-             : DictionaryAttr();
-    if (!info) {
-      op->emitOpError("kernel '") << kernelName << "' has no kernel facts";
-      return WalkResult::interrupt();
-    }
     auto paged = dyn_cast<PagedAttentionOp>(op);
-    if (!described.lookup(kernelName)) {
-      described[kernelName] = true;
-      kernels.push_back(
-          paged ? describePagedKernel(func, info, paged)
-                : describeKernel(func, info, cast<AttentionOp>(op)));
-    }
+    if (failed(describe(kernelName, op,
+                        paged ? KernelKind::PagedAttention
+                              : KernelKind::Attention)))
+      return WalkResult::interrupt();
     llvm::json::Object site =
         paged ? describePagedSite(paged, siteName.getValue(), kernelName)
               : describeSite(cast<AttentionOp>(op), siteName.getValue(),
@@ -522,19 +505,8 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
     if (auto wsRef =
             op->getAttrOfType<SymbolRefAttr>(kWarpSpecializedKernelAttrName)) {
       StringRef wsName = wsRef.getLeafReference().getValue();
-      auto wsFunc = gpuModule.lookupSymbol<gpu::GPUFuncOp>(wsName);
-      DictionaryAttr wsInfo =
-          wsFunc ? wsFunc->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName)
-                 : DictionaryAttr();
-      if (!wsInfo) {
-        op->emitOpError("kernel '") << wsName << "' has no kernel facts";
+      if (failed(describe(wsName, op, KernelKind::Attention)))
         return WalkResult::interrupt();
-      }
-      if (!described.lookup(wsName)) {
-        described[wsName] = true;
-        kernels.push_back(
-            describeKernel(wsFunc, wsInfo, cast<AttentionOp>(op)));
-      }
       site["warp_specialized_kernel"] = wsName.str();
     }
     sites.push_back(std::move(site));
@@ -542,15 +514,20 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
   });
   if (walk.wasInterrupted())
     return failure();
-  // The combine kernels of the kernels that split keys, after them.
+  // The companions (combine and append kernels), after the kernels.
   if (gpuModule)
     for (auto func : gpuModule.getOps<gpu::GPUFuncOp>()) {
       auto info = func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName);
-      auto kind = info ? info.getAs<StringAttr>("kind") : StringAttr();
-      if (kind && kind.getValue() == "split_combine")
-        kernels.push_back(describeCombineKernel(func, info));
-      else if (kind && kind.getValue() == "paged_append")
-        kernels.push_back(describeAppendKernel(func, info));
+      if (!info)
+        continue;
+      llvm::Expected<KernelContract> contract = KernelContract::fromAttr(info);
+      if (!contract)
+        return func.emitOpError("malformed kernel facts: ")
+               << llvm::toString(contract.takeError());
+      if (contract->kind == KernelKind::SplitCombine)
+        kernels.push_back(describeCombineKernel(func, *contract));
+      else if (contract->kind == KernelKind::PagedAppend)
+        kernels.push_back(describeAppendKernel(func, *contract));
     }
   return llvm::json::Object{{"kernels", std::move(kernels)},
                             {"sites", std::move(sites)}};
@@ -564,17 +541,22 @@ mlir::kiln::describeSchedules(ModuleOp module) {
     return schedules;
   for (auto func : gpuModule.getOps<gpu::GPUFuncOp>()) {
     auto info = func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName);
-    auto schedule =
-        info ? info.getAs<DictionaryAttr>("schedule") : DictionaryAttr();
-    if (!schedule)
+    if (!info)
       continue;
+    // (describeKernelsAndSites, run first, reports malformed facts.)
+    llvm::Expected<KernelContract> contract = KernelContract::fromAttr(info);
+    if (!contract) {
+      llvm::consumeError(contract.takeError());
+      continue;
+    }
+    if (!contract->schedule)
+      continue;
+    const MmaScheduleFacts &schedule = *contract->schedule;
     schedules.try_emplace(
         func.getName(),
-        llvm::json::Object{
-            {"variant", schedule.getAs<StringAttr>("variant").getValue()},
-            {"blocks_per_sm",
-             schedule.getAs<IntegerAttr>("blocks_per_sm").getInt()},
-            {"from", schedule.getAs<StringAttr>("from").getValue()}});
+        llvm::json::Object{{"variant", schedule.variant},
+                           {"blocks_per_sm", schedule.blocksPerSM},
+                           {"from", schedule.from}});
   }
   return schedules;
 }

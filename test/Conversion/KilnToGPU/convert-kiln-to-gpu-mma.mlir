@@ -21,7 +21,7 @@
 // CHECK: gpu.module @kiln_kernels
 // CHECK: llvm.mlir.global external @kiln_dynamic_shared() {addr_space = 3 : i32, alignment = 1024 : i64} : !llvm.array<0 x i8>
 // CHECK: gpu.func @kiln_attention_mma_bf16_d64_causal(
-// CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 40960 : i64, kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, schedule = {blocks_per_sm = 3 : i64, from = "rule", variant = "mma.sync"}, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
+// CHECK-SAME: kiln.kernel_info = {{{.*}}dynamic_shared_bytes = 40960 : i64, grid = {blocks = "packed_query_blocks", times_splits = true}, kind = "attention", kv_block_size = 64 : i64, packs_query_heads = true, rows_per_block = 64 : i64, schedule = {blocks_per_sm = 3 : i64, from = "rule", variant = "mma.sync"}, static_shared_bytes = 0 : i64, threads_per_block = 128 : i64
 // CHECK: arith.cmpi ule
 // CHECK: scf.if
 // CHECK: scf.if

@@ -23,8 +23,9 @@ inline constexpr char kDecodeOfAttrName[] = "kiln.decode_of";
 /// where the views allow (TMA-describable, not decode).
 inline constexpr char kWarpSpecializedKernelAttrName[] =
     "kiln.warp_specialized_kernel";
-/// On a generated gpu.func: launch facts for the manifest (block shape,
-/// rows per block, shared memory, argument names and kinds).
+/// On a generated gpu.func: its KernelContract (KernelContract.h), the
+/// launch facts the manifest states, written by KernelContract::toAttr and
+/// read by KernelContract::fromAttr only.
 inline constexpr char kKernelInfoAttrName[] = "kiln.kernel_info";
 /// Most splits of a launch whose split kernel reduces its splits itself in
 /// a thread-block cluster (sm_90a; 16 blocks a cluster need the non-portable

@@ -218,9 +218,10 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
   Value queryBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
   Value headIndex = gpu::BlockIdOp::create(builder, gpu::Dimension::y);
   batch = gpu::BlockIdOp::create(builder, gpu::Dimension::z);
-  if (spec.problem.ragged) {
+  GridRule grid = gridRule();
+  if (!grid.zIsBatch()) {
     // The plan orders the items (bindPlanItem); grid z is the splits.
-    if (spec.launch.splitKV)
+    if (grid.timesSplits)
       splitIndex = batch;
     batch = Value();
     return {queryBlock, headIndex};
@@ -234,7 +235,7 @@ std::pair<Value, Value> AttentionKernelBuilder::scheduleBlock() {
     Value blocks = gpu::GridDimOp::create(builder, gpu::Dimension::x);
     queryBlock = sub(sub(blocks, constIndex(1)), queryBlock);
   }
-  if (spec.launch.splitKV) {
+  if (grid.timesSplits) {
     // Grid z is split-major: block z works on split z / batch of sequence
     // z % batch; launched with clusters of the splits along z, split-minor.
     // 32-bit divisions: a grid's z fits, and a 64-bit one is a branch and
@@ -288,7 +289,7 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
   // grid does): a 64-bit one is a branch, which keeps the key count's load
   // behind it.
   group = divU32(numQueryHeads, numKvHeads);
-  if (spec.launch.packQueryHeads) {
+  if (gridRule().headsAreKvHeads()) {
     // Grid y runs over KV heads; the block's rows are (query, head) pairs.
     kvHead = headIndex;
   } else {

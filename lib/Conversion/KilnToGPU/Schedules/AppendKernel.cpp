@@ -352,3 +352,21 @@ gpu::GPUFuncOp mlir::kiln::detail::buildPagedAppendKernel(
   return AppendKernel(elementType, headDim, valueDim, fp8Cache, perHeadScales)
       .build(moduleBuilder, loc);
 }
+
+KernelContract mlir::kiln::detail::pagedAppendContract(Type elementType,
+                                                       int64_t headDim,
+                                                       int64_t valueDim,
+                                                       bool fp8Cache) {
+  KernelContract contract;
+  contract.kind = KernelKind::PagedAppend;
+  contract.threadsPerBlock = kAppendThreads;
+  contract.rowsPerBlock = 1;
+  contract.setArguments(pagedAppendArgumentNames(),
+                        pagedAppendArgumentKinds());
+  contract.grid.blocks = GridRule::Blocks::NewTokens;
+  contract.dtype = getElementTypeName(elementType);
+  contract.cacheDtype = fp8Cache ? "f8e4m3" : contract.dtype;
+  contract.headDim = headDim;
+  contract.valueHeadDim = valueDim;
+  return contract;
+}

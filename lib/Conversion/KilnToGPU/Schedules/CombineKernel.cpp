@@ -222,3 +222,19 @@ gpu::GPUFuncOp mlir::kiln::detail::buildSplitCombineKernel(
   return CombineKernel(elementType, valueDim, waitForGrid, ragged)
       .build(moduleBuilder, loc);
 }
+
+KernelContract mlir::kiln::detail::splitCombineContract(Type elementType,
+                                                        int64_t valueDim,
+                                                        bool ragged) {
+  KernelContract contract;
+  contract.kind = KernelKind::SplitCombine;
+  contract.threadsPerBlock = kCombineThreads;
+  contract.rowsPerBlock = kCombineRowsPerBlock;
+  contract.setArguments(splitCombineArgumentNames(ragged),
+                        splitCombineArgumentKinds(ragged));
+  contract.grid.blocks = GridRule::Blocks::OutputRows;
+  contract.ragged = ragged;
+  contract.dtype = getElementTypeName(elementType);
+  contract.valueHeadDim = valueDim;
+  return contract;
+}

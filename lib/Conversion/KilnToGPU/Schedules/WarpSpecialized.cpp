@@ -51,6 +51,7 @@
 #include <tuple>
 
 using namespace mlir;
+using namespace mlir::kiln;
 using namespace mlir::kiln::detail;
 
 namespace {
@@ -108,6 +109,17 @@ public:
 
 protected:
   int64_t minBlocksPerSM() const override { return 1; }
+  /// Q's by the block's rows, K's and V's by the key tile: boxes of a
+  /// 128-byte swizzle row of columns, as the slabs lay them out.
+  SmallVector<TensorMapFacts> tensorMaps() const override {
+    SmallVector<TensorMapFacts> maps;
+    for (auto [tensor, rows] : {std::pair{"q", blockRows()},
+                                std::pair{"k", tileKeys},
+                                std::pair{"v", tileKeys}})
+      maps.push_back({std::string(tensor) + "_map", tensor, kSwizzleElements,
+                      rows, kSwizzleElements * 2});
+    return maps;
+  }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
     declareDynamicShared(moduleBuilder, loc);
   }
