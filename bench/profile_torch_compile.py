@@ -5,11 +5,13 @@ compiled by Inductor without any site rewritten: the share of the
 difference that the exported graph itself costs, apart from Kiln's sites.
 
     python3 bench/profile_torch_compile.py [--models gemma2,llama] [--seq 1024]
-        [--tokens 4096] [--top 12]
+        [--tokens 4096] [--top 12] [--keep DIR]
 
 For each model and variant: the forward's time (CUDA events, 10 calls after
 3 warm-ups, as bench_torch_compile.py) and the kernels taking the most GPU
-time in one profiled call.
+time in one profiled call, then the host calls taking the most CPU time.
+With --keep, each graph's report, FX code and ONNX without its weights,
+and a chrome trace of each variant, are kept in DIR.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -28,16 +31,65 @@ import bench_torch_compile as bench  # noqa: E402
 import kiln.dynamo  # noqa: E402
 
 
-def top_kernels(function, count: int) -> str:
+def top_kernels(function, count: int, trace: Optional[Path] = None) -> str:
+    """The kernels taking the most GPU time in one call of `function`, then
+    the host calls taking the most CPU time (copies and synchronisations
+    that stop the host running ahead of the GPU show here)."""
     from torch.profiler import ProfilerActivity, profile
 
     function()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         function()
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=count,
-                                     max_name_column_width=70)
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
+    events = prof.key_averages()
+    return (events.table(sort_by="self_cuda_time_total", row_limit=count,
+                         max_name_column_width=70)
+            + events.table(sort_by="self_cpu_time_total", row_limit=count,
+                           max_name_column_width=70))
+
+
+def strip_weights(source: Path, target: Path, largest: int = 4096) -> None:
+    """`source` with every float initializer of more than `largest`
+    elements turned into a graph input: the graph's structure (masks,
+    constants, shapes) at a size a test can hold."""
+    import onnx
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    kept = []
+    for tensor in graph.initializer:
+        count = 1
+        for dim in tensor.dims:
+            count *= dim
+        if count > largest and tensor.data_type in (1, 10, 11, 16):
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))
+        else:
+            kept.append(tensor)
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    onnx.save(model, str(target))
+
+
+def keep_graphs(directory: Path, name: str) -> None:
+    """The reports, FX code and structure-only ONNX of the graphs this
+    process exported, copied to `directory` under `name`."""
+    import shutil
+
+    from kiln import site_cache
+
+    directory.mkdir(parents=True, exist_ok=True)
+    graphs = site_cache.cache_directory() / "graphs"
+    for path in sorted(graphs.glob("*")):
+        if path.name.startswith("."):
+            continue
+        if path.suffix == ".onnx":
+            strip_weights(path, directory / f"{name}.{path.name}")
+        else:
+            shutil.copy(path, directory / f"{name}.{path.name}")
 
 
 def main() -> int:
@@ -46,8 +98,13 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy each graph's report, FX code and weightless "
+                             "ONNX, and a chrome trace of each variant, here")
     options = parser.parse_args()
     os.environ["KILN_VERIFY"] = "0"
+    if options.keep:
+        os.environ["KILN_KEEP_GRAPHS"] = "1"
     rewrite = kiln.dynamo._rewrite
 
     def unrewritten(module, report, entry, choose=None):
@@ -79,7 +136,15 @@ def main() -> int:
                 print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms "
                       f"{entry.get('graph_choice') or ''} {entry.get('fallback') or ''}",
                       flush=True)
-                print(top_kernels(lambda: compiled(*inputs), options.top), flush=True)
+                trace = None
+                if options.keep:
+                    options.keep.mkdir(parents=True, exist_ok=True)
+                    trace = options.keep / (f"{name}-" + "".join(
+                        c if c.isalnum() else "-" for c in variant) + ".trace.json")
+                print(top_kernels(lambda: compiled(*inputs), options.top, trace),
+                      flush=True)
+        if options.keep:
+            keep_graphs(options.keep, name)
         del model
         torch.cuda.empty_cache()
     return 0
