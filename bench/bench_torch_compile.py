@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 import kiln  # noqa: E402
 import kiln.dynamo  # noqa: E402
-from check_torch_compile import relative_error, time_ms  # noqa: E402
+from check_torch_compile import relative_error, time_interleaved  # noqa: E402
 
 DEVICE = torch.device("cuda")
 DTYPE = torch.bfloat16
@@ -207,9 +207,9 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
             base["eager_rel_err"] = relative_error(want, exact)
         times = {}
         if timing:
-            times = {"eager": time_ms(lambda: model(*inputs), 10),
-                     "inductor": time_ms(lambda: inductor(*inputs), 10),
-                     "kiln": time_ms(lambda: compiled(*inputs), 10)}
+            times = time_interleaved({"eager": lambda: model(*inputs),
+                                      "inductor": lambda: inductor(*inputs),
+                                      "kiln": lambda: compiled(*inputs)})
         rows.append(dict(base, impl="eager", ms=times.get("eager"), sites=sites, fused=0))
         rows.append(dict(base, impl="inductor", ms=times.get("inductor"), sites=sites,
                          fused=sdpa, rel_err=inductor_error,

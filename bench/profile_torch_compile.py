@@ -7,8 +7,8 @@ difference that the exported graph itself costs, apart from Kiln's sites.
     python3 bench/profile_torch_compile.py [--models gemma2,llama] [--seq 1024]
         [--tokens 4096] [--top 12] [--keep DIR]
 
-For each model and variant: the forward's time (CUDA events, 10 calls after
-3 warm-ups, as bench_torch_compile.py) and the kernels taking the most GPU
+For each model and variant: the forward's time (the median of 7 rounds of
+about 20 ms, as bench_torch_compile.py) and the kernels taking the most GPU
 time in one profiled call, then the host calls taking the most CPU time.
 With --keep, each graph's report, FX code and ONNX without its weights,
 and a chrome trace of each variant, are kept in DIR.
@@ -131,7 +131,7 @@ def main() -> int:
                 compiled = make()
                 compiled(*inputs)
                 kiln.dynamo._rewrite = rewrite
-                ms = bench.time_ms(lambda: compiled(*inputs), 10)
+                ms = bench.time_interleaved({"v": lambda: compiled(*inputs)})["v"]
                 entry = kiln.dynamo.reports[-1] if kiln.dynamo.reports else {}
                 print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms "
                       f"{entry.get('graph_choice') or ''} {entry.get('fallback') or ''}",

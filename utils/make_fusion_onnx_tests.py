@@ -84,13 +84,13 @@ class Graph:
 
 
 def qkv_inputs(g, heads=H, kv_heads=None, q_len=S, kv_len=None, dim=D,
-               elem=F32):
+               elem=F32, batch=B):
     """Q [B,H,Sq,D], K and V [B,Hkv,Sk,D] as graph inputs."""
     kv_heads = kv_heads or heads
     kv_len = kv_len or q_len
-    q = g.input("q", elem, [B, heads, q_len, dim])
-    k = g.input("k", elem, [B, kv_heads, kv_len, dim])
-    v = g.input("v", elem, [B, kv_heads, kv_len, dim])
+    q = g.input("q", elem, [batch, heads, q_len, dim])
+    k = g.input("k", elem, [batch, kv_heads, kv_len, dim])
+    v = g.input("v", elem, [batch, kv_heads, kv_len, dim])
     return q, k, v
 
 
@@ -428,10 +428,11 @@ def causal_range_less():
 
 
 def causal_index_compare_large(name, seq=2560, batch=1, compare="LessOrEqual"):
-    """Hugging Face's causal mask at a length whose [S, S] comparison is
-    too large to fold into a constant: LessOrEqual(key positions [1,S],
-    query positions [S,1]), expanded over the batch, Where(0, finfo.min),
-    added to the scores."""
+    """Hugging Face's causal mask: LessOrEqual(key positions [1,S], query
+    positions [S,1]), expanded over the batch, Where(0, finfo.min), added to
+    the scores. At 2560 positions the [S, S] comparison is too large to fold
+    into a constant; at short lengths the importer folds it, copied over the
+    batch, into a [B, 1, S, S] constant."""
     g = Graph(name)
     q, k, v = (g.input(n, F32, [batch, 1, seq, 16]) for n in ("q", "k", "v"))
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
@@ -460,6 +461,21 @@ def causal_init(name, q_len, kv_len, top_left=False, window=None):
                                       window=window))
     scores = g.op("Add", [scores, mask], "causal_add")
     softmax_pv(g, scores, v, [B, H, q_len, D])
+    g.save()
+
+
+def causal_init_batched(name, differs=False, fill=FINFO_MIN):
+    """A causal mask given as a [2,1,S,S] initializer, one copy per batch
+    row; with `differs`, the second row also hides its last key (padding):
+    then no band holds for the whole batch and the mask stays an operand."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, batch=2)
+    scores = scaled_scores(g, q, k)
+    mask = np.concatenate([causal_initializer(S, S, fill=fill)] * 2)
+    if differs:
+        mask[1, 0, 1:, S - 1] = fill
+    scores = g.op("Add", [scores, g.const("causal_mask", mask)], "causal_add")
+    softmax_pv(g, scores, v, [2, H, S, D])
     g.save()
 
 
@@ -1285,6 +1301,9 @@ def main():
     causal_index_compare_large("causal_compare_large")
     causal_index_compare_large("causal_compare_large_batch2", batch=2)
     causal_index_compare_large("causal_compare_large_strict", compare="Less")
+    causal_index_compare_large("causal_compare_folded_batch4", seq=64, batch=4)
+    causal_init_batched("causal_init_batched")
+    causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)
     causal_init("causal_rect_bottom_right", 4, S)
     causal_init("causal_rect_top_left", 4, S, top_left=True)

@@ -332,8 +332,26 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got - want).norm() / want.norm())
 
 
-def time_ms(fn: Callable[[], Any], repeat: int = 20) -> float:
-    for _ in range(3):
+def time_interleaved(functions: Dict[str, Callable[[], Any]], rounds: int = 7,
+                     round_ms: float = 20.0) -> Dict[str, float]:
+    """Milliseconds per call of each function, timed in turns: each round
+    times every function over enough back-to-back calls to last about
+    `round_ms` (CUDA events), and each function's figure is its median
+    round. Turns spread drift (clocks, other work on the host) over all of
+    them alike; the median drops a round a pause spoilt."""
+    calls: Dict[str, int] = {}
+    for name, fn in functions.items():
+        once = time_ms(fn, 2)
+        calls[name] = max(3, min(2000, int(round_ms / max(once, 1e-3))))
+    samples: Dict[str, List[float]] = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, fn in functions.items():
+            samples[name].append(time_ms(fn, calls[name], warm=1))
+    return {name: sorted(values)[len(values) // 2] for name, values in samples.items()}
+
+
+def time_ms(fn: Callable[[], Any], repeat: int = 20, warm: int = 3) -> float:
+    for _ in range(warm):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()

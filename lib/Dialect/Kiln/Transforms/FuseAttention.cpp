@@ -961,28 +961,42 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
       ShapedType::isDynamic(keyLength) || keyLength < queryLength ||
       type.getDimSize(rank - 2) != queryLength ||
       type.getDimSize(rank - 1) != keyLength ||
-      llvm::any_of(type.getShape().drop_back(2),
-                   [](int64_t size) { return size != 1; }))
+      !type.hasStaticShape())
     return std::nullopt;
 
+  // Leading dimensions (batch, heads) may hold copies of one [Sq, Sk] mask:
+  // the importer folds an Expand of a small comparison into a constant over
+  // the batch. Every copy must equal the first, element by element.
+  int64_t plane = queryLength * keyLength;
   SmallVector<bool> visible;
-  visible.reserve(queryLength * keyLength);
+  visible.reserve(plane);
+  auto take = [&](int64_t index, bool keep) {
+    if (index < plane) {
+      visible.push_back(keep);
+      return true;
+    }
+    return visible[index % plane] == keep;
+  };
+  int64_t index = 0;
   if (term.isBoolean) {
     if (!attr.getElementType().isInteger(1))
       return std::nullopt;
     for (bool keep : attr.getValues<bool>())
-      visible.push_back(keep != term.inverted);
+      if (!take(index++, keep != term.inverted))
+        return std::nullopt;
   } else {
     auto floats = dyn_cast<DenseFPElementsAttr>(attr);
     if (!floats)
       return std::nullopt;
+    // One fill for every hidden key (hiddenFill reads the first).
+    std::optional<double> fill;
     for (const APFloat &value : floats.getValues<APFloat>()) {
       double v = value.convertToDouble();
-      if (v == 0.0)
-        visible.push_back(true);
-      else if (isMaskingValue(v))
-        visible.push_back(false);
-      else
+      if (v != 0.0 && (!isMaskingValue(v) || (fill && *fill != v)))
+        return std::nullopt;
+      if (v != 0.0)
+        fill = v;
+      if (!take(index++, v == 0.0))
         return std::nullopt;
     }
   }
