@@ -74,6 +74,10 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
         "t5": model(tf.T5Model, tf.T5Config(
             num_heads=16, d_kv=64, d_ff=2816, num_layers=2, num_decoder_layers=2,
             **seq2seq)),
+        "t5_encoder": model(tf.T5EncoderModel, tf.T5Config(
+            num_heads=16, d_kv=64, d_ff=2816, num_layers=2, **seq2seq)),
+        "bloom": causal(tf.BloomConfig(hidden_size=1024, n_head=16, n_layer=2,
+                                       vocab_size=1024)),
         "vit": model(tf.ViTModel, tf.ViTConfig(
             hidden_size=1024, num_hidden_layers=2, num_attention_heads=16,
             intermediate_size=2816, image_size=vit_image(seq), patch_size=16)),
@@ -91,7 +95,8 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
 #: Attention sites per Hugging Face model (2 layers; encoder-decoders have
 #: self-attention on both sides and cross-attention).
 HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
-            "bert": 2, "t5": 6, "vit": 2, "whisper": 6, "clip": 2}
+            "bert": 2, "t5": 6, "t5_encoder": 2, "bloom": 2, "vit": 2, "whisper": 6,
+            "clip": 2}
 
 
 def zoo_names() -> List[str]:
@@ -129,7 +134,7 @@ def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
     ids = torch.randint(0, 1024, (batch, seq), device=DEVICE)
     padding = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
     padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
-    if name in ("bert", "clip"):
+    if name in ("bert", "clip", "t5_encoder", "bloom"):
         return (ids, padding)
     if name == "t5":
         return (ids, padding, ids)  # input_ids, attention_mask, decoder_input_ids

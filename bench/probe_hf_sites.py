@@ -4,12 +4,13 @@ and replaces, what was rewritten or left to Inductor and why, and the
 model's output against the same model in float64 (eager bf16's error
 beside). A diagnostic for models whose output parts from eager.
 
-  KILN_VERIFY=1 KILN_KEEP_GRAPHS=1 python3 bench/probe_hf_sites.py t5 whisper
+  KILN_VERIFY=1 python3 bench/probe_hf_sites.py t5 whisper [--keep DIR]
 
 Models are bench_torch_compile.py's (b = 2, s = 256 unless --seq)."""
 
 import argparse
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import torch  # noqa: E402
 import bench_torch_compile as models  # noqa: E402
 import kiln.dynamo  # noqa: E402
 from check_torch_compile import relative_error  # noqa: E402
+from keep_graphs import keep_graphs  # noqa: E402
 
 SITE_KEYS = ("dtype", "head_dim", "causal", "scale", "layout", "mask", "bias",
              "masked_score", "window", "softcap")
@@ -64,9 +66,15 @@ def main() -> int:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy each graph's report, FX code and weightless ONNX here")
     options = parser.parse_args()
+    if options.keep:
+        os.environ["KILN_KEEP_GRAPHS"] = "1"
     for name in options.models:
         probe(name, options.batch, options.seq)
+        if options.keep:
+            keep_graphs(options.keep, name)
     return 0
 
 
