@@ -176,6 +176,10 @@ def choices() -> List[Dict[str, Any]]:
                    rewritten=sum(len(e["rewritten"]) for e in entries),
                    choices=[c for e in entries for c in e.get("choices", {}).values()],
                    fallback=[e["fallback"] for e in entries if e["fallback"]],
+                   sites=sum(len((e["report"] or {}).get("sites", [])) for e in entries),
+                   unfused=[u for e in entries
+                            for u in (e["report"] or {}).get("unfused", [])],
+                   skipped=[r for e in entries for r in e["skipped"].values()],
                    rel_err=relative(got, want))
         row["ok"] = row["rel_err"] < 3e-2 and bool(row["choices"])
         print(json.dumps(row))
