@@ -34,10 +34,10 @@ DATE = (2026, 1, 1, 0, 0, 0)
 
 
 def version_of(package: Path) -> str:
-    text = (package / "__init__.py").read_text()
+    text = (package / "version.py").read_text()
     match = re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE)
     if not match:
-        raise SystemExit(f"make-wheel: no __version__ in {package / '__init__.py'}")
+        raise SystemExit(f"make-wheel: no __version__ in {package / 'version.py'}")
     return match.group(1)
 
 

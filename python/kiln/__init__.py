@@ -6,8 +6,7 @@ docs/python.md)."""
 from . import compiler, runtime
 from .compiler import CompileError, compile, find_kilnc, load  # noqa: A004
 from .runtime import *  # noqa: F401,F403 (the names runtime.__all__ lists)
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = list(runtime.__all__) + ["CompileError", "compile", "explain",
                                    "find_kilnc", "load", "optimize"]

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Dict, Optional
 
-from . import __version__
+from .version import __version__
 from .compiler import compile as kiln_compile
 from .compiler import find_kilnc
 from .runtime import KilnError, Package, Site
