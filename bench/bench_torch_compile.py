@@ -16,15 +16,18 @@ and research_zoo.py's) up to 4k tokens, else against eager. Rows:
 ``{model, s, impl: "eager"|"inductor"|"kiln", ms, sites, fused}`` with
 `sites` the sites Kiln's fusion found, `fused` the sites it rewrote (kiln)
 or the SDPA calls Inductor's own patterns made (inductor), and `compile_s`
-the wall time of the first call (Dynamo, Inductor, and for Kiln its sites'
-kilnc runs unless KILN_CACHE already holds them). Times: CUDA events around
-10 calls after 3 warm-ups.
+the wall time of the first call (Dynamo, Inductor, and for Kiln the export,
+kilnc, its sites' compiles and the timed choices), each path's first call
+with empty compile caches (Inductor's, Triton's and Kiln's; --warm keeps
+them). Times: eager, Inductor and Kiln timed in turns, 7 rounds of about
+20 ms each, the median round of each (check_torch_compile.time_interleaved).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -163,7 +166,38 @@ def tensor_of(output: Any) -> torch.Tensor:
     return output[0]
 
 
-def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]]:
+def cold_caches() -> None:
+    """Fresh, empty compile caches for the next first call: Inductor's and
+    Triton's directories, their in-process caches and Kiln's site cache.
+    Each path's compile time then counts all the work a user's first run
+    does, and no path reuses kernels another compiled before it in this
+    process (Inductor alone, compiled first, would otherwise serve the
+    Kiln path's own Inductor compiles from its caches)."""
+    import importlib
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="kiln-bench-cold-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
+    os.environ["KILN_CACHE"] = os.path.join(directory, "kiln")
+    for path in ("torch._inductor.codecache.PyCodeCache.cache_clear",
+                 "torch._inductor.codecache.FxGraphCache.clear",
+                 "torch._inductor.async_compile.CompiledTritonKernels.cache_clear"):
+        module, owner, method = path.rsplit(".", 2)
+        try:
+            getattr(getattr(importlib.import_module(module), owner), method)()
+        except (ImportError, AttributeError):
+            pass  # not in this torch: nothing of it to clear
+    import kiln.choice
+    import kiln.site_cache
+
+    kiln.site_cache._sites.clear()
+    kiln.site_cache._sites_by_digest.clear()
+    kiln.choice._decisions.clear()
+
+
+def bench(name: str, seq: int, tokens: int, timing: bool,
+          cold: bool = True) -> List[Dict[str, Any]]:
     from torch._dynamo.utils import counters
 
     batch = max(tokens // seq, 1)
@@ -184,6 +218,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
         against = want if exact is None else exact
         torch._dynamo.reset()
         counters.clear()
+        if cold:
+            cold_caches()
         inductor = torch.compile(model)
         began = time.perf_counter()
         got = tensor_of(inductor(*inputs))
@@ -192,6 +228,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool) -> List[Dict[str, Any]
         sdpa = int(counters["inductor"].get("fuse_attention", 0))
         inductor_error = relative_error(got, against)
         torch._dynamo.reset()
+        if cold:
+            cold_caches()
         start = len(kiln.dynamo.reports)
         compiled = torch.compile(model, backend="kiln")
         began = time.perf_counter()
@@ -235,6 +273,9 @@ def main() -> int:
     parser.add_argument("--seqs", default="1024,4096,16384")
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--no-time", action="store_true")
+    parser.add_argument("--warm", action="store_true",
+                        help="keep compile caches between paths (first calls "
+                             "then reuse each other's kernels)")
     parser.add_argument("--out")
     options = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
@@ -242,7 +283,8 @@ def main() -> int:
     for seq in (int(s) for s in options.seqs.split(",")):
         for name in options.models.split(","):
             try:
-                new = bench(name, seq, options.tokens, not options.no_time)
+                new = bench(name, seq, options.tokens, not options.no_time,
+                            cold=not options.warm)
             except Exception as error:  # noqa: BLE001
                 lines = f"{type(error).__name__}: {error}".strip().splitlines()
                 message = " | ".join(lines[:2] + lines[-3:])[:1500]
