@@ -137,7 +137,9 @@ def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
     ids = torch.randint(0, 1024, (batch, seq), device=DEVICE)
     padding = torch.ones(batch, seq, device=DEVICE, dtype=torch.long)
     padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
-    if name in ("bert", "clip", "t5_encoder", "bloom"):
+    if name == "bloom":  # forward(input_ids, past_key_values, attention_mask)
+        return (ids, None, padding)
+    if name in ("bert", "clip", "t5_encoder"):
         return (ids, padding)
     if name == "t5":
         return (ids, padding, ids)  # input_ids, attention_mask, decoder_input_ids

@@ -770,12 +770,17 @@ def softcap_half(name, cap_div, cap_mul):
 
 def einsum_attention(name, scores_eq, values_eq, q_layout="bhsd"):
     """Research code's attention through Einsum: scores, softmax, values;
-    Q (and K, V) given as [B,H,S,D] or [B,S,H,D]."""
+    Q (and K, V) given as [B,H,S,D] or [B,S,H,D], or (mqa) Q [B,H,S,D] with
+    one K/V head written without a head axis, K and V [B,S,D]."""
     g = Graph(name, opset=17)
     if q_layout == "bshd":
         q = g.input("q", F32, [B, S, H, D])
         k = g.input("k", F32, [B, S, H, D])
         v = g.input("v", F32, [B, S, H, D])
+    elif q_layout == "mqa":  # one K/V head, written without a head axis
+        q = g.input("q", F32, [B, H, S, D])
+        k = g.input("k", F32, [B, S, D])
+        v = g.input("v", F32, [B, S, D])
     else:
         q, k, v = qkv_inputs(g)
     scores = g.op("Einsum", [q, k], "scores", equation=scores_eq)
@@ -1324,6 +1329,8 @@ def main():
     einsum_attention("einsum_bshd", "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
+    einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",
+                     q_layout="mqa")
     softcap_half("softcap_f16_mismatch", 50.0, 49.0)
     repeat_kv("gqa_repeat_kv", kv_heads=2)
     repeat_kv("mqa_repeat_kv", kv_heads=1)
