@@ -198,6 +198,16 @@ def cold_caches() -> None:
     kiln.choice._decisions.clear()
 
 
+def steps_of(entries: List[Dict[str, Any]]) -> Dict[str, float]:
+    """Seconds of each step of the backend's first calls (kiln.dynamo's
+    entries' `seconds`), summed over the graphs."""
+    steps: Dict[str, float] = {}
+    for entry in entries:
+        for step, seconds in (entry.get("seconds") or {}).items():
+            steps[step] = round(steps.get(step, 0.0) + seconds, 2)
+    return steps
+
+
 def bench(name: str, seq: int, tokens: int, timing: bool,
           cold: bool = True) -> List[Dict[str, Any]]:
     from torch._dynamo.utils import counters
@@ -263,7 +273,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
                          rel_err=kiln_error, ok=kiln_error < 3e-2, notes=notes,
                          choices=[c for e in entries
                                   for c in e.get("choices", {}).values()],
-                         unfused=unfused, compile_s=kiln_compile_s))
+                         unfused=unfused, compile_s=kiln_compile_s,
+                         steps=steps_of(entries)))
     del model
     torch.cuda.empty_cache()
     return rows
@@ -306,6 +317,7 @@ def main() -> int:
                   f"kiln {kiln_row['fused']} inductor-sdpa {inductor['fused']} "
                   f"err {kiln_row['rel_err']:.1e}{speed} first call: inductor "
                   f"{inductor['compile_s']:.1f} s, kiln {kiln_row['compile_s']:.1f} s"
+                  + (f" steps {kiln_row['steps']}" if kiln_row.get("steps") else "")
                   + (f" notes {kiln_row['notes']}" if kiln_row["notes"] else "")
                   + (f" unfused {kiln_row['unfused'][:2]}" if kiln_row["unfused"] else ""),
                   flush=True)

@@ -37,6 +37,7 @@ run ``kilnc --verify`` on it by hand).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -44,6 +45,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -59,6 +61,18 @@ __all__ = ["backend", "compile_pending", "explain", "optimize", "reports",
 #: One entry per graph the backend compiled: {"key", "report", "rewritten":
 #: [site indices], "skipped": {index: reason}, "fallback": reason or None}.
 reports: List[Dict[str, Any]] = []
+
+
+@contextlib.contextmanager
+def _step(entry: Dict[str, Any], name: str) -> Any:
+    """Adds the wall-clock seconds of the block to the entry's
+    `seconds[name]`: where a graph's first call spends its time."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds = entry.setdefault("seconds", {})
+        seconds[name] = round(seconds.get(name, 0.0) + time.perf_counter() - start, 3)
 
 
 def _graphs_directory() -> Path:
@@ -607,7 +621,8 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     for value, origin in entry.get("aliases", {}).items():
         nodes.setdefault(value, nodes[origin])
     dense_bias = entry.get("dense_bias", "inductor")
-    plans = [_plan(site, nodes) for site in report["sites"]]
+    with _step(entry, "site kernels"):
+        plans = [_plan(site, nodes) for site in report["sites"]]
     if choose is not None:
         choose.prepare({nodes[source["value"]].name for why, chosen, _ in plans
                         if why is None for role, source in chosen.items()
@@ -627,7 +642,8 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         before = set(graph.nodes)
         try:
             if choose is not None:
-                decision = choose(site, output, sources, build)
+                with _step(entry, "site timing"):
+                    decision = choose(site, output, sources, build)
                 entry.setdefault("choices", {})[index] = decision
                 if decision["path"] != "kiln":
                     entry["skipped"][index] = (
@@ -1194,8 +1210,9 @@ def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
             or not all(t.is_cuda for t in tensors) or _writes_in_place(gm)):
         return compiled
     try:
-        alone = _inductor(gm, example_inputs, options)  # as a fallback is
-        with torch.no_grad():
+        with _step(entry, "inductor alone"):
+            alone = _inductor(gm, example_inputs, options)  # as a fallback is
+        with torch.no_grad(), _step(entry, "graph timing"):
             alone_s = choice.seconds(alone, inputs)
             kiln_s = choice.seconds(compiled, inputs)
     except Exception as error:  # noqa: BLE001 (timing never breaks the model)
@@ -1269,7 +1286,7 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         # Copies: exporting with dynamic sizes marks its inputs' dimensions
         # dynamic, which would fail the guards Dynamo made on the real ones.
         copies = tuple(t.detach().clone() for t in tensors)
-        with warnings.catch_warnings(), _outside_dynamo():
+        with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
             warnings.simplefilter("ignore")
             program = torch.onnx.export(source, copies, dynamo=True, verbose=False,
                                         dynamic_shapes=dynamic_shapes)
@@ -1289,7 +1306,8 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         entry["choose"] = kiln_options.get("choose", "timed")
         entry["aliases"] = onnx_aliases(
             program.model.graph, (node.name for node in module.graph.nodes))
-        report = _report_for(key, program, kiln_options, module)
+        with _step(entry, "kilnc"):
+            report = _report_for(key, program, kiln_options, module)
         if report is not None:
             try:  # only for kiln.explain: never a reason to fall back
                 entry["source_lines"] = site_sources(
@@ -1353,7 +1371,8 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
         verify, entry["verified"] = "off", "not checked: the graph writes in place"
     if verify != "off":
         try:
-            wrong = _mismatch(gm, _concrete(example_inputs), module, tensors)
+            with _step(entry, "check"):
+                wrong = _mismatch(gm, _concrete(example_inputs), module, tensors)
         except torch.cuda.OutOfMemoryError:
             wrong, entry["verified"] = None, "not checked: out of memory"
         except Exception as error:  # noqa: BLE001 (never break the model)
@@ -1370,7 +1389,8 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
         if entry["verified"] is None:
             entry["verified"] = "checked on its first inputs"
     try:
-        return _inductor(module, tensors, options)
+        with _step(entry, "inductor"):
+            return _inductor(module, tensors, options)
     except Exception as error:  # noqa: BLE001 (never break the model)
         if _restarts(error):
             raise
