@@ -450,6 +450,34 @@ def causal_index_compare_large(name, seq=2560, batch=1, compare="LessOrEqual"):
     g.save()
 
 
+def causal_trilu_large(name, seq=2560, form="triu_add"):
+    """A causal mask made by Trilu at a length whose [S, S] matrix is too
+    large to fold into a constant: full((S, S), -inf).triu(1) added to the
+    scores (`triu_add`, research code's form, the [S, S] mask broadcast
+    over batch and heads), or ones((S, S), bool).tril() selecting the
+    scores (`tril_where`, GPT-2's form)."""
+    g = Graph(name)
+    q, k, v = (g.input(n, F32, [1, 1, seq, 16]) for n in ("q", "k", "v"))
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))],
+                  "scale")
+    size = g.const("square", np.array([seq, seq], np.int64))
+    if form == "triu_add":
+        full = g.op("ConstantOfShape", [size], "full_inf",
+                    value=helper.make_tensor("inf", F32, [1], [-np.inf]))
+        mask = g.op("Trilu", [full, g.const("diag", np.array(1, np.int64))],
+                    "triu", upper=1)
+        scores = g.op("Add", [scores, mask], "causal_add")
+    else:
+        ones = g.op("ConstantOfShape", [size], "ones",
+                    value=helper.make_tensor("one", BOOL, [1], [True]))
+        keep = g.op("Trilu", [ones], "tril", upper=0)
+        scores = g.op("Where", [keep, scores, g.const("fmin", np.float32(FINFO_MIN))],
+                      "causal_where")
+    softmax_pv(g, scores, v, [1, 1, seq, 16])
+    g.save()
+
+
 def causal_init(name, q_len, kv_len, top_left=False, window=None):
     """A causal (or band) mask given as an initializer [1,1,Sq,Sk] of
     0 / -inf."""
@@ -1307,6 +1335,8 @@ def main():
     causal_index_compare_large("causal_compare_large_batch2", batch=2)
     causal_index_compare_large("causal_compare_large_strict", compare="Less")
     causal_index_compare_large("causal_compare_folded_batch4", seq=64, batch=4)
+    causal_trilu_large("causal_triu_large")
+    causal_trilu_large("causal_tril_where_large", form="tril_where")
     causal_init_batched("causal_init_batched")
     causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)

@@ -692,8 +692,24 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         current = *chain;
         continue;
       }
-      // An additive mask built as select(keep, 0, -inf) is that boolean.
-      if (auto build = term.value.getDefiningOp<tosa::SelectOp>()) {
+      // An additive mask built as select(keep, 0, -inf) is that boolean
+      // (seen through reshapes that only add leading unit axes: a [Sq, Sk]
+      // mask added to [B, H, Sq, Sk] scores).
+      Value built = term.value;
+      SmallVector<Operation *> reshapes;
+      while (auto reshape = built.getDefiningOp<tosa::ReshapeOp>()) {
+        auto from = dyn_cast<RankedTensorType>(reshape.getInput1().getType());
+        auto to = dyn_cast<RankedTensorType>(reshape.getType());
+        if (!from || !to || from.getRank() > to.getRank() ||
+            from.getShape() !=
+                to.getShape().drop_front(to.getRank() - from.getRank()) ||
+            llvm::any_of(to.getShape().take_front(to.getRank() - from.getRank()),
+                         [](int64_t size) { return size != 1; }))
+          break;
+        reshapes.push_back(reshape);
+        built = reshape.getInput1();
+      }
+      if (auto build = built.getDefiningOp<tosa::SelectOp>()) {
         std::optional<double> onTrue = getSplatFloat(build.getOnTrue());
         std::optional<double> onFalse = getSplatFloat(build.getOnFalse());
         // Added, a finite fill equals a replacement only when it absorbs
@@ -708,6 +724,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
           term.fill = term.inverted ? *onTrue : *onFalse;
           term.replaces = false;
           match.ops.insert(build);
+          match.ops.insert(reshapes.begin(), reshapes.end());
         }
       }
       terms.push_back(term);
