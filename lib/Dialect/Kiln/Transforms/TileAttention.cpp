@@ -10,6 +10,10 @@
 // - kiln-decompose-attention: a plain softmax over whole rows, the reference
 //   the tiled form is checked against.
 //
+// Both give kiln.attention's log-sum-exp when it has an lse result, and
+// both lower kiln.attention_grad in one reference form: whole rows per
+// (batch, query head), the probabilities recomputed from the forward's lse.
+//
 // Both read K/V of KV head h / G in place (extract_slice, or a gather through
 // the page table for the paged op): K and V are never copied per query head.
 // An f8E4M3FN cache is decoded to f32 in the gather, with integer ops (the
