@@ -247,8 +247,8 @@ llvm::json::Object describeOperands(AttentionOp op) {
 /// or cast the fusion added, or the importer's reshape of a 3-D Attention
 /// node). A null value: none was found (not rewritable mechanically).
 llvm::json::Value describeOutput(AttentionOp op) {
-  llvm::json::Object entry{{"shape", shapeToJSON(op.getType())},
-                           {"dtype", elementName(op.getType())}};
+  llvm::json::Object entry{{"shape", shapeToJSON(op.getResult().getType())},
+                           {"dtype", elementName(op.getResult().getType())}};
   auto name = op->getAttrOfType<StringAttr>(kReplacesAttrName);
   if (!name)
     name = op->getAttrOfType<StringAttr>(kGraphValueAttrName);

@@ -2,11 +2,13 @@
 //
 // Runs one function of an .mlir file through the CPU path (kiln ops tiled or
 // decomposed, TOSA through linalg, JIT) on .npy inputs or seeded random
-// ones, and writes the results as .npy files or prints a checksum of each.
+// ones, and writes the results as .npy files or prints a checksum of each;
+// or, with --check-grad, checks the gradient of every kiln.attention op.
 //
 //===----------------------------------------------------------------------===//
 
 #include "kiln/InitAll.h"
+#include "kiln/Runner/GradCheck.h"
 #include "kiln/Runner/Runner.h"
 #include "kiln/Verify/Verify.h"
 
@@ -67,6 +69,23 @@ static cl::opt<int64_t> dynamicDimSize(
     "dynamic-dim-size", cl::init(8),
     cl::desc("With --verify-fusion, the size of every dynamic input dim"));
 
+static cl::opt<bool> checkGrad(
+    "check-grad",
+    cl::desc("Check the gradient of every kiln.attention op: the forward "
+             "with its lse and kiln.attention_grad on seeded random inputs, "
+             "against float64 finite differences along random directions"));
+static cl::opt<double> checkGradTolerance(
+    "check-grad-tolerance", cl::init(0),
+    cl::desc("With --check-grad, the largest relative error that passes (0: "
+             "the element type's default)"));
+static cl::opt<int64_t> checkGradDirections(
+    "check-grad-directions", cl::init(3),
+    cl::desc("With --check-grad, random directions per operand"));
+static cl::opt<double> checkGradPerturbScale(
+    "check-grad-perturb-scale", cl::init(0), cl::Hidden,
+    cl::desc("Testing the check: build the backward with its scale times "
+             "1 + this, a wrong gradient"));
+
 static bool parseShape(StringRef text, SmallVectorImpl<int64_t> &shape) {
   SmallVector<StringRef> parts;
   text.split(parts, 'x', -1, /*KeepEmpty=*/false);
@@ -101,6 +120,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   options.tiling = {kvBlockSize, qBlockSize, numSplits};
+
+  if (checkGrad) {
+    GradCheckOptions gradOptions;
+    gradOptions.seed = seed;
+    gradOptions.directions = checkGradDirections;
+    gradOptions.tolerance = checkGradTolerance;
+    gradOptions.perturbScale = checkGradPerturbScale;
+    gradOptions.run = options;
+    FailureOr<GradCheckReport> report =
+        checkAttentionGradients(*module, gradOptions);
+    if (failed(report))
+      return 1;
+    report->print(llvm::outs());
+    return report->passed ? 0 : 1;
+  }
 
   if (!verifyAgainst.empty()) {
     OwningOpRef<ModuleOp> fused =

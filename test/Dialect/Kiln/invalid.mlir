@@ -220,3 +220,102 @@ func.func @scale_factor_dynamic(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32x
   %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<?xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
   return %o : tensor<1x4x16x32xf32>
 }
+
+// -----
+
+// The log-sum-exp is [B, Hq, Sq].
+func.func @lse_shape(%q: tensor<1x8x128x64xf32>, %k: tensor<1x8x128x64xf32>, %v: tensor<1x8x128x64xf32>) -> tensor<1x128x8xf32> {
+  // expected-error @+1 {{lse must be f32 [1, 8, 128] ([batch, heads, query length]), got 'tensor<1x128x8xf32>'}}
+  %o, %lse = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32> -> tensor<1x8x128x64xf32>, tensor<1x128x8xf32>
+  return %lse : tensor<1x128x8xf32>
+}
+
+// -----
+
+// The packed form's log-sum-exp is [Hq, total_q].
+func.func @lse_packed(%q: tensor<40x8x64xf16>, %k: tensor<48x2x64xf16>, %v: tensor<48x2x64xf16>, %qo: tensor<4xi32>, %ko: tensor<4xi32>) -> tensor<40x8xf32> {
+  // expected-error @+1 {{lse must be f32 [8, 40] ([heads, total_q], packed), got 'tensor<40x8xf32>'}}
+  %o, %lse = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<4xi32>, tensor<4xi32>) {scale = 0.125 : f32} : tensor<40x8x64xf16>, tensor<48x2x64xf16>, tensor<48x2x64xf16> -> tensor<40x8x64xf16>, tensor<40x8xf32>
+  return %lse : tensor<40x8xf32>
+}
+
+// -----
+
+// The log-sum-exp is f32 whatever the element type.
+func.func @lse_dtype(%q: tensor<1x8x128x64xf16>, %k: tensor<1x8x128x64xf16>, %v: tensor<1x8x128x64xf16>) -> tensor<1x8x128xf16> {
+  // expected-error @+1 {{result #1 must be ranked tensor of 32-bit float values, but got 'tensor<1x8x128xf16>'}}
+  %o, %lse = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x128x64xf16>, tensor<1x8x128x64xf16>, tensor<1x8x128x64xf16> -> tensor<1x8x128x64xf16>, tensor<1x8x128xf16>
+  return %lse : tensor<1x8x128xf16>
+}
+
+// -----
+
+// The backward's lse has the forward's lse shape.
+func.func @grad_lse(%q: tensor<1x4x16x32xf32>, %o: tensor<1x4x16x32xf32>, %lse: tensor<1x4x32xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{lse must be f32 [1, 4, 16] ([batch, heads, query length]), got 'tensor<1x4x32xf32>'}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %o, %lse, %o {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>
+  return %dq : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// out is the forward's result: Q's shape with V's head dim.
+func.func @grad_out_shape(%q: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x16xf32>, %o: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{out shape 'tensor<1x4x16x32xf32>' differs from the query shape 'tensor<1x4x16x32xf32>' with the value head dim (16)}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %v, %o, %lse, %o {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x16xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x16xf32>
+  return %dq : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// grad_out has out's type.
+func.func @grad_out_type(%q: tensor<1x4x16x32xbf16>, %o: tensor<1x4x16x32xbf16>, %do: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>) -> tensor<1x4x16x32xbf16> {
+  // expected-error @+1 {{grad_out type 'tensor<1x4x16x32xf32>' differs from the out type 'tensor<1x4x16x32xbf16>'}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %o, %lse, %do {scale = 1.0 : f32} : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>
+  return %dq : tensor<1x4x16x32xbf16>
+}
+
+// -----
+
+// Each gradient has its operand's type (GQA: dK is [B, Hkv, Sk, D]).
+func.func @grad_key_type(%q: tensor<1x4x16x32xf32>, %k: tensor<1x2x16x32xf32>, %o: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{grad_key type 'tensor<1x4x16x32xf32>' differs from the key type 'tensor<1x2x16x32xf32>'}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %k, %k, %o, %lse, %o {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x2x16x32xf32>, tensor<1x2x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x2x16x32xf32>
+  return %dq : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// The bias's gradient needs a bias.
+func.func @bias_grad_no_bias(%q: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{bias_grad needs a bias}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %q, %lse, %q {bias_grad, scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>
+  return %dq : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// bias_grad and the grad_bias result come together.
+func.func @bias_grad_result(%q: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>, %b: tensor<4x16x16xf32>) -> tensor<1x4x16x32xf32> {
+  // expected-error @+1 {{bias_grad needs a grad_bias result}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %q, %lse, %q bias(%b : tensor<4x16x16xf32>) {bias_grad, scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>
+  return %dq : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// The bias's gradient has the bias's shape (summed over its broadcasts).
+func.func @bias_grad_shape(%q: tensor<1x4x16x32xf32>, %lse: tensor<1x4x16xf32>, %b: tensor<4x16x16xf32>) -> tensor<1x4x16x16xf32> {
+  // expected-error @+1 {{grad_bias type 'tensor<1x4x16x16xf32>' differs from the bias type 'tensor<4x16x16xf32>'}}
+  %dq, %dk, %dv, %db = kiln.attention_grad %q, %q, %q, %q, %lse, %q bias(%b : tensor<4x16x16xf32>) {bias_grad, scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x16xf32>
+  return %db : tensor<1x4x16x16xf32>
+}
+
+// -----
+
+// The packed backward follows the packed forward's rules.
+func.func @grad_packed_mask(%q: tensor<40x4x32xf32>, %lse: tensor<4x40xf32>, %qo: tensor<3xi32>, %m: tensor<1x1x40x40xi1>) -> tensor<40x4x32xf32> {
+  // expected-error @+1 {{the packed form (offsets) takes no mask or bias}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %q, %lse, %q mask(%m : tensor<1x1x40x40xi1>) offsets(%qo, %qo : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32} : tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<4x40xf32>, tensor<40x4x32xf32> -> tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>
+  return %dq : tensor<40x4x32xf32>
+}

@@ -68,3 +68,39 @@ func.func @scale_factor(%q: tensor<1x4x16x32xbf16>, %k: tensor<1x4x16x32xbf16>, 
   %p = kiln.attention %q, %k, %v scale_factor(%u : tensor<1x1x1x1xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16> -> tensor<1x4x16x32xbf16>
   return %o, %p : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>
 }
+
+// The forward keeping its log-sum-exp: [B, Hq, Sq] f32, in the bshd layout
+// too.
+// CHECK-LABEL: func.func @lse
+// CHECK: %{{.*}}, %{{.*}} = kiln.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, layout = #kiln.layout<bshd>, scale = 1.250000e-01 : f32} : tensor<2x16x8x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x2x64xbf16> -> tensor<2x16x8x64xbf16>, tensor<2x8x16xf32>
+func.func @lse(%q: tensor<2x16x8x64xbf16>, %k: tensor<2x16x2x64xbf16>, %v: tensor<2x16x2x64xbf16>) -> (tensor<2x16x8x64xbf16>, tensor<2x8x16xf32>) {
+  %o, %lse = kiln.attention %q, %k, %v {causal, layout = #kiln.layout<bshd>, scale = 0.125 : f32} : tensor<2x16x8x64xbf16>, tensor<2x16x2x64xbf16>, tensor<2x16x2x64xbf16> -> tensor<2x16x8x64xbf16>, tensor<2x8x16xf32>
+  return %o, %lse : tensor<2x16x8x64xbf16>, tensor<2x8x16xf32>
+}
+
+// The packed form's log-sum-exp: [Hq, total_q].
+// CHECK-LABEL: func.func @packed_lse
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} offsets(%{{.*}}, %{{.*}} : tensor<4xi32>, tensor<4xi32>) {scale = 1.250000e-01 : f32} : tensor<40x8x64xf16>, tensor<48x2x64xf16>, tensor<48x2x64xf16> -> tensor<40x8x64xf16>, tensor<8x40xf32>
+func.func @packed_lse(%q: tensor<40x8x64xf16>, %k: tensor<48x2x64xf16>, %v: tensor<48x2x64xf16>, %qo: tensor<4xi32>, %ko: tensor<4xi32>) -> tensor<8x40xf32> {
+  %o, %lse = kiln.attention %q, %k, %v offsets(%qo, %ko : tensor<4xi32>, tensor<4xi32>) {scale = 0.125 : f32} : tensor<40x8x64xf16>, tensor<48x2x64xf16>, tensor<48x2x64xf16> -> tensor<40x8x64xf16>, tensor<8x40xf32>
+  return %lse : tensor<8x40xf32>
+}
+
+// The backward with the bias's gradient (the bias broadcast over the
+// batch), a boolean mask, masked_score, GQA and an MLA value head dim.
+// CHECK-LABEL: func.func @grad
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x8x16x64xf32>, %[[K:.*]]: tensor<2x2x16x64xf32>, %[[V:.*]]: tensor<2x2x16x32xf32>, %[[O:.*]]: tensor<2x8x16x32xf32>, %[[L:.*]]: tensor<2x8x16xf32>, %[[DO:.*]]: tensor<2x8x16x32xf32>, %[[M:.*]]: tensor<2x1x16x16xi1>, %[[B:.*]]: tensor<8x16x16xf32>)
+// CHECK: kiln.attention_grad %[[Q]], %[[K]], %[[V]], %[[O]], %[[L]], %[[DO]] mask(%[[M]] : tensor<2x1x16x16xi1>) bias(%[[B]] : tensor<8x16x16xf32>) {bias_grad, causal, masked_score = -1.000000e+04 : f32, scale = 1.250000e-01 : f32}
+// CHECK-SAME: -> tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x32xf32>, tensor<8x16x16xf32>
+func.func @grad(%q: tensor<2x8x16x64xf32>, %k: tensor<2x2x16x64xf32>, %v: tensor<2x2x16x32xf32>, %o: tensor<2x8x16x32xf32>, %lse: tensor<2x8x16xf32>, %do: tensor<2x8x16x32xf32>, %m: tensor<2x1x16x16xi1>, %b: tensor<8x16x16xf32>) -> tensor<8x16x16xf32> {
+  %dq, %dk, %dv, %db = kiln.attention_grad %q, %k, %v, %o, %lse, %do mask(%m : tensor<2x1x16x16xi1>) bias(%b : tensor<8x16x16xf32>) {bias_grad, causal, masked_score = -1.0e4 : f32, scale = 0.125 : f32} : tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x32xf32>, tensor<2x8x16x32xf32>, tensor<2x8x16xf32>, tensor<2x8x16x32xf32> -> tensor<2x8x16x64xf32>, tensor<2x2x16x64xf32>, tensor<2x2x16x32xf32>, tensor<8x16x16xf32>
+  return %db : tensor<8x16x16xf32>
+}
+
+// The packed backward, with a run-time scale factor and a window.
+// CHECK-LABEL: func.func @packed_grad
+// CHECK: kiln.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} offsets(%{{.*}}, %{{.*}} : tensor<3xi32>, tensor<3xi32>) scale_factor(%{{.*}} : tensor<1xf32>) {causal, scale = 1.000000e+00 : f32, window = 8 : i64} : tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<4x40xf32>, tensor<40x4x64xbf16> -> tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>
+func.func @packed_grad(%q: tensor<40x4x64xbf16>, %k: tensor<40x4x64xbf16>, %v: tensor<40x4x64xbf16>, %o: tensor<40x4x64xbf16>, %lse: tensor<4x40xf32>, %do: tensor<40x4x64xbf16>, %qo: tensor<3xi32>, %ko: tensor<3xi32>, %f: tensor<1xf32>) -> tensor<40x4x64xbf16> {
+  %dq, %dk, %dv = kiln.attention_grad %q, %k, %v, %o, %lse, %do offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) scale_factor(%f : tensor<1xf32>) {causal, window = 8 : i64, scale = 1.0 : f32} : tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<4x40xf32>, tensor<40x4x64xbf16> -> tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>
+  return %dq : tensor<40x4x64xbf16>
+}

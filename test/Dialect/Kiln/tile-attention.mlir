@@ -138,3 +138,57 @@ func.func @bshd(%q: tensor<1x7x2x8xf32>, %k: tensor<1x9x2x8xf32>,
       -> tensor<1x7x2x8xf32>
   return %o : tensor<1x7x2x8xf32>
 }
+
+// -----
+
+// The log-sum-exp: the tiled form's base-2 lse (max + log2 sum) is returned
+// in natural units (times ln 2), the decomposed form's is max + ln sum; with
+// splits, the combined lse is the max over splits plus log2 of the weights'
+// sum.
+// CHECK-LABEL: func.func @lse
+// CHECK: math.log2
+// CHECK: arith.mulf %{{.*}}, %{{.*}} : f32
+// CHECK: return %{{.*}}, %{{.*}} : tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+// SPLIT-LABEL: func.func @lse
+// SPLIT: math.log2
+// SPLIT: math.log2
+// DECOMP-LABEL: func.func @lse
+// DECOMP: math.log
+// DECOMP: return %{{.*}}, %{{.*}} : tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+func.func @lse(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>,
+               %v: tensor<1x2x8x4xf32>) -> (tensor<1x2x8x4xf32>, tensor<1x2x8xf32>) {
+  %o, %lse = kiln.attention %q, %k, %v {causal, scale = 0.5 : f32}
+      : tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>
+      -> tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+  return %o, %lse : tensor<1x2x8x4xf32>, tensor<1x2x8xf32>
+}
+
+// -----
+
+// The backward in the reference form under both passes: P = exp(s - lse),
+// through the soft-cap's 1 - tanh^2, dK accumulated per KV head (extract,
+// add, insert), the bias's gradient summed over its broadcast batch and
+// heads and expanded back to its shape.
+// CHECK-LABEL: func.func @grad
+// CHECK-NOT: kiln.attention_grad
+// CHECK: math.exp
+// CHECK: math.tanh
+// CHECK: tensor.extract_slice
+// CHECK: tensor.insert_slice
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0, 1, 2], [3]]
+// CHECK-SAME: tensor<4x4xf32> into tensor<1x1x4x4xf32>
+// DECOMP-LABEL: func.func @grad
+// DECOMP-NOT: kiln.attention_grad
+// DECOMP: math.exp
+func.func @grad(%q: tensor<2x4x4x8xf32>, %k: tensor<2x2x4x8xf32>,
+                %v: tensor<2x2x4x8xf32>, %o: tensor<2x4x4x8xf32>,
+                %lse: tensor<2x4x4xf32>, %do: tensor<2x4x4x8xf32>,
+                %b: tensor<1x1x4x4xf32>) -> tensor<1x1x4x4xf32> {
+  %dq, %dk, %dv, %db = kiln.attention_grad %q, %k, %v, %o, %lse, %do
+      bias(%b : tensor<1x1x4x4xf32>) {bias_grad, causal, softcap = 5.0 : f32, scale = 0.5 : f32}
+      : tensor<2x4x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>,
+        tensor<2x4x4x8xf32>, tensor<2x4x4xf32>, tensor<2x4x4x8xf32>
+      -> tensor<2x4x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>,
+         tensor<1x1x4x4xf32>
+  return %db : tensor<1x1x4x4xf32>
+}

@@ -72,8 +72,8 @@ static LogicalResult verifyHeadGroups(Operation *op, int64_t numQueryHeads,
 }
 
 /// Checks that `operand` broadcasts numpy-style to `[B, Hq, Sq, Sk]`.
-static LogicalResult verifyBroadcastable(AttentionOp op, Value operand,
-                                         StringRef name,
+template <typename OpT>
+static LogicalResult verifyBroadcastable(OpT op, Value operand, StringRef name,
                                          ArrayRef<int64_t> target) {
   auto type = cast<RankedTensorType>(operand.getType());
   if (type.getRank() > 4)
@@ -96,7 +96,8 @@ static LogicalResult verifyBroadcastable(AttentionOp op, Value operand,
 }
 
 /// The packed form's offsets: both or neither, rank 1, and of one batch.
-static LogicalResult verifyPackedOffsets(AttentionOp op) {
+template <typename OpT>
+static LogicalResult verifyPackedOffsets(OpT op) {
   if (static_cast<bool>(op.getQOffsets()) !=
       static_cast<bool>(op.getKvOffsets()))
     return op.emitOpError() << "q_offsets and kv_offsets come together";
@@ -129,44 +130,48 @@ static LogicalResult verifyPackedOffsets(AttentionOp op) {
   return success();
 }
 
-LogicalResult AttentionOp::verify() {
-  auto queryType = cast<RankedTensorType>(getQuery().getType());
-  auto keyType = cast<RankedTensorType>(getKey().getType());
-  auto valueType = cast<RankedTensorType>(getValue().getType());
-  auto resultType = cast<RankedTensorType>(getResult().getType());
+/// The rules of kiln.attention's operands and attributes, shared by
+/// kiln.attention_grad; `resultType` is the forward's result type (the
+/// backward's `out`).
+template <typename OpT>
+static LogicalResult verifyAttentionForm(OpT op, RankedTensorType resultType,
+                                         StringRef resultName) {
+  auto queryType = cast<RankedTensorType>(op.getQuery().getType());
+  auto keyType = cast<RankedTensorType>(op.getKey().getType());
+  auto valueType = cast<RankedTensorType>(op.getValue().getType());
 
-  if (failed(verifyPackedOffsets(*this)))
+  if (failed(verifyPackedOffsets(op)))
     return failure();
-  bool packed = isPacked();
+  bool packed = op.isPacked();
   int64_t rank = packed ? 3 : 4;
   const std::pair<StringRef, RankedTensorType> operands[] = {
       {"query", queryType},
       {"key", keyType},
       {"value", valueType},
-      {"result", resultType}};
+      {resultName, resultType}};
   for (auto [name, type] : operands) {
     if (type.getRank() != rank)
-      return emitOpError() << name << " must have rank " << rank
-                           << (packed ? " (packed)" : "") << ", got rank "
-                           << type.getRank();
+      return op.emitOpError()
+             << name << " must have rank " << rank
+             << (packed ? " (packed)" : "") << ", got rank " << type.getRank();
     if (type.getElementType() != queryType.getElementType())
-      return emitOpError()
+      return op.emitOpError()
              << name << " element type " << type.getElementType()
              << " differs from the query element type "
              << queryType.getElementType();
   }
 
-  int64_t headAxis = getHeadAxis(), seqAxis = getSeqAxis();
+  int64_t headAxis = op.getHeadAxis(), seqAxis = op.getSeqAxis();
   auto checkSame = [&](StringRef what, int64_t axis, StringRef lhsName,
                        RankedTensorType lhs, StringRef rhsName,
                        RankedTensorType rhs) -> LogicalResult {
     if (!sizesConflict(lhs.getDimSize(axis), rhs.getDimSize(axis)))
       return success();
-    return emitOpError() << what << " of " << lhsName << " ("
-                         << lhs.getDimSize(axis) << ") differs from "
-                         << rhsName << " (" << rhs.getDimSize(axis) << ")";
+    return op.emitOpError() << what << " of " << lhsName << " ("
+                            << lhs.getDimSize(axis) << ") differs from "
+                            << rhsName << " (" << rhs.getDimSize(axis) << ")";
   };
-  int64_t dimAxis = getDimAxis();
+  int64_t dimAxis = op.getDimAxis();
   if ((!packed &&
        (failed(checkSame("batch size", 0, "key", keyType, "query",
                          queryType)) ||
@@ -184,52 +189,125 @@ LogicalResult AttentionOp::verify() {
   SmallVector<int64_t> expected(queryType.getShape());
   expected[dimAxis] = valueType.getDimSize(dimAxis);
   if (failed(verifyCompatibleShape(resultType.getShape(), expected)))
-    return emitOpError() << "result shape " << resultType
-                         << " differs from the query shape " << queryType
-                         << " with the value head dim ("
-                         << sizeString(valueType.getDimSize(dimAxis)) << ")";
+    return op.emitOpError() << resultName << " shape " << resultType
+                            << " differs from the query shape " << queryType
+                            << " with the value head dim ("
+                            << sizeString(valueType.getDimSize(dimAxis)) << ")";
 
   int64_t numQueryHeads = queryType.getDimSize(headAxis);
   int64_t numKvHeads = keyType.getDimSize(headAxis);
-  if (failed(verifyHeadGroups(getOperation(), numQueryHeads, numKvHeads)))
+  if (failed(verifyHeadGroups(op.getOperation(), numQueryHeads, numKvHeads)))
     return failure();
 
-  int64_t logicalShape[4] = {getBatchSize(), numQueryHeads,
+  int64_t logicalShape[4] = {op.getBatchSize(), numQueryHeads,
                              queryType.getDimSize(seqAxis),
                              keyType.getDimSize(seqAxis)};
-  if (getMask() &&
-      failed(verifyBroadcastable(*this, getMask(), "mask", logicalShape)))
+  if (op.getMask() &&
+      failed(verifyBroadcastable(op, op.getMask(), "mask", logicalShape)))
     return failure();
-  if (getBias() &&
-      failed(verifyBroadcastable(*this, getBias(), "bias", logicalShape)))
+  if (op.getBias() &&
+      failed(verifyBroadcastable(op, op.getBias(), "bias", logicalShape)))
     return failure();
 
-  if (Value factor = getScaleFactor()) {
+  if (Value factor = op.getScaleFactor()) {
     auto factorType = cast<RankedTensorType>(factor.getType());
     if (llvm::any_of(factorType.getShape(),
                      [](int64_t size) { return size != 1; }))
-      return emitOpError() << "scale_factor must hold one element (every "
-                              "size 1), got "
-                           << factorType;
+      return op.emitOpError() << "scale_factor must hold one element (every "
+                                 "size 1), got "
+                              << factorType;
   }
 
-  if (std::optional<APFloat> fill = getMaskedScore()) {
+  if (std::optional<APFloat> fill = op.getMaskedScore()) {
     float value = fill->convertToFloat();
     if (!std::isfinite(value) || value > -1.0e4f)
-      return emitOpError() << "masked_score must be finite and at most -1e4, "
-                              "got "
-                           << value;
-    if (!getRightBound() && getMaskKind() != "boolean")
-      return emitOpError() << "masked_score needs a boolean mask, causal or "
-                              "window_right";
+      return op.emitOpError()
+             << "masked_score must be finite and at most -1e4, "
+                "got "
+             << value;
+    if (!op.getRightBound() && op.getMaskKind() != "boolean")
+      return op.emitOpError() << "masked_score needs a boolean mask, causal or "
+                                 "window_right";
   }
-  if (getCausal() && getWindowRight())
-    return emitOpError() << "window_right and causal are exclusive (causal "
-                            "is window_right = 0)";
-  if (getWindow() && !getRightBound())
-    return emitOpError() << "window requires causal or window_right";
-  return verifyAttentionAttributes(getOperation(), getScale(), /*causal=*/true,
-                                   getWindow(), getSoftcap());
+  if (op.getCausal() && op.getWindowRight())
+    return op.emitOpError() << "window_right and causal are exclusive (causal "
+                               "is window_right = 0)";
+  if (op.getWindow() && !op.getRightBound())
+    return op.emitOpError() << "window requires causal or window_right";
+  return verifyAttentionAttributes(op.getOperation(), op.getScale(),
+                                   /*causal=*/true, op.getWindow(),
+                                   op.getSoftcap());
+}
+
+/// The log-sum-exp's type: f32 `[B, Hq, Sq]`, or `[Hq, total_q]` packed.
+template <typename OpT>
+static LogicalResult verifyLseType(OpT op, Type type, StringRef name) {
+  auto lseType = cast<RankedTensorType>(type);
+  SmallVector<int64_t> expected;
+  if (op.isPacked())
+    expected = {op.getNumQueryHeads(), op.getQueryLength()};
+  else
+    expected = {op.getBatchSize(), op.getNumQueryHeads(), op.getQueryLength()};
+  if (succeeded(verifyCompatibleShape(lseType.getShape(), expected)))
+    return success();
+  std::string wanted;
+  llvm::raw_string_ostream os(wanted);
+  os << "[";
+  llvm::interleave(
+      expected, os, [&](int64_t size) { os << sizeString(size); }, ", ");
+  os << "]";
+  return op.emitOpError() << name << " must be f32 " << wanted
+                          << (op.isPacked() ? " ([heads, total_q], packed)"
+                                            : " ([batch, heads, query length])")
+                          << ", got " << lseType;
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionForm(
+          *this, cast<RankedTensorType>(getResult().getType()), "result")))
+    return failure();
+  if (Value lse = getLse())
+    return verifyLseType(*this, lse.getType(), "lse");
+  return success();
+}
+
+LogicalResult AttentionGradOp::verify() {
+  auto outType = cast<RankedTensorType>(getOut().getType());
+  if (failed(verifyAttentionForm(*this, outType, "out")) ||
+      failed(verifyLseType(*this, getLse().getType(), "lse")))
+    return failure();
+  // A gradient has its operand's element type and a shape compatible with
+  // its operand's (dynamic sizes agree with everything, as elsewhere).
+  auto sameType = [](Type lhs, Type rhs) {
+    auto lhsType = cast<RankedTensorType>(lhs);
+    auto rhsType = cast<RankedTensorType>(rhs);
+    return lhsType.getElementType() == rhsType.getElementType() &&
+           succeeded(verifyCompatibleShape(lhsType, rhsType));
+  };
+  if (!sameType(getGradOut().getType(), outType))
+    return emitOpError() << "grad_out type " << getGradOut().getType()
+                         << " differs from the out type " << outType;
+  const std::tuple<StringRef, Value, StringRef, Value> gradients[] = {
+      {"grad_query", getGradQuery(), "query", getQuery()},
+      {"grad_key", getGradKey(), "key", getKey()},
+      {"grad_value", getGradValue(), "value", getValue()}};
+  for (auto [name, gradient, of, operand] : gradients)
+    if (!sameType(gradient.getType(), operand.getType()))
+      return emitOpError() << name << " type " << gradient.getType()
+                           << " differs from the " << of << " type "
+                           << operand.getType();
+  if (getBiasGrad() && !getBias())
+    return emitOpError() << "bias_grad needs a bias";
+  if (getBiasGrad() != static_cast<bool>(getGradBias()))
+    return emitOpError() << (getBiasGrad()
+                                 ? "bias_grad needs a grad_bias result"
+                                 : "a grad_bias result needs bias_grad");
+  if (Value gradBias = getGradBias())
+    if (!sameType(gradBias.getType(), getBias().getType()))
+      return emitOpError() << "grad_bias type " << gradBias.getType()
+                           << " differs from the bias type "
+                           << getBias().getType();
+  return success();
 }
 
 LogicalResult PagedAttentionOp::verify() {

@@ -10,6 +10,10 @@
 // - kiln-decompose-attention: a plain softmax over whole rows, the reference
 //   the tiled form is checked against.
 //
+// Both give kiln.attention's log-sum-exp when it has an lse result, and
+// both lower kiln.attention_grad in one reference form: whole rows per
+// (batch, query head), the probabilities recomputed from the forward's lse.
+//
 // Both read K/V of KV head h / G in place (extract_slice, or a gather through
 // the page table for the paged op): K and V are never copied per query head.
 // An f8E4M3FN cache is decoded to f32 in the gather, with integer ops (the
@@ -207,11 +211,40 @@ struct Site {
   Value pageSize, maxPages, numPages;
   /// For mask and bias: per operand axis, whether it broadcasts (size 1).
   SmallVector<Value> maskBroadcast, biasBroadcast;
+  /// The type of the log-sum-exp result (`[B, Hq, Sq]` f32), when the op
+  /// has one.
+  RankedTensorType lseType;
+  /// kiln.attention_grad only: the forward's result and log-sum-exp
+  /// (`[B, Hq, Sq]`), the result's gradient, and whether the bias's
+  /// gradient is wanted.
+  Value out, lse, gradOut;
+  bool biasGrad = false;
 
   static Site fromOp(IR &ir, AttentionOp op) {
+    Site site =
+        fromUniform(ir, op, cast<RankedTensorType>(op.getResult().getType()));
+    if (Value lse = op.getLse())
+      site.lseType = cast<RankedTensorType>(lse.getType());
+    return site;
+  }
+
+  static Site fromOp(IR &ir, AttentionGradOp op) {
+    Site site =
+        fromUniform(ir, op, cast<RankedTensorType>(op.getOut().getType()));
+    site.out = op.getOut();
+    site.lse = op.getLse();
+    site.gradOut = op.getGradOut();
+    site.biasGrad = op.getBiasGrad();
+    return site;
+  }
+
+  /// The site of a kiln.attention or kiln.attention_grad that is not packed,
+  /// whose forward result has type `resultType`.
+  template <typename OpT>
+  static Site fromUniform(IR &ir, OpT op, RankedTensorType resultType) {
     Site site;
     site.elementType = op.getElementType();
-    site.resultType = cast<RankedTensorType>(op.getResult().getType());
+    site.resultType = resultType;
     site.query = op.getQuery();
     site.key = op.getKey();
     site.value = op.getValue();
@@ -234,8 +267,9 @@ struct Site {
 
   /// The uniform site of one sequence of a packed op: its `[1, rows, H,
   /// D]` (bshd) slices of Q, K and V, and `op`'s attributes.
-  static Site fromPacked(IR &ir, AttentionOp op, Value query, Value key,
-                         Value value, RankedTensorType resultType) {
+  template <typename OpT>
+  static Site fromPacked(IR &ir, OpT op, Value query, Value key, Value value,
+                         RankedTensorType resultType) {
     Site site;
     site.elementType = op.getElementType();
     site.resultType = resultType;
@@ -299,7 +333,7 @@ struct Site {
       softcap = cap->convertToFloat();
     if (causal)
       rightBound = 0;
-    if constexpr (std::is_same_v<OpT, AttentionOp>) {
+    if constexpr (!std::is_same_v<OpT, PagedAttentionOp>) {
       scaleFactor = op.getScaleFactor();
       rightBound = op.getRightBound();
       if (std::optional<APFloat> fill = op.getMaskedScore())
@@ -419,6 +453,101 @@ struct Site {
     return in.toF32(element);
   }
 
+  /// The `[rows, keys]` f32 dot products of a query tile and a key tile.
+  Value dots(IR &ir, Value queryTile, Value keyTile, Value rows,
+             Value keys) const {
+    Value zero = ir.full({rows, keys}, ir.f32(0.0));
+    return ir.generic(
+        {queryTile, keyTile}, zero,
+        {ir.map(3, {0, 2}), ir.map(3, {1, 2}), ir.map(3, {0, 1})},
+        {kPar, kPar, kRed}, [&](IR &in, ValueRange args) -> Value {
+          return in.addf(args[2],
+                         in.mulf(in.toF32(args[0]), in.toF32(args[1])));
+        });
+  }
+
+  /// The run-time scale factor as an f32 scalar, or null when the op has
+  /// none.
+  Value runtimeFactor(IR &ir) const {
+    if (!scaleFactor)
+      return Value();
+    int64_t rank = cast<RankedTensorType>(scaleFactor.getType()).getRank();
+    return tensor::ExtractOp::create(ir.b, ir.loc, scaleFactor,
+                                     SmallVector<Value>(rank, ir.idx(0)));
+  }
+
+  /// One score, with what the backward pass needs of how it was made.
+  struct Score {
+    /// The final score, in output units.
+    Value value;
+    /// Whether the key is hidden (null when nothing hides keys).
+    Value hidden;
+    /// tanh of the scaled dot product over the soft-cap (null without
+    /// softcap).
+    Value capped;
+  };
+
+  /// The score of query row `row0 + index(0)` against key `key0 + index(1)`
+  /// from their dot product, inside a linalg body: `scale·dot` (times the
+  /// run-time `factor`), soft-capped, plus bias and mask, the hidden score
+  /// where the key is hidden, all multiplied by `outScale`.
+  Score scoreOf(IR &in, Value dot, Value factor, Value b, Value h, Value row0,
+                Value key0, Value diagonal, double outScale) const {
+    Score result;
+    Value score = dot;
+    if (factor)
+      score = in.mulf(score, factor);
+    bool additive = bias || (mask && !isBoolMask());
+    // With additive terms the score is built in natural units, as the
+    // graph adds them, and converted to the output units after.
+    double unitScale = additive ? 1.0 : outScale;
+    if (softcap) {
+      Value capped = math::TanhOp::create(
+          in.b, in.loc, in.mulf(score, in.f32(scale / *softcap)));
+      result.capped = capped;
+      score = in.mulf(capped, in.f32(*softcap * unitScale));
+    } else {
+      score = in.mulf(score, in.f32(scale * unitScale));
+    }
+    Value row = in.add(row0, in.index(0));
+    Value key = in.add(key0, in.index(1));
+    SmallVector<Value> logical = {b, h, row, key};
+    if (additive) {
+      if (bias)
+        score = in.addf(score, broadcastRead(in, bias, biasBroadcast, logical));
+      if (mask && !isBoolMask())
+        score = in.addf(score, broadcastRead(in, mask, maskBroadcast, logical));
+      score = toOutputUnits(in, score, outScale);
+    }
+    Value hidden;
+    auto orHidden = [&](Value cond) {
+      hidden =
+          hidden ? arith::OrIOp::create(in.b, in.loc, hidden, cond).getResult()
+                 : cond;
+    };
+    if (mask && isBoolMask())
+      orHidden(arith::XOrIOp::create(
+          in.b, in.loc, broadcastRead(in, mask, maskBroadcast, logical),
+          arith::ConstantIntOp::create(in.b, in.loc, 1, 1)));
+    if (rightBound) {
+      Value edge = in.add(row, diagonal);
+      orHidden(in.cmp(arith::CmpIPredicate::sgt, key,
+                      in.add(edge, in.idx(*rightBound))));
+      if (window)
+        orHidden(in.cmp(arith::CmpIPredicate::sle, key,
+                        in.sub(edge, in.idx(*window))));
+    }
+    if (hidden) {
+      Value hiddenScore = maskedScore
+                              ? in.f32(saturatedProduct(*maskedScore, outScale))
+                              : in.negInf();
+      score = in.select(hidden, hiddenScore, score);
+    }
+    result.value = score;
+    result.hidden = hidden;
+    return result;
+  }
+
   /// The `[rows, keys]` f32 score tile of query rows [row0, ...) against keys
   /// [key0, ...): `scale·QKᵀ`, soft-capped, plus bias and mask, -inf where
   /// the key is hidden, all multiplied by `outScale` (log2(e) for the exp2
@@ -427,81 +556,19 @@ struct Site {
   Value scores(IR &ir, Value queryTile, Value keyTile, Value b, Value h,
                Value row0, Value key0, Value rows, Value keys, Value keyCount,
                double outScale) const {
-    Value zero = ir.full({rows, keys}, ir.f32(0.0));
-    Value dots = ir.generic(
-        {queryTile, keyTile}, zero,
-        {ir.map(3, {0, 2}), ir.map(3, {1, 2}), ir.map(3, {0, 1})},
-        {kPar, kPar, kRed}, [&](IR &in, ValueRange args) -> Value {
-          return in.addf(args[2],
-                         in.mulf(in.toF32(args[0]), in.toF32(args[1])));
-        });
-
+    Value products = dots(ir, queryTile, keyTile, rows, keys);
     // Bottom-right aligned causal diagonal: key j is visible to query i when
     // j <= i + (keys - queries).
     Value diagonal = ir.sub(keyCount, queryLength);
     Value init = ir.empty({rows, keys}, ir.b.getF32Type());
     // The run-time factor multiplies the dot products before anything else.
-    Value factor;
-    if (scaleFactor) {
-      int64_t rank = cast<RankedTensorType>(scaleFactor.getType()).getRank();
-      factor = tensor::ExtractOp::create(ir.b, ir.loc, scaleFactor,
-                                         SmallVector<Value>(rank, ir.idx(0)));
-    }
-    return ir.generic(
-        {dots}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})}, {kPar, kPar},
-        [&](IR &in, ValueRange args) -> Value {
-          Value score = args[0];
-          if (factor)
-            score = in.mulf(score, factor);
-          bool additive = bias || (mask && !isBoolMask());
-          // With additive terms the score is built in natural units, as the
-          // graph adds them, and converted to the output units after.
-          double unitScale = additive ? 1.0 : outScale;
-          if (softcap) {
-            Value capped = math::TanhOp::create(
-                in.b, in.loc, in.mulf(score, in.f32(scale / *softcap)));
-            score = in.mulf(capped, in.f32(*softcap * unitScale));
-          } else {
-            score = in.mulf(score, in.f32(scale * unitScale));
-          }
-          Value row = in.add(row0, in.index(0));
-          Value key = in.add(key0, in.index(1));
-          SmallVector<Value> logical = {b, h, row, key};
-          if (additive) {
-            if (bias)
-              score = in.addf(score,
-                              broadcastRead(in, bias, biasBroadcast, logical));
-            if (mask && !isBoolMask())
-              score = in.addf(score,
-                              broadcastRead(in, mask, maskBroadcast, logical));
-            score = toOutputUnits(in, score, outScale);
-          }
-          Value hidden;
-          auto orHidden = [&](Value cond) {
-            hidden = hidden ? arith::OrIOp::create(in.b, in.loc, hidden, cond)
-                                  .getResult()
-                            : cond;
-          };
-          if (mask && isBoolMask())
-            orHidden(arith::XOrIOp::create(
-                in.b, in.loc, broadcastRead(in, mask, maskBroadcast, logical),
-                arith::ConstantIntOp::create(in.b, in.loc, 1, 1)));
-          if (rightBound) {
-            Value edge = in.add(row, diagonal);
-            orHidden(in.cmp(arith::CmpIPredicate::sgt, key,
-                            in.add(edge, in.idx(*rightBound))));
-            if (window)
-              orHidden(in.cmp(arith::CmpIPredicate::sle, key,
-                              in.sub(edge, in.idx(*window))));
-          }
-          if (hidden) {
-            Value hiddenScore =
-                maskedScore ? in.f32(saturatedProduct(*maskedScore, outScale))
-                            : in.negInf();
-            score = in.select(hidden, hiddenScore, score);
-          }
-          return score;
-        });
+    Value factor = runtimeFactor(ir);
+    return ir.generic({products}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})},
+                      {kPar, kPar}, [&](IR &in, ValueRange args) -> Value {
+                        return scoreOf(in, args[0], factor, b, h, row0, key0,
+                                       diagonal, outScale)
+                            .value;
+                      });
   }
 
   /// `value`·`factor` in f32, the most negative finite f32 where the
@@ -607,8 +674,49 @@ forLoop(IR &ir, Value lb, Value ub, Value step, ValueRange inits,
   return SmallVector<Value>(loop.getResults());
 }
 
+/// A lowered kiln.attention: its result and, when the op has one, its
+/// log-sum-exp.
+struct Lowered {
+  Value result;
+  Value lse;
+};
+
+/// The op's log-sum-exp result from `[B, Hq, Sq]` f32 values in base 2
+/// (`base2`, natural = base2·ln 2) or natural units, in the op's lse type.
+/// A hidden key's score saturates at the most negative f32 in base 2 when
+/// masked_score·log2(e) overflows, so a row that sees no key gets
+/// masked_score back there: the fill plus ln(Sk), rounded to f32, is the
+/// fill for so large a fill.
+Value emitLse(IR &ir, const Site &site, Value lse, bool base2) {
+  if (base2) {
+    double fill = site.maskedScore ? double(*site.maskedScore) : 0.0;
+    bool saturated =
+        site.maskedScore && Site::saturatedProduct(*site.maskedScore, kLog2E) !=
+                                float(fill * kLog2E);
+    float hidden2 = site.maskedScore
+                        ? Site::saturatedProduct(*site.maskedScore, kLog2E)
+                        : 0.0f;
+    lse =
+        ir.generic({lse},
+                   ir.empty({site.batch, site.numQueryHeads, site.queryLength},
+                            ir.b.getF32Type()),
+                   {ir.map(3, {0, 1, 2}), ir.map(3, {0, 1, 2})},
+                   {kPar, kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
+                     Value natural = in.mulf(a[0], in.f32(1.0 / kLog2E));
+                     if (!saturated)
+                       return natural;
+                     Value noKey = in.cmpf(arith::CmpFPredicate::OLE, a[0],
+                                           in.f32(hidden2));
+                     return in.select(noKey, in.f32(fill), natural);
+                   });
+  }
+  if (lse.getType() == site.lseType)
+    return lse;
+  return tensor::CastOp::create(ir.b, ir.loc, site.lseType, lse);
+}
+
 /// The tiled online-softmax form.
-Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
+Lowered lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
   Type f32 = ir.b.getF32Type();
   Value zero = ir.idx(0), one = ir.idx(1);
   Value qBlock = ir.idx(tiling.qBlockSize);
@@ -802,8 +910,20 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
         ArrayRef<OpFoldResult>{unit, site.batch, site.numQueryHeads,
                                site.queryLength, site.valueHeadDim},
         SmallVector<OpFoldResult>(5, unit));
-    return site.emitResult(ir, {out}, {ir.map(4, {0, 1, 2, 3})},
-                           [](IR &, ValueRange a) { return a[0]; });
+    Lowered lowered;
+    lowered.result = site.emitResult(ir, {out}, {ir.map(4, {0, 1, 2, 3})},
+                                     [](IR &, ValueRange a) { return a[0]; });
+    if (site.lseType) {
+      Value lse = tensor::ExtractSliceOp::create(
+          ir.b, ir.loc, RankedTensorType::get({kDyn, kDyn, kDyn}, f32),
+          partials[1],
+          ArrayRef<OpFoldResult>{zeroAttr, zeroAttr, zeroAttr, zeroAttr},
+          ArrayRef<OpFoldResult>{unit, site.batch, site.numQueryHeads,
+                                 site.queryLength},
+          SmallVector<OpFoldResult>(4, unit));
+      lowered.lse = emitLse(ir, site, lse, /*base2=*/true);
+    }
+    return lowered;
   }
 
   // Combine: weight split s by exp2(lse_s - max_s lse_s).
@@ -840,22 +960,40 @@ Value lowerTiled(IR &ir, const Site &site, const AttentionTiling &tiling) {
       {kPar, kPar, kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
         return in.addf(a[2], in.mulf(a[0], a[1]));
       });
-  return site.emitResult(
+  Lowered lowered;
+  lowered.result = site.emitResult(
       ir, {weighted, total}, {ir.map(4, {0, 1, 2, 3}), ir.map(4, {0, 1, 2})},
       [](IR &in, ValueRange a) -> Value {
         Value seen = in.cmpf(arith::CmpFPredicate::OGT, a[1], in.f32(0.0));
         return in.select(seen, in.divf(a[0], a[1]), in.f32(0.0));
       });
+  if (site.lseType) {
+    // The combined log-sum-exp: max_s lse_s + log2(Σ_s weight_s).
+    Value lse = ir.generic(
+        {maxLse, total}, ir.empty(rowSizes, f32),
+        {ir.map(3, {0, 1, 2}), ir.map(3, {0, 1, 2}), ir.map(3, {0, 1, 2})},
+        {kPar, kPar, kPar}, [](IR &in, ValueRange a) -> Value {
+          Value seen = in.cmpf(arith::CmpFPredicate::OGT, a[1], in.f32(0.0));
+          Value log = math::Log2Op::create(in.b, in.loc, a[1]);
+          return in.select(seen, in.addf(a[0], log), in.negInf());
+        });
+    lowered.lse = emitLse(ir, site, lse, /*base2=*/true);
+  }
+  return lowered;
 }
 
 /// The plain reference form: whole rows, exp, no running statistics.
-Value lowerDecomposed(IR &ir, const Site &site) {
+Lowered lowerDecomposed(IR &ir, const Site &site) {
   Type f32 = ir.b.getF32Type();
   Value zero = ir.idx(0), one = ir.idx(1);
   Value outInit = ir.empty(
       {site.batch, site.numQueryHeads, site.queryLength, site.valueHeadDim}, f32);
+  SmallVector<Value> inits = {outInit};
+  if (site.lseType)
+    inits.push_back(
+        ir.empty({site.batch, site.numQueryHeads, site.queryLength}, f32));
   SmallVector<Value> out = forLoop(
-      ir, zero, site.batch, one, {outInit},
+      ir, zero, site.batch, one, inits,
       [&](IR &ir, Value b, ValueRange args) -> SmallVector<Value> {
         Value keyCount = site.keysOf(ir, b);
         return forLoop(
@@ -910,11 +1048,32 @@ Value lowerDecomposed(IR &ir, const Site &site) {
                   ArrayRef<OpFoldResult>{b, h, zeroAttr, zeroAttr},
                   ArrayRef<OpFoldResult>{unit, unit, rows, site.valueHeadDim},
                   SmallVector<OpFoldResult>(4, unit));
-              return {inserted};
+              if (!site.lseType)
+                return {inserted};
+              // lse = max + ln(sum); -inf where the row saw no key.
+              Value lse = ir.generic(
+                  {rowMax, rowSum}, ir.empty({rows}, f32),
+                  {ir.map(1, {0}), ir.map(1, {0}), ir.map(1, {0})}, {kPar},
+                  [](IR &in, ValueRange a) -> Value {
+                    Value seen =
+                        in.cmpf(arith::CmpFPredicate::OGT, a[1], in.f32(0.0));
+                    Value log = math::LogOp::create(in.b, in.loc, a[1]);
+                    return in.select(seen, in.addf(a[0], log), in.negInf());
+                  });
+              Value lseInserted = tensor::InsertSliceOp::create(
+                  ir.b, ir.loc, lse, args[1],
+                  ArrayRef<OpFoldResult>{b, h, zeroAttr},
+                  ArrayRef<OpFoldResult>{unit, unit, rows},
+                  SmallVector<OpFoldResult>(3, unit));
+              return {inserted, lseInserted};
             });
       });
-  return site.emitResult(ir, {out[0]}, {ir.map(4, {0, 1, 2, 3})},
-                         [](IR &, ValueRange a) { return a[0]; });
+  Lowered lowered;
+  lowered.result = site.emitResult(ir, {out[0]}, {ir.map(4, {0, 1, 2, 3})},
+                                   [](IR &, ValueRange a) { return a[0]; });
+  if (site.lseType)
+    lowered.lse = emitLse(ir, site, out[1], /*base2=*/false);
+  return lowered;
 }
 
 /// A size of `tensor` as an attribute where its type has it, else a
@@ -980,11 +1139,14 @@ Value sequenceSlice(IR &in, Value packed, Value start, Value rows) {
 /// `rowsOf(in, b, start, rows)` gives sequence b's rows [start, start +
 /// rows) of it as `[rows, Hq, Dv]`, with its range read from `qOffsets`
 /// (clamped into [0, total_q] and made non-decreasing, so bad offsets
-/// never read outside Q). Rows no sequence owns are zeros.
-Value lowerPerSequence(
-    IR &ir, Value query, Value qOffsets, Value batch,
-    RankedTensorType resultType, OpFoldResult valueDim,
-    function_ref<Value(IR &, Value, Value, Value)> rowsOf) {
+/// never read outside Q). Rows no sequence owns are zeros. With `lseType`
+/// (`[Hq, total_q]`), `rowsOf` also gives the sequence's log-sum-exp as
+/// `[Hq, rows]`, and rows no sequence owns hold -inf.
+Lowered
+lowerPerSequence(IR &ir, Value query, Value qOffsets, Value batch,
+                 RankedTensorType resultType, OpFoldResult valueDim,
+                 RankedTensorType lseType,
+                 function_ref<Lowered(IR &, Value, Value, Value)> rowsOf) {
   Type element = resultType.getElementType();
   Value totalRows = ir.dim(query, 0);
   Value zero =
@@ -998,22 +1160,47 @@ Value lowerPerSequence(
                    .getResult(0);
   if (init.getType() != resultType)
     init = tensor::CastOp::create(ir.b, ir.loc, resultType, init);
+  SmallVector<Value> inits = {init};
+  if (lseType) {
+    auto [lseShape, lseDynamic] =
+        emptyOf({sizeOf(ir, query, 1), sizeOf(ir, query, 0)});
+    Value lseInit =
+        linalg::FillOp::create(
+            ir.b, ir.loc, ValueRange{ir.negInf()},
+            ValueRange{tensor::EmptyOp::create(ir.b, ir.loc, lseShape,
+                                               ir.b.getF32Type(), lseDynamic)})
+            .getResult(0);
+    if (lseInit.getType() != lseType)
+      lseInit = tensor::CastOp::create(ir.b, ir.loc, lseType, lseInit);
+    inits.push_back(lseInit);
+  }
   OpFoldResult one = ir.b.getIndexAttr(1), zeroAttr = ir.b.getIndexAttr(0);
   auto loop = scf::ForOp::create(
-      ir.b, ir.loc, ir.idx(0), batch, ir.idx(1), ValueRange{init},
+      ir.b, ir.loc, ir.idx(0), batch, ir.idx(1), inits,
       [&](OpBuilder &nested, Location loc, Value b, ValueRange args) {
         IR in{nested, loc};
         auto [start, end] = sequenceRows(in, qOffsets, b, totalRows);
         Value rows = in.sub(end, start);
-        Value packed = rowsOf(in, b, start, rows);
-        Value inserted = tensor::InsertSliceOp::create(
-            in.b, loc, packed, args[0],
+        Lowered packed = rowsOf(in, b, start, rows);
+        SmallVector<Value> yielded = {tensor::InsertSliceOp::create(
+            in.b, loc, packed.result, args[0],
             ArrayRef<OpFoldResult>{start, zeroAttr, zeroAttr},
             ArrayRef<OpFoldResult>{rows, sizeOf(in, query, 1), valueDim},
-            SmallVector<OpFoldResult>(3, one));
-        scf::YieldOp::create(in.b, loc, inserted);
+            SmallVector<OpFoldResult>(3, one))};
+        // The lse of the sequence is [?, rows], its heads dynamic.
+        if (lseType)
+          yielded.push_back(tensor::InsertSliceOp::create(
+              in.b, loc, packed.lse, args[1],
+              ArrayRef<OpFoldResult>{zeroAttr, start},
+              ArrayRef<OpFoldResult>{in.dim(query, 1), rows},
+              SmallVector<OpFoldResult>(2, one)));
+        scf::YieldOp::create(in.b, loc, yielded);
       });
-  return loop.getResult(0);
+  Lowered lowered;
+  lowered.result = loop.getResult(0);
+  if (lseType)
+    lowered.lse = loop.getResult(1);
+  return lowered;
 }
 
 /// A ragged kiln.paged_attention as what it means: a loop over the
@@ -1029,7 +1216,7 @@ Value lowerRagged(IR &ir, PagedAttentionOp op,
   OpFoldResult heads = sizeOf(ir, query, 1), dim = sizeOf(ir, query, 2),
                valueDim = sizeOf(ir, op.getValueCache(), 3);
   OpFoldResult one = ir.b.getIndexAttr(1), zeroAttr = ir.b.getIndexAttr(0);
-  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Value {
+  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Lowered {
     Location loc = in.loc;
     // Q rows [start, end) as [1, Hq, rows, D].
     auto [sliceShape, sliceDynamic] = emptyOf({rows, heads, dim});
@@ -1067,16 +1254,18 @@ Value lowerRagged(IR &ir, PagedAttentionOp op,
     Value collapsed = tensor::CollapseShapeOp::create(
         in.b, loc, result, SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
     auto [packedShape, packedDynamic] = emptyOf({rows, heads, valueDim});
-    return in.generic(
-        {collapsed},
-        tensor::EmptyOp::create(in.b, loc, packedShape, element,
-                                packedDynamic),
-        {in.map(3, {1, 0, 2}), in.map(3, {0, 1, 2})}, {kPar, kPar, kPar},
-        [](IR &, ValueRange a) { return a[0]; });
+    return {in.generic({collapsed},
+                       tensor::EmptyOp::create(in.b, loc, packedShape, element,
+                                               packedDynamic),
+                       {in.map(3, {1, 0, 2}), in.map(3, {0, 1, 2})},
+                       {kPar, kPar, kPar},
+                       [](IR &, ValueRange a) { return a[0]; }),
+            Value()};
   };
   return lowerPerSequence(ir, query, op.getQOffsets(),
                           ir.dim(op.getKvLens(), 0), resultType, valueDim,
-                          rowsOf);
+                          /*lseType=*/nullptr, rowsOf)
+      .result;
 }
 
 /// A packed kiln.attention (offsets) as what it means: a loop over the
@@ -1084,8 +1273,8 @@ Value lowerRagged(IR &ir, PagedAttentionOp op,
 /// `[1, rows, H, D]` (bshd) uniform site, lowered by `lowerUniform`, and
 /// its result put back into rows of the packed result. Key offsets are
 /// clamped into [0, total_kv] and made non-decreasing like the query's.
-Value lowerPacked(IR &ir, AttentionOp op,
-                  function_ref<Value(IR &, const Site &)> lowerUniform) {
+Lowered lowerPacked(IR &ir, AttentionOp op,
+                    function_ref<Lowered(IR &, const Site &)> lowerUniform) {
   Value query = op.getQuery();
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
   Type element = op.getElementType();
@@ -1093,7 +1282,10 @@ Value lowerPacked(IR &ir, AttentionOp op,
                valueDim = sizeOf(ir, op.getValue(), 2);
   OpFoldResult one = ir.b.getIndexAttr(1);
   Value totalKeys = ir.dim(op.getKey(), 0);
-  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Value {
+  RankedTensorType lseType;
+  if (Value lse = op.getLse())
+    lseType = cast<RankedTensorType>(lse.getType());
+  auto rowsOf = [&](IR &in, Value b, Value start, Value rows) -> Lowered {
     auto [keyStart, keyEnd] = sequenceRows(in, op.getKvOffsets(), b, totalKeys);
     Value keys = in.sub(keyEnd, keyStart);
     auto [shape, dynamic] = emptyOf({one, rows, heads, valueDim});
@@ -1103,31 +1295,413 @@ Value lowerPacked(IR &ir, AttentionOp op,
         sequenceSlice(in, op.getKey(), keyStart, keys),
         sequenceSlice(in, op.getValue(), keyStart, keys),
         RankedTensorType::get(shape, element));
-    // [1, rows, Hq, Dv] (bshd) to [rows, Hq, Dv].
-    return tensor::CollapseShapeOp::create(
-        in.b, in.loc, lowerUniform(in, site),
+    if (lseType)
+      site.lseType = RankedTensorType::get({1, kDyn, kDyn}, in.b.getF32Type());
+    Lowered uniform = lowerUniform(in, site);
+    // [1, rows, Hq, Dv] (bshd) to [rows, Hq, Dv]; the lse [1, Hq, rows] to
+    // [Hq, rows].
+    Lowered packed;
+    packed.result = tensor::CollapseShapeOp::create(
+        in.b, in.loc, uniform.result,
         SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+    if (lseType)
+      packed.lse = tensor::CollapseShapeOp::create(
+          in.b, in.loc, uniform.lse,
+          SmallVector<ReassociationIndices>{{0, 1}, {2}});
+    return packed;
   };
   // Sequences: q_offsets' entries less one (none where it has none).
   Value batch = ir.max(ir.sub(ir.dim(op.getQOffsets(), 0), ir.idx(1)),
                        ir.idx(0));
   return lowerPerSequence(ir, query, op.getQOffsets(), batch, resultType,
-                          valueDim, rowsOf);
+                          valueDim, lseType, rowsOf);
+}
+
+/// The gradients a lowered kiln.attention_grad gives: of Q, K, V (their
+/// types) and, when asked, of the bias (null otherwise).
+struct LoweredGrad {
+  Value query, key, value, bias;
+};
+
+/// `accumulated` (`[B, H, S, D]` f32, bhsd) as a tensor of `like`'s type
+/// and sizes: laid out as the site's layout and cast to its element type.
+Value emitLike(IR &ir, const Site &site, Value accumulated, Value like) {
+  auto type = cast<RankedTensorType>(like.getType());
+  SmallVector<Value> dynamicSizes;
+  for (int64_t axis = 0; axis < type.getRank(); ++axis)
+    if (type.isDynamicDim(axis))
+      dynamicSizes.push_back(ir.dim(like, axis));
+  Value init = tensor::EmptyOp::create(ir.b, ir.loc, type.getShape(),
+                                       type.getElementType(), dynamicSizes);
+  AffineMap input =
+      site.bshd ? ir.map(4, {0, 2, 1, 3}) : ir.map(4, {0, 1, 2, 3});
+  Type element = type.getElementType();
+  return ir.generic(
+      {accumulated}, init, {input, ir.map(4, {0, 1, 2, 3})},
+      {kPar, kPar, kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
+        if (element.isF32())
+          return a[0];
+        return arith::TruncFOp::create(in.b, in.loc, element, a[0]);
+      });
+}
+
+/// The bias's gradient from the scores' `[B, Hq, Sq, Sk]` f32 gradient:
+/// summed over the axes the bias broadcasts along (its static size-1 axes
+/// and the leading axes a lower rank leaves out), in the bias's type.
+Value reduceToBias(IR &ir, Value scoreGrads, Value bias) {
+  auto biasType = cast<RankedTensorType>(bias.getType());
+  int64_t rank = biasType.getRank();
+  // The logical axes the bias keeps, and how its own axes group around
+  // them (a size-1 axis joins the kept axis after it, or the last one).
+  SmallVector<unsigned> kept;
+  SmallVector<Value> keptSizes;
+  SmallVector<int64_t> keptShape;
+  SmallVector<ReassociationIndices> groups;
+  ReassociationIndices pending;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    pending.push_back(axis);
+    if (biasType.getDimSize(axis) == 1)
+      continue;
+    kept.push_back(4 - rank + axis);
+    keptShape.push_back(biasType.getDimSize(axis));
+    if (biasType.isDynamicDim(axis))
+      keptSizes.push_back(ir.dim(bias, axis));
+    groups.push_back(pending);
+    pending.clear();
+  }
+  if (!pending.empty() && !groups.empty())
+    groups.back().append(pending.begin(), pending.end());
+  SmallVector<utils::IteratorType> iterators(4, kRed);
+  for (unsigned axis : kept)
+    iterators[axis] = kPar;
+  Type f32 = ir.b.getF32Type();
+  Value zeros =
+      linalg::FillOp::create(ir.b, ir.loc, ValueRange{ir.f32(0.0)},
+                             ValueRange{tensor::EmptyOp::create(
+                                 ir.b, ir.loc, keptShape, f32, keptSizes)})
+          .getResult(0);
+  Value sums = ir.generic(
+      {scoreGrads}, zeros, {ir.map(4, {0, 1, 2, 3}), ir.map(4, kept)},
+      iterators, [](IR &in, ValueRange a) { return in.addf(a[1], a[0]); });
+  auto wideType = RankedTensorType::get(biasType.getShape(), f32);
+  Value wide = sums;
+  if (static_cast<int64_t>(kept.size()) != rank)
+    wide = tensor::ExpandShapeOp::create(ir.b, ir.loc, wideType, sums, groups);
+  Type element = biasType.getElementType();
+  if (element.isF32())
+    return wide;
+  SmallVector<Value> dynamicSizes;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    if (biasType.isDynamicDim(axis))
+      dynamicSizes.push_back(ir.dim(bias, axis));
+  SmallVector<unsigned> identity;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    identity.push_back(axis);
+  return ir.generic({wide},
+                    tensor::EmptyOp::create(ir.b, ir.loc, biasType.getShape(),
+                                            element, dynamicSizes),
+                    {ir.map(rank, identity), ir.map(rank, identity)},
+                    SmallVector<utils::IteratorType>(rank, kPar),
+                    [&](IR &in, ValueRange a) -> Value {
+                      return arith::TruncFOp::create(in.b, in.loc, element,
+                                                     a[0]);
+                    });
+}
+
+/// The backward pass in the reference form: per (batch, query head), whole
+/// rows; the probabilities recomputed from the scores and the forward's
+/// log-sum-exp, `D = rowsum(dOut ∘ out)`, `dS = P·(dOut·Vᵀ - D)`, then dQ,
+/// dK, dV as products, dK and dV accumulated over the query heads of a
+/// group.
+LoweredGrad lowerGradDecomposed(IR &ir, const Site &site) {
+  Type f32 = ir.b.getF32Type();
+  Value zero = ir.idx(0), one = ir.idx(1);
+  Value numKvHeads = ir.dim(site.key, site.bshd ? 2 : 1);
+  SmallVector<Value> inits = {
+      ir.full({site.batch, site.numQueryHeads, site.queryLength, site.headDim},
+              ir.f32(0.0)),
+      ir.full({site.batch, numKvHeads, site.kvLength, site.headDim},
+              ir.f32(0.0)),
+      ir.full({site.batch, numKvHeads, site.kvLength, site.valueHeadDim},
+              ir.f32(0.0))};
+  bool biasGrad = site.biasGrad && site.bias;
+  if (biasGrad)
+    inits.push_back(ir.full(
+        {site.batch, site.numQueryHeads, site.queryLength, site.kvLength},
+        ir.f32(0.0)));
+  OpFoldResult unit = ir.b.getIndexAttr(1);
+  OpFoldResult zeroAttr = ir.b.getIndexAttr(0);
+  SmallVector<Value> grads = forLoop(
+      ir, zero, site.batch, one, inits,
+      [&](IR &ir, Value b, ValueRange args) -> SmallVector<Value> {
+        return forLoop(
+            ir, zero, site.numQueryHeads, one, args,
+            [&](IR &ir, Value h, ValueRange args) -> SmallVector<Value> {
+              Value kvHead = ir.div(h, site.groupSize);
+              Value rows = site.queryLength, keys = site.kvLength;
+              Value queryTile = site.queryTile(ir, b, h, zero, rows);
+              Value keyTile = site.keyTile(ir, b, kvHead, zero, keys);
+              Value valueTile = site.valueTile(ir, b, kvHead, zero, keys);
+              Value outTile = site.sliceRows(ir, site.out, b, h, zero, rows);
+              Value gradOutTile =
+                  site.sliceRows(ir, site.gradOut, b, h, zero, rows);
+              Value lseRow = tensor::ExtractSliceOp::create(
+                  ir.b, ir.loc, RankedTensorType::get({kDyn}, f32), site.lse,
+                  ArrayRef<OpFoldResult>{b, h, zeroAttr},
+                  ArrayRef<OpFoldResult>{unit, unit, rows},
+                  SmallVector<OpFoldResult>(3, unit));
+              Value dots = site.dots(ir, queryTile, keyTile, rows, keys);
+              Value diagonal = ir.sub(keys, site.queryLength);
+              Value factor = site.runtimeFactor(ir);
+              auto scoreAt = [&](IR &in, Value dot) {
+                return site.scoreOf(in, dot, factor, b, h, zero, zero, diagonal,
+                                    1.0);
+              };
+              AffineMap tile = ir.map(2, {0, 1}), row = ir.map(2, {0});
+              // dP = dOut·Vᵀ and D = rowsum(dOut ∘ out).
+              Value gradProbs = ir.generic(
+                  {gradOutTile, valueTile}, ir.full({rows, keys}, ir.f32(0.0)),
+                  {ir.map(3, {0, 2}), ir.map(3, {1, 2}), ir.map(3, {0, 1})},
+                  {kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
+                    return in.addf(a[2],
+                                   in.mulf(in.toF32(a[0]), in.toF32(a[1])));
+                  });
+              Value rowDots =
+                  ir.generic({gradOutTile, outTile},
+                             ir.full({rows}, ir.f32(0.0)), {tile, tile, row},
+                             {kPar, kRed}, [](IR &in, ValueRange a) -> Value {
+                               return in.addf(a[2], in.mulf(in.toF32(a[0]),
+                                                            in.toF32(a[1])));
+                             });
+              // With masked_score, whether each row sees a key: a row that
+              // sees none averages V uniformly, whatever its lse.
+              Value seen;
+              if (site.maskedScore)
+                seen = ir.generic(
+                    {dots}, ir.full({rows}, ir.f32(0.0)), {tile, row},
+                    {kPar, kRed}, [&](IR &in, ValueRange a) -> Value {
+                      Value hidden = scoreAt(in, a[0]).hidden;
+                      return in.maxf(
+                          a[1], in.select(hidden, in.f32(0.0), in.f32(1.0)));
+                    });
+              Value uniform;
+              if (site.maskedScore)
+                uniform =
+                    ir.divf(ir.f32(1.0),
+                            arith::UIToFPOp::create(
+                                ir.b, ir.loc, f32,
+                                arith::IndexCastUIOp::create(
+                                    ir.b, ir.loc, ir.b.getI64Type(), keys)));
+              // P = exp(s - lse): 0 where lse is -inf (the row saw no key),
+              // and, with masked_score, 0 for a hidden key of a row that sees
+              // a key and 1/Sk for every key of a row that sees none.
+              SmallVector<Value> probInputs = {dots, lseRow};
+              SmallVector<AffineMap> probMaps = {tile, row};
+              if (seen) {
+                probInputs.push_back(seen);
+                probMaps.push_back(row);
+              }
+              probMaps.push_back(tile);
+              Value probs = ir.generic(
+                  probInputs, ir.empty({rows, keys}, f32), probMaps,
+                  {kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
+                    Site::Score score = scoreAt(in, a[0]);
+                    Value noKey =
+                        in.cmpf(arith::CmpFPredicate::OEQ, a[1], in.negInf());
+                    Value p = math::ExpOp::create(in.b, in.loc,
+                                                  in.subf(score.value, a[1]));
+                    p = in.select(noKey, in.f32(0.0), p);
+                    if (!seen)
+                      return p;
+                    Value rowSees =
+                        in.cmpf(arith::CmpFPredicate::OGT, a[2], in.f32(0.0));
+                    Value hiddenProb = in.select(rowSees, in.f32(0.0), uniform);
+                    return in.select(score.hidden, hiddenProb, p);
+                  });
+              // dS = P·(dP - D), 0 for hidden keys (constant scores).
+              Value scoreGrads = ir.generic(
+                  {dots, probs, gradProbs, rowDots},
+                  ir.empty({rows, keys}, f32), {tile, tile, tile, row, tile},
+                  {kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
+                    Value grad = in.mulf(a[1], in.subf(a[2], a[3]));
+                    Value hidden = scoreAt(in, a[0]).hidden;
+                    if (!hidden)
+                      return grad;
+                    return in.select(hidden, in.f32(0.0), grad);
+                  });
+              // The gradient of the dot products: through the soft-cap
+              // (d/dx c·tanh(x/c) = 1 - tanh²), the scale and the run-time
+              // factor.
+              Value dotGrads = ir.generic(
+                  {dots, scoreGrads}, ir.empty({rows, keys}, f32),
+                  {tile, tile, tile}, {kPar, kPar},
+                  [&](IR &in, ValueRange a) -> Value {
+                    Value grad = in.mulf(a[1], in.f32(site.scale));
+                    if (Value capped = scoreAt(in, a[0]).capped)
+                      grad = in.mulf(
+                          grad, in.subf(in.f32(1.0), in.mulf(capped, capped)));
+                    if (factor)
+                      grad = in.mulf(grad, factor);
+                    return grad;
+                  });
+              // dQ = dX·K, dK = dXᵀ·Q, dV = Pᵀ·dOut.
+              auto product = [&](Value lhs, ArrayRef<unsigned> lhsDims,
+                                 Value rhs, Value outRows, Value width) {
+                return ir.generic(
+                    {lhs, rhs}, ir.full({outRows, width}, ir.f32(0.0)),
+                    {ir.map(3, lhsDims), ir.map(3, {2, 1}), ir.map(3, {0, 1})},
+                    {kPar, kPar, kRed}, [](IR &in, ValueRange a) -> Value {
+                      return in.addf(a[2],
+                                     in.mulf(in.toF32(a[0]), in.toF32(a[1])));
+                    });
+              };
+              Value queryGrad =
+                  product(dotGrads, {0, 2}, keyTile, rows, site.headDim);
+              Value keyGrad =
+                  product(dotGrads, {2, 0}, queryTile, keys, site.headDim);
+              Value valueGrad =
+                  product(probs, {2, 0}, gradOutTile, keys, site.valueHeadDim);
+              auto insert = [&](Value tileValue, Value into, Value head,
+                                Value tileRows, Value width) {
+                return tensor::InsertSliceOp::create(
+                    ir.b, ir.loc, tileValue, into,
+                    ArrayRef<OpFoldResult>{b, head, zeroAttr, zeroAttr},
+                    ArrayRef<OpFoldResult>{unit, unit, tileRows, width},
+                    SmallVector<OpFoldResult>(4, unit));
+              };
+              // K and V of a group accumulate over its query heads.
+              auto accumulate = [&](Value tileValue, Value into, Value width) {
+                Value current = tensor::ExtractSliceOp::create(
+                    ir.b, ir.loc, RankedTensorType::get({kDyn, kDyn}, f32),
+                    into, ArrayRef<OpFoldResult>{b, kvHead, zeroAttr, zeroAttr},
+                    ArrayRef<OpFoldResult>{unit, unit, keys, width},
+                    SmallVector<OpFoldResult>(4, unit));
+                Value sum = ir.generic(
+                    {current}, tileValue, {tile, tile}, {kPar, kPar},
+                    [](IR &in, ValueRange a) { return in.addf(a[0], a[1]); });
+                return insert(sum, into, kvHead, keys, width);
+              };
+              SmallVector<Value> results = {
+                  insert(queryGrad, args[0], h, rows, site.headDim),
+                  accumulate(keyGrad, args[1], site.headDim),
+                  accumulate(valueGrad, args[2], site.valueHeadDim)};
+              if (biasGrad)
+                results.push_back(insert(scoreGrads, args[3], h, rows, keys));
+              return results;
+            });
+      });
+  LoweredGrad lowered;
+  lowered.query = emitLike(ir, site, grads[0], site.query);
+  lowered.key = emitLike(ir, site, grads[1], site.key);
+  lowered.value = emitLike(ir, site, grads[2], site.value);
+  if (biasGrad)
+    lowered.bias = reduceToBias(ir, grads[3], site.bias);
+  return lowered;
+}
+
+/// A packed kiln.attention_grad as what it means: per sequence, its rows of
+/// Q, out, dOut and lse and its rows of K and V taken out as a uniform
+/// (bshd) site, the backward lowered for it, and its gradients put back
+/// into the same rows of packed gradients (zeros for rows no sequence
+/// owns).
+LoweredGrad lowerGradPacked(IR &ir, AttentionGradOp op) {
+  Value query = op.getQuery(), key = op.getKey(), value = op.getValue();
+  Value totalRows = ir.dim(query, 0), totalKeys = ir.dim(key, 0);
+  auto zerosLike = [&](Value packed) {
+    auto type = cast<RankedTensorType>(packed.getType());
+    auto [shape, dynamic] = emptyOf(
+        {sizeOf(ir, packed, 0), sizeOf(ir, packed, 1), sizeOf(ir, packed, 2)});
+    Value zero = arith::ConstantOp::create(
+        ir.b, ir.loc, ir.b.getZeroAttr(type.getElementType()));
+    Value init = linalg::FillOp::create(
+                     ir.b, ir.loc, ValueRange{zero},
+                     ValueRange{tensor::EmptyOp::create(
+                         ir.b, ir.loc, shape, type.getElementType(), dynamic)})
+                     .getResult(0);
+    if (init.getType() != type)
+      init = tensor::CastOp::create(ir.b, ir.loc, type, init);
+    return init;
+  };
+  OpFoldResult one = ir.b.getIndexAttr(1), zeroAttr = ir.b.getIndexAttr(0);
+  Value batch =
+      ir.max(ir.sub(ir.dim(op.getQOffsets(), 0), ir.idx(1)), ir.idx(0));
+  auto loop = scf::ForOp::create(
+      ir.b, ir.loc, ir.idx(0), batch, ir.idx(1),
+      ValueRange{zerosLike(query), zerosLike(key), zerosLike(value)},
+      [&](OpBuilder &nested, Location loc, Value b, ValueRange args) {
+        IR in{nested, loc};
+        auto [start, end] = sequenceRows(in, op.getQOffsets(), b, totalRows);
+        auto [keyStart, keyEnd] =
+            sequenceRows(in, op.getKvOffsets(), b, totalKeys);
+        Value rows = in.sub(end, start), keys = in.sub(keyEnd, keyStart);
+        auto [shape, dynamic] =
+            emptyOf({one, rows, sizeOf(in, query, 1), sizeOf(in, value, 2)});
+        (void)dynamic;
+        Site site =
+            Site::fromPacked(in, op, sequenceSlice(in, query, start, rows),
+                             sequenceSlice(in, key, keyStart, keys),
+                             sequenceSlice(in, value, keyStart, keys),
+                             RankedTensorType::get(shape, op.getElementType()));
+        site.out = sequenceSlice(in, op.getOut(), start, rows);
+        site.gradOut = sequenceSlice(in, op.getGradOut(), start, rows);
+        // The sequence's lse columns [Hq, rows] as [1, Hq, rows].
+        Value lse = op.getLse();
+        Value lseColumns = tensor::ExtractSliceOp::create(
+            in.b, loc, RankedTensorType::get({kDyn, kDyn}, in.b.getF32Type()),
+            lse, ArrayRef<OpFoldResult>{zeroAttr, start},
+            ArrayRef<OpFoldResult>{in.dim(lse, 0), rows},
+            ArrayRef<OpFoldResult>{one, one});
+        site.lse = tensor::ExpandShapeOp::create(
+            in.b, loc,
+            RankedTensorType::get({1, kDyn, kDyn}, in.b.getF32Type()),
+            lseColumns, SmallVector<ReassociationIndices>{{0, 1}, {2}});
+        LoweredGrad grads = lowerGradDecomposed(in, site);
+        auto putBack = [&](Value grad, Value into, Value rowStart, Value count,
+                           Value like) {
+          Value collapsed = tensor::CollapseShapeOp::create(
+              in.b, loc, grad,
+              SmallVector<ReassociationIndices>{{0, 1}, {2}, {3}});
+          return tensor::InsertSliceOp::create(
+              in.b, loc, collapsed, into,
+              ArrayRef<OpFoldResult>{rowStart, zeroAttr, zeroAttr},
+              ArrayRef<OpFoldResult>{count, sizeOf(in, like, 1),
+                                     sizeOf(in, like, 2)},
+              SmallVector<OpFoldResult>(3, one));
+        };
+        scf::YieldOp::create(
+            in.b, loc,
+            ValueRange{putBack(grads.query, args[0], start, rows, query),
+                       putBack(grads.key, args[1], keyStart, keys, key),
+                       putBack(grads.value, args[2], keyStart, keys, value)});
+      });
+  return {loop.getResult(0), loop.getResult(1), loop.getResult(2), Value()};
 }
 
 /// Lowers `op` with `lowerUniform`, through lowerRagged when its queries are
-/// packed per sequence.
+/// packed per sequence; the values that replace the op's results.
 template <typename OpT>
-Value lowerSite(IR &ir, OpT op,
-                function_ref<Value(IR &, const Site &)> lowerUniform) {
-  if constexpr (std::is_same_v<OpT, PagedAttentionOp>)
+SmallVector<Value>
+lowerSite(IR &ir, OpT op,
+          function_ref<Lowered(IR &, const Site &)> lowerUniform) {
+  Lowered lowered;
+  if constexpr (std::is_same_v<OpT, PagedAttentionOp>) {
     if (op.isRagged())
-      return lowerRagged(ir, op, lowerUniform);
-  if constexpr (std::is_same_v<OpT, AttentionOp>)
+      return {lowerRagged(ir, op, [&](IR &in, const Site &site) {
+        return lowerUniform(in, site).result;
+      })};
+  }
+  if constexpr (std::is_same_v<OpT, AttentionOp>) {
     if (op.isPacked())
-      return lowerPacked(ir, op, lowerUniform);
-  Site site = Site::fromOp(ir, op);
-  return lowerUniform(ir, site);
+      lowered = lowerPacked(ir, op, lowerUniform);
+  }
+  if (!lowered.result) {
+    Site site = Site::fromOp(ir, op);
+    lowered = lowerUniform(ir, site);
+  }
+  SmallVector<Value> results = {lowered.result};
+  if (lowered.lse)
+    results.push_back(lowered.lse);
+  return results;
 }
 
 template <typename OpT>
@@ -1165,10 +1739,39 @@ struct DecomposeAttentionPattern : public OpRewritePattern<OpT> {
   }
 };
 
+/// kiln.attention_grad in the reference form, for both lowerings: the
+/// backward recomputes the probabilities from the forward's log-sum-exp,
+/// so it needs no running statistics of its own.
+struct AttentionGradPattern : public OpRewritePattern<AttentionGradOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AttentionGradOp op,
+                                PatternRewriter &rewriter) const override {
+    IR ir{rewriter, op.getLoc()};
+    LoweredGrad grads;
+    if (op.isPacked()) {
+      grads = lowerGradPacked(ir, op);
+    } else {
+      grads = lowerGradDecomposed(ir, Site::fromOp(ir, op));
+    }
+    SmallVector<Value> results = {grads.query, grads.key, grads.value};
+    if (grads.bias)
+      results.push_back(grads.bias);
+    // The gradients take their operands' types, which may be more static
+    // than the op's results (the runner refines argument types).
+    for (auto [value, result] : llvm::zip(results, op->getResults()))
+      if (value.getType() != result.getType())
+        value = tensor::CastOp::create(rewriter, op.getLoc(), result.getType(),
+                                       value);
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
 /// Fails when an attention op is left (a pattern refused it).
 LogicalResult checkAllLowered(Operation *root) {
   WalkResult result = root->walk([](Operation *op) {
-    if (isa<AttentionOp, PagedAttentionOp>(op)) {
+    if (isa<AttentionOp, AttentionGradOp, PagedAttentionOp>(op)) {
       op->emitError("could not lower this attention op");
       return WalkResult::interrupt();
     }
@@ -1216,11 +1819,13 @@ void mlir::kiln::populateTileAttentionPatterns(RewritePatternSet &patterns,
   patterns.add<TileAttentionPattern<AttentionOp>,
                TileAttentionPattern<PagedAttentionOp>>(patterns.getContext(),
                                                        tiling);
+  patterns.add<AttentionGradPattern>(patterns.getContext());
 }
 
 void mlir::kiln::populateDecomposeAttentionPatterns(
     RewritePatternSet &patterns) {
-  patterns.add<DecomposeAttentionPattern<AttentionOp>,
-               DecomposeAttentionPattern<PagedAttentionOp>>(
-      patterns.getContext());
+  patterns
+      .add<DecomposeAttentionPattern<AttentionOp>,
+           DecomposeAttentionPattern<PagedAttentionOp>, AttentionGradPattern>(
+          patterns.getContext());
 }

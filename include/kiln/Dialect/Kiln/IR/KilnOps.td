@@ -16,6 +16,68 @@ def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
 // A paged cache: the query's float type, or e4m3 (FP8) with scales.
 def Kiln_CacheTensor : RankedTensorOf<[F16, BF16, F32, F8E4M3FN]>;
 
+// Accessors shared by kiln.attention and kiln.attention_grad, whose
+// operands and attributes describe the same attention.
+defvar Kiln_AttentionAccessors = [{
+    /// Whether the sequences are packed (q_offsets and kv_offsets).
+    bool isPacked() { return static_cast<bool>(getQOffsets()); }
+    /// Axis of the heads in Q, K, V and the result for this op's layout
+    /// (1 in the packed form).
+    int64_t getHeadAxis() {
+      return isPacked() || getLayout() == Layout::bhsd ? 1 : 2;
+    }
+    /// Axis of the sequence in Q, K, V and the result for this op's layout
+    /// (the packed rows' axis 0 in the packed form).
+    int64_t getSeqAxis() {
+      return isPacked() ? 0 : getLayout() == Layout::bhsd ? 2 : 1;
+    }
+    /// Axis of the head dim in Q, K, V and the result.
+    int64_t getDimAxis() { return isPacked() ? 2 : 3; }
+    /// Size of `axis` of `value`'s type (ShapedType::kDynamic when dynamic).
+    static int64_t dimOf(::mlir::Value value, int64_t axis) {
+      return ::llvm::cast<::mlir::RankedTensorType>(value.getType())
+          .getDimSize(axis);
+    }
+    /// The batch: Q's axis 0, or q_offsets' size less one when packed.
+    int64_t getBatchSize() {
+      if (!isPacked())
+        return dimOf(getQuery(), 0);
+      int64_t offsets = dimOf(getQOffsets(), 0);
+      return ::mlir::ShapedType::isDynamic(offsets) ? offsets : offsets - 1;
+    }
+    int64_t getNumQueryHeads() { return dimOf(getQuery(), getHeadAxis()); }
+    int64_t getNumKvHeads() { return dimOf(getKey(), getHeadAxis()); }
+    int64_t getQueryLength() { return dimOf(getQuery(), getSeqAxis()); }
+    int64_t getKvLength() { return dimOf(getKey(), getSeqAxis()); }
+    int64_t getHeadDim() { return dimOf(getQuery(), getDimAxis()); }
+    /// Head dim of V and the result (differs from Q's and K's in MLA).
+    int64_t getValueHeadDim() { return dimOf(getValue(), getDimAxis()); }
+    /// Element type shared by Q, K, V and the result.
+    ::mlir::Type getElementType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
+          .getElementType();
+    }
+    /// Whether keys past the diagonal are hidden, and how far past:
+    /// 0 for causal, R for window_right = R.
+    std::optional<int64_t> getRightBound() {
+      if (getCausal())
+        return 0;
+      if (std::optional<uint64_t> right = getWindowRight())
+        return static_cast<int64_t>(*right);
+      return std::nullopt;
+    }
+    /// "none", "additive" (a float mask) or "boolean" (an i1 mask).
+    ::llvm::StringRef getMaskKind() {
+      if (!getMask())
+        return "none";
+      return ::llvm::cast<::mlir::ShapedType>(getMask().getType())
+                     .getElementType()
+                     .isInteger(1)
+                 ? "boolean"
+                 : "additive";
+    }
+  }];
+
 def Kiln_AttentionOp : Kiln_Op<"attention",
     [Pure, AttrSizedOperandSegments]> {
   let summary = "Fused scaled dot-product attention";
@@ -86,6 +148,19 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     no keys. The packed form takes no mask, bias or `masked_score` (there is
     no `[B, Hq, Sq, Sk]` for them to index) and no `layout`.
 
+    The log-sum-exp (`lse`, an optional second result, for training): the
+    natural log of each row's softmax denominator over the final scores
+    `s` (after scale, soft-cap, bias and mask), so that
+    `out[b, h, i, :] = Σ_j exp(s[j] - lse[b, h, i]) · V[b, h / G, j, :]`;
+    `kiln.attention_grad` recomputes the probabilities from it. It is f32,
+    `[B, Hq, Sq]` in both the `bhsd` and `bshd` layouts, and `[Hq, total_q]`
+    in the packed form (FlashAttention's varlen `softmax_lse`), where rows
+    no sequence owns hold -inf. A row that sees no key has `lse = -inf`
+    (its output is zeros), unless `masked_score` is set: then every score
+    of the row is the fill and `lse = masked_score + ln(Sk)` (rounded to
+    f32; the fill itself for a fill as large as `finfo.min`). A row that an
+    additive mask hides completely with -inf also has `lse = -inf`.
+
     Example:
 
     ```mlir
@@ -93,6 +168,11 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
            {causal, scale = 0.125 : f32}
            : tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>,
              tensor<2x2x128x64xbf16> -> tensor<2x8x128x64xbf16>
+    // The same, keeping the log-sum-exp for the backward pass.
+    %o2, %lse = kiln.attention %q, %k, %v {causal, scale = 0.125 : f32}
+           : tensor<2x8x128x64xbf16>, tensor<2x2x128x64xbf16>,
+             tensor<2x2x128x64xbf16>
+             -> tensor<2x8x128x64xbf16>, tensor<2x8x128xf32>
     ```
   }];
 
@@ -113,8 +193,6 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     OptionalAttr<F32Attr>:$masked_score,
     DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout
   );
-  let results = (outs Kiln_FloatTensor:$result);
-
   let assemblyFormat = [{
     $query `,` $key `,` $value
     (`mask` `(` $mask^ `:` type($mask) `)`)?
@@ -123,68 +201,123 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
      type($kv_offsets) `)`)?
     (`scale_factor` `(` $scale_factor^ `:` type($scale_factor) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)
-    `->` type($result)
+    `->` type($result) (`,` type($lse)^)?
   }];
 
-  let extraClassDeclaration = [{
-    /// Whether the sequences are packed (q_offsets and kv_offsets).
-    bool isPacked() { return static_cast<bool>(getQOffsets()); }
-    /// Axis of the heads in Q, K, V and the result for this op's layout
-    /// (1 in the packed form).
-    int64_t getHeadAxis() {
-      return isPacked() || getLayout() == Layout::bhsd ? 1 : 2;
-    }
-    /// Axis of the sequence in Q, K, V and the result for this op's layout
-    /// (the packed rows' axis 0 in the packed form).
-    int64_t getSeqAxis() {
-      return isPacked() ? 0 : getLayout() == Layout::bhsd ? 2 : 1;
-    }
-    /// Axis of the head dim in Q, K, V and the result.
-    int64_t getDimAxis() { return isPacked() ? 2 : 3; }
-    /// Size of `axis` of `value`'s type (ShapedType::kDynamic when dynamic).
-    static int64_t dimOf(::mlir::Value value, int64_t axis) {
-      return ::llvm::cast<::mlir::RankedTensorType>(value.getType())
-          .getDimSize(axis);
-    }
-    /// The batch: Q's axis 0, or q_offsets' size less one when packed.
-    int64_t getBatchSize() {
-      if (!isPacked())
-        return dimOf(getQuery(), 0);
-      int64_t offsets = dimOf(getQOffsets(), 0);
-      return ::mlir::ShapedType::isDynamic(offsets) ? offsets : offsets - 1;
-    }
-    int64_t getNumQueryHeads() { return dimOf(getQuery(), getHeadAxis()); }
-    int64_t getNumKvHeads() { return dimOf(getKey(), getHeadAxis()); }
-    int64_t getQueryLength() { return dimOf(getQuery(), getSeqAxis()); }
-    int64_t getKvLength() { return dimOf(getKey(), getSeqAxis()); }
-    int64_t getHeadDim() { return dimOf(getQuery(), getDimAxis()); }
-    /// Head dim of V and the result (differs from Q's and K's in MLA).
-    int64_t getValueHeadDim() { return dimOf(getValue(), getDimAxis()); }
-    /// Element type shared by Q, K, V and the result.
-    ::mlir::Type getElementType() {
-      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
-          .getElementType();
-    }
-    /// Whether keys past the diagonal are hidden, and how far past:
-    /// 0 for causal, R for window_right = R.
-    std::optional<int64_t> getRightBound() {
-      if (getCausal())
-        return 0;
-      if (std::optional<uint64_t> right = getWindowRight())
-        return static_cast<int64_t>(*right);
-      return std::nullopt;
-    }
-    /// "none", "additive" (a float mask) or "boolean" (an i1 mask).
-    ::llvm::StringRef getMaskKind() {
-      if (!getMask())
-        return "none";
-      return ::llvm::cast<::mlir::ShapedType>(getMask().getType())
-                     .getElementType()
-                     .isInteger(1)
-                 ? "boolean"
-                 : "additive";
-    }
+  let results = (outs Kiln_FloatTensor:$result,
+                      Optional<RankedTensorOf<[F32]>>:$lse);
+  let extraClassDeclaration = Kiln_AttentionAccessors;
+  let builders = [
+    // The op without its log-sum-exp, as every fusion creates it.
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$query,
+      "::mlir::Value":$key, "::mlir::Value":$value, "::mlir::Value":$mask,
+      "::mlir::Value":$bias, "::mlir::Value":$q_offsets,
+      "::mlir::Value":$kv_offsets, "::mlir::Value":$scale_factor,
+      "::mlir::FloatAttr":$scale, "::mlir::UnitAttr":$causal,
+      "::mlir::IntegerAttr":$window, "::mlir::IntegerAttr":$window_right,
+      "::mlir::FloatAttr":$softcap, "::mlir::FloatAttr":$masked_score,
+      CArg<"::mlir::kiln::LayoutAttr", "nullptr">:$layout), [{
+      build($_builder, $_state, result, /*lse=*/::mlir::Type(), query, key,
+            value, mask, bias, q_offsets, kv_offsets, scale_factor, scale,
+            causal, window, window_right, softcap, masked_score, layout);
+    }]>
+  ];
+
+  let hasVerifier = 1;
+}
+
+def Kiln_AttentionGradOp : Kiln_Op<"attention_grad",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "Gradient of kiln.attention";
+  let description = [{
+    The backward pass of `kiln.attention`: given the forward's operands and
+    attributes, its result `out` and log-sum-exp `lse`, and the gradient
+    `grad_out` of a loss with respect to `out`, computes the gradients with
+    respect to Q, K and V (same shapes and element type), and, with
+    `bias_grad`, with respect to the bias (the bias operand's shape and
+    element type: summed over the axes along which the bias broadcasts).
+    Every operand and attribute means what it means on `kiln.attention`,
+    and `out`, `grad_out` have the forward result's type, `lse` its `lse`
+    type (`[B, Hq, Sq]`, or `[Hq, total_q]` packed).
+
+    With `P[j] = exp(s[j] - lse)` recomputed from the scores and
+    `D = Σ_d grad_out[d] · out[d]` per query row (FlashAttention's form):
+
+    ```
+    dV[j]  += P[j] · grad_out                       (per query row)
+    dS[j]   = P[j] · (dot(grad_out, V[j]) - D)
+    dBias  += dS                                    (summed over broadcasts)
+    dX[j]   = dS[j] · scale · f · (1 - (c[j] / softcap)^2)   (c: the capped
+                                      score; the factor is 1 without softcap)
+    dQ     += dX[j] · K[j],   dK[j] += dX[j] · Q
+    ```
+
+    Grouped-query and multi-query attention: dK and dV of a KV head are the
+    sums over the `G` query heads that read it. Hidden keys (a boolean
+    mask, `causal`, `window`) get no gradient: their score is a constant.
+    A row that sees no key contributes nothing without `masked_score`;
+    with `masked_score` its scores are all the fill, its output the
+    uniform average of V over the `Sk` keys, so V receives
+    `grad_out / Sk` from each key and nothing reaches Q, K or the bias
+    through it (such rows are recognised from the masks, not from `lse`).
+    A row whose `lse` is -inf (hidden completely by an additive -inf mask)
+    contributes nothing. There is no gradient for `mask` or `scale_factor`.
+    Statistics and products are accumulated in f32.
+
+    Example:
+
+    ```mlir
+    %dq, %dk, %dv, %db = kiln.attention_grad %q, %k, %v, %o, %lse, %do
+           bias(%bias : tensor<1x8x128x128xf32>)
+           {bias_grad, causal, scale = 0.125 : f32}
+           : tensor<2x8x128x64xf32>, tensor<2x2x128x64xf32>,
+             tensor<2x2x128x64xf32>, tensor<2x8x128x64xf32>,
+             tensor<2x8x128xf32>, tensor<2x8x128x64xf32>
+             -> tensor<2x8x128x64xf32>, tensor<2x2x128x64xf32>,
+                tensor<2x2x128x64xf32>, tensor<1x8x128x128xf32>
+    ```
   }];
+
+  let arguments = (ins
+    Kiln_FloatTensor:$query,
+    Kiln_FloatTensor:$key,
+    Kiln_FloatTensor:$value,
+    Kiln_FloatTensor:$out,
+    RankedTensorOf<[F32]>:$lse,
+    Kiln_FloatTensor:$grad_out,
+    Optional<RankedTensorOf<[F16, BF16, F32, I1]>>:$mask,
+    Optional<Kiln_FloatTensor>:$bias,
+    Optional<RankedTensorOf<[I32]>>:$q_offsets,
+    Optional<RankedTensorOf<[I32]>>:$kv_offsets,
+    Optional<RankedTensorOf<[F32]>>:$scale_factor,
+    F32Attr:$scale,
+    UnitAttr:$causal,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$window_right,
+    OptionalAttr<F32Attr>:$softcap,
+    OptionalAttr<F32Attr>:$masked_score,
+    DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout,
+    UnitAttr:$bias_grad
+  );
+  let results = (outs Kiln_FloatTensor:$grad_query,
+                      Kiln_FloatTensor:$grad_key,
+                      Kiln_FloatTensor:$grad_value,
+                      Optional<Kiln_FloatTensor>:$grad_bias);
+
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $out `,` $lse `,` $grad_out
+    (`mask` `(` $mask^ `:` type($mask) `)`)?
+    (`bias` `(` $bias^ `:` type($bias) `)`)?
+    (`offsets` `(` $q_offsets^ `,` $kv_offsets `:` type($q_offsets) `,`
+     type($kv_offsets) `)`)?
+    (`scale_factor` `(` $scale_factor^ `:` type($scale_factor) `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
+    type($out) `,` type($lse) `,` type($grad_out)
+    `->` type($grad_query) `,` type($grad_key) `,` type($grad_value)
+    (`,` type($grad_bias)^)?
+  }];
+
+  let extraClassDeclaration = Kiln_AttentionAccessors;
 
   let hasVerifier = 1;
 }

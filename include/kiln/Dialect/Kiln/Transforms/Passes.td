@@ -91,6 +91,12 @@ def KilnTileAttention : Pass<"kiln-tile-attention"> {
     Every dimension may be dynamic (sizes come from `tensor.dim`). Lengths
     need not be multiples of the block sizes.
 
+    A `kiln.attention` with an `lse` result gets its log-sum-exp from the
+    parts' base-2 statistics, in natural units. `kiln.attention_grad` is
+    lowered in the reference form of `kiln-decompose-attention` (it
+    recomputes the probabilities from the forward's `lse`, so it keeps no
+    running statistics of its own).
+
     Example:
 
     ```mlir
@@ -124,6 +130,11 @@ def KilnDecomposeAttention : Pass<"kiln-decompose-attention"> {
     tensors, all in f32. Rows that see no key give 0. It shares no
     statistics or block logic with `kiln-tile-attention`, so the two can be
     compared; the paged op gathers its whole K/V through the page table.
+    An `lse` result is `max + ln(sum)` per row. `kiln.attention_grad` is
+    lowered per batch and query head from the recomputed probabilities
+    `exp(s - lse)`: `dS = P·(dOut·Vᵀ - rowsum(dOut ∘ out))`, then dQ, dK, dV
+    (dK, dV summed over each KV head's query heads) and the bias's gradient
+    (dS summed over the bias's broadcast axes).
 
     Example:
 

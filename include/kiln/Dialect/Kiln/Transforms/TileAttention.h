@@ -25,12 +25,14 @@ struct AttentionTiling {
 };
 
 /// Adds the patterns that lower kiln.attention and kiln.paged_attention to
-/// the tiled online-softmax form (scf/tensor/linalg/arith/math).
+/// the tiled online-softmax form (scf/tensor/linalg/arith/math), and
+/// kiln.attention_grad to its reference form.
 void populateTileAttentionPatterns(RewritePatternSet &patterns,
                                    const AttentionTiling &tiling);
 
 /// Adds the patterns that lower kiln.attention and kiln.paged_attention to a
-/// plain softmax(scale·QKᵀ)·V over whole rows, the reference lowering.
+/// plain softmax(scale·QKᵀ)·V over whole rows, the reference lowering, and
+/// kiln.attention_grad to its reference form.
 void populateDecomposeAttentionPatterns(RewritePatternSet &patterns);
 
 } // namespace mlir::kiln
