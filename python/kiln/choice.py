@@ -180,8 +180,9 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     body, leaves = _subgraph(output, stops)
     elements = largest_value(body)
     if elements is not None and elements > SCORES_TIMED:
-        return {"path": "kiln", "why": f"not timed: a value of {elements} elements "
-                                       f"(the scores Inductor would materialise)"}
+        return {"path": "kiln", "untimed": "size",
+                "why": f"not timed: a value of {elements} elements "
+                       f"(the scores Inductor would materialise)"}
     values = [value_of(leaf) for leaf in leaves]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}

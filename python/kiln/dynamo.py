@@ -1192,6 +1192,34 @@ def _by_regions(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
     return _checked(gm, example_inputs, module, example_inputs, options, entry)
 
 
+#: Per call, the most the graph Kiln compiles (the exported program) has
+#: been measured to cost over Dynamo's own graph under Inductor, apart from
+#: the sites (host time, at b4 x s1k on an H100: docs/design.md). Sites that
+#: save more than this together make the graph-level timing pointless.
+GRAPH_MARGIN_US = 300.0
+
+
+def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
+    """Microseconds a call the entry's rewritten sites save over Inductor's
+    own code for them, by their timed choices; infinite where a site was
+    rewritten untimed for its size (its scores alone would cost Inductor
+    more than any margin); None when a rewritten site has no timing at
+    all (the saving is unknown)."""
+    choices = entry.get("choices", {})
+    total = 0.0
+    for index in entry.get("rewritten", []):
+        decision = choices.get(index) or choices.get(str(index))
+        if decision is None:
+            return None
+        if "kiln_us" in decision and "inductor_us" in decision:
+            total += decision["inductor_us"] - decision["kiln_us"]
+        elif decision.get("untimed") == "size":
+            return float("inf")
+        else:
+            return None
+    return total
+
+
 def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
              options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
     """`compiled` (the graph with Kiln's sites), or Inductor alone on
@@ -1208,6 +1236,17 @@ def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if (entry.get("choose", "timed") != "timed" or not tensors
             or not all(t.is_cuda for t in tensors) or _writes_in_place(gm)):
+        return compiled
+    saving = sites_saving_us(entry)
+    if saving is not None and saving >= GRAPH_MARGIN_US:
+        # A second Inductor compile of the whole graph would only confirm
+        # it (and doubles the first call's time on large models).
+        entry["graph_choice"] = {
+            "path": "kiln",
+            "why": ("not timed: the sites save " + ("more than Inductor could "
+                    "materialise" if saving == float("inf") else
+                    f"{saving:.0f} us a call") + f", above the {GRAPH_MARGIN_US:.0f} "
+                    "us the exported graph has been measured to cost")}
         return compiled
     try:
         with _step(entry, "inductor alone"):

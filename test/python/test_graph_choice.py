@@ -1,0 +1,45 @@
+"""When the torch.compile backend times the rewritten graph as a whole
+against Inductor alone: only where its sites' own timings do not already
+show a saving larger than the exported graph's measured cost
+(kiln.dynamo.sites_saving_us, GRAPH_MARGIN_US). No torch needed."""
+
+import math
+
+import kiln.dynamo as kd
+
+
+def entry(rewritten, choices):
+    return {"rewritten": rewritten, "choices": choices}
+
+
+def test_timed_sites_add_their_savings():
+    e = entry([0, 1], {0: {"path": "kiln", "kiln_us": 100.0, "inductor_us": 250.0},
+                       1: {"path": "kiln", "kiln_us": 90.0, "inductor_us": 300.0}})
+    assert kd.sites_saving_us(e) == 360.0
+    assert kd.sites_saving_us(e) >= kd.GRAPH_MARGIN_US
+
+
+def test_a_small_saving_stays_below_the_margin():
+    e = entry([0], {0: {"path": "kiln", "kiln_us": 20.0, "inductor_us": 31.0}})
+    assert kd.sites_saving_us(e) == 11.0
+    assert kd.sites_saving_us(e) < kd.GRAPH_MARGIN_US
+
+
+def test_sites_rewritten_for_their_size_save_without_bound():
+    e = entry([0, 2], {0: {"path": "kiln", "kiln_us": 20.0, "inductor_us": 31.0},
+                       2: {"path": "kiln", "untimed": "size", "why": "not timed"}})
+    assert math.isinf(kd.sites_saving_us(e))
+
+
+def test_an_untimed_site_leaves_the_saving_unknown():
+    # Not timed for another reason (an input not a tensor, out of memory):
+    # the graph is then timed as a whole.
+    e = entry([0], {0: {"path": "kiln", "why": "not timed: out of memory"}})
+    assert kd.sites_saving_us(e) is None
+    assert kd.sites_saving_us(entry([3], {})) is None
+
+
+def test_sites_left_to_inductor_do_not_count():
+    e = entry([0], {0: {"path": "kiln", "kiln_us": 10.0, "inductor_us": 410.0},
+                    1: {"path": "inductor", "kiln_us": 900.0, "inductor_us": 100.0}})
+    assert kd.sites_saving_us(e) == 400.0
