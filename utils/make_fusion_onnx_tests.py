@@ -454,8 +454,9 @@ def causal_trilu_large(name, seq=2560, form="triu_add"):
     """A causal mask made by Trilu at a length whose [S, S] matrix is too
     large to fold into a constant: full((S, S), -inf).triu(1) added to the
     scores (`triu_add`, research code's form, the [S, S] mask broadcast
-    over batch and heads), or ones((S, S), bool).tril() selecting the
-    scores (`tril_where`, GPT-2's form)."""
+    over batch and heads), ones((S, S), bool).tril() selecting the scores
+    (`tril_where`, GPT-2's form), or the scores masked_fill'ed with -inf
+    where ones((S, S), bool).triu(1) is true (`triu_masked_fill`)."""
     g = Graph(name)
     q, k, v = (g.input(n, F32, [1, 1, seq, 16]) for n in ("q", "k", "v"))
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
@@ -468,12 +469,19 @@ def causal_trilu_large(name, seq=2560, form="triu_add"):
         mask = g.op("Trilu", [full, g.const("diag", np.array(1, np.int64))],
                     "triu", upper=1)
         scores = g.op("Add", [scores, mask], "causal_add")
-    else:
+    elif form == "tril_where":
         ones = g.op("ConstantOfShape", [size], "ones",
                     value=helper.make_tensor("one", BOOL, [1], [True]))
         keep = g.op("Trilu", [ones], "tril", upper=0)
         scores = g.op("Where", [keep, scores, g.const("fmin", np.float32(FINFO_MIN))],
                       "causal_where")
+    else:  # triu_masked_fill: scores.masked_fill(ones.triu(1), -inf)
+        ones = g.op("ConstantOfShape", [size], "ones",
+                    value=helper.make_tensor("one", BOOL, [1], [True]))
+        future = g.op("Trilu", [ones, g.const("diag", np.array(1, np.int64))],
+                      "triu", upper=1)
+        scores = g.op("Where", [future, g.const("ninf", np.float32(-np.inf)), scores],
+                      "causal_fill")
     softmax_pv(g, scores, v, [1, 1, seq, 16])
     g.save()
 
@@ -1337,6 +1345,7 @@ def main():
     causal_index_compare_large("causal_compare_folded_batch4", seq=64, batch=4)
     causal_trilu_large("causal_triu_large")
     causal_trilu_large("causal_tril_where_large", form="tril_where")
+    causal_trilu_large("causal_triu_masked_fill_large", form="triu_masked_fill")
     causal_init_batched("causal_init_batched")
     causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)
@@ -1360,6 +1369,8 @@ def main():
                      q_layout="bshd")
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",
+                     q_layout="mqa")
+    einsum_attention("einsum_mqa_bqhd", "bhqd,bkd->bhqk", "bhqk,bkd->bqhd",
                      q_layout="mqa")
     softcap_half("softcap_f16_mismatch", 50.0, 49.0)
     repeat_kv("gqa_repeat_kv", kv_heads=2)

@@ -890,7 +890,8 @@ std::optional<SmallVector<double>> indexVector(Value value, int64_t length,
 /// without building the [Sq, Sk] table. Looks through reshapes that only
 /// change leading unit dimensions.
 std::optional<mlir::kiln::detail::Band>
-matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength) {
+matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
+                      bool hides) {
   auto lastTwo = [](Type type) -> std::optional<std::pair<int64_t, int64_t>> {
     auto ranked = dyn_cast<RankedTensorType>(type);
     if (!ranked || ranked.getRank() < 2 ||
@@ -910,11 +911,14 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength) {
   if (!compare || !isa<tosa::GreaterEqualOp, tosa::GreaterOp>(compare) ||
       lastTwo(value.getType()) != std::pair(queryLength, keyLength))
     return std::nullopt;
-  bool strict = isa<tosa::GreaterOp>(compare);
-  std::optional<SmallVector<double>> queries =
-      indexVector(compare->getOperand(0), queryLength, /*alongKeys=*/false);
-  std::optional<SmallVector<double>> keys =
-      indexVector(compare->getOperand(1), keyLength, /*alongKeys=*/true);
+  // A comparison that says which keys are hidden (`masked_fill(future)`,
+  // future = `keys > queries`) keeps the others: `keys > q` hides exactly
+  // what `q >= keys` keeps, and `keys >= q` what `q > keys` keeps.
+  bool strict = isa<tosa::GreaterOp>(compare) != hides;
+  std::optional<SmallVector<double>> queries = indexVector(
+      compare->getOperand(hides ? 1 : 0), queryLength, /*alongKeys=*/false);
+  std::optional<SmallVector<double>> keys = indexVector(
+      compare->getOperand(hides ? 0 : 1), keyLength, /*alongKeys=*/true);
   if (!queries || !keys)
     return std::nullopt;
   for (int64_t j = 1; j < keyLength; ++j)
@@ -963,10 +967,11 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
   auto constant = term.value.getDefiningOp<tosa::ConstOp>();
   if (!constant) {
     int64_t queryLength = scoresShape[2], keyLength = scoresShape[3];
-    if (!term.isBoolean || term.inverted ||
-        ShapedType::isDynamic(queryLength) || ShapedType::isDynamic(keyLength))
+    if (!term.isBoolean || ShapedType::isDynamic(queryLength) ||
+        ShapedType::isDynamic(keyLength))
       return std::nullopt;
-    return matchCausalComparison(term.value, queryLength, keyLength);
+    return matchCausalComparison(term.value, queryLength, keyLength,
+                                 term.inverted);
   }
   auto attr = dyn_cast<DenseElementsAttr>(constant.getValues());
   if (!attr || attr.isSplat())
