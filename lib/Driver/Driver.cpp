@@ -7,6 +7,7 @@
 #include "kiln/Driver/Driver.h"
 
 #include "kiln/Conversion/KilnToGPU/KilnToGPU.h"
+#include "kiln/Conversion/KilnToGPU/Selection.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Driver/Report.h"
@@ -315,6 +316,14 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
           options.kernel, [&] { return emitError(inputLoc); }, "--")))
     return failure();
   FusionReport report;
+  // The report states each site's kernel for every target, as the kernel
+  // generation below chooses it (sm_90a's own kernels as `hopper` below).
+  for (const std::string &chip : options.targets) {
+    ConvertKilnToGPUOptions kernelOptions = options.kernel;
+    kernelOptions.hopper =
+        options.wgmma && options.kernel.tensorCores && chip == "sm_90a";
+    report.kernelTargets.emplace_back(chip, kernelOptions);
+  }
   OwningOpRef<ModuleOp> module = readInput(options, context, report);
   if (!module)
     return failure();
@@ -425,6 +434,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   auto generate = [&](ModuleOp target, ArrayRef<std::string> chips,
                       bool hopperVariant,
                       llvm::StringMap<llvm::json::Value> &schedules,
+                      llvm::StringMap<llvm::json::Value> &reasons,
                       function_ref<LogicalResult()> describe)
       -> FailureOr<std::vector<TargetPTX>> {
     ConvertKilnToGPUOptions kernelOptions = options.kernel;
@@ -436,6 +446,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
         failed(describe()))
       return failure();
     schedules = describeSchedules(target);
+    reasons = describeReasons(target);
     if (chips.empty())
       return std::vector<TargetPTX>();
     if (failed(runPipeline(
@@ -446,8 +457,10 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
 
   FailureOr<llvm::json::Object> description = failure();
   llvm::StringMap<llvm::json::Value> portableSchedules, hopperSchedules;
+  llvm::StringMap<llvm::json::Value> portableReasons, hopperReasons;
   FailureOr<std::vector<TargetPTX>> ptx = generate(
-      *module, portableChips, /*hopperVariant=*/false, portableSchedules, [&] {
+      *module, portableChips, /*hopperVariant=*/false, portableSchedules,
+      portableReasons, [&] {
         description = describeKernelsAndSites(*module);
         return LogicalResult(description);
       });
@@ -457,35 +470,37 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     FailureOr<llvm::json::Object> hopperDescription = failure();
     FailureOr<std::vector<TargetPTX>> hopperPTX =
         generate(*hopperModule, {"sm_90a"}, /*hopperVariant=*/true,
-                 hopperSchedules, [&] {
+                 hopperSchedules, hopperReasons, [&] {
                    hopperDescription = describeKernelsAndSites(*hopperModule);
                    return LogicalResult(hopperDescription);
                  });
     if (failed(hopperPTX))
       return failure();
     addTargetOnlyKernels(*description, std::move(*hopperDescription));
-    TargetPTX &hopperTarget = hopperPTX->front();
-    // Its split kernels let their combine kernels launch early, and those
-    // wait (LaunchProtocol::launchDependents).
-    hopperTarget.gridDependency = true;
-    // Its attention kernels wait for the kernels before them
-    // (LaunchProtocol::waitForGrid).
-    hopperTarget.attentionGridDependency = true;
-    // And reduce their splits in a cluster (LaunchProtocol::clusterSplits).
-    hopperTarget.clusterSplits = kMaxClusterSplits;
     // The targets in the order given.
     std::vector<TargetPTX> ordered;
     auto portable = ptx->begin();
     for (const std::string &chip : options.targets) {
       if (chip == "sm_90a")
-        ordered.push_back(hopperTarget);
+        ordered.push_back(hopperPTX->front());
       else if (portable != ptx->end() && portable->chip == chip)
         ordered.push_back(std::move(*portable++));
     }
     *ptx = std::move(ordered);
   }
+  // What each target's kernels expect of their launches, as the kernel
+  // generation decided it for the module the target's PTX came from.
+  for (TargetPTX &target : *ptx) {
+    TargetLaunchFacts launch =
+        targetLaunchFacts(hopper && target.chip == "sm_90a");
+    target.gridDependency = launch.gridDependency;
+    target.attentionGridDependency = launch.attentionGridDependency;
+    target.clusterSplits = launch.clusterSplits;
+  }
   addSchedules(*description, options.targets, portableSchedules,
                hopper ? &hopperSchedules : nullptr);
+  addReasons(*description, options.targets, portableReasons,
+             hopper ? &hopperReasons : nullptr);
 
   if (options.emit == EmitKind::PTX) {
     if (ptx->size() == 1)

@@ -7,11 +7,13 @@
 
 #include "kiln/Driver/Report.h"
 
+#include "kiln/Conversion/KilnToGPU/Selection.h"
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Target/Package/Package.h"
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -299,6 +301,54 @@ llvm::json::Object describeSite(AttentionOp op) {
   return site;
 }
 
+/// The kernel each target runs `op` on and why: {chip: {kernel, variant,
+/// ..., why}}, or {chip: {error}} where no kernel can run it as asked.
+llvm::json::Object describeKernelChoices(
+    AttentionOp op,
+    ArrayRef<std::pair<std::string, ConvertKilnToGPUOptions>> targets) {
+  llvm::json::Object byChip;
+  for (const auto &[chip, options] : targets) {
+    std::string error;
+    FailureOr<KernelChoiceFacts> choice = failure();
+    {
+      ScopedDiagnosticHandler keepError(op->getContext(), [&](Diagnostic &d) {
+        if (d.getSeverity() == DiagnosticSeverity::Error && error.empty())
+          error = d.str();
+        return success();
+      });
+      choice = describeKernelChoice(op, options);
+    }
+    if (failed(choice)) {
+      byChip[chip] = llvm::json::Object{{"error", error}};
+      continue;
+    }
+    auto optional = [](const std::optional<std::string> &value) {
+      return value ? llvm::json::Value(*value) : llvm::json::Value(nullptr);
+    };
+    llvm::json::Array why;
+    for (const std::string &reason : choice->why)
+      why.push_back(reason);
+    llvm::json::Object entry{
+        {"kernel", choice->kernel},
+        {"variant", choice->variant},
+        {"rows_per_block", choice->rowsPerBlock},
+        {"kv_block_size", choice->kvBlockSize},
+        {"split_kv", choice->splitKV},
+        {"launch_dependents", choice->launchDependents},
+        {"cluster_splits", choice->clusterSplits},
+        {"wait_for_grid", choice->waitForGrid},
+        {"combine_kernel", optional(choice->combineKernel)},
+        {"warp_specialized_kernel", optional(choice->warpSpecializedKernel)},
+        {"why", std::move(why)}};
+    if (!choice->from.empty()) {
+      entry["blocks_per_sm"] = choice->blocksPerSM;
+      entry["from"] = choice->from;
+    }
+    byChip[chip] = std::move(entry);
+  }
+  return byChip;
+}
+
 std::string orDash(const llvm::json::Value *value) {
   if (!value || value->kind() == llvm::json::Value::Null)
     return "-";
@@ -317,7 +367,14 @@ std::string orDash(const llvm::json::Value *value) {
 
 llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
   llvm::json::Array sites;
-  fused.walk([&](AttentionOp op) { sites.push_back(describeSite(op)); });
+  llvm::json::Array kernels;
+  fused.walk([&](AttentionOp op) {
+    if (!kernelTargets.empty())
+      kernels.push_back(llvm::json::Object{
+          {"site", static_cast<int64_t>(sites.size())},
+          {"targets", describeKernelChoices(op, kernelTargets)}});
+    sites.push_back(describeSite(op));
+  });
   llvm::json::Array unfusedArray;
   for (const UnfusedSoftmax &entry : unfused)
     unfusedArray.push_back(llvm::json::Object{
@@ -338,6 +395,7 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
   for (const std::string &name : finiteInputs)
     finite.push_back(name);
   return llvm::json::Object{{"sites", std::move(sites)},
+                            {"kernels", std::move(kernels)},
                             {"unfused", std::move(unfusedArray)},
                             {"opaque", std::move(opaqueArray)},
                             {"bound_dims", std::move(bound)},

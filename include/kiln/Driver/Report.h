@@ -8,6 +8,8 @@
 #ifndef KILN_DRIVER_REPORT_H
 #define KILN_DRIVER_REPORT_H
 
+#include "kiln/Conversion/Passes.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -43,8 +45,12 @@ struct FusionReport {
   std::vector<std::pair<std::string, int64_t>> boundDims;
   /// The inputs declared finite (`--finite-inputs`): the fusion assumed it.
   std::vector<std::string> finiteInputs;
+  /// The targets whose kernel choice each site states (a chip, and the
+  /// kernel generation's options for it), in order.
+  std::vector<std::pair<std::string, ConvertKilnToGPUOptions>> kernelTargets;
 
-  /// The report as JSON: {"sites": [...], "unfused": [...], "opaque": [...],
+  /// The report as JSON: {"sites": [...], "kernels": [{"site": N,
+  /// "targets": {chip: choice}}, ...], "unfused": [...], "opaque": [...],
   /// "bound_dims": {name: size}, "finite_inputs": [name, ...]}.
   llvm::json::Object toJSON(ModuleOp fused) const;
   /// The report as readable tables.

@@ -111,7 +111,7 @@ struct KernelVariant {
   /// grid and shared-memory size of the portable kernel, so that one
   /// manifest describes both (not part of name()).
   bool wgmma = false;
-  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized.cpp): a
+  /// The sm_90a-only warp-specialised kernel (Schedules/WarpSpecialized/WarpSpecialized.cpp): a
   /// producer warp brings Q, K and V tiles in with TMA through tensor maps
   /// passed as kernel parameters, two consumer warpgroups compute on wgmma.
   /// Its own kernel beside the site's portable one, for launches whose
@@ -334,7 +334,7 @@ protected:
     Value total;
   };
   /// Reduces row `row` (of `rows` a split) of a split-KV workspace (see
-  /// writePartial in Parts/MmaEpilogue.cpp) with `numSplits` splits, at most
+  /// writePartial in Schedules/Mma/MmaEpilogue.cpp) with `numSplits` splits, at most
   /// `maxSplits`: w_s = l_s·2^(m_s - M) with M the largest max, over the
   /// warp's splits firstSplit + stride·j (firstSplit < stride, stride
   /// dividing 32). Every lane of the warp takes part; the branches are
@@ -609,7 +609,7 @@ inline constexpr int64_t kAppendThreads = 128;
 /// kernel for new keys and values of `elementType`, key head dim `headDim`
 /// and value head dim `valueDim`, into caches of that type or, with
 /// `fp8Cache`, of e4m3 with scales (one a KV head with `perHeadScales`)
-/// (Schedules/AppendKernel.cpp).
+/// (Schedules/Append/AppendKernel.cpp).
 std::string pagedAppendKernelName(Type elementType, int64_t headDim,
                                   int64_t valueDim, bool fp8Cache = false,
                                   bool perHeadScales = false);

@@ -211,6 +211,8 @@ DictionaryAttr KernelContract::toAttr(MLIRContext *context) const {
     fields.set("combine_kernel", builder.getStringAttr(*combineKernel));
   if (appendKernel)
     fields.set("append_kernel", builder.getStringAttr(*appendKernel));
+  if (!why.empty())
+    fields.set("why", stringArray(builder, why));
   if (isCompanion(kind)) {
     fields.set("dtype", builder.getStringAttr(dtype));
     setInt(fields, "v_head_dim", valueHeadDim);
@@ -318,6 +320,7 @@ llvm::Expected<KernelContract> KernelContract::fromAttr(DictionaryAttr attr) {
   }
   contract.combineKernel = read.optionalString("combine_kernel");
   contract.appendKernel = read.optionalString("append_kernel");
+  contract.why = read.strings("why", /*required=*/false);
   if (isCompanion(contract.kind)) {
     contract.dtype = read.string("dtype");
     contract.valueHeadDim = read.integer("v_head_dim");

@@ -52,6 +52,13 @@ llvm::json::Value optionalToJSON(std::optional<uint64_t> value) {
   return value ? llvm::json::Value(int64_t(*value))
                : llvm::json::Value(nullptr);
 }
+llvm::json::Array stringsToJSON(ArrayRef<std::string> values) {
+  llvm::json::Array array;
+  for (const std::string &value : values)
+    array.push_back(value);
+  return array;
+}
+
 llvm::json::Value optionalToJSON(std::optional<APFloat> value) {
   return value ? llvm::json::Value(double(value->convertToFloat()))
                : llvm::json::Value(nullptr);
@@ -245,6 +252,12 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func,
       if (contract.grid.persistentUpToKvLen)
         schedule["persistent_up_to_kv_len"] = contract.grid.persistentUpToKvLen;
       schedules[chip] = std::move(schedule);
+    }
+    if (!contract.why.empty()) {
+      llvm::json::Object reasons;
+      for (const std::string &chip : contract.targets)
+        reasons[chip] = stringsToJSON(contract.why);
+      kernel["why"] = std::move(reasons);
     }
     kernel["targets"] = std::move(chips);
     if (contract.warpSchedule)
@@ -533,12 +546,17 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
                             {"sites", std::move(sites)}};
 }
 
-llvm::StringMap<llvm::json::Value>
-mlir::kiln::describeSchedules(ModuleOp module) {
-  llvm::StringMap<llvm::json::Value> schedules;
+namespace {
+/// `describe(contract)` of each kernel of `module` whose facts say
+/// something for it, by kernel name.
+llvm::StringMap<llvm::json::Value> describeEachKernel(
+    ModuleOp module,
+    function_ref<std::optional<llvm::json::Value>(const KernelContract &)>
+        describe) {
+  llvm::StringMap<llvm::json::Value> described;
   auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
   if (!gpuModule)
-    return schedules;
+    return described;
   for (auto func : gpuModule.getOps<gpu::GPUFuncOp>()) {
     auto info = func->getAttrOfType<DictionaryAttr>(kKernelInfoAttrName);
     if (!info)
@@ -549,16 +567,37 @@ mlir::kiln::describeSchedules(ModuleOp module) {
       llvm::consumeError(contract.takeError());
       continue;
     }
-    if (!contract->schedule)
-      continue;
-    const MmaScheduleFacts &schedule = *contract->schedule;
-    schedules.try_emplace(
-        func.getName(),
-        llvm::json::Object{{"variant", schedule.variant},
-                           {"blocks_per_sm", schedule.blocksPerSM},
-                           {"from", schedule.from}});
+    if (std::optional<llvm::json::Value> value = describe(*contract))
+      described.try_emplace(func.getName(), std::move(*value));
   }
-  return schedules;
+  return described;
+}
+} // namespace
+
+llvm::StringMap<llvm::json::Value>
+mlir::kiln::describeSchedules(ModuleOp module) {
+  return describeEachKernel(
+      module,
+      [](const KernelContract &contract) -> std::optional<llvm::json::Value> {
+        if (!contract.schedule)
+          return std::nullopt;
+        const MmaScheduleFacts &schedule = *contract.schedule;
+        return llvm::json::Object{{"variant", schedule.variant},
+                                  {"blocks_per_sm", schedule.blocksPerSM},
+                                  {"from", schedule.from}};
+      });
+}
+
+llvm::StringMap<llvm::json::Value>
+mlir::kiln::describeReasons(ModuleOp module) {
+  // (Kernels of some targets only state theirs with them.)
+  return describeEachKernel(
+      module,
+      [](const KernelContract &contract) -> std::optional<llvm::json::Value> {
+        if (contract.why.empty() || !contract.targets.empty())
+          return std::nullopt;
+        return stringsToJSON(contract.why);
+      });
 }
 
 void mlir::kiln::addTargetOnlyKernels(llvm::json::Object &description,
@@ -589,10 +628,14 @@ void mlir::kiln::addTargetOnlyKernels(llvm::json::Object &description,
   }
 }
 
-void mlir::kiln::addSchedules(
-    llvm::json::Object &description, ArrayRef<std::string> chips,
-    const llvm::StringMap<llvm::json::Value> &portable,
-    const llvm::StringMap<llvm::json::Value> *hopper) {
+namespace {
+/// Gives each kernel of `description` found in `portable` a `key` object
+/// with one entry per chip: `sm_90a`'s from `hopper` where given and it has
+/// the kernel, every other chip's from `portable`.
+void addByChip(llvm::json::Object &description, StringRef key,
+               ArrayRef<std::string> chips,
+               const llvm::StringMap<llvm::json::Value> &portable,
+               const llvm::StringMap<llvm::json::Value> *hopper) {
   llvm::json::Array *kernels = description.getArray("kernels");
   if (!kernels)
     return;
@@ -607,16 +650,31 @@ void mlir::kiln::addSchedules(
       continue;
     llvm::json::Object byChip;
     for (const std::string &chip : chips) {
-      const llvm::json::Value *schedule = &found->second;
+      const llvm::json::Value *entry = &found->second;
       if (hopper && chip == "sm_90a") {
         auto hopperFound = hopper->find(*name);
         if (hopperFound != hopper->end())
-          schedule = &hopperFound->second;
+          entry = &hopperFound->second;
       }
-      byChip[chip] = *schedule;
+      byChip[chip] = *entry;
     }
-    (*kernel)["schedule"] = std::move(byChip);
+    (*kernel)[key] = std::move(byChip);
   }
+}
+} // namespace
+
+void mlir::kiln::addSchedules(
+    llvm::json::Object &description, ArrayRef<std::string> chips,
+    const llvm::StringMap<llvm::json::Value> &portable,
+    const llvm::StringMap<llvm::json::Value> *hopper) {
+  addByChip(description, "schedule", chips, portable, hopper);
+}
+
+void mlir::kiln::addReasons(llvm::json::Object &description,
+                            ArrayRef<std::string> chips,
+                            const llvm::StringMap<llvm::json::Value> &portable,
+                            const llvm::StringMap<llvm::json::Value> *hopper) {
+  addByChip(description, "why", chips, portable, hopper);
 }
 
 FailureOr<std::vector<TargetPTX>> mlir::kiln::extractPTX(ModuleOp module) {

@@ -1,4 +1,4 @@
-// Schedules/AppendKernel.cpp: every paged site brings the append kernel of
+// Schedules/Append/AppendKernel.cpp: every paged site brings the append kernel of
 // its caches (dtype and head dims), one block a new token. The block finds
 // its sequence by a binary search of new_offsets (bit_width(batch) halving
 // steps, ctlz of the batch), places token t of sequence b at kv_lens[b] -

@@ -143,6 +143,9 @@ struct KernelContract {
   /// append kernel of its paged caches.
   std::optional<std::string> combineKernel;
   std::optional<std::string> appendKernel;
+  /// Why the kernel selection chose this kernel and schedule for the
+  /// target it was built for, one reason a line (selectKernel's `why`).
+  llvm::SmallVector<std::string> why;
   /// Companion kernels' own problem (set for SplitCombine and
   /// PagedAppend; attention kernels take theirs from their sites): the
   /// element type, the caches' (PagedAppend), and the head dims (headDim

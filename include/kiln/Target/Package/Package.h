@@ -81,6 +81,17 @@ void addSchedules(llvm::json::Object &description,
                   const llvm::StringMap<llvm::json::Value> &portable,
                   const llvm::StringMap<llvm::json::Value> *hopper);
 
+/// The reasons the kernel selection gave for each kernel of `module` that
+/// every target has, by kernel name (an array of strings each).
+llvm::StringMap<llvm::json::Value> describeReasons(ModuleOp module);
+
+/// Gives each kernel of `description` that has reasons a "why" object with
+/// one entry per target chip, taken as addSchedules takes the schedules.
+void addReasons(llvm::json::Object &description,
+                llvm::ArrayRef<std::string> chips,
+                const llvm::StringMap<llvm::json::Value> &portable,
+                const llvm::StringMap<llvm::json::Value> *hopper);
+
 /// Reads the PTX of every target from the serialized `gpu.binary` of the
 /// kernels in `module`.
 FailureOr<std::vector<TargetPTX>> extractPTX(ModuleOp module);

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Products/Products.h"
-#include "Schedules/MmaKernel.h"
+#include "Schedules/Mma/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

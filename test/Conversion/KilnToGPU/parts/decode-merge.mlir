@@ -1,4 +1,4 @@
-// Parts/DecodeMerge.cpp: MmaKernel::mergeWarps. In decode mode (q_len ·
+// Schedules/Mma/DecodeMerge.cpp: MmaKernel::mergeWarps. In decode mode (q_len ·
 // group <= 16 rows) the four warps split each tile's keys and hold partial
 // online-softmax states of the same rows; at the end they are merged
 // through shared memory. A GQA site (group 4) at head dim 64: a state is

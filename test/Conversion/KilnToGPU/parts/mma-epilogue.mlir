@@ -1,4 +1,4 @@
-// Parts/MmaEpilogue.cpp: MmaKernel::writeOutput (out = O / sum for the rows
+// Schedules/Mma/MmaEpilogue.cpp: MmaKernel::writeOutput (out = O / sum for the rows
 // g and g + 8; in decode mode each warp stores its share of the merged
 // rows' 8-column blocks) and MmaKernel::writePartial (a split's normalised
 // partial output and its max and sum into the workspace).

@@ -1,4 +1,4 @@
-// Parts/PagedAddress.cpp: MmaKernel::pageLookup, lineKeys, loadEntry,
+// Schedules/Mma/PagedAddress.cpp: MmaKernel::pageLookup, lineKeys, loadEntry,
 // loadPages, planPagedChunks and readAhead (with the paged arguments that
 // Prologue.cpp's bindArguments and build bind for them): where a key of a
 // paged cache lives, in 32-bit arithmetic. A causal GQA site at head dim

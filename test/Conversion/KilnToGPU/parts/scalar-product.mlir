@@ -1,4 +1,4 @@
-// The scalar kernel's products in Schedules/ScalarKernel.cpp
+// The scalar kernel's products in Schedules/Scalar/ScalarKernel.cpp
 // (ScalarKernel::dotRows and the P·V loop of buildBody; not yet a part of
 // their own): f32 FMAs on tiles staged in workgroup memory, for any element
 // type and without tensor cores. bf16 at head dim 32, two rows a warp

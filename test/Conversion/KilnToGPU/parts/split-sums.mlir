@@ -1,6 +1,6 @@
 // Parts/SplitSums.cpp: KernelBuilderBase::sumSplits, one row's reduction
 // of split-KV partials (M = the splits' largest max, w_s = l_s · 2^(m_s -
-// M), Σ w_s · O_s), as the combine kernel (Schedules/CombineKernel.cpp)
+// M), Σ w_s · O_s), as the combine kernel (Schedules/Combine/CombineKernel.cpp)
 // and, on sm_90a, the split kernel's own cluster reduction
 // (emitClusterCombine, AttentionKernel.cpp) run it.
 // RUN: kiln-opt %s -convert-kiln-to-gpu | FileCheck %s

@@ -1,4 +1,4 @@
-// The TF32 product of Schedules/Tf32Kernel.cpp (Tf32Kernel::operand, mma
+// The TF32 product of Schedules/Tf32/Tf32Kernel.cpp (Tf32Kernel::operand, mma
 // and product; not yet a part of its own), on KernelBuilderBase::mmaSync
 // with m16n8k8 TF32: f32 sites on tensor cores. By default each operand is
 // split (3xTF32, f32's accuracy); allow-tf32 keeps one rounding and one

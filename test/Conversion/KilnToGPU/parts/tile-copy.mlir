@@ -1,4 +1,4 @@
-// Parts/TileCopy.cpp: MmaKernel::planChunks, copyChunks, issueTile,
+// Schedules/Mma/TileCopy.cpp: MmaKernel::planChunks, copyChunks, issueTile,
 // tileAddress and zeroPadColumns: K, V and Q tiles into shared memory in
 // 16-byte chunks, by cp.async where the views are aligned, by element loads
 // otherwise; padded rows for ldmatrix (sm_80), 128-byte swizzled rows for

@@ -1,15 +1,16 @@
 //===- MmaKernel.h - The tensor-core attention kernel -----------*- C++ -*-===//
 //
 // The f16/bf16 tensor-core kernel (mma.sync, with an sm_90a wgmma variant):
-// its tile layout and the builder whose parts live in Parts/ (tile copies,
-// paged addressing, the decode merge, the epilogue), Products/ (the mma.sync
-// and wgmma products, ldmatrix) and Schedules/ (the prologue, the main
-// loop). See MmaKernel.cpp for how the kernel runs.
+// its tile layout and the builder, whose members live in this folder (the
+// prologue, the main loop, tile copies, paged addressing, FP8 tiles, the
+// decode merge, the epilogue) and Products/MmaSync.cpp (ldmatrix), beside
+// the shared parts (Parts/) and products (Products/). See MmaKernel.cpp for
+// how the kernel runs.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
-#define KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
+#ifndef KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMA_MMAKERNEL_H
+#define KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMA_MMAKERNEL_H
 
 #include "AttentionKernel.h"
 #include "Products/Products.h"
@@ -69,7 +70,7 @@ struct TileLayout {
   int64_t stages;
   /// FP8 caches: K and V land in e4m3 staging tiles, `stages` of each
   /// (kTileKeys rows of fp8RowBytes), which the products read directly,
-  /// converting fragments in registers (Parts/Fp8Tile.cpp); the one f16
+  /// converting fragments in registers (Schedules/Mma/Fp8Tile.cpp); the one f16
   /// tile is Q's.
   bool fp8 = false;
   int64_t keyStageBytes = 0, valueStageBytes = 0;
@@ -172,8 +173,8 @@ private:
   Value tileAddress(Value tile, Value row, Value column);
 
   //===--------------------------------------------------------------------===//
-  // Tile copies (Parts/TileCopy.cpp) and paged addressing
-  // (Parts/PagedAddress.cpp).
+  // Tile copies (Schedules/Mma/TileCopy.cpp) and paged addressing
+  // (Schedules/Mma/PagedAddress.cpp).
   //===--------------------------------------------------------------------===//
 
   /// This thread's 16-byte chunks of a 64-row tile of a [*, D] global
@@ -266,7 +267,7 @@ private:
   Value stagingAddress(Value tile, Value row, Value column, int64_t units);
 
   //===--------------------------------------------------------------------===//
-  // FP8 caches (Parts/Fp8Tile.cpp).
+  // FP8 caches (Schedules/Mma/Fp8Tile.cpp).
   //===--------------------------------------------------------------------===//
 
   /// FP8 caches: the B fragments of P·V for 16 keys from `keyRow` on and
@@ -335,8 +336,8 @@ private:
   void asyncProxyFence();
 
   //===--------------------------------------------------------------------===//
-  // The schedule: prologue (Schedules/MmaKernel.cpp) and main loop
-  // (Schedules/MmaMainLoop.cpp).
+  // The schedule: prologue (Schedules/Mma/MmaKernel.cpp) and main loop
+  // (Schedules/Mma/MmaMainLoop.cpp).
   //===--------------------------------------------------------------------===//
 
   /// The shared tile at `index` tiles into dynamic shared memory.
@@ -394,8 +395,8 @@ private:
                         Value vTile, Value keyOffset, int64_t keyBlocks);
 
   //===--------------------------------------------------------------------===//
-  // Decode merge (Parts/DecodeMerge.cpp) and the epilogue
-  // (Parts/MmaEpilogue.cpp).
+  // Decode merge (Schedules/Mma/DecodeMerge.cpp) and the epilogue
+  // (Schedules/Mma/MmaEpilogue.cpp).
   //===--------------------------------------------------------------------===//
 
   /// Decode mode: merges the four warps' online-softmax states (max and sum
@@ -472,4 +473,4 @@ private:
 
 } // namespace mlir::kiln::detail::mma
 
-#endif // KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMAKERNEL_H
+#endif // KILN_LIB_CONVERSION_KILNTOGPU_SCHEDULES_MMA_MMAKERNEL_H

@@ -34,11 +34,11 @@
 // prologue's copies (Q, then the first K and V tiles, in the commit-group
 // order the loop waits on), the main loop in decode or prefill mode
 // (MmaMainLoop.cpp), masked_score's revisit and the epilogue
-// (Parts/MmaEpilogue.cpp).
+// (Schedules/Mma/MmaEpilogue.cpp).
 //
 //===----------------------------------------------------------------------===//
 
-#include "Schedules/MmaKernel.h"
+#include "Schedules/Mma/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"

@@ -18,7 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Schedules/MmaKernel.h"
+#include "Schedules/Mma/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
