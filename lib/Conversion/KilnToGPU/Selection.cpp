@@ -160,18 +160,6 @@ mlir::kiln::detail::chooseWarpSpecializedSchedule(const KernelSpec &spec) {
   return schedule;
 }
 
-WarpSpecializedSchedule
-mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
-  WarpSpecializedSchedule schedule;
-  schedule.tileKeys = spec.variant.warpTileKeys;
-  schedule.consumers = spec.variant.warpConsumers;
-  schedule.overlap = spec.variant.overlapSoftmax;
-  schedule.pingPong =
-      schedule.overlap && spec.variant.pingPong && schedule.consumers == 2;
-  schedule.persistent = spec.variant.persistent;
-  return schedule;
-}
-
 namespace {
 
 /// Checks that `op` is something the kernel generator supports.

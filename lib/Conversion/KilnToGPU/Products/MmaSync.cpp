@@ -1,25 +1,21 @@
 //===- MmaSync.cpp - The mma.sync products ---------------------*- C++ -*-===//
 //
-// m16n8k16 mma.sync on f16 or bf16 fragments (MmaSyncProduct), the mma.sync
-// instruction the TF32 products share, and the tensor-core kernel's reads of
-// those fragments from shared tiles with ldmatrix (PTX ISA, "Matrix
-// Fragments for mma.m16n8k16").
+// m16n8k16 mma.sync on f16 or bf16 fragments (MmaSyncProduct) and the
+// mma.sync instruction the TF32 products share (PTX ISA, "Matrix Fragments
+// for mma.m16n8k16").
 //
 //===----------------------------------------------------------------------===//
 
 #include "Products/Products.h"
-#include "Schedules/Mma/MmaKernel.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <array>
 
 using namespace mlir;
 using namespace mlir::kiln::detail;
-using namespace mlir::kiln::detail::mma;
 
 void mlir::kiln::detail::mmaSync(ImplicitLocOpBuilder &b, ArrayRef<Value> a,
                                  ArrayRef<Value> bFragment,
@@ -70,36 +66,4 @@ void MmaSyncProduct::values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
                             ArrayRef<Value> pFragment,
                             ArrayRef<Value> vFragment) const {
   mma16(b, elementType, pFragment, vFragment, acc);
-}
-
-// The tensor-core kernel's fragments from its shared tiles.
-
-SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
-  MLIRContext *ctx = b->getContext();
-  Type i32Type = i32();
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      ctx, {i32Type, i32Type, i32Type, i32Type});
-  Value result = NVVM::LdMatrixOp::create(
-      *b, structType, address, /*num=*/4,
-      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
-      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
-  SmallVector<Value> registers;
-  for (int64_t i = 0; i < 4; ++i)
-    registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
-  return registers;
-}
-
-Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
-                              Value rowHalf, Value columnHalf) {
-  Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
-  Value column = add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
-  return tileAddress(tile, row, column);
-}
-
-void MmaKernel::asyncProxyFence() {
-  if (wgmma)
-    NVVM::FenceProxyOp::create(
-        *b, NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(b->getContext(),
-                                   NVVM::SharedSpace::shared_cta));
 }

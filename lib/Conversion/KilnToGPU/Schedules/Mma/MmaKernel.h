@@ -3,9 +3,9 @@
 // The f16/bf16 tensor-core kernel (mma.sync, with an sm_90a wgmma variant):
 // its tile layout and the builder, whose members live in this folder (the
 // prologue, the main loop, tile copies, paged addressing, FP8 tiles, the
-// decode merge, the epilogue) and Products/MmaSync.cpp (ldmatrix), beside
-// the shared parts (Parts/) and products (Products/). See MmaKernel.cpp for
-// how the kernel runs.
+// fragments' reads, the decode merge, the epilogue), beside the shared parts
+// (Parts/) and products (Products/). See MmaKernel.cpp for how the kernel
+// runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -318,7 +318,7 @@ private:
   void zeroPadColumns();
 
   //===--------------------------------------------------------------------===//
-  // The mma.sync fragments (Products/MmaSync.cpp).
+  // The mma.sync fragments (Fragments.cpp).
   //===--------------------------------------------------------------------===//
 
   /// ldmatrix.x4 (optionally transposed): lane l gives the address of row

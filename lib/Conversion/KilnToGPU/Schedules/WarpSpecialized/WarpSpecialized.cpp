@@ -821,6 +821,18 @@ mlir::kiln::detail::createWarpSpecializedKernel(const KernelSpec &spec) {
   return std::make_unique<WarpSpecializedKernel>(spec);
 }
 
+WarpSpecializedSchedule
+mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
+  WarpSpecializedSchedule schedule;
+  schedule.tileKeys = spec.variant.warpTileKeys;
+  schedule.consumers = spec.variant.warpConsumers;
+  schedule.overlap = spec.variant.overlapSoftmax;
+  schedule.pingPong =
+      schedule.overlap && spec.variant.pingPong && schedule.consumers == 2;
+  schedule.persistent = spec.variant.persistent;
+  return schedule;
+}
+
 int64_t mlir::kiln::detail::warpSpecializedSharedLimit() {
   return kHopperSharedLimit;
 }

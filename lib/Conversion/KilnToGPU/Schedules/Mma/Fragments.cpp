@@ -1,0 +1,46 @@
+//===- Fragments.cpp - The tensor-core kernel's fragments -------*- C++ -*-===//
+//
+// The tensor-core kernel's reads of its mma.sync fragments from the shared
+// tiles with ldmatrix (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and
+// the proxy fence between the tiles' copies and wgmma's reads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Schedules/Mma/MmaKernel.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+using namespace mlir::kiln::detail::mma;
+
+SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
+  MLIRContext *ctx = b->getContext();
+  Type i32Type = i32();
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      ctx, {i32Type, i32Type, i32Type, i32Type});
+  Value result = NVVM::LdMatrixOp::create(
+      *b, structType, address, /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value> registers;
+  for (int64_t i = 0; i < 4; ++i)
+    registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
+  return registers;
+}
+
+Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
+                              Value rowHalf, Value columnHalf) {
+  Value row = add(firstRow, add(mul(rowHalf, constIndex(8)), matrixRow));
+  Value column = add(constIndex(firstColumn), mul(columnHalf, constIndex(8)));
+  return tileAddress(tile, row, column);
+}
+
+void MmaKernel::asyncProxyFence() {
+  if (wgmma)
+    NVVM::FenceProxyOp::create(
+        *b, NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b->getContext(),
+                                   NVVM::SharedSpace::shared_cta));
+}
