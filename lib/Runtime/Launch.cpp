@@ -54,12 +54,17 @@ struct LaunchPlan {
     float f32;
   };
   Value values[kMaxKernelArgs];
-  /// Tensor-map parameters (passed by value, 64-byte aligned).
-  CUtensorMap maps[3];
+  /// Tensor-map parameters (passed by value, 64-byte aligned): Q, K, V
+  /// and a staged mask and bias.
+  CUtensorMap maps[5];
   size_t numMaps = 0;
   void *params[kMaxKernelArgs] = {};
   size_t numParams = 0;
 };
+
+Error encodeTermMap(const CudaDriver &driver, const Kernel &kernel,
+                    const KernelArg &arg, const kiln_attention_args &args,
+                    const std::string &where, CUtensorMap &map);
 
 /// Encodes the TMA tensor map of `arg` for this launch: the tensor as
 /// {head dim, sequence, heads, batch} with its strides in bytes, boxes of
@@ -74,6 +79,8 @@ Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
         KILN_UNSUPPORTED,
         fmt::format("{}kernel \"{}\" needs cuTensorMapEncodeTiled (CUDA 12+)",
                     where, kernel.name)};
+  if (arg.tensor == Tensor::Mask || arg.tensor == Tensor::Bias)
+    return encodeTermMap(*driver, kernel, arg, args, where, map);
   Tensor tensor = arg.tensor;
   kiln_dtype dtype = tensorDtype(args, tensor);
   if (dtype != KILN_DTYPE_F16 && dtype != KILN_DTYPE_BF16)
@@ -108,6 +115,75 @@ Error encodeTensorMap(const CudaDriver *driver, const Kernel &kernel,
                 "{}{} for {}", where,
                 describeCudaError(*driver, "cuTensorMapEncodeTiled", result),
                 tensorName(tensor))};
+  return Error::ok();
+}
+
+/// Encodes the tensor map of a staged mask or bias (`arg`'s tensor): the
+/// term over its logical [batch, q_heads, q_len, kv_len] as {kv_len, q_len,
+/// q_heads, batch}, a broadcast (zero-stride) axis as one of size 1, boxes
+/// of the argument's (columns, rows) swizzled by its bytes, zeros outside.
+/// Fails with KILN_UNSUPPORTED where TMA cannot read the view (keys not
+/// contiguous, a stride or the address not a multiple of 16 bytes): the
+/// caller then takes the portable kernel, which reads any view.
+Error encodeTermMap(const CudaDriver &driver, const Kernel &kernel,
+                    const KernelArg &arg, const kiln_attention_args &args,
+                    const std::string &where, CUtensorMap &map) {
+  kiln_dtype dtype = tensorDtype(args, arg.tensor);
+  const void *pointer = tensorPointer(args, arg.tensor);
+  const int64_t *strides = tensorStrides(args, arg.tensor);
+  int64_t elementBytes = kiln_dtype_size(dtype);
+  if (arg.dtype != KILN_DTYPE_NONE && dtype != arg.dtype)
+    return invalid("{}{} has dtype {} but kernel \"{}\" stages {}", where,
+                   tensorName(arg.tensor), dtypeName(dtype), kernel.name,
+                   dtypeName(arg.dtype));
+  auto unsupported = [&](const std::string &why) {
+    return Error{KILN_UNSUPPORTED,
+                 fmt::format("{}{} cannot be staged by TMA: {}", where,
+                             tensorName(arg.tensor), why)};
+  };
+  if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
+    return unsupported("its address is not 16-byte aligned");
+  if (strides[3] != 1)
+    return unsupported("its keys are not contiguous");
+  int64_t sizes[4] = {args.batch, args.q_heads, args.q_len, args.kv_len};
+  // Inner first: keys, queries, heads, batch.
+  cuuint64_t dims[4] = {cuuint64_t(args.kv_len), 1, 1, 1};
+  cuuint64_t byteStrides[3];
+  int64_t span = args.kv_len * elementBytes;
+  for (int i = 1; i < 4; ++i) {
+    int axis = 3 - i;
+    int64_t stride = strides[axis] * elementBytes;
+    if (strides[axis] != 0) {
+      dims[i] = cuuint64_t(sizes[axis]);
+    } else {
+      // Never stepped over (a single index); any valid stride.
+      stride = (span + 15) / 16 * 16;
+    }
+    if (stride <= 0 || stride % 16 != 0)
+      return unsupported(fmt::format("its stride over {} is not a positive "
+                                     "multiple of 16 bytes",
+                                     i == 1 ? "queries" : i == 2 ? "heads"
+                                                                 : "batch"));
+    byteStrides[i - 1] = cuuint64_t(stride);
+    span = std::max<int64_t>(span, stride * int64_t(dims[i]));
+  }
+  CUtensorMapDataType type =
+      dtype == KILN_DTYPE_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+      : dtype == KILN_DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+      : dtype == KILN_DTYPE_F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  cuuint32_t box[4] = {cuuint32_t(arg.boxColumns), cuuint32_t(arg.boxRows), 1,
+                       1};
+  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  CUresult result = driver.cuTensorMapEncodeTiled(
+      &map, type, 4, const_cast<void *>(pointer), dims, byteStrides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      arg.swizzleBytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                             : CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    return unsupported(
+        describeCudaError(driver, "cuTensorMapEncodeTiled", result));
   return Error::ok();
 }
 
@@ -274,8 +350,8 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       continue;
     case ArgSource::TensorMap: {
       if (plan.numMaps == std::size(plan.maps))
-        return invalid("{}kernel \"{}\" takes more than 3 tensor maps", where,
-                       kernel.name);
+        return invalid("{}kernel \"{}\" takes more than {} tensor maps",
+                       where, kernel.name, std::size(plan.maps));
       CUtensorMap &map = plan.maps[plan.numMaps++];
       if (Error error = encodeTensorMap(driver, kernel, arg, args, where, map))
         return error;

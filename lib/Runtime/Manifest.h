@@ -102,8 +102,9 @@ struct KernelArg {
   /// Which paged pointer or dimension (see ArgSource).
   int paged = 0;
   kiln_dtype dtype = KILN_DTYPE_NONE; ///< of a pointer, when the manifest says
-  /// Tensor maps: the box (columns, rows) each copy moves; 128-byte swizzle.
-  int64_t boxColumns = 0, boxRows = 0;
+  /// Tensor maps: the box (columns, rows) each copy moves and its swizzle
+  /// in bytes (128 for Q, K and V; 64 or 128 for a staged mask or bias).
+  int64_t boxColumns = 0, boxRows = 0, swizzleBytes = 128;
 };
 
 /// One grid axis: product of `dims` (empty = 1), divided rounding up.

@@ -104,7 +104,8 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     }
   for (auto [mapName, tensor] :
        {std::pair{"q_map", Tensor::Q}, std::pair{"k_map", Tensor::K},
-        std::pair{"v_map", Tensor::V}})
+        std::pair{"v_map", Tensor::V}, std::pair{"mask_map", Tensor::Mask},
+        std::pair{"bias_map", Tensor::Bias}})
     if (name == mapName) {
       arg.source = ArgSource::TensorMap;
       arg.tensor = tensor;
@@ -312,8 +313,10 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
     expectKinds(arg.kind == ArgKind::TensorMap, "\"tensor_map\"");
     if (kernel.targets.empty())
       nameNode.fail("tensor maps belong to kernels with \"targets\"");
+    // A staged mask's tile may be of bytes (a boolean mask).
+    bool term = arg.tensor == Tensor::Mask || arg.tensor == Tensor::Bias;
     arg.dtype = parseOptionalDtype(node.optionalKey("dtype"),
-                                   /*allowBool=*/false);
+                                   /*allowBool=*/arg.tensor == Tensor::Mask);
     Node boxNode = node.key("box");
     std::vector<Node> box = boxNode.array();
     if (box.size() != 2)
@@ -321,11 +324,21 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
                                box.size()));
     arg.boxColumns = box[0].integer(1, 256);
     arg.boxRows = box[1].integer(1, 256);
-    if (arg.boxColumns != 64)
-      box[0].fail("a 128-byte swizzled box is 64 two-byte columns wide");
     Node swizzle = node.key("swizzle");
-    if (swizzle.integer(0, 1024) != 128)
+    arg.swizzleBytes = swizzle.integer(0, 1024);
+    if (!term && arg.boxColumns != 64)
+      box[0].fail("a 128-byte swizzled box is 64 two-byte columns wide");
+    if (!term && arg.swizzleBytes != 128)
       swizzle.fail("only the 128-byte swizzle is supported");
+    if (term && arg.swizzleBytes != 64 && arg.swizzleBytes != 128)
+      swizzle.fail("a staged mask or bias tile is swizzled by 64 or 128 bytes");
+    // A swizzled row is the box's columns of the term's element.
+    if (term && arg.dtype != KILN_DTYPE_NONE &&
+        arg.boxColumns * kiln_dtype_size(arg.dtype) != arg.swizzleBytes)
+      box[0].fail(fmt::format("a row of {} {} elements is not the {}-byte "
+                              "swizzle",
+                              arg.boxColumns, dtypeName(arg.dtype),
+                              arg.swizzleBytes));
     break;
   }
   case ArgSource::Append:

@@ -63,6 +63,14 @@ std::string KernelSpec::name() const {
     result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
   if (problem.scaleFactor)
     result += "_sf";
+  // Staged terms: a one-row mask or bias takes a one-row tile.
+  if (variant.warpSpecialized && variant.stagedTerms) {
+    result += "_st";
+    if (problem.maskType && problem.maskOneRow)
+      result += "k";
+    if (problem.biasType && problem.biasOneRow)
+      result += "b";
+  }
   return result;
 }
 
@@ -121,6 +129,12 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
     names.append({"num_splits", "workspace"});
   if (spec.variant.warpSpecialized)
     names.append({"q_map", "k_map", "v_map"});
+  if (spec.variant.stagedTerms) {
+    if (spec.problem.maskType)
+      names.push_back("mask_map");
+    if (spec.problem.biasType)
+      names.push_back("bias_map");
+  }
   if (spec.problem.scaleFactor)
     names.push_back("scale_factor");
   return names;
@@ -151,6 +165,9 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
     kinds.append({"i32", "pointer"});
   if (spec.variant.warpSpecialized)
     kinds.append(3, "tensor_map");
+  if (spec.variant.stagedTerms)
+    kinds.append(bool(spec.problem.maskType) + bool(spec.problem.biasType),
+                 "tensor_map");
   if (spec.problem.scaleFactor)
     kinds.push_back("pointer");
   return kinds;

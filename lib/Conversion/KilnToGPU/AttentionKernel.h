@@ -50,6 +50,10 @@ struct AttentionProblem {
   std::optional<float> softcap;
   Type maskType; // null when there is no mask
   Type biasType; // null when there is no bias
+  /// The mask's (bias's) query axis has size 1 in the op's type: one row
+  /// of keys serves every query (a key-padding mask).
+  bool maskOneRow = false;
+  bool biasOneRow = false;
   /// The score of a key hidden by the boolean mask, causal or window (the
   /// op's masked_score); -inf when unset.
   std::optional<float> maskedScore;
@@ -135,6 +139,12 @@ struct KernelVariant {
   /// With persistent: launched so only up to this many keys (0: always;
   /// see WarpSpecializedSchedule::persistentUpToKeys; not part of name()).
   int64_t persistentUpToKeys = 0;
+  /// With warpSpecialized and a mask or bias: the producer brings each key
+  /// tile's mask and bias tiles in with TMA beside K (mask_map, bias_map),
+  /// and the consumers read them from shared memory, rather than each
+  /// score's from global memory (name(): "_st", and "k" for a one-row
+  /// term).
+  bool stagedTerms = false;
   /// Blocks per SM the tensor-core kernel's registers must leave room for
   /// (ptxas's .minnctapersm); 0 leaves it to ptxas. From its schedule.
   /// FP8 caches on targets with cvt.rn.f16x2.e4m3x2 (sm_89 on): the
@@ -454,12 +464,18 @@ protected:
   /// The score of key `key` for query `queryRow` from its dot product, in
   /// log2 units: -inf past the keys, -inf or the masked score when the key
   /// is hidden. The mask and bias are read from the row's (batch, head)
-  /// bases.
+  /// bases, or taken from `terms` where the schedule read them itself.
   /// With `raw`, the dot product itself where the key is visible (kernels
   /// that scale in onlineSoftmaxStep; no softcap, additive mask, bias or
   /// masked_score).
+  struct ScoreTerms {
+    /// The mask's value (i1 for a boolean mask, else f32) and the bias's
+    /// (f32) for this score; null: read from global memory.
+    Value mask, bias;
+  };
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
-                    Value rowBiasBase, bool raw = false);
+                    Value rowBiasBase, bool raw = false,
+                    ScoreTerms terms = {});
   /// Whether the key tile [kvStart, kvStart + tileKeys) needs masking for
   /// rows whose causal diagonals run from `firstDiagonal` to
   /// `lastDiagonal()` (i1): it reaches past kv_len, past the first row's
@@ -507,14 +523,16 @@ protected:
   /// LaunchProtocol::clusterSplits: whether this launch has clusters (i1).
   Value clustered;
   /// Warp-specialised kernels: the tensor maps of Q, K and V (generic
-  /// addresses of grid-constant parameters).
-  Value qMap, kMap, vMap;
+  /// addresses of grid-constant parameters), and with stagedTerms those of
+  /// the mask and bias (null without one).
+  Value qMap, kMap, vMap, maskMap, biasMap;
   /// The block's query head; null when heads are packed (each row has its
   /// own, and qBase, outBase, maskBase and biasBase are null too).
   Value head;
   Value qBase, kBase, vBase, outBase;
   Value maskBase, biasBase, maskStrideQ, maskStrideK, biasStrideQ, biasStrideK;
-  /// All four mask and bias strides, kept when heads are packed.
+  /// All four mask and bias strides, kept when heads are packed and with
+  /// stagedTerms.
   SmallVector<Value> maskStrides, biasStrides;
   Value threadId, warp, lane;
   /// The block's queries are [firstQuery, endQuery); with packed heads its
@@ -644,6 +662,10 @@ struct WarpSpecializedSchedule {
   /// With persistent: launched so only up to this many keys (0: always);
   /// longer launches give a block each item (the kernel then walks one).
   int64_t persistentUpToKeys = 0;
+  /// A mask and bias staged in shared memory by the producer (see
+  /// KernelVariant::stagedTerms): wherever the site has one and the stages
+  /// fit.
+  bool stagedTerms = false;
   /// "table" (the shipped table of measured schedules), "rule" or
   /// "option" (forced).
   const char *from = "rule";

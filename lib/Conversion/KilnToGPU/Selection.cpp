@@ -220,10 +220,20 @@ LogicalResult attentionSpec(AttentionOp op,
     problem.softcap = cap->convertToFloat();
   if (std::optional<APFloat> fill = op.getMaskedScore())
     problem.maskedScore = fill->convertToFloat();
-  if (Value mask = op.getMask())
+  // A term whose query axis (the second innermost; absent below rank 2)
+  // has size 1 is one row of keys for every query.
+  auto oneRow = [](Value term) {
+    auto type = cast<ShapedType>(term.getType());
+    return type.getRank() < 2 || type.getDimSize(type.getRank() - 2) == 1;
+  };
+  if (Value mask = op.getMask()) {
     problem.maskType = cast<ShapedType>(mask.getType()).getElementType();
-  if (Value bias = op.getBias())
+    problem.maskOneRow = oneRow(mask);
+  }
+  if (Value bias = op.getBias()) {
     problem.biasType = cast<ShapedType>(bias.getType()).getElementType();
+    problem.biasOneRow = oneRow(bias);
+  }
   problem.scaleFactor = static_cast<bool>(op.getScaleFactor());
 
   spec.variant.tensorCores =
@@ -447,9 +457,29 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
   // (Forced on, it walks at every length.)
   if (options.warpSpecializePersistent >= 0)
     schedule.persistentUpToKeys = 0;
+  // A mask or bias comes in with K's tiles wherever its stages fit.
+  bool hasTerms = spec.problem.maskType || spec.problem.biasType;
+  schedule.stagedTerms = hasTerms;
+  if (hasTerms && options.warpSpecializeStageTerms >= 0) {
+    schedule.stagedTerms = options.warpSpecializeStageTerms;
+    why.push_back(llvm::formatv("--warp-specialize-stage-terms={0} forces it",
+                                options.warpSpecializeStageTerms)
+                      .str());
+  }
   std::string unfit;
-  if (!warpSpecializedScheduleFits(spec, schedule, unfit))
-    return op->emitOpError("warp-specialised kernel: ") << unfit;
+  if (!warpSpecializedScheduleFits(spec, schedule, unfit)) {
+    WarpSpecializedSchedule unstaged = schedule;
+    unstaged.stagedTerms = false;
+    std::string stagedUnfit = unfit;
+    if (!schedule.stagedTerms || options.warpSpecializeStageTerms >= 0 ||
+        !warpSpecializedScheduleFits(spec, unstaged, unfit))
+      return op->emitOpError("warp-specialised kernel: ") << unfit;
+    schedule = unstaged;
+    why.push_back("its mask and bias read score by score from global memory: "
+                  "staged beside K, " +
+                  stagedUnfit);
+  }
+  spec.variant.stagedTerms = schedule.stagedTerms;
   spec.variant.warpConsumers = schedule.consumers;
   spec.variant.warpTileKeys = schedule.tileKeys;
   spec.variant.overlapSoftmax = schedule.overlap;
@@ -460,7 +490,7 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
       why.begin(),
       llvm::formatv("a warp-specialised kernel too, for launches whose views "
                     "TMA can describe: {0} consumer warpgroups, {1}-key "
-                    "tiles{2}{3}{4}, from the {5}",
+                    "tiles{2}{3}{4}{6}, from the {5}",
                     schedule.consumers, schedule.tileKeys,
                     schedule.overlap ? ", softmax overlapping P·V" : "",
                     schedule.pingPong ? ", ping-pong" : "",
@@ -468,7 +498,10 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
                     StringRef(schedule.from) == "rule" ? "rules"
                     : StringRef(schedule.from) == "table"
                         ? "schedule table"
-                        : "options")
+                        : "options",
+                    schedule.stagedTerms
+                        ? ", mask and bias tiles staged beside K by TMA"
+                        : "")
           .str());
   choice.warpSpecialized = spec;
   choice.warpSchedule = schedule;

@@ -272,7 +272,9 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func,
       if (!name || map.argument != *name)
         continue;
       arg["tensor"] = map.tensor;
-      arg["dtype"] = dtype;
+      arg["dtype"] = map.tensor == "mask"   ? elementTypeValue(site.getMask())
+                     : map.tensor == "bias" ? elementTypeValue(site.getBias())
+                                            : llvm::json::Value(dtype);
       arg["box"] = llvm::json::Array{map.boxColumns, map.boxRows};
       arg["swizzle"] = map.swizzleBytes;
     }

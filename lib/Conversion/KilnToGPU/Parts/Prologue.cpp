@@ -129,6 +129,10 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
     kMap = args[next++];
     vMap = args[next++];
   }
+  if (spec.variant.stagedTerms) {
+    maskMap = spec.problem.maskType ? args[next++] : Value();
+    biasMap = spec.problem.biasType ? args[next++] : Value();
+  }
   scaleFactorPtr = spec.problem.scaleFactor ? args[next++] : Value();
   // A run-time factor multiplies the scale once, here: every later use of
   // the scale (scores, exponents, FP8 descales) sees the product.
@@ -323,9 +327,12 @@ void AttentionKernelBuilder::bindHeads(Value headIndex) {
       maskBase = tensorBase(maskStrides, head);
     if (spec.problem.biasType)
       biasBase = tensorBase(biasStrides, head);
-    // (Kept only where heads are packed.)
-    maskStrides.clear();
-    biasStrides.clear();
+    // (Kept only where heads are packed, or where staged tiles are copied
+    // by (batch, head) coordinates.)
+    if (!spec.variant.stagedTerms) {
+      maskStrides.clear();
+      biasStrides.clear();
+    }
   }
 }
 

@@ -32,7 +32,8 @@ SmallVector<Value> AttentionKernelBuilder::finishIf(
 
 Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
-                                          Value rowBiasBase, bool raw) {
+                                          Value rowBiasBase, bool raw,
+                                          ScoreTerms terms) {
   const float log2e = 1.4426950408889634f;
   bool additive = spec.problem.addsToScores();
   assert((!raw ||
@@ -69,15 +70,21 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                   : condition;
   };
   if (spec.problem.biasType) {
-    Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
-                                        mul(safeKey, biasStrideK)));
-    score =
-        fadd(score, loadGlobalAsF32(biasPtr, spec.problem.biasType, offset));
+    Value bias = terms.bias;
+    if (!bias) {
+      Value offset = add(rowBiasBase, add(mul(safeQuery, biasStrideQ),
+                                          mul(safeKey, biasStrideK)));
+      bias = loadGlobalAsF32(biasPtr, spec.problem.biasType, offset);
+    }
+    score = fadd(score, bias);
   }
   if (spec.problem.maskType) {
-    Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
-                                        mul(safeKey, maskStrideK)));
-    Value mask = loadGlobalAsF32(maskPtr, spec.problem.maskType, offset);
+    Value mask = terms.mask;
+    if (!mask) {
+      Value offset = add(rowMaskBase, add(mul(safeQuery, maskStrideQ),
+                                          mul(safeKey, maskStrideK)));
+      mask = loadGlobalAsF32(maskPtr, spec.problem.maskType, offset);
+    }
     if (spec.problem.maskType.isInteger(1))
       andVisible(mask);
     else

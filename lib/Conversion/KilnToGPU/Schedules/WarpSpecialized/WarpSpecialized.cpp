@@ -27,9 +27,14 @@
 // block's key range is the prologue's (causal and window tile skipping,
 // bottom-right alignment); both consumer warpgroups walk all of it.
 //
-// Mask and bias tensors are read per score, as in the portable kernel (every
-// tile takes the masked path). With masked_score no tile is skipped: hidden
-// keys score the fill. V's head dim may differ from Q's and K's (MLA's
+// A mask or bias comes in with K (stagedTerms, wherever its stages fit):
+// the producer copies each key tile's mask and bias tiles with TMA into
+// their own ring stages (swizzled rows of 64 or 128 bytes, one row for a
+// term whose query axis has size 1), completing on K's full barrier, and
+// the consumers read their scores' pairs from shared memory before they
+// release K's stage. Otherwise they are read per score from global memory,
+// as in the portable kernel. Either way every tile takes the masked path;
+// with masked_score no tile is skipped: hidden keys score the fill. V's head dim may differ from Q's and K's (MLA's
 // 192/128): V's tiles take their own slabs and O its own width. Paged
 // sites and views TMA cannot describe keep the portable kernel (the runtime
 // chooses at launch).
@@ -95,6 +100,10 @@ public:
         persistent(spec.variant.persistent),
         products(spec.problem.elementType) {
     assert(warpSpecializedKernelSupports(spec) && "unsupported spec");
+    if (spec.variant.stagedTerms) {
+      maskLayout = termLayout(spec.problem.maskType, spec.problem.maskOneRow);
+      biasLayout = termLayout(spec.problem.biasType, spec.problem.biasOneRow);
+    }
   }
 
   int64_t rowsPerBlock() const override { return blockRows(); }
@@ -118,6 +127,12 @@ protected:
                                 std::pair{"v", tileKeys}})
       maps.push_back({std::string(tensor) + "_map", tensor, kSwizzleElements,
                       rows, kSwizzleElements * 2});
+    // The staged terms' by a slab's keys and the tile's rows.
+    for (auto [tensor, layout] :
+         {std::pair{"mask", maskLayout}, std::pair{"bias", biasLayout}})
+      if (layout.present)
+        maps.push_back({std::string(tensor) + "_map", tensor, layout.slabKeys,
+                        layout.rows, layout.rowBytes});
     return maps;
   }
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
@@ -148,8 +163,49 @@ private:
   int64_t valueTileBytes() const { return tileKeys * paddedValueDim * 2; }
   /// The stages of K, then those of V, after Q.
   int64_t valueTilesOffset() const { return kStages * keyTileBytes(); }
-  int64_t barrierOffset() const {
+
+  /// A mask or bias tile staged beside K (stagedTerms): a stage holds its
+  /// slabs of `slabKeys` keys by `rows` rows (the block's, or one), a row
+  /// of `rowBytes` (64 or 128, swizzled by as many bytes), each slab
+  /// 1024-byte aligned as the swizzle's pattern repeats.
+  struct TermLayout {
+    bool present = false;
+    Type type;
+    int64_t elementBytes = 0, rows = 0, slabKeys = 0, rowBytes = 0, slabs = 0;
+    /// Bytes a slab's copy brings (zero-filled rows and keys included).
+    int64_t boxBytes() const { return rows * rowBytes; }
+    int64_t slabStride() const { return llvm::alignTo(boxBytes(), 1024); }
+    int64_t stageBytes() const { return slabs * slabStride(); }
+  };
+  TermLayout termLayout(Type type, bool oneRow) const {
+    TermLayout layout;
+    if (!type)
+      return layout;
+    layout.present = true;
+    layout.type = type;
+    // A boolean mask is a byte an element in memory.
+    layout.elementBytes =
+        type.isInteger(1) ? 1 : type.getIntOrFloatBitWidth() / 8;
+    layout.rows = oneRow ? 1 : blockRows();
+    layout.slabKeys = std::min<int64_t>(128 / layout.elementBytes, tileKeys);
+    layout.rowBytes = layout.slabKeys * layout.elementBytes;
+    layout.slabs = tileKeys / layout.slabKeys;
+    return layout;
+  }
+  /// The terms' stages after V's (the mask's, then the bias's), and the
+  /// bytes a K tile's copies bring with the terms'.
+  int64_t termsOffset() const {
     return qBytes() + kStages * (keyTileBytes() + valueTileBytes());
+  }
+  int64_t biasStagesOffset() const {
+    return termsOffset() + kStages * maskLayout.stageBytes();
+  }
+  int64_t keyCopyBytes() const {
+    return keyTileBytes() + maskLayout.slabs * maskLayout.boxBytes() +
+           biasLayout.slabs * biasLayout.boxBytes();
+  }
+  int64_t barrierOffset() const {
+    return biasStagesOffset() + kStages * biasLayout.stageBytes();
   }
 
   Value constI32(int64_t value) {
@@ -244,6 +300,8 @@ private:
   Value stageTile(Value stage, bool value);
   /// This warp is done with a stage's K or V: its leader arrives.
   void release(int64_t barrier, Value stage);
+  /// The same once every lane's reads of the stage are done.
+  void releaseAfterReads(int64_t barrier, Value stage);
   /// Issues S = Q·Kᵀ for the K tile of `stage` (not waited for).
   SmallVector<Value> issueScores(Value stage);
   /// Issues O += P·V for the V tile of `stage`.
@@ -252,8 +310,31 @@ private:
   /// Waits until at most `pending` wgmma groups are in flight, and ties the
   /// accumulators `values` to that point (later reads stay after the wait).
   void waitProducts(int64_t pending, SmallVector<Value> &values);
-  /// A tile's scores in log2 units, masked where the tile needs it.
-  SmallVector<Value> finishScores(ArrayRef<Value> scores, Value kvStart);
+  /// A tile's scores in log2 units, masked where the tile needs it (with
+  /// staged terms, read from the tile's stage).
+  SmallVector<Value> finishScores(ArrayRef<Value> scores, const TileRef &ref);
+  /// Staged terms: this thread's pair of keys 8·block + 2·quadLane (+ 1) of
+  /// its row `r` (g or g + 8) from `layout`'s tile of `stage`, whose stages
+  /// start `offset` bytes into shared memory; i1 for a boolean mask, else
+  /// f32.
+  std::pair<Value, Value> readTermPair(const TermLayout &layout, int64_t offset,
+                                       Value stage, int64_t block, int64_t r,
+                                       ArrayRef<Value> rowBytes,
+                                       ArrayRef<Value> swizzle);
+  /// Staged terms: the byte offset of this thread's row `r` in `layout`'s
+  /// slab and its swizzle (the XOR of its 16-byte chunks), from the term's
+  /// query stride (a zero stride reads the box's first row).
+  void bindTermRows(const TermLayout &layout, Value strideQ,
+                    SmallVector<Value> &rowBytes, SmallVector<Value> &swizzle);
+  /// The producer's copy of a key tile's staged terms into `stage`.
+  void copyTerms(Value sharedBase, Value stage, Value kvStart, Value full,
+                 ArrayRef<Value> maskCoordinates,
+                 ArrayRef<Value> biasCoordinates);
+  /// A term's (row, head, batch) box coordinates of the block's item: 0 on
+  /// a broadcast (zero-stride) axis, and on the query axis of a one-row
+  /// tile.
+  SmallVector<Value> termCoordinates(const TermLayout &layout,
+                                     ArrayRef<Value> strides);
   /// Ping-pong: a consumer waits for its turn (its barrier, 1 + consumer)
   /// before it issues products and passes the turn on after.
   void awaitTurn();
@@ -307,6 +388,11 @@ private:
   /// Whether the softmax step folds the scale (softmaxScale, else null).
   bool foldScale = false;
   Value softmaxScale, zero;
+  /// Staged terms (absent: not present) and, bound by buildConsumerLoop,
+  /// the shared memory's start and this thread's rows in their tiles.
+  TermLayout maskLayout, biasLayout;
+  Value sharedStart;
+  SmallVector<Value> maskRowBytes, maskSwizzle, biasRowBytes, biasSwizzle;
 };
 
 void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles,
@@ -336,6 +422,8 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles,
   copySlabs(qMap, sharedBase, slabs(), blockRows(), firstQuery, head, qFull);
 
   Value tilesBase = add32(sharedBase, qBytes());
+  SmallVector<Value> maskCoordinates = termCoordinates(maskLayout, maskStrides);
+  SmallVector<Value> biasCoordinates = termCoordinates(biasLayout, biasStrides);
   forLoop(constIndex(0), numTiles, constIndex(1), ValueRange{},
           [&](Value tile, ValueRange) {
             ImplicitLocOpBuilder &ib = *b;
@@ -354,10 +442,11 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles,
             };
             Value keyStage = stageBytes(keyTileBytes());
             Value valueStage = stageBytes(valueTileBytes());
+            // (K's copies bring the staged terms' too.)
             for (auto [tensorMap, fullIndex, emptyIndex, first, stageOffset,
                        bytes, count] :
                  {std::tuple{kMap, kKFull, kKEmpty, int64_t(0), keyStage,
-                             keyTileBytes(), slabs()},
+                             keyCopyBytes(), slabs()},
                   std::tuple{vMap, kVFull, kVEmpty, valueTilesOffset(),
                              valueStage, valueTileBytes(), valueSlabs()}}) {
               auto ifOp = scf::IfOp::create(ib, reused, /*withElse=*/false);
@@ -372,9 +461,51 @@ void WarpSpecializedKernel::buildProducer(Value sharedBase, Value numTiles,
                   arith::AddIOp::create(ib, add32(tilesBase, first), stageOffset);
               copySlabs(tensorMap, destination, count, tileKeys, kvStart,
                         kvHead, full);
+              if (fullIndex == kKFull)
+                copyTerms(sharedBase, stage, kvStart, full, maskCoordinates,
+                          biasCoordinates);
             }
             return SmallVector<Value>();
           });
+}
+
+SmallVector<Value>
+WarpSpecializedKernel::termCoordinates(const TermLayout &layout,
+                                       ArrayRef<Value> strides) {
+  if (!layout.present)
+    return {};
+  // strides: batch, head, q, k.
+  auto unlessBroadcast = [&](Value stride, Value index) -> Value {
+    Value broadcast = arith::CmpIOp::create(
+        *b, arith::CmpIPredicate::eq, stride,
+        arith::ConstantIntOp::create(*b, stride.getType(), 0));
+    return arith::SelectOp::create(*b, broadcast, constI32(0), toI32(index));
+  };
+  Value row = layout.rows == 1 ? constI32(0)
+                               : unlessBroadcast(strides[2], firstQuery);
+  return {row, unlessBroadcast(strides[1], head),
+          unlessBroadcast(strides[0], batch)};
+}
+
+void WarpSpecializedKernel::copyTerms(Value sharedBase, Value stage,
+                                      Value kvStart, Value full,
+                                      ArrayRef<Value> maskCoordinates,
+                                      ArrayRef<Value> biasCoordinates) {
+  for (auto [layout, map, offset, coordinates] :
+       {std::tuple{&maskLayout, maskMap, termsOffset(), maskCoordinates},
+        std::tuple{&biasLayout, biasMap, biasStagesOffset(),
+                   biasCoordinates}}) {
+    if (!layout->present)
+      continue;
+    Value stageStart = arith::AddIOp::create(
+        *b, add32(sharedBase, offset),
+        arith::MulIOp::create(*b, stage, constI32(layout->stageBytes())));
+    for (int64_t slab = 0; slab < layout->slabs; ++slab)
+      copyTile(map, add32(stageStart, slab * layout->slabStride()),
+               {toI32(add(kvStart, constIndex(slab * layout->slabKeys))),
+                coordinates[0], coordinates[1], coordinates[2]},
+               full);
+  }
 }
 
 WarpSpecializedKernel::TileRef WarpSpecializedKernel::tileRef(Value tile) {
@@ -400,6 +531,75 @@ Value WarpSpecializedKernel::stageTile(Value stage, bool value) {
 
 void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
   ifThen(isLeader, [&] { arrive(stageBarrier(barrier, stage)); });
+}
+
+void WarpSpecializedKernel::releaseAfterReads(int64_t barrier, Value stage) {
+  inlinePtx({}, {}, "bar.warp.sync -1;", "");
+  release(barrier, stage);
+}
+
+void WarpSpecializedKernel::bindTermRows(const TermLayout &layout,
+                                         Value strideQ,
+                                         SmallVector<Value> &rowBytes,
+                                         SmallVector<Value> &swizzle) {
+  rowBytes.clear();
+  swizzle.clear();
+  if (!layout.present)
+    return;
+  Value zeroStride = arith::CmpIOp::create(
+      *b, arith::CmpIPredicate::eq, strideQ,
+      arith::ConstantIntOp::create(*b, strideQ.getType(), 0));
+  for (int64_t r = 0; r < 2; ++r) {
+    // The thread's row in the block's tile; a broadcast query axis reads
+    // the box's first row (the others lie outside the tensor map).
+    Value row = constI32(0);
+    if (layout.rows > 1)
+      row = arith::SelectOp::create(*b, zeroStride, constI32(0),
+                                    toI32(sub(queryRows[r], firstQuery)));
+    Value bytes = arith::MulIOp::create(*b, row, constI32(layout.rowBytes));
+    // The swizzle XORs a row's 16-byte chunk index with bits 7.. of its
+    // address: the row (128-byte rows) or the row pair (64-byte rows).
+    Value chunks = arith::AndIOp::create(
+        *b, arith::ShRUIOp::create(*b, bytes, constI32(7)),
+        constI32(layout.rowBytes / 16 - 1));
+    rowBytes.push_back(bytes);
+    swizzle.push_back(arith::ShLIOp::create(*b, chunks, constI32(4)));
+  }
+}
+
+std::pair<Value, Value> WarpSpecializedKernel::readTermPair(
+    const TermLayout &layout, int64_t offset, Value stage, int64_t block,
+    int64_t r, ArrayRef<Value> rowBytes, ArrayRef<Value> swizzle) {
+  int64_t firstKey = 8 * block;
+  int64_t slab = firstKey / layout.slabKeys;
+  Value inRow =
+      add32(arith::MulIOp::create(*b, toI32(quadLane),
+                                  constI32(2 * layout.elementBytes)),
+            (firstKey % layout.slabKeys) * layout.elementBytes);
+  Value bytes = arith::AddIOp::create(
+      *b,
+      add32(arith::MulIOp::create(*b, stage, constI32(layout.stageBytes())),
+            offset + slab * layout.slabStride()),
+      arith::AddIOp::create(*b, rowBytes[r],
+                            arith::XOrIOp::create(*b, inRow, swizzle[r])));
+  bool boolean = layout.type.isInteger(1);
+  Type storage = boolean ? b->getI8Type() : layout.type;
+  auto pairType = VectorType::get({2}, storage);
+  Value pair =
+      LLVM::LoadOp::create(*b, pairType, offsetPointer(sharedStart, bytes),
+                           /*alignment=*/2 * layout.elementBytes);
+  auto element = [&](int64_t i) -> Value {
+    Value value = LLVM::ExtractElementOp::create(
+        *b, pair, arith::ConstantIntOp::create(*b, b->getI32Type(), i));
+    if (boolean)
+      return arith::CmpIOp::create(
+          *b, arith::CmpIPredicate::ne, value,
+          arith::ConstantIntOp::create(*b, b->getI8Type(), 0));
+    if (!storage.isF32())
+      return arith::ExtFOp::create(*b, b->getF32Type(), value);
+    return value;
+  };
+  return {element(0), element(1)};
 }
 
 // K-major operands, 16 head dims an instruction (32 bytes along a swizzled
@@ -445,10 +645,21 @@ void WarpSpecializedKernel::waitProducts(int64_t pending,
 // Scale into log2 units; tiles that cross kv_len, the diagonal or the
 // window's edge for any of the warpgroup's rows also mask.
 SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
-                                                       Value kvStart) {
+                                                       const TileRef &ref) {
+  Value kvStart = ref.kvStart;
   auto finishAll = [&](bool masked) {
     SmallVector<Value> result;
-    for (int64_t block = 0; block < keyBlocks(); ++block)
+    for (int64_t block = 0; block < keyBlocks(); ++block) {
+      // Staged terms: each row's pair of keys, read once.
+      std::pair<Value, Value> masks[2], biases[2];
+      for (int64_t r = 0; masked && r < 2; ++r) {
+        if (maskLayout.present)
+          masks[r] = readTermPair(maskLayout, termsOffset(), ref.stage, block,
+                                  r, maskRowBytes, maskSwizzle);
+        if (biasLayout.present)
+          biases[r] = readTermPair(biasLayout, biasStagesOffset(), ref.stage,
+                                   block, r, biasRowBytes, biasSwizzle);
+      }
       for (int64_t e = 0; e < 4; ++e) {
         Value score = scores[4 * block + e];
         if (!masked) {
@@ -457,10 +668,15 @@ SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
         }
         Value key = add(kvStart, add(constIndex(8 * block + e % 2),
                                      mul(quadLane, constIndex(2))));
-        result.push_back(finishScore(score, queryRows[e / 2], key, maskBase,
-                                     biasBase,
-                                     /*raw=*/foldScale));
+        auto pick = [&](const std::pair<Value, Value> &pair) {
+          return e % 2 ? pair.second : pair.first;
+        };
+        result.push_back(finishScore(
+            score, queryRows[e / 2], key, maskBase, biasBase,
+            /*raw=*/foldScale,
+            ScoreTerms{pick(masks[e / 2]), pick(biases[e / 2])}));
       }
+    }
     return result;
   };
   // A score function or a mask tensor touches every score.
@@ -501,9 +717,14 @@ WarpSpecializedKernel::softmaxOfTile(const TileRef &ref, ValueRange state,
   SmallVector<Value> scores = issueScores(ref.stage);
   passTurn();
   waitProducts(0, scores);
-  release(kKEmpty, ref.stage);
-  return onlineSoftmaxStep(finishScores(scores, ref.kvStart), state, newState,
-                           acc, nullptr, softmaxScale);
+  // (Staged terms are read from K's stage first.)
+  if (!spec.variant.stagedTerms)
+    release(kKEmpty, ref.stage);
+  SmallVector<Value> finished = finishScores(scores, ref);
+  if (spec.variant.stagedTerms)
+    releaseAfterReads(kKEmpty, ref.stage);
+  return onlineSoftmaxStep(finished, state, newState, acc, nullptr,
+                           softmaxScale);
 }
 
 // Each tile in turn: S, its softmax, then P·V.
@@ -575,11 +796,15 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
                 acc = issueValues(acc, pFragments, previous.stage);
                 passTurn();
                 waitProducts(1, scores);
-                release(kKEmpty, ref.stage);
+                if (!spec.variant.stagedTerms)
+                  release(kKEmpty, ref.stage);
+                SmallVector<Value> finished = finishScores(scores, ref);
+                if (spec.variant.stagedTerms)
+                  releaseAfterReads(kKEmpty, ref.stage);
                 SmallVector<Value> newState, unused, alphas;
-                SmallVector<Value> probabilities = onlineSoftmaxStep(
-                    finishScores(scores, ref.kvStart), carried.take_front(4),
-                    newState, unused, &alphas, softmaxScale);
+                SmallVector<Value> probabilities =
+                    onlineSoftmaxStep(finished, carried.take_front(4),
+                                      newState, unused, &alphas, softmaxScale);
                 SmallVector<Value> nextFragments =
                     packAFragments(probabilities, spec.problem.elementType);
                 waitProducts(0, acc);
@@ -656,6 +881,11 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   // The warpgroup's Q rows: 64 rows into each 128-row slab.
   qTile = offsetPointer(shared, toI32(mul(groupRow, constIndex(128))));
   tilesStart = offsetPointer(shared, constI32(qBytes()));
+  sharedStart = shared;
+  bindTermRows(maskLayout, maskLayout.present ? maskStrides[2] : Value(),
+               maskRowBytes, maskSwizzle);
+  bindTermRows(biasLayout, biasLayout.present ? biasStrides[2] : Value(),
+               biasRowBytes, biasSwizzle);
 
   // The warpgroup's first and last diagonals (bottom-right aligned).
   firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
@@ -792,6 +1022,7 @@ bool mlir::kiln::detail::warpSpecializedScheduleFits(
   KernelSpec scheduled = spec;
   scheduled.variant.warpConsumers = schedule.consumers;
   scheduled.variant.warpTileKeys = schedule.tileKeys;
+  scheduled.variant.stagedTerms = schedule.stagedTerms;
   int64_t bytes = WarpSpecializedKernel(scheduled).dynamicSharedBytes();
   if (bytes > kHopperSharedLimit) {
     why = std::to_string(schedule.consumers) + " consumers and " +
@@ -830,6 +1061,7 @@ mlir::kiln::detail::warpSpecializedSchedule(const KernelSpec &spec) {
   schedule.pingPong =
       schedule.overlap && spec.variant.pingPong && schedule.consumers == 2;
   schedule.persistent = spec.variant.persistent;
+  schedule.stagedTerms = spec.variant.stagedTerms;
   return schedule;
 }
 
