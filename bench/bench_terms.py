@@ -54,6 +54,14 @@ KINDS = (
 FILL = torch.finfo(torch.float32).min
 
 
+def site_of(package: kiln.Package, function: str) -> kiln.Site:
+    """The package's site of the function `function` of terms_sites.mlir."""
+    for site in package.sites:
+        if site.function == function:
+            return site
+    raise KeyError(f"{package.path} has no site of function @{function}")
+
+
 def masked_score(kind: str) -> Optional[float]:
     """The site's masked_score (bench/terms_sites.mlir): T5's fill where
     its key mask hides a key, else none (hidden keys drop out)."""
@@ -156,7 +164,7 @@ def check(packages: Dict[str, kiln.Package], dim: int, kind: str) -> List[Dict[s
                                dtype=torch.bfloat16) for _ in range(3))
         terms = make_terms(kind, batch, seq, gen, device)
         for name, package in packages.items():
-            site = package.site(f"d{dim}_{kind}")
+            site = site_of(package, f"d{dim}_{kind}")
             masked = masked_score(kind)
             want = reference(q, k, v, terms, site.scale, masked)
             out = torch.full_like(q, float("nan"))
@@ -210,7 +218,7 @@ def bench(packages: Dict[str, kiln.Package], dim: int, kind: str, seq: int,
                   flush=True)
 
     for name, package in packages.items():
-        site = package.site(f"d{dim}_{kind}")
+        site = site_of(package, f"d{dim}_{kind}")
         out = torch.empty_like(q)
         args, out = site.attention_args(q, k, v, out=out, **terms)
         stream = torch.cuda.current_stream().cuda_stream

@@ -145,6 +145,11 @@ Error encodeTermMap(const CudaDriver &driver, const Kernel &kernel,
     return unsupported("its address is not 16-byte aligned");
   if (strides[3] != 1)
     return unsupported("its keys are not contiguous");
+  // A one-row tile (a key-padding mask's) serves every query only when the
+  // view broadcasts over them.
+  if (arg.boxRows == 1 && strides[2] != 0 && args.q_len > 1)
+    return unsupported("the kernel stages one row of it for every query, "
+                       "but its rows differ");
   int64_t sizes[4] = {args.batch, args.q_heads, args.q_len, args.kv_len};
   // Inner first: keys, queries, heads, batch.
   cuuint64_t dims[4] = {cuuint64_t(args.kv_len), 1, 1, 1};
