@@ -122,8 +122,9 @@ def additive(terms: Dict[str, torch.Tensor], masked_score: Optional[float],
     if mask is not None:
         if mask.dtype == torch.bool:
             fill = masked_score if masked_score is not None else -math.inf
-            add = torch.zeros(mask.shape, dtype=dtype, device=mask.device
-                              ).masked_fill(~mask, fill)
+            # (Filled in f32: finfo(f32).min overflows bf16 to -inf.)
+            add = torch.zeros(mask.shape, device=mask.device
+                              ).masked_fill(~mask, fill).to(dtype)
         else:
             add = mask.to(dtype)
         total = add if total is None else total + add
@@ -242,12 +243,14 @@ def bench(packages: Dict[str, kiln.Package], dim: int, kind: str, seq: int,
 
     def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               bias: Optional[torch.Tensor], mask: Optional[torch.Tensor]) -> torch.Tensor:
-        s = (q @ k.transpose(-1, -2)) * scale
+        # Scores in f32, as Hugging Face's eager attention takes them to
+        # its softmax (finfo(f32).min does not fit bf16).
+        s = (q @ k.transpose(-1, -2)).float() * scale
         if bias is not None:
             s = s + bias
         if mask is not None:
             s = s.masked_fill(~mask, FILL) if mask.dtype == torch.bool else s + mask
-        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+        return torch.softmax(s, dim=-1).to(q.dtype) @ v
 
     inductor = torch.compile(eager, dynamic=False)
     attempt("inductor", lambda: inductor(q, k, v, terms.get("bias"), terms.get("mask")))
