@@ -48,12 +48,19 @@ class Choice:
     """What decides one site: `build` writes the Kiln path of the site into
     a graph (given the graph and its source nodes by role, returns the node
     of the site's output), `compile` compiles a graph module with Inductor
-    (given the module and its example inputs, returns a callable)."""
+    (given the module and its example inputs, returns a callable). `probe`,
+    where given, writes the Kiln path as `build` does but without what may
+    still be in the making (the site's compiled package), raising where
+    `build` would refuse the site: the site is then refused before anything
+    is compiled, and Inductor's path is compiled while the package is
+    finished."""
 
     def __init__(self, build: Callable[[Any, Dict[str, Any]], Any],
-                 compile: Callable[[Any, Sequence[Any]], Callable]) -> None:
+                 compile: Callable[[Any, Sequence[Any]], Callable],
+                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None) -> None:
         self.build = build
         self.compile = compile
+        self.probe = probe or build
 
 
 def _directory() -> Path:
@@ -198,15 +205,18 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     def graph_as_written(graph: Any, env: Dict[Any, Any]) -> Any:
         return copy_into(graph, env, body, output)
 
-    def graph_with_kiln(graph: Any, env: Dict[Any, Any]) -> Any:
-        return choice.build(graph, {role: env[node] for role, node in sources.items()
-                                    if role != "output"})
+    def operands(env: Dict[Any, Any]) -> Dict[str, Any]:
+        return {role: env[node] for role, node in sources.items() if role != "output"}
 
-    with_kiln = graph_module(leaves, graph_with_kiln)  # raises first if Kiln cannot
+    # Raises first if Kiln cannot take the site; Inductor's path is then
+    # compiled while the site's package may still be in the making.
+    graph_module(leaves, lambda graph, env: choice.probe(graph, operands(env)))
     try:
         with torch.no_grad():
-            kiln = choice.compile(with_kiln, values)
             inductor = choice.compile(graph_module(leaves, graph_as_written), values)
+            with_kiln = graph_module(
+                leaves, lambda graph, env: choice.build(graph, operands(env)))
+            kiln = choice.compile(with_kiln, values)
             inductor_s = seconds(inductor, values)
             kiln_s = seconds(kiln, values)
     except torch.cuda.OutOfMemoryError:

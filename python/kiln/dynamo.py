@@ -45,6 +45,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -63,16 +64,28 @@ __all__ = ["backend", "compile_pending", "explain", "optimize", "reports",
 reports: List[Dict[str, Any]] = []
 
 
+#: Per thread, the seconds of the steps nested in each open step.
+_open_steps = threading.local()
+
+
 @contextlib.contextmanager
 def _step(entry: Dict[str, Any], name: str) -> Any:
     """Adds the wall-clock seconds of the block to the entry's
-    `seconds[name]`: where a graph's first call spends its time."""
+    `seconds[name]`, less those of the steps nested in it (a wait for a
+    site's package inside its timing counts as "site kernels" only): where
+    a graph's first call spends its time, each second in one step."""
+    stack = _open_steps.__dict__.setdefault("stack", [])
+    stack.append(0.0)
     start = time.perf_counter()
     try:
         yield
     finally:
+        elapsed = time.perf_counter() - start
+        nested = stack.pop()
+        if stack:
+            stack[-1] += elapsed
         seconds = entry.setdefault("seconds", {})
-        seconds[name] = round(seconds.get(name, 0.0) + time.perf_counter() - start, 3)
+        seconds[name] = round(seconds.get(name, 0.0) + elapsed - nested, 3)
 
 
 def _graphs_directory() -> Path:
@@ -153,27 +166,70 @@ def _graph_key(module: Any, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+class _KilncRun:
+    """A `kilnc --report=json` run on an ONNX file, started in the
+    background: the caller goes on with work that does not need the report
+    and takes it with `result()` (kilnc is a subprocess, so the wait
+    overlaps whatever the process does meanwhile). Its output goes to files,
+    not pipes, so a large report never stalls kilnc before it is read."""
+
+    def __init__(self, onnx_path: Path, options: Dict[str, Any],
+                 bind: Optional[Dict[str, int]] = None) -> None:
+        import tempfile
+
+        self.onnx_path, self.options, self.bind = onnx_path, options, bind
+        command = [find_kilnc(), str(onnx_path), "--report=json"]
+        if options.get("padded_rows"):
+            command.append(f"--padded-rows={options['padded_rows']}")
+        if bind:
+            command.append("--bind-dims=" + ",".join(f"{k}={v}" for k, v in bind.items()))
+        if options.get("finite_inputs"):
+            command.append("--finite-inputs=" + ",".join(options["finite_inputs"]))
+        self.stdout = tempfile.TemporaryFile(mode="w+")
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.started = time.perf_counter()
+        #: Wall-clock seconds kilnc ran (its first report), once finished.
+        self.seconds: Optional[float] = None
+        self.process = subprocess.Popen(command, stdout=self.stdout,
+                                        stderr=self.stderr, text=True)
+
+    def result(self) -> Dict[str, Any]:
+        """kilnc's report (waiting for it), its symbolic dimensions bound to
+        `bind`'s sizes where given. Where kilnc had to bind sizes itself,
+        the report is made size-free where it can be (see _free_sizes)."""
+        try:
+            returncode = self.process.wait()
+            self.seconds = time.perf_counter() - self.started
+            self.stdout.seek(0)
+            self.stderr.seek(0)
+            stdout, stderr = self.stdout.read(), self.stderr.read()
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+        if returncode != 0:
+            raise KilnError(Status.FORMAT_ERROR,
+                            f"kilnc failed on {self.onnx_path}: {stderr.strip()}")
+        report, _ = json.JSONDecoder().raw_decode(stdout.lstrip())
+        if self.bind is None and report.get("bound_dims"):
+            report = _free_sizes(report, self.onnx_path, self.options)
+        return report
+
+    def cancel(self) -> None:
+        """Stops kilnc (the report is no longer wanted)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.stdout.close()
+        self.stderr.close()
+
+
 def _run_kilnc(onnx_path: Path, options: Dict[str, Any],
                bind: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """kilnc's JSON fusion report of an ONNX file (no package), its symbolic
     dimensions bound to `bind`'s sizes where given. Where kilnc had to bind
     sizes itself, the report is made size-free where it can be (see
     _free_sizes)."""
-    command = [find_kilnc(), str(onnx_path), "--report=json"]
-    if options.get("padded_rows"):
-        command.append(f"--padded-rows={options['padded_rows']}")
-    if bind:
-        command.append("--bind-dims=" + ",".join(f"{k}={v}" for k, v in bind.items()))
-    if options.get("finite_inputs"):
-        command.append("--finite-inputs=" + ",".join(options["finite_inputs"]))
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise KilnError(Status.FORMAT_ERROR,
-                        f"kilnc failed on {onnx_path}: {result.stderr.strip()}")
-    report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
-    if bind is None and report.get("bound_dims"):
-        report = _free_sizes(report, onnx_path, options)
-    return report
+    return _KilncRun(onnx_path, options, bind).result()
 
 
 #: Report keys whose integers are sizes, which may follow the bound sizes.
@@ -224,26 +280,50 @@ def _free_sizes(report: Dict[str, Any], onnx_path: Path,
 
 
 def _report_for(key: str, program: Any, options: Dict[str, Any],
-                module: Any = None) -> Optional[Dict[str, Any]]:
+                module: Any = None, meanwhile: Optional[Callable[[], None]] = None,
+                entry: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
     """The cached report of graph `key`, else kilnc's (cached now); None
-    when there is no kilnc (the ONNX is kept for compile_pending)."""
+    when there is no kilnc (the ONNX is kept for compile_pending).
+    `meanwhile`, when given, is called once in any case: while kilnc runs
+    where it runs (work the compile needs anyway that does not need the
+    report). The entry's `seconds` get "onnx save" and "kilnc" (the time
+    spent waiting for kilnc), its `overlapped` kilnc's own time."""
     directory = _graphs_directory()
     cached = directory / f"{key}.report.json"
+    record = entry if entry is not None else {}
+
+    def run_meanwhile() -> None:
+        if meanwhile is not None:
+            meanwhile()
+
     if cached.exists():
+        run_meanwhile()
         return json.loads(cached.read_text())
     directory.mkdir(parents=True, exist_ok=True)
     onnx_path = directory / f"{key}.onnx"
     if not onnx_path.exists():
-        scratch = directory / f".{key}.{os.getpid()}.onnx"
-        program.save(str(scratch))
-        os.replace(scratch, onnx_path)
-        if module is not None:  # what the report's names refer to
-            (directory / f"{key}.graph.py").write_text(module.code)
+        with _step(record, "onnx save"):
+            scratch = directory / f".{key}.{os.getpid()}.onnx"
+            program.save(str(scratch))
+            os.replace(scratch, onnx_path)
+            if module is not None:  # what the report's names refer to
+                (directory / f"{key}.graph.py").write_text(module.code)
     try:
         find_kilnc()
     except KilnError:
+        run_meanwhile()
         return None
-    report = _run_kilnc(onnx_path, options)
+    run = _KilncRun(onnx_path, options)
+    try:
+        run_meanwhile()
+    except BaseException:
+        run.cancel()
+        raise
+    with _step(record, "kilnc"):
+        report = run.result()
+    if run.seconds is not None:
+        overlapped = record.setdefault("overlapped", {})
+        overlapped["kilnc"] = round(overlapped.get("kilnc", 0.0) + run.seconds, 3)
     scratch = directory / f".{key}.{os.getpid()}.json"
     scratch.write_text(json.dumps(report))
     os.replace(scratch, cached)
@@ -490,13 +570,15 @@ def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
 
 
 def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
-                 chosen: Dict[str, Dict[str, Any]], handle: int,
+                 chosen: Dict[str, Dict[str, Any]], handle: Callable[[], int],
                  dense_bias: str) -> Any:
     """Writes a Kiln call for `site` into `graph` at its insertion point:
     each operand from its source node (`sources`, by role) through the ops
     the report lists (`chosen`), the call, and the ops from its result to
-    the site's output; returns the node of that output. Raises KilnError
-    for a site the backend leaves to Inductor."""
+    the site's output; returns the node of that output. `handle()` gives
+    the site's op handle; it is asked only once the site is known to be
+    one the backend rewrites. Raises KilnError for a site the backend
+    leaves to Inductor."""
     import torch
 
     operands: Dict[str, Any] = {}
@@ -518,7 +600,7 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     call = graph.call_function(
         torch.ops.kiln.attention.default,
         (operands["query"], operands["key"], operands["value"],
-         operands.get("mask"), operands.get("bias"), None, handle, 0,
+         operands.get("mask"), operands.get("bias"), None, handle(), 0,
          operands.get("scale_factor")))
     # The result has the query's sizes with the value's head dim.
     query = shapes["query"]
@@ -528,13 +610,72 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     return result
 
 
-def _plan(site: Dict[str, Any], nodes: Dict[str, Any]
-          ) -> Tuple[Optional[str], Dict[str, Dict[str, Any]], Optional[int]]:
-    """Why `site` cannot be rewritten in a graph of `nodes` (or None), the
-    source each operand and the output is taken from, and the site's op
-    handle."""
-    from . import torch_ops as kops
+class _SiteKernels:
+    """The one-site packages of a report's sites, compiled by kilnc in a
+    background thread (one at a time, each source once) while the main
+    thread captures the sites' values and compiles Inductor's code for
+    them; `start(site)` returns what gives the site's op handle, waiting
+    for its package where it is still being compiled. The entry's
+    `seconds["site kernels"]` is the time spent waiting, its
+    `overlapped["site kernels"]` the packages' own time."""
 
+    def __init__(self, entry: Dict[str, Any],
+                 compile: Optional[Callable[[str, str], Any]] = None,
+                 handle: Optional[Callable[[Any], int]] = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.entry = entry
+        self.compile = compile or _cache.site_from_source
+        self.handle = handle
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-site")
+        self.futures: Dict[Tuple[str, str], Any] = {}
+        self.busy = 0.0
+
+    def _build(self, source: str, label: str) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.compile(source, label)
+        finally:
+            self.busy += time.perf_counter() - start
+
+    def start(self, site: Dict[str, Any]) -> Callable[[], int]:
+        """Starts the package of `site` (a report's site) if no site of the
+        same source has; returns a callable giving its op handle. It raises
+        KilnError ("no kernel (...)") where the package cannot be built."""
+        key = (site_source(site), _site_label(site))  # KilnError: no kernel
+        future = self.futures.get(key)
+        if future is None:
+            future = self.futures[key] = self.pool.submit(self._build, *key)
+
+        def handle() -> int:
+            with _step(self.entry, "site kernels"):
+                try:
+                    site_object = future.result()
+                except KilnError as error:
+                    raise KilnError(error.status, f"no kernel ({error})") from error
+            if self.handle is not None:
+                return self.handle(site_object)
+            from . import torch_ops as kops
+
+            return kops.handle(site_object)
+
+        return handle
+
+    def close(self) -> None:
+        """Lets a package still compiling finish in the background (it
+        lands in the cache) and records the packages' own time."""
+        self.pool.shutdown(wait=False)
+        if self.futures:
+            overlapped = self.entry.setdefault("overlapped", {})
+            overlapped["site kernels"] = round(
+                overlapped.get("site kernels", 0.0) + self.busy, 3)
+
+
+def _plan(site: Dict[str, Any], nodes: Dict[str, Any], kernels: "_SiteKernels"
+          ) -> Tuple[Optional[str], Dict[str, Dict[str, Any]], Optional[Callable[[], int]]]:
+    """Why `site` cannot be rewritten in a graph of `nodes` (or None), the
+    source each operand and the output is taken from, and what gives the
+    site's op handle (its package started in `kernels`)."""
     why = _unrewritable(site)
     chosen: Dict[str, Dict[str, Any]] = {}
     for role, operand in [("output", site["output"])] + list(site["operands"].items()):
@@ -551,8 +692,7 @@ def _plan(site: Dict[str, Any], nodes: Dict[str, Any]
     if why is not None:
         return why, chosen, None
     try:
-        return None, chosen, kops.handle(_cache.site_from_source(
-            site_source(site), _site_label(site)))
+        return None, chosen, kernels.start(site)
     except KilnError as error:
         return f"no kernel ({error})", chosen, None
 
@@ -591,7 +731,9 @@ class _Timed:
         return values(module, _lifted_values(self.exported, self.tensors), wanted)
 
     def __call__(self, site: Dict[str, Any], output: Any, sources: Dict[str, Any],
-                 build: Callable[[Any, Dict[str, Any]], Any]) -> Dict[str, Any]:
+                 build: Callable[[Any, Dict[str, Any]], Any],
+                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None
+                 ) -> Dict[str, Any]:
         from . import choice
 
         try:
@@ -600,7 +742,8 @@ class _Timed:
             with _outside_dynamo():
                 return choice.choose(site, output, sources, self.value, choice.Choice(
                     build, lambda module, inputs: _inductor(module, inputs,
-                                                            self.options)))
+                                                            self.options),
+                    probe=probe))
         except KilnError:
             raise  # the site cannot be rewritten (the rewrite says why)
         except Exception as error:  # noqa: BLE001 (timing never breaks the model)
@@ -621,8 +764,19 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     for value, origin in entry.get("aliases", {}).items():
         nodes.setdefault(value, nodes[origin])
     dense_bias = entry.get("dense_bias", "inductor")
-    with _step(entry, "site kernels"):
-        plans = [_plan(site, nodes) for site in report["sites"]]
+    kernels = _SiteKernels(entry)
+    try:
+        return _rewrite_sites(module, report, entry, choose, nodes, dense_bias, kernels)
+    finally:
+        kernels.close()
+
+
+def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
+                   choose: Optional["_Timed"], nodes: Dict[str, Any], dense_bias: str,
+                   kernels: _SiteKernels) -> int:
+    """_rewrite's work, the sites' packages compiling in `kernels`."""
+    graph = module.graph
+    plans = [_plan(site, nodes, kernels) for site in report["sites"]]
     if choose is not None:
         choose.prepare({nodes[source["value"]].name for why, chosen, _ in plans
                         if why is None for role, source in chosen.items()
@@ -639,11 +793,16 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         def build(into: Any, operands: Dict[str, Any]) -> Any:
             return _insert_site(into, operands, site, chosen, handle, dense_bias)
 
+        def probe(into: Any, operands: Dict[str, Any]) -> Any:
+            # The Kiln path without its package: whether the backend takes
+            # the site, known before its package is waited for.
+            return _insert_site(into, operands, site, chosen, lambda: -1, dense_bias)
+
         before = set(graph.nodes)
         try:
             if choose is not None:
                 with _step(entry, "site timing"):
-                    decision = choose(site, output, sources, build)
+                    decision = choose(site, output, sources, build, probe)
                 entry.setdefault("choices", {})[index] = decision
                 if decision["path"] != "kiln":
                     entry["skipped"][index] = (
@@ -907,6 +1066,28 @@ def _bind_lifted(module: Any, exported: Any, device: Any = None) -> Any:
     return module
 
 
+def _warm_inductor() -> None:
+    """Starts Inductor's compile workers now, before the export: importing
+    its `async_compile` starts them where torch would (its own conditions,
+    TORCH_WARM_POOL included), and until they are up Inductor compiles
+    each Triton kernel in this process, one at a time. Inductor alone
+    starts them when its backend is first called; Kiln's first Inductor
+    compile comes after the export, kilnc and the site kernels."""
+    try:
+        import torch._inductor.async_compile  # noqa: F401
+    except Exception:  # noqa: BLE001 (an optimisation only)
+        pass
+
+
+def _load_inductor() -> None:
+    """Imports the rest of Inductor's compiler (what the first compile in a
+    process would import), done while kilnc runs."""
+    try:
+        import torch._inductor.compile_fx  # noqa: F401
+    except Exception:  # noqa: BLE001 (an optimisation only)
+        pass
+
+
 def _inductor(module: Any, example_inputs: Sequence[Any],
               inductor_options: Optional[Dict[str, Any]]) -> Callable:
     from torch._inductor.compile_fx import compile_fx
@@ -1056,6 +1237,36 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         raise
 
 
+#: Words in the name of an op that Kiln's fusion may start from: a softmax
+#: (its row max), a hand-written one (`max`, `amax`), SDPA and the other
+#: attention ops. A graph with none is not exported.
+_ATTENTION_WORDS = ("softmax", "max", "attention")
+
+
+def may_hold_attention(gm: Any) -> bool:
+    """Whether Dynamo's graph `gm` may hold a site Kiln's fusion finds: some
+    op of it or of a graph it calls (a higher-order op's subgraph) is named
+    after a softmax, a max or attention, or it calls a module (whose ops it
+    does not show). Fusion is anchored on a softmax's row max, so a graph
+    without one has no site, and its export and kilnc run would be spent for
+    nothing (graph breaks leave many such graphs in a model)."""
+    from .regions import _name
+
+    graphs = [gm.graph]
+    modules = getattr(gm, "modules", None)
+    if modules is not None:
+        graphs += [m.graph for m in modules()
+                   if m is not gm and getattr(m, "graph", None) is not None]
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.op == "call_module":
+                return True
+            name = (_name(node) or "").lower()
+            if any(word in name for word in _ATTENTION_WORDS):
+                return True
+    return False
+
+
 class _Fallback(Exception):
     """A graph Kiln leaves to Inductor alone, and why."""
 
@@ -1073,12 +1284,18 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         if torch.is_grad_enabled() and any(
                 x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
             raise _Fallback("the graph needs gradients: Kiln's sites run forward only")
+        entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
+        entry["choose"] = kiln_options.get("choose", "timed")
         try:
             source, positions, dynamic_shapes = _sizes_from_tensors(gm, example_inputs)
         except Exception as error:  # noqa: BLE001 (never break the model)
             raise _Fallback(f"cannot export the graph's inputs: {error}") from error
         dynamic = any(shape for shape in dynamic_shapes)
         entry["dynamic"] = dynamic
+        if not may_hold_attention(gm):
+            raise _Fallback("no softmax, max or attention op in the graph: "
+                            "not exported")
+        _warm_inductor()
         tensors = [example_inputs[i] for i in positions]
         try:
             exported, report = _exported(source, tensors, positions,
@@ -1220,6 +1437,20 @@ def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
     return total
 
 
+def graph_choice_from_sites(entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The entry's `graph_choice` where its rewritten sites' own timings
+    already decide the graph for Kiln (they save at least GRAPH_MARGIN_US
+    a call together), or None where the graph must be timed whole."""
+    saving = sites_saving_us(entry)
+    if saving is None or saving < GRAPH_MARGIN_US:
+        return None
+    return {"path": "kiln",
+            "why": ("not timed: the sites save " + ("more than Inductor could "
+                    "materialise" if saving == float("inf") else
+                    f"{saving:.0f} us a call") + f", above the {GRAPH_MARGIN_US:.0f} "
+                    "us the exported graph has been measured to cost")}
+
+
 def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
              options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
     """`compiled` (the graph with Kiln's sites), or Inductor alone on
@@ -1237,16 +1468,11 @@ def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
     if (entry.get("choose", "timed") != "timed" or not tensors
             or not all(t.is_cuda for t in tensors) or _writes_in_place(gm)):
         return compiled
-    saving = sites_saving_us(entry)
-    if saving is not None and saving >= GRAPH_MARGIN_US:
+    decided = graph_choice_from_sites(entry)
+    if decided is not None:
         # A second Inductor compile of the whole graph would only confirm
         # it (and doubles the first call's time on large models).
-        entry["graph_choice"] = {
-            "path": "kiln",
-            "why": ("not timed: the sites save " + ("more than Inductor could "
-                    "materialise" if saving == float("inf") else
-                    f"{saving:.0f} us a call") + f", above the {GRAPH_MARGIN_US:.0f} "
-                    "us the exported graph has been measured to cost")}
+        entry["graph_choice"] = decided
         return compiled
     try:
         with _step(entry, "inductor alone"):
@@ -1343,15 +1569,26 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         entry["finite_inputs"] = finite
         entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
         entry["choose"] = kiln_options.get("choose", "timed")
-        entry["aliases"] = onnx_aliases(
-            program.model.graph, (node.name for node in module.graph.nodes))
-        with _step(entry, "kilnc"):
-            report = _report_for(key, program, kiln_options, module)
+
+        origins: Dict[str, str] = {}
+
+        def meanwhile() -> None:
+            # While kilnc runs: what the rewrite needs that the report does
+            # not decide.
+            entry["aliases"] = onnx_aliases(
+                program.model.graph, (node.name for node in module.graph.nodes))
+            try:  # only for kiln.explain: never a reason to fall back
+                origins.update(onnx_origins(program.model.graph))
+            except Exception:  # noqa: BLE001
+                pass
+            with _step(entry, "inductor import"):
+                _load_inductor()
+
+        report = _report_for(key, program, kiln_options, module, meanwhile, entry)
         if report is not None:
             try:  # only for kiln.explain: never a reason to fall back
                 entry["source_lines"] = site_sources(
-                    report, onnx_origins(program.model.graph),
-                    {node.name: node for node in module.graph.nodes})
+                    report, origins, {node.name: node for node in module.graph.nodes})
             except Exception:  # noqa: BLE001
                 entry["source_lines"] = {}
     except Exception as error:  # noqa: BLE001 (any export failure falls back)

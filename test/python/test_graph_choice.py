@@ -43,3 +43,17 @@ def test_sites_left_to_inductor_do_not_count():
     e = entry([0], {0: {"path": "kiln", "kiln_us": 10.0, "inductor_us": 410.0},
                     1: {"path": "inductor", "kiln_us": 900.0, "inductor_us": 100.0}})
     assert kd.sites_saving_us(e) == 400.0
+
+
+def test_the_sites_decide_the_graph_only_above_the_margin():
+    saving = entry([0, 1], {0: {"path": "kiln", "kiln_us": 100.0, "inductor_us": 300.0},
+                            1: {"path": "kiln", "kiln_us": 100.0, "inductor_us": 300.0}})
+    decided = kd.graph_choice_from_sites(saving)
+    assert decided["path"] == "kiln" and "400 us a call" in decided["why"]
+    small = entry([0], {0: {"path": "kiln", "kiln_us": 100.0, "inductor_us": 150.0}})
+    assert kd.graph_choice_from_sites(small) is None
+    unknown = entry([0], {0: {"path": "kiln", "why": "not timed: out of memory"}})
+    assert kd.graph_choice_from_sites(unknown) is None
+    assert kd.graph_choice_from_sites(entry([], {})) is None
+    big = entry([0], {0: {"path": "kiln", "untimed": "size", "why": "not timed"}})
+    assert "more than Inductor could materialise" in kd.graph_choice_from_sites(big)["why"]
