@@ -552,11 +552,9 @@ def _site_line(site: Dict[str, Any], lines: Dict[str, str]) -> Optional[str]:
 def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
     """The role ("bias" or "mask") of a float additive term with scores of
     its own for each head and query (the op's `[batch, heads, q, k]` shape,
-    `shapes[role]`, with more than one head and query), or None. Kiln's
-    kernels read such a term from memory score by score (about 270 GB/s at
-    [4, 16, 4096, 4096] bf16 on an H200: 8 ms of a T5-style layer), where
-    Inductor computes it inside its own softmax kernel; rewritten, such sites
-    measured 0.61-0.80x Inductor. Symbolic sizes count as more than one."""
+    `shapes[role]`, with more than one head and query), or None: the sites
+    dense_bias="inductor" leaves to Inductor. Symbolic sizes count as more
+    than one."""
     for role in ("bias", "mask"):
         operand = site["operands"].get(role)
         shape = shapes.get(role)
@@ -594,9 +592,8 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     if dense and dense_bias != "kiln":
         raise KilnError(
             Status.UNSUPPORTED,
-            f"its {dense} is a dense per-head [q, k] term, which "
-            "Inductor computes inside its softmax faster than "
-            "Kiln reads it (dense_bias=\"kiln\" rewrites it)")
+            f"its {dense} is a dense per-head [q, k] term, left to "
+            "Inductor by dense_bias=\"inductor\"")
     call = graph.call_function(
         torch.ops.kiln.attention.default,
         (operands["query"], operands["key"], operands["value"],
@@ -763,7 +760,7 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     nodes = {node.name: node for node in graph.nodes}
     for value, origin in entry.get("aliases", {}).items():
         nodes.setdefault(value, nodes[origin])
-    dense_bias = entry.get("dense_bias", "inductor")
+    dense_bias = entry.get("dense_bias", "kiln")
     kernels = _SiteKernels(entry)
     try:
         return _rewrite_sites(module, report, entry, choose, nodes, dense_bias, kernels)
@@ -1194,10 +1191,10 @@ def _new_entry(**fields: Any) -> Dict[str, Any]:
 def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     """The ``torch.compile`` backend (``backend="kiln"``). Options, as
     ``options={"kiln": {...}, ...}`` or keyword arguments: ``padded_rows``
-    ("exact" or "free"), ``dense_bias`` ("inductor", the default: a site
-    whose bias or float mask has scores of its own for every head and query
-    stays in Inductor, which computes such a term faster than Kiln reads it;
-    "kiln": rewritten all the same), ``choose`` ("timed", the default: each
+    ("exact" or "free"), ``dense_bias`` ("kiln", the default: a site whose
+    bias or float mask has scores of its own for every head and query is
+    rewritten like any other, and timed; "inductor": such sites stay in
+    Inductor), ``choose`` ("timed", the default: each
     site is timed on the model's first inputs against Inductor's own code
     for it, kiln.choice, and takes the faster; "kiln": every site Kiln can
     take is rewritten); every other option goes to Inductor. Graphs with
@@ -1284,7 +1281,7 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         if torch.is_grad_enabled() and any(
                 x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
             raise _Fallback("the graph needs gradients: Kiln's sites run forward only")
-        entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
+        entry["dense_bias"] = kiln_options.get("dense_bias", "kiln")
         entry["choose"] = kiln_options.get("choose", "timed")
         try:
             source, positions, dynamic_shapes = _sizes_from_tensors(gm, example_inputs)
@@ -1567,7 +1564,7 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
             key = hashlib.sha256((key + ",".join(finite)).encode()).hexdigest()[:24]
         entry["key"] = key
         entry["finite_inputs"] = finite
-        entry["dense_bias"] = kiln_options.get("dense_bias", "inductor")
+        entry["dense_bias"] = kiln_options.get("dense_bias", "kiln")
         entry["choose"] = kiln_options.get("choose", "timed")
 
         origins: Dict[str, str] = {}
