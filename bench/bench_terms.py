@@ -182,8 +182,8 @@ def check(packages: Dict[str, kiln.Package], dim: int, kind: str) -> List[Dict[s
 
 def bench(packages: Dict[str, kiln.Package], dim: int, kind: str, seq: int,
           timer: Callable[[Callable[[], Any]], float], flex: Any,
-          create_block_mask: Any, floors: Dict[Tuple[str, int, int], float]
-          ) -> List[Dict[str, Any]]:
+          create_block_mask: Any, floors: Dict[Tuple[str, int, int], float],
+          with_inductor: bool = True) -> List[Dict[str, Any]]:
     device = torch.device("cuda")
     batch = TOKENS // seq
     gen = torch.Generator(device=device).manual_seed(1)
@@ -252,8 +252,10 @@ def bench(packages: Dict[str, kiln.Package], dim: int, kind: str, seq: int,
             s = s.masked_fill(~mask, FILL) if mask.dtype == torch.bool else s + mask
         return torch.softmax(s, dim=-1).to(q.dtype) @ v
 
-    inductor = torch.compile(eager, dynamic=False)
-    attempt("inductor", lambda: inductor(q, k, v, terms.get("bias"), terms.get("mask")))
+    if with_inductor:
+        inductor = torch.compile(eager, dynamic=False)
+        attempt("inductor", lambda: inductor(q, k, v, terms.get("bias"),
+                                             terms.get("mask")))
 
     if flex is not None:
         bias_t = terms.get("bias")
@@ -291,6 +293,8 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--no-flex", action="store_true")
     parser.add_argument("--check-only", action="store_true")
+    parser.add_argument("--no-inductor", action="store_true",
+                        help="skip Inductor (its compile per case is slow)")
     parser.add_argument("--out", help="JSON results file")
     options = parser.parse_args()
     packages = {}
@@ -323,7 +327,8 @@ def main() -> int:
             for dim in dims:
                 for kind in (["none"] if "none" not in kinds else []) + kinds:
                     rows += bench(packages, dim, kind, seq, timer, flex,
-                                  create_block_mask, floors)
+                                  create_block_mask, floors,
+                                  not options.no_inductor)
                     torch.cuda.empty_cache()
     print(f"checks: {sum(r.get('ok', False) for r in rows)} passed, {failed} failed")
     if options.out:

@@ -473,9 +473,11 @@ protected:
     /// (f32) for this score; null: read from global memory.
     Value mask, bias;
   };
+  /// Without `bounds`, the key is known inside kv_len and the row's band
+  /// (a tile tileNeedsMask passes): only the score function and the terms.
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase, bool raw = false,
-                    ScoreTerms terms = {});
+                    ScoreTerms terms = {}, bool bounds = true);
   /// Whether the key tile [kvStart, kvStart + tileKeys) needs masking for
   /// rows whose causal diagonals run from `firstDiagonal` to
   /// `lastDiagonal()` (i1): it reaches past kv_len, past the first row's

@@ -468,16 +468,47 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
   }
   std::string unfit;
   if (!warpSpecializedScheduleFits(spec, schedule, unfit)) {
-    WarpSpecializedSchedule unstaged = schedule;
-    unstaged.stagedTerms = false;
     std::string stagedUnfit = unfit;
-    if (!schedule.stagedTerms || options.warpSpecializeStageTerms >= 0 ||
-        !warpSpecializedScheduleFits(spec, unstaged, unfit))
-      return op->emitOpError("warp-specialised kernel: ") << unfit;
-    schedule = unstaged;
-    why.push_back("its mask and bias read score by score from global memory: "
-                  "staged beside K, " +
-                  stagedUnfit);
+    // Staged terms that do not fit (an f32 term's rows of 128 keys): the
+    // same with 64-key tiles, then with two consumers as well, where no
+    // option forces those; else the terms read from global memory.
+    bool fitted = false;
+    if (schedule.stagedTerms) {
+      for (auto [consumers, tileKeys] :
+           {std::pair{schedule.consumers, int64_t(64)},
+            std::pair{int64_t(2), int64_t(64)}}) {
+        if ((options.warpSpecializeConsumers >= 0 &&
+             consumers != schedule.consumers) ||
+            (options.warpSpecializeTileKeys >= 0 &&
+             tileKeys != schedule.tileKeys))
+          continue;
+        WarpSpecializedSchedule smaller = schedule;
+        smaller.consumers = consumers;
+        smaller.tileKeys = tileKeys;
+        std::string ignored;
+        if (!warpSpecializedScheduleFits(spec, smaller, ignored))
+          continue;
+        why.push_back(llvm::formatv("{0} consumers and {1}-key tiles, where "
+                                    "the staged mask and bias fit (",
+                                    consumers, tileKeys)
+                          .str() +
+                      stagedUnfit + ")");
+        schedule = smaller;
+        fitted = true;
+        break;
+      }
+    }
+    if (!fitted) {
+      WarpSpecializedSchedule unstaged = schedule;
+      unstaged.stagedTerms = false;
+      if (!schedule.stagedTerms || options.warpSpecializeStageTerms >= 0 ||
+          !warpSpecializedScheduleFits(spec, unstaged, unfit))
+        return op->emitOpError("warp-specialised kernel: ") << unfit;
+      schedule = unstaged;
+      why.push_back("its mask and bias read score by score from global "
+                    "memory: staged beside K, " +
+                    stagedUnfit);
+    }
   }
   spec.variant.stagedTerms = schedule.stagedTerms;
   spec.variant.warpConsumers = schedule.consumers;

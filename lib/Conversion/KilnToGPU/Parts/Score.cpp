@@ -33,7 +33,7 @@ SmallVector<Value> AttentionKernelBuilder::finishIf(
 Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
                                           Value rowBiasBase, bool raw,
-                                          ScoreTerms terms) {
+                                          ScoreTerms terms, bool bounds) {
   const float log2e = 1.4426950408889634f;
   bool additive = spec.problem.addsToScores();
   assert((!raw ||
@@ -92,7 +92,19 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
   }
   if (additive)
     score = toLog2Saturated(score);
-  if (std::optional<int64_t> right = spec.problem.rightBound()) {
+  std::optional<int64_t> right = spec.problem.rightBound();
+  if (!bounds) {
+    // A tile inside kv_len and inside every row's band: the mask alone.
+    if (visible) {
+      Value hiddenScore =
+          spec.problem.maskedScore
+              ? constF32(saturatedLog2(*spec.problem.maskedScore))
+              : constF32(-std::numeric_limits<float>::infinity());
+      score = arith::SelectOp::create(*b, visible, score, hiddenScore);
+    }
+    return score;
+  }
+  if (right) {
     // Bottom-right aligned: key <= row + (kvLen - qLen) + right.
     Value diagonal = add(queryRow, kvOffset);
     andVisible(arith::CmpIOp::create(*b, arith::CmpIPredicate::sle, key,

@@ -647,18 +647,26 @@ void WarpSpecializedKernel::waitProducts(int64_t pending,
 SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
                                                        const TileRef &ref) {
   Value kvStart = ref.kvStart;
-  auto finishAll = [&](bool masked) {
+  // `masked`: the score function and the terms; `bounded`: kv_len and the
+  // band as well.
+  auto finishAll = [&](bool masked, bool bounded) {
     SmallVector<Value> result;
     for (int64_t block = 0; block < keyBlocks(); ++block) {
-      // Staged terms: each row's pair of keys, read once.
+      // Staged terms: each row's pair of keys, read once (once for both
+      // rows from a one-row tile).
       std::pair<Value, Value> masks[2], biases[2];
       for (int64_t r = 0; masked && r < 2; ++r) {
         if (maskLayout.present)
-          masks[r] = readTermPair(maskLayout, termsOffset(), ref.stage, block,
-                                  r, maskRowBytes, maskSwizzle);
+          masks[r] = r && maskLayout.rows == 1
+                         ? masks[0]
+                         : readTermPair(maskLayout, termsOffset(), ref.stage,
+                                        block, r, maskRowBytes, maskSwizzle);
         if (biasLayout.present)
-          biases[r] = readTermPair(biasLayout, biasStagesOffset(), ref.stage,
-                                   block, r, biasRowBytes, biasSwizzle);
+          biases[r] = r && biasLayout.rows == 1
+                          ? biases[0]
+                          : readTermPair(biasLayout, biasStagesOffset(),
+                                         ref.stage, block, r, biasRowBytes,
+                                         biasSwizzle);
       }
       for (int64_t e = 0; e < 4; ++e) {
         Value score = scores[4 * block + e];
@@ -674,17 +682,20 @@ SmallVector<Value> WarpSpecializedKernel::finishScores(ArrayRef<Value> scores,
         result.push_back(finishScore(
             score, queryRows[e / 2], key, maskBase, biasBase,
             /*raw=*/foldScale,
-            ScoreTerms{pick(masks[e / 2]), pick(biases[e / 2])}));
+            ScoreTerms{pick(masks[e / 2]), pick(biases[e / 2])}, bounded));
       }
     }
     return result;
   };
-  // A score function or a mask tensor touches every score.
-  if (spec.problem.softcap || spec.problem.maskType || spec.problem.biasType)
-    return finishAll(true);
   Value needsMask = tileNeedsMask(kvStart, tileKeys, firstDiagonal,
                                   [&] { return lastDiagonal; });
-  return finishIf(needsMask, scores.size(), finishAll);
+  // A score function or a mask tensor touches every score; kv_len and the
+  // band only the tiles that cross them.
+  if (spec.problem.softcap || spec.problem.maskType || spec.problem.biasType)
+    return finishIf(needsMask, scores.size(),
+                    [&](bool bounded) { return finishAll(true, bounded); });
+  return finishIf(needsMask, scores.size(),
+                  [&](bool masked) { return finishAll(masked, true); });
 }
 
 void WarpSpecializedKernel::awaitTurn() {
