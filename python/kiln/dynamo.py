@@ -756,6 +756,11 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     Kiln call; returns how many it replaced. `choose`, when given, decides
     each site's path (choice.choose's decision, kept in the entry's
     "choices"); a site it gives to Inductor is left as written."""
+    # torch.ops.kiln.attention is registered by importing torch_ops: before
+    # any site is written into the graph (a site's op handle is taken only
+    # later, once its package is built).
+    from . import torch_ops  # noqa: F401
+
     graph = module.graph
     nodes = {node.name: node for node in graph.nodes}
     for value, origin in entry.get("aliases", {}).items():
