@@ -756,10 +756,12 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     Kiln call; returns how many it replaced. `choose`, when given, decides
     each site's path (choice.choose's decision, kept in the entry's
     "choices"); a site it gives to Inductor is left as written."""
-    # torch.ops.kiln.attention is registered by importing torch_ops: before
-    # any site is written into the graph (a site's op handle is taken only
+    # torch.ops.kiln.attention defined before any site is written into the
+    # graph (a site's op handle, which defined it before, is taken only
     # later, once its package is built).
-    from . import torch_ops  # noqa: F401
+    from . import torch_ops
+
+    torch_ops.define()
 
     graph = module.graph
     nodes = {node.name: node for node in graph.nodes}

@@ -35,7 +35,7 @@ from typing import Any, List
 
 from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
-__all__ = ["attention", "handle", "paged_attention", "register"]
+__all__ = ["attention", "define", "handle", "paged_attention", "register"]
 
 _lock = threading.Lock()
 _sites: List[Site] = []
@@ -254,6 +254,12 @@ def handle(site: Site) -> int:
         site._torch_handle = len(_sites)  # type: ignore[attr-defined]
         _sites.append(site)
     return site._torch_handle  # type: ignore[attr-defined]
+
+
+def define() -> None:
+    """Defines torch.ops.kiln.attention and paged_attention (once; handle()
+    does it too): before a graph that calls them is built."""
+    _define()
 
 
 def register(package: Package) -> None:
