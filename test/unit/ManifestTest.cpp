@@ -457,6 +457,30 @@ const Corruption corruptions[] = {
      },
      KILN_FORMAT_ERROR,
      {"swizzle", "only the 128-byte swizzle"}},
+    {"StagedMaskBoxNotItsRow",
+     [](json &m) {
+       m = warpSpecializedManifest();
+       m["kernels"][2]["args"].push_back({{"name", "mask_map"},
+                                          {"kind", "tensor_map"},
+                                          {"tensor", "mask"},
+                                          {"dtype", "i1"},
+                                          {"box", {64, 1}},
+                                          {"swizzle", 128}});
+     },
+     KILN_FORMAT_ERROR,
+     {"box[0]", "is not the 128-byte swizzle"}},
+    {"StagedBiasSwizzle",
+     [](json &m) {
+       m = warpSpecializedManifest();
+       m["kernels"][2]["args"].push_back({{"name", "bias_map"},
+                                          {"kind", "tensor_map"},
+                                          {"tensor", "bias"},
+                                          {"dtype", "bf16"},
+                                          {"box", {16, 192}},
+                                          {"swizzle", 32}});
+     },
+     KILN_FORMAT_ERROR,
+     {"swizzle", "64 or 128 bytes"}},
     {"TensorMapKind",
      [](json &m) {
        m = warpSpecializedManifest();
