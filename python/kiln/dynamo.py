@@ -567,6 +567,16 @@ def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def keys_contiguous(term: Any) -> Any:
+    """`term` (a mask or bias) with its last axis contiguous, keeping its
+    broadcast (zero-stride) axes broadcast: itself where it already is."""
+    if term.dim() == 0 or term.stride(-1) == 1 or term.size(-1) == 1:
+        return term
+    one = tuple(slice(0, 1) if term.stride(d) == 0 and term.size(d) > 1
+                else slice(None) for d in range(term.dim()))
+    return term[one].contiguous().expand(term.shape)
+
+
 def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
                  chosen: Dict[str, Dict[str, Any]], handle: Callable[[], int],
                  dense_bias: str) -> Any:
@@ -594,6 +604,12 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
             Status.UNSUPPORTED,
             f"its {dense} is a dense per-head [q, k] term, left to "
             "Inductor by dense_bias=\"inductor\"")
+    # The kernels stage a mask or bias whose keys are contiguous (T5's
+    # position bias is a permuted view with its heads innermost): Inductor
+    # then writes it that way where it makes it.
+    for role in ("mask", "bias"):
+        if operands.get(role) is not None:
+            operands[role] = graph.call_function(keys_contiguous, (operands[role],))
     call = graph.call_function(
         torch.ops.kiln.attention.default,
         (operands["query"], operands["key"], operands["value"],

@@ -268,3 +268,44 @@ def test_sites_and_softmaxes_name_the_users_source_line() -> None:
     fx["tanh"] = Node(meta={"stack_trace": tanh_trace})
     report["unfused"] = [{"node": "node_softmax_1", "reason": "r", "stopped_at": "node_tanh"}]
     assert kd.site_sources(report, {}, fx)["node_tanh"].endswith("s = torch.tanh(s) * 2")
+
+
+def test_keys_contiguous_keeps_broadcast_axes():
+    """A mask or bias whose keys are strided (T5's permuted position bias)
+    gets contiguous keys with its zero-stride axes still broadcast; one
+    already contiguous is passed as is."""
+    import numpy as np
+
+    class Strided:  # torch's stride API over a numpy array (in elements)
+        def __init__(self, array):
+            self.array = array
+
+        def dim(self):
+            return self.array.ndim
+
+        def stride(self, axis):
+            return self.array.strides[axis] // self.array.itemsize
+
+        def size(self, axis):
+            return self.array.shape[axis]
+
+        @property
+        def shape(self):
+            return self.array.shape
+
+        def __getitem__(self, index):
+            return Strided(self.array[index])
+
+        def contiguous(self):
+            return Strided(np.ascontiguousarray(self.array))
+
+        def expand(self, shape):
+            return Strided(np.broadcast_to(self.array, shape))
+
+    values = np.arange(5 * 6 * 3, dtype=np.float32).reshape(5, 6, 3)
+    bias = Strided(np.broadcast_to(values.transpose(2, 0, 1)[None], (4, 3, 5, 6)))
+    made = kd.keys_contiguous(bias)
+    assert made.stride(3) == 1 and made.stride(0) == 0
+    assert (made.array == bias.array).all()
+    mask = Strided(np.zeros((2, 1, 1, 7), dtype=bool))
+    assert kd.keys_contiguous(mask) is mask
