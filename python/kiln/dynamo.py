@@ -567,6 +567,18 @@ def dense_term(site: Dict[str, Any], shapes: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _strided_keys(source: Any, chosen: Dict[str, Any]) -> bool:
+    """Whether the operand taken from FX node `source` as is (no ops
+    between) has a traced value whose last axis is strided."""
+    value = getattr(source, "meta", {}).get("val")
+    if chosen.get("transforms") or value is None or not hasattr(value, "stride"):
+        return False
+    try:
+        return value.dim() > 0 and value.size(-1) != 1 and value.stride(-1) != 1
+    except Exception:  # noqa: BLE001 (symbolic strides: leave it)
+        return False
+
+
 def keys_contiguous(term: Any) -> Any:
     """`term` (a mask or bias) with its last axis contiguous, keeping its
     broadcast (zero-stride) axes broadcast: itself where it already is."""
@@ -607,8 +619,10 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     # The kernels stage a mask or bias whose keys are contiguous (T5's
     # position bias is a permuted view with its heads innermost): Inductor
     # then writes it that way where it makes it.
+    # (Only where the traced value shows strided keys: other graphs are
+    # written as before.)
     for role in ("mask", "bias"):
-        if operands.get(role) is not None:
+        if operands.get(role) is not None and _strided_keys(sources[role], chosen[role]):
             operands[role] = graph.call_function(keys_contiguous, (operands[role],))
     call = graph.call_function(
         torch.ops.kiln.attention.default,

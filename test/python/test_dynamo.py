@@ -309,3 +309,29 @@ def test_keys_contiguous_keeps_broadcast_axes():
     assert (made.array == bias.array).all()
     mask = Strided(np.zeros((2, 1, 1, 7), dtype=bool))
     assert kd.keys_contiguous(mask) is mask
+
+
+def test_strided_keys_only_from_traced_values():
+    """Only an operand taken as is from a node whose traced value has
+    strided keys is made key-contiguous."""
+    class Value:
+        def __init__(self, last_stride):
+            self.last_stride = last_stride
+
+        def dim(self):
+            return 4
+
+        def size(self, axis):
+            return 8
+
+        def stride(self, axis):
+            return self.last_stride
+
+    class Node:
+        def __init__(self, value):
+            self.meta = {"val": value}
+
+    assert kd._strided_keys(Node(Value(16)), {"transforms": []})
+    assert not kd._strided_keys(Node(Value(1)), {"transforms": []})
+    assert not kd._strided_keys(Node(Value(16)), {"transforms": [{"op": "reshape"}]})
+    assert not kd._strided_keys(Node(None), {"transforms": []})
