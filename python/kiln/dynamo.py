@@ -634,7 +634,34 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     value_dim = int(site.get("v_head_dim") or site["head_dim"])
     result, _ = _apply(graph, call, chosen["output"]["transforms"],
                        None if query is None else query[:-1] + [value_dim])
+    # The graph's later ops may view the replaced value by its own strides
+    # (an einsum's output is not laid out as the op's): the result takes
+    # them where they are known and differ.
+    strides = _traced_strides(sources.get("output"))
+    if strides is not None:
+        result = graph.call_function(like_strides, (result, strides))
     return result
+
+
+def _traced_strides(node: Any) -> Optional[List[int]]:
+    """The strides of FX node `node`'s traced value, where all are
+    integers (else None)."""
+    value = getattr(node, "meta", {}).get("val") if node is not None else None
+    try:
+        strides = list(value.stride())
+    except Exception:  # noqa: BLE001 (no value, or not a tensor)
+        return None
+    return strides if all(isinstance(s, int) for s in strides) else None
+
+
+def like_strides(result: Any, strides: Sequence[int]) -> Any:
+    """`result` laid out with `strides` (the replaced value's): itself
+    where it already is, else a copy so laid out."""
+    if list(result.stride()) == list(strides):
+        return result
+    out = result.new_empty_strided(result.shape, strides)
+    out.copy_(result)
+    return out
 
 
 class _SiteKernels:

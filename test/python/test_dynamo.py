@@ -335,3 +335,31 @@ def test_strided_keys_only_from_traced_values():
     assert not kd._strided_keys(Node(Value(1)), {"transforms": []})
     assert not kd._strided_keys(Node(Value(16)), {"transforms": [{"op": "reshape"}]})
     assert not kd._strided_keys(Node(None), {"transforms": []})
+
+
+def test_like_strides_copies_only_when_they_differ():
+    """The site's result takes the replaced value's strides (later views of
+    the graph rely on them): a copy only where they differ."""
+    class Result:
+        def __init__(self, strides):
+            self.strides, self.shape, self.copied = strides, (2, 3), None
+
+        def stride(self):
+            return self.strides
+
+        def new_empty_strided(self, shape, strides):
+            return Result(tuple(strides))
+
+        def copy_(self, other):
+            self.copied = other
+
+    same = Result((3, 1))
+    assert kd.like_strides(same, [3, 1]) is same
+    moved = kd.like_strides(same, [1, 2])
+    assert moved.stride() == (1, 2) and moved.copied is same
+
+    class Node:
+        meta = {"val": Result((3, 1))}
+
+    assert kd._traced_strides(Node()) == [3, 1]
+    assert kd._traced_strides(None) is None
