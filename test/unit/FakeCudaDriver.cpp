@@ -138,7 +138,7 @@ __attribute__((visibility("default"))) CUresult cuTensorMapEncodeTiled(
   if (state.tensorMapResult != CUDA_SUCCESS)
     return state.tensorMapResult;
   FakeCudaState::TensorMapCall &call =
-      state.tensorMapCalls[state.tensorMaps++ % 3];
+      state.tensorMapCalls[state.tensorMaps++ % 5];
   call = {};
   call.type = type;
   call.rank = rank;

@@ -53,7 +53,7 @@ struct FakeCudaState {
   FakeLaunch lastLaunch;
   /// The launch before the last (a split-KV launch's attention kernel).
   FakeLaunch previousLaunch;
-  /// cuTensorMapEncodeTiled: what it answers, and its last three calls
+  /// cuTensorMapEncodeTiled: what it answers, and its last five calls
   /// (each map's first 8 bytes become the global address it describes).
   CUresult tensorMapResult = CUDA_SUCCESS;
   int tensorMaps = 0;
@@ -65,7 +65,7 @@ struct FakeCudaState {
     cuuint64_t strides[4];
     cuuint32_t box[5];
     CUtensorMapSwizzle swizzle;
-  } tensorMapCalls[3] = {};
+  } tensorMapCalls[5] = {};
 };
 
 extern "C" FakeCudaState *fakeCudaState();

@@ -675,6 +675,112 @@ TEST_F(WarpSpecializedLaunchTest, OtherLaunchesTakeThePortableKernel) {
   EXPECT_EQ(fake().tensorMaps, 0);
 }
 
+/// A warp-specialised kernel that stages a one-row boolean mask beside K
+/// (mask_map), named on a site of its own.
+class StagedMaskLaunchTest : public LaunchTest {
+protected:
+  const kiln_site *openStaged() {
+    json manifest = validManifest();
+    const std::string portable = "kiln_attention_bf16_d64_causal_maski1";
+    const std::string staged = "kiln_attention_ws_bf16_d64_causal_maski1_stk";
+    manifest["kernels"].push_back(
+        attentionKernel(portable, "bf16", 64, true, "boolean", "i1"));
+    json kernel = warpSpecializedKernel();
+    kernel["name"] = staged;
+    kernel["mask"] = "boolean";
+    kernel["mask_dtype"] = "i1";
+    json args = attentionArgs("bf16", true, "i1", false);
+    for (const auto &[name, tensor, dtype, columns, rows] :
+         {std::tuple{"q_map", "q", "bf16", 64, 192},
+          std::tuple{"k_map", "k", "bf16", 64, 128},
+          std::tuple{"v_map", "v", "bf16", 64, 128},
+          std::tuple{"mask_map", "mask", "i1", 128, 1}})
+      args.push_back({{"name", name},
+                      {"kind", "tensor_map"},
+                      {"tensor", tensor},
+                      {"dtype", dtype},
+                      {"box", {columns, rows}},
+                      {"swizzle", 128}});
+    kernel["args"] = args;
+    manifest["kernels"].push_back(kernel);
+    json site = attentionSite("attention_m", portable, "bf16", 64, true, 8, 2,
+                              "boolean", "i1");
+    site["warp_specialized_kernel"] = staged;
+    manifest["sites"].push_back(site);
+    writePackage(manifest);
+    for (const json &target : manifest["targets"]) {
+      std::string chip = target["chip"].get<std::string>();
+      std::string text = "// " + chip + "\n";
+      for (const json &entry : manifest["kernels"])
+        if (!entry.contains("targets") || chip == "sm_90a")
+          text += ".entry " + entry["name"].get<std::string>() + "\n";
+      writeFile(target["ptx"].get<std::string>(), text);
+    }
+    EXPECT_EQ(open(), KILN_OK) << kiln_last_error();
+    const kiln_site *found = nullptr;
+    EXPECT_EQ(kiln_package_find_site(package, "attention_m", &found), KILN_OK);
+    return found;
+  }
+  /// A key-padding mask [batch, 1, 1, kv_len] over 4096 keys.
+  kiln_attention_args maskedArgs(const kiln_site *site) {
+    kiln_attention_args a = args(site, 2, 8, 2, 4096, 4096);
+    int64_t strides[4] = {4096, 0, 0, 1};
+    std::memcpy(a.mask_strides, strides, sizeof(strides));
+    return a;
+  }
+  static bool launchedWarpSpecialized() {
+    return fake().lastLaunch.block[0] == 512;
+  }
+};
+
+TEST_F(StagedMaskLaunchTest, KeyPaddingMaskIsStagedByItsOwnMap) {
+  const kiln_site *site = openStaged();
+  fake().expectedParams = 31;
+  kiln_attention_args a = maskedArgs(site);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  ASSERT_TRUE(launchedWarpSpecialized());
+  ASSERT_EQ(fake().tensorMaps, 4);
+  // The mask over {kv_len, q, heads, batch}: broadcast axes of size one.
+  const auto &mask = fake().tensorMapCalls[3];
+  EXPECT_EQ(mask.type, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  EXPECT_EQ(mask.address, 0x50000u);
+  EXPECT_EQ(mask.dims[0], 4096u);
+  EXPECT_EQ(mask.dims[1], 1u);
+  EXPECT_EQ(mask.dims[2], 1u);
+  EXPECT_EQ(mask.dims[3], 2u);
+  EXPECT_EQ(mask.strides[2], 4096u); // batch, in bytes
+  EXPECT_EQ(mask.box[0], 128u);
+  EXPECT_EQ(mask.box[1], 1u);
+  EXPECT_EQ(mask.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+TEST_F(StagedMaskLaunchTest, ViewsItCannotStageTakeThePortableKernel) {
+  const kiln_site *site = openStaged();
+  fake().expectedParams = 27;
+  // Rows that differ by query: the one-row tile cannot serve them.
+  kiln_attention_args a = maskedArgs(site);
+  a.mask_strides[2] = 4096;
+  a.mask_strides[0] = 4096 * 4096;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_FALSE(launchedWarpSpecialized());
+  // Keys not contiguous.
+  a = maskedArgs(site);
+  a.mask_strides[3] = 2;
+  a.mask_strides[0] = 8192;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_FALSE(launchedWarpSpecialized());
+  // A batch stride that is not a multiple of 16 bytes.
+  a = maskedArgs(site);
+  a.mask_strides[0] = 4100;
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  EXPECT_FALSE(launchedWarpSpecialized());
+  EXPECT_EQ(fake().launches, 3);
+}
+
 TEST_F(WarpSpecializedLaunchTest, Sm80NeverLoadsIt) {
   fake().major = 8;
   const kiln_site *site = openWarpSpecialized();
