@@ -864,6 +864,13 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
             if choose is not None:
                 with _step(entry, "site timing"):
                     decision = choose(site, output, sources, build, probe)
+                if decision.get("untimed") == "size":
+                    # Too large to time: Kiln's path is taken, but a dense
+                    # term keeps the graph's own timing (see sites_saving_us).
+                    dense = dense_term(site, {role: _shape_of(node)
+                                              for role, node in sources.items()})
+                    if dense:
+                        decision = {**decision, "dense": dense}
                 entry.setdefault("choices", {})[index] = decision
                 if decision["path"] != "kiln":
                     entry["skipped"][index] = (
@@ -1481,8 +1488,10 @@ def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
     """Microseconds a call the entry's rewritten sites save over Inductor's
     own code for them, by their timed choices; infinite where a site was
     rewritten untimed for its size (its scores alone would cost Inductor
-    more than any margin); None when a rewritten site has no timing at
-    all (the saving is unknown)."""
+    more than any margin) unless it reads a dense per-head term (Kiln's
+    kernel may then read that term slower than Inductor computes it: T5's
+    strided position bias ran 0.65x); None when a rewritten site has no
+    timing at all (the saving is unknown)."""
     choices = entry.get("choices", {})
     total = 0.0
     for index in entry.get("rewritten", []):
@@ -1491,7 +1500,7 @@ def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
             return None
         if "kiln_us" in decision and "inductor_us" in decision:
             total += decision["inductor_us"] - decision["kiln_us"]
-        elif decision.get("untimed") == "size":
+        elif decision.get("untimed") == "size" and not decision.get("dense"):
             return float("inf")
         else:
             return None

@@ -57,3 +57,12 @@ def test_the_sites_decide_the_graph_only_above_the_margin():
     assert kd.graph_choice_from_sites(entry([], {})) is None
     big = entry([0], {0: {"path": "kiln", "untimed": "size", "why": "not timed"}})
     assert "more than Inductor could materialise" in kd.graph_choice_from_sites(big)["why"]
+
+
+def test_an_untimed_site_with_a_dense_term_keeps_the_graph_timing():
+    """A site too large to time that reads a dense per-head bias saves an
+    unknown amount: the whole graph is timed."""
+    e = {"rewritten": [0], "choices": {0: {"path": "kiln", "untimed": "size",
+                                           "dense": "bias"}}}
+    assert kd.sites_saving_us(e) is None
+    assert kd.graph_choice_from_sites(e) is None
