@@ -313,6 +313,10 @@ private:
   /// A tile's scores in log2 units, masked where the tile needs it (with
   /// staged terms, read from the tile's stage).
   SmallVector<Value> finishScores(ArrayRef<Value> scores, const TileRef &ref);
+  /// finishScores, with K's stage released once the scores (and the staged
+  /// terms) no longer need it.
+  SmallVector<Value> finishScoresReleasingKeys(ArrayRef<Value> scores,
+                                               const TileRef &ref);
   /// Staged terms: this thread's pair of keys 8·block + 2·quadLane (+ 1) of
   /// its row `r` (g or g + 8) from `layout`'s tile of `stage`, whose stages
   /// start `offset` bytes into shared memory; i1 for a boolean mask, else
@@ -533,6 +537,18 @@ void WarpSpecializedKernel::release(int64_t barrier, Value stage) {
   ifThen(isLeader, [&] { arrive(stageBarrier(barrier, stage)); });
 }
 
+SmallVector<Value>
+WarpSpecializedKernel::finishScoresReleasingKeys(ArrayRef<Value> scores,
+                                                 const TileRef &ref) {
+  // (Staged terms are read from K's stage first.)
+  if (!spec.variant.stagedTerms)
+    release(kKEmpty, ref.stage);
+  SmallVector<Value> finished = finishScores(scores, ref);
+  if (spec.variant.stagedTerms)
+    releaseAfterReads(kKEmpty, ref.stage);
+  return finished;
+}
+
 void WarpSpecializedKernel::releaseAfterReads(int64_t barrier, Value stage) {
   inlinePtx({}, {}, "bar.warp.sync -1;", "");
   release(barrier, stage);
@@ -728,12 +744,7 @@ WarpSpecializedKernel::softmaxOfTile(const TileRef &ref, ValueRange state,
   SmallVector<Value> scores = issueScores(ref.stage);
   passTurn();
   waitProducts(0, scores);
-  // (Staged terms are read from K's stage first.)
-  if (!spec.variant.stagedTerms)
-    release(kKEmpty, ref.stage);
-  SmallVector<Value> finished = finishScores(scores, ref);
-  if (spec.variant.stagedTerms)
-    releaseAfterReads(kKEmpty, ref.stage);
+  SmallVector<Value> finished = finishScoresReleasingKeys(scores, ref);
   return onlineSoftmaxStep(finished, state, newState, acc, nullptr,
                            softmaxScale);
 }
@@ -807,11 +818,8 @@ WarpSpecializedKernel::runOverlappedLoop(Value numTiles,
                 acc = issueValues(acc, pFragments, previous.stage);
                 passTurn();
                 waitProducts(1, scores);
-                if (!spec.variant.stagedTerms)
-                  release(kKEmpty, ref.stage);
-                SmallVector<Value> finished = finishScores(scores, ref);
-                if (spec.variant.stagedTerms)
-                  releaseAfterReads(kKEmpty, ref.stage);
+                SmallVector<Value> finished =
+                    finishScoresReleasingKeys(scores, ref);
                 SmallVector<Value> newState, unused, alphas;
                 SmallVector<Value> probabilities =
                     onlineSoftmaxStep(finished, carried.take_front(4),
