@@ -35,10 +35,11 @@ cxx=${CXX_FUZZ:-clang++-22}
 mkdir -p "$out/obj"
 flags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-rtti
   -fsanitize=address,undefined -fno-sanitize=vptr
-  -I$here/include -I$gen/include -I$llvm/include
+  -I$here/include -I$here/lib/Target/Graph -I$gen/include -I$llvm/include
   -DONNX_NAMESPACE=onnx -DONNX_ML=1 -D_GLIBCXX_USE_CXX11_ABI=1"
 objs=""
-for src in lib/Target/ONNX/ImportONNX.cpp lib/Target/ONNX/Lit.cpp \
+for src in lib/Target/ONNX/ImportONNX.cpp lib/Target/Graph/Lit.cpp \
+           lib/Target/Graph/GraphBuilder.cpp \
            lib/Target/ONNX/ModelLoader.cpp lib/Dialect/Kiln/IR/KilnDialect.cpp \
            lib/Dialect/Kiln/IR/KilnOps.cpp utils/fuzz-onnx-import.cpp; do
   obj=$out/obj/$(echo "$src" | tr / _).o

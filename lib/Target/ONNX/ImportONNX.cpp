@@ -9,6 +9,7 @@
 
 #include "kiln/Target/ONNX/ImportONNX.h"
 
+#include "GraphBuilder.h"
 #include "Lit.h"
 #include "ModelLoader.h"
 
@@ -36,6 +37,7 @@
 
 using namespace mlir;
 using namespace mlir::kiln;
+using namespace mlir::kiln::graph;
 using namespace mlir::kiln::onnx_import;
 
 #define DEBUG_TYPE "kiln-onnx-import"
@@ -82,13 +84,11 @@ struct TensorInfo {
   std::string name = {};
 };
 
-class Importer {
+class Importer : public GraphBuilder {
 public:
   Importer(MLIRContext *ctx, StringRef fileName, const ImportOptions &options,
            ImportReport *report)
-      : ctx(ctx), builder(ctx), fileName(fileName.str()),
-        fileLoc(FileLineColLoc::get(ctx, fileName, 0, 0)), loc(fileLoc),
-        options(options), report(report) {}
+      : GraphBuilder(ctx, fileName), options(options), report(report) {}
 
   OwningOpRef<ModuleOp> run(LoadedModel &model);
 
@@ -97,7 +97,7 @@ private:
   // Diagnostics
   //===--------------------------------------------------------------------===//
 
-  InFlightDiagnostic error() {
+  InFlightDiagnostic error() override {
     InFlightDiagnostic diag = emitError(loc);
     if (currentNode)
       diag << "node '" << currentNode->name() << "' ("
@@ -139,59 +139,9 @@ private:
   std::optional<Lit> litOf(TensorInfo *info);
   /// Elements of a rank-0/1 integer tensor, kDynamic where unknown.
   std::optional<Shape> intsOf(TensorInfo *info);
+  using GraphBuilder::rankedOf;
   static RankedTensorType rankedOf(TensorInfo *info) {
     return info ? dyn_cast<RankedTensorType>(info->type) : RankedTensorType();
-  }
-  static RankedTensorType rankedOf(Value value) {
-    return dyn_cast<RankedTensorType>(value.getType());
-  }
-
-  //===--------------------------------------------------------------------===//
-  // IR helpers
-  //===--------------------------------------------------------------------===//
-
-  Operation *create(StringRef name, ValueRange operands, TypeRange results,
-                    ArrayRef<NamedAttribute> attrs = {});
-  Value create1(StringRef name, ValueRange operands, Type result,
-                ArrayRef<NamedAttribute> attrs = {}) {
-    return create(name, operands, TypeRange(result), attrs)->getResult(0);
-  }
-  Value constant(DenseElementsAttr attr);
-  Value constShape(ArrayRef<int64_t> values);
-  /// A tensor<1x..x1xT> (rank `rank`) holding `value`.
-  Value scalarConstant(Type elemType, double value, int64_t rank);
-  Value zeroPoint(Type elemType);
-  Value shiftZero();
-  /// Reshape; null (with unsupportedReason) when TOSA cannot express it.
-  Value reshape(Value value, ArrayRef<int64_t> shape);
-  Value transpose(Value value, ArrayRef<int64_t> perm);
-  /// Left-pads `value`'s shape with 1s up to `rank`.
-  Value padRank(Value value, int64_t rank);
-  /// Broadcast-compatible result shape, or failure on a static mismatch.
-  FailureOr<Shape> broadcastShape(ArrayRef<int64_t> a, ArrayRef<int64_t> b);
-  /// Emits a TOSA elementwise op, equalising operand ranks first.
-  Value elementwise(StringRef name, ArrayRef<Value> operands, Type elemType);
-  Value add(Value a, Value b) {
-    return elementwise("tosa.add", {a, b}, elemOf(a));
-  }
-  Value sub(Value a, Value b) {
-    return elementwise("tosa.sub", {a, b}, elemOf(a));
-  }
-  Value mul(Value a, Value b);
-  Value unary(StringRef name, Value value) {
-    return create1(name, value, value.getType());
-  }
-  Value castTo(Value value, Type elemType);
-  Value reduce(StringRef name, Value value, int64_t axis);
-  Value matmul(Value a, Value b);
-  Value softmax(Value value, int64_t axis);
-  /// (x - mean) / sqrt(var + epsilon), the statistics taken over `axes`
-  /// (static sizes) in `x`'s element type.
-  Value normalizeOver(Value x, ArrayRef<int64_t> axes, double epsilon);
-  Value tile(Value value, ArrayRef<int64_t> multiples);
-  Value slice(Value value, ArrayRef<int64_t> starts, ArrayRef<int64_t> sizes);
-  static Type elemOf(Value value) {
-    return cast<ShapedType>(value.getType()).getElementType();
   }
 
   //===--------------------------------------------------------------------===//
@@ -253,30 +203,25 @@ private:
   Status importConv();
   Status importAttention();
 
+  /// (x - mean) / sqrt(var + epsilon), the statistics taken over `axes`
+  /// (static sizes) in `x`'s element type.
+  Value normalizeOver(Value x, ArrayRef<int64_t> axes, double epsilon);
+
   /// Emits the linear-index gather of `data` (flattened) at the constant
   /// positions `indices`, shaped `resultShape`.
   Value gatherLinear(Value data, ArrayRef<int64_t> indices,
                      ArrayRef<int64_t> resultShape);
 
-  MLIRContext *ctx;
-  OpBuilder builder;
-  std::string fileName;
-  Location fileLoc;
-  Location loc;
   ImportOptions options;
   ImportReport *report;
   LoadedModel *loadedModel = nullptr;
   int64_t opset = 0;
   const onnx::NodeProto *currentNode = nullptr;
-  std::string unsupportedReason;
   /// Graph input or initializer being converted (for diagnostics).
   std::string currentTensor;
   llvm::StringMap<TensorInfo> tensors;
   /// Types the model declares for its tensors (value_info, inferred shapes).
   llvm::StringMap<const onnx::TypeProto *> declaredTypes;
-  Value cachedShift;
-  llvm::DenseMap<Type, Value> cachedZeroPoints;
-  std::map<std::vector<int64_t>, Value> cachedShapes;
 };
 
 } // namespace
@@ -547,347 +492,6 @@ std::optional<Shape> Importer::intsOf(TensorInfo *info) {
   if (!lit)
     return std::nullopt;
   return Shape(lit->ints.begin(), lit->ints.end());
-}
-
-//===----------------------------------------------------------------------===//
-// IR helpers
-//===----------------------------------------------------------------------===//
-
-Operation *Importer::create(StringRef name, ValueRange operands,
-                            TypeRange results, ArrayRef<NamedAttribute> attrs) {
-  OperationState state(loc, name);
-  state.addOperands(operands);
-  state.addTypes(results);
-  state.addAttributes(attrs);
-  return builder.create(state);
-}
-
-Value Importer::constant(DenseElementsAttr attr) {
-  return create1("tosa.const", {}, attr.getType(),
-                 {builder.getNamedAttr("values", attr)});
-}
-
-Value Importer::constShape(ArrayRef<int64_t> values) {
-  auto key = std::vector<int64_t>(values.begin(), values.end());
-  auto it = cachedShapes.find(key);
-  if (it != cachedShapes.end())
-    return it->second;
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointToStart(builder.getInsertionBlock());
-  Location saved = loc;
-  loc = fileLoc;
-  auto type = RankedTensorType::get({(int64_t)values.size()},
-                                    builder.getIndexType());
-  auto attr = DenseIntElementsAttr::get(type, values);
-  Value shape = create1("tosa.const_shape", {},
-                        tosa::shapeType::get(ctx, values.size()),
-                        {builder.getNamedAttr("values", attr)});
-  loc = saved;
-  cachedShapes[key] = shape;
-  return shape;
-}
-
-Value Importer::scalarConstant(Type elemType, double value, int64_t rank) {
-  Lit lit = Lit::make(Shape(rank, 1), elemType);
-  lit.set(0, value, toInt64(value));
-  lit.normalize();
-  return constant(lit.toAttr());
-}
-
-Value Importer::zeroPoint(Type elemType) {
-  auto it = cachedZeroPoints.find(elemType);
-  if (it != cachedZeroPoints.end())
-    return it->second;
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointToStart(builder.getInsertionBlock());
-  Value zp = scalarConstant(elemType, 0, 1);
-  cachedZeroPoints[elemType] = zp;
-  return zp;
-}
-
-Value Importer::shiftZero() {
-  if (cachedShift)
-    return cachedShift;
-  OpBuilder::InsertionGuard guard(builder);
-  builder.setInsertionPointToStart(builder.getInsertionBlock());
-  cachedShift = scalarConstant(builder.getI8Type(), 0, 1);
-  return cachedShift;
-}
-
-Value Importer::reshape(Value value, ArrayRef<int64_t> shape) {
-  auto type = rankedOf(value);
-  if (!type) {
-    unsupportedReason = "operand of unknown rank";
-    return {};
-  }
-  if (type.getShape() == shape)
-    return value;
-  Shape target(shape.begin(), shape.end());
-  int numDynamic = llvm::count(target, kDynamic);
-  if (numDynamic > 1) {
-    unsupportedReason = "reshape to more than one dynamic dimension";
-    return {};
-  }
-  for (int64_t &d : target)
-    if (d == kDynamic)
-      d = -1;
-  auto resultType = RankedTensorType::get(shape, type.getElementType());
-  // Constants are reshaped here rather than in the IR.
-  if (Operation *def = value.getDefiningOp())
-    if (def->getName().getStringRef() == "tosa.const" &&
-        resultType.hasStaticShape())
-      if (auto attr = def->getAttrOfType<DenseElementsAttr>("values"))
-        return constant(attr.reshape(resultType));
-  return create1("tosa.reshape", {value, constShape(target)}, resultType);
-}
-
-Value Importer::transpose(Value value, ArrayRef<int64_t> perm) {
-  auto type = rankedOf(value);
-  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
-    return value;
-  Shape shape;
-  SmallVector<int32_t> perms;
-  for (int64_t p : perm) {
-    shape.push_back(type.getDimSize(p));
-    perms.push_back((int32_t)p);
-  }
-  return create1("tosa.transpose", value,
-                 RankedTensorType::get(shape, type.getElementType()),
-                 {builder.getNamedAttr("perms",
-                                       builder.getDenseI32ArrayAttr(perms))});
-}
-
-Value Importer::padRank(Value value, int64_t rank) {
-  auto type = rankedOf(value);
-  if (!type) {
-    unsupportedReason = "operand of unknown rank";
-    return {};
-  }
-  if (type.getRank() >= rank)
-    return value;
-  Shape shape(rank - type.getRank(), 1);
-  llvm::append_range(shape, type.getShape());
-  return reshape(value, shape);
-}
-
-FailureOr<Shape> Importer::broadcastShape(ArrayRef<int64_t> a,
-                                          ArrayRef<int64_t> b) {
-  size_t rank = std::max(a.size(), b.size());
-  Shape result(rank);
-  for (size_t k = 0; k < rank; ++k) {
-    int64_t da = k < rank - a.size() ? 1 : a[k - (rank - a.size())];
-    int64_t db = k < rank - b.size() ? 1 : b[k - (rank - b.size())];
-    if (da == 1)
-      result[k] = db;
-    else if (db == 1)
-      result[k] = da;
-    else if (da == kDynamic)
-      result[k] = db;
-    else if (db == kDynamic || da == db)
-      result[k] = da;
-    else
-      return failure();
-  }
-  return result;
-}
-
-Value Importer::elementwise(StringRef name, ArrayRef<Value> operands,
-                            Type elemType) {
-  int64_t rank = 0;
-  for (Value v : operands) {
-    auto type = rankedOf(v);
-    if (!type) {
-      unsupportedReason = "operand of unknown rank";
-      return {};
-    }
-    rank = std::max(rank, type.getRank());
-  }
-  SmallVector<Value> padded;
-  Shape shape;
-  for (Value v : operands) {
-    Value p = padRank(v, rank);
-    if (!p)
-      return {};
-    padded.push_back(p);
-    FailureOr<Shape> s = broadcastShape(shape, rankedOf(p).getShape());
-    if (failed(s)) {
-      error() << "operand shapes do not broadcast";
-      unsupportedReason.clear();
-      return {};
-    }
-    shape = *s;
-  }
-  auto resultType = RankedTensorType::get(shape, elemType);
-  if (name == "tosa.mul")
-    padded.push_back(shiftZero());
-  return create1(name, padded, resultType);
-}
-
-Value Importer::mul(Value a, Value b) {
-  return elementwise("tosa.mul", {a, b}, elemOf(a));
-}
-
-Value Importer::castTo(Value value, Type elemType) {
-  if (elemOf(value) == elemType)
-    return value;
-  auto type = cast<TensorType>(value.getType()).clone(elemType);
-  return create1("tosa.cast", value, type);
-}
-
-Value Importer::reduce(StringRef name, Value value, int64_t axis) {
-  auto type = rankedOf(value);
-  Shape shape(type.getShape());
-  shape[axis] = 1;
-  return create1(name, value,
-                 RankedTensorType::get(shape, type.getElementType()),
-                 {builder.getNamedAttr("axis",
-                                       builder.getI32IntegerAttr(axis))});
-}
-
-Value Importer::tile(Value value, ArrayRef<int64_t> multiples) {
-  auto type = rankedOf(value);
-  if (llvm::all_of(multiples, [](int64_t m) { return m == 1; }))
-    return value;
-  Shape shape;
-  for (auto [d, m] : llvm::zip(type.getShape(), multiples))
-    shape.push_back(d == kDynamic ? kDynamic : d * m);
-  return create1("tosa.tile", {value, constShape(multiples)},
-                 RankedTensorType::get(shape, type.getElementType()));
-}
-
-Value Importer::slice(Value value, ArrayRef<int64_t> starts,
-                      ArrayRef<int64_t> sizes) {
-  auto type = rankedOf(value);
-  if (type.getShape() == sizes)
-    return value;
-  Shape target(sizes.begin(), sizes.end());
-  for (int64_t &d : target)
-    if (d == kDynamic)
-      d = -1;
-  return create1("tosa.slice", {value, constShape(starts), constShape(target)},
-                 RankedTensorType::get(sizes, type.getElementType()));
-}
-
-/// Product of `dims`, kDynamic when any is dynamic (shapes are bounded by
-/// kMaxElements, so this does not overflow).
-static int64_t product(ArrayRef<int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    if (d == kDynamic)
-      return kDynamic;
-    if (__builtin_mul_overflow(n, d, &n))
-      return INT64_MAX;
-  }
-  return n;
-}
-
-Value Importer::matmul(Value a, Value b) {
-  auto ta = rankedOf(a), tb = rankedOf(b);
-  if (!ta || !tb) {
-    unsupportedReason = "operand of unknown rank";
-    return {};
-  }
-  if (ta.getRank() == 0 || tb.getRank() == 0) {
-    error() << "MatMul operands must have rank >= 1";
-    return {};
-  }
-  bool vecA = ta.getRank() == 1, vecB = tb.getRank() == 1;
-  if (vecA && !(a = reshape(a, {1, ta.getDimSize(0)})))
-    return {};
-  if (vecB && !(b = reshape(b, {tb.getDimSize(0), 1})))
-    return {};
-  ta = rankedOf(a);
-  tb = rankedOf(b);
-  ArrayRef<int64_t> sa = ta.getShape(), sb = tb.getShape();
-  int64_t m = sa[sa.size() - 2], k = sa.back(), k2 = sb[sb.size() - 2],
-          n = sb.back();
-  if (k != kDynamic && k2 != kDynamic && k != k2) {
-    error() << "MatMul contraction sizes differ (" << k << " vs " << k2 << ")";
-    return {};
-  }
-  ArrayRef<int64_t> batchA = sa.drop_back(2), batchB = sb.drop_back(2);
-  FailureOr<Shape> batch = broadcastShape(batchA, batchB);
-  if (failed(batch)) {
-    error() << "MatMul batch dimensions do not broadcast";
-    return {};
-  }
-  Type elemType = ta.getElementType();
-  Value zp = zeroPoint(elemType);
-  Shape outShape(*batch);
-  outShape.push_back(m);
-  outShape.push_back(n);
-  auto isOne = [](int64_t d) { return d == 1; };
-  Value a3, b3;
-  int64_t rows;
-  if (llvm::all_of(batchB, isOne)) {
-    // A weight (or a batch of one): fold A's batch into its rows.
-    rows = product(batchA);
-    rows = rows == kDynamic || m == kDynamic ? kDynamic : rows * m;
-    if (!(a3 = reshape(a, {1, rows, k})) || !(b3 = reshape(b, {1, k2, n})))
-      return {};
-    a3 = a3;
-    auto resultType = RankedTensorType::get({1, rows, n}, elemType);
-    Value mm = create1("tosa.matmul", {a3, b3, zp, zp}, resultType);
-    Shape full(*batch);
-    full.push_back(m);
-    full.push_back(n);
-    if (vecA || vecB) {
-      Shape dropped(*batch);
-      if (!vecA)
-        dropped.push_back(m);
-      if (!vecB)
-        dropped.push_back(n);
-      return reshape(mm, dropped);
-    }
-    return reshape(mm, full);
-  }
-  // Batched on both sides (or only on B): broadcast size-1 batch axes by
-  // tiling, then fold the batch into one axis.
-  int64_t rank = batch->size() + 2;
-  Value pa = padRank(a, rank), pb = padRank(b, rank);
-  if (!pa || !pb)
-    return {};
-  auto tileTo = [&](Value v) -> Value {
-    auto t = rankedOf(v);
-    Shape multiples(rank, 1);
-    for (int64_t axis = 0; axis < rank - 2; ++axis) {
-      int64_t have = t.getDimSize(axis), want = (*batch)[axis];
-      if (have == want)
-        continue;
-      if (have != 1 || want == kDynamic) {
-        unsupportedReason = "MatMul batch broadcast to a dynamic size";
-        return {};
-      }
-      multiples[axis] = want;
-    }
-    return tile(v, multiples);
-  };
-  if (!(pa = tileTo(pa)) || !(pb = tileTo(pb)))
-    return {};
-  int64_t batchSize = product(*batch);
-  if (!(a3 = reshape(pa, {batchSize, m, k})) ||
-      !(b3 = reshape(pb, {batchSize, k2, n})))
-    return {};
-  auto resultType = RankedTensorType::get({batchSize, m, n}, elemType);
-  Value mm = create1("tosa.matmul", {a3, b3, zp, zp}, resultType);
-  if (vecA || vecB) {
-    Shape dropped(*batch);
-    if (!vecA)
-      dropped.push_back(m);
-    if (!vecB)
-      dropped.push_back(n);
-    return reshape(mm, dropped);
-  }
-  return reshape(mm, outShape);
-}
-
-Value Importer::softmax(Value x, int64_t axis) {
-  Value max = reduce("tosa.reduce_max", x, axis);
-  Value shifted = sub(x, max);
-  Value exp = unary("tosa.exp", shifted);
-  Value sum = reduce("tosa.reduce_sum", exp, axis);
-  Value inv = unary("tosa.reciprocal", sum);
-  return mul(exp, inv);
 }
 
 //===----------------------------------------------------------------------===//

@@ -1,12 +1,12 @@
 //===- Lit.h - Constant tensors folded at import time -----------*- C++ -*-===//
 //
 // A small host-side tensor used to constant-fold the shape and mask
-// computations of ONNX graphs while importing them.
+// computations of ONNX and StableHLO graphs while importing them.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef KILN_LIB_TARGET_ONNX_LIT_H
-#define KILN_LIB_TARGET_ONNX_LIT_H
+#ifndef KILN_LIB_TARGET_GRAPH_LIT_H
+#define KILN_LIB_TARGET_GRAPH_LIT_H
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -19,7 +19,7 @@
 #include <optional>
 #include <vector>
 
-namespace mlir::kiln::onnx_import {
+namespace mlir::kiln::graph {
 
 using Shape = llvm::SmallVector<int64_t, 6>;
 
@@ -114,6 +114,6 @@ struct Lit {
 std::vector<int64_t> broadcastIndices(llvm::ArrayRef<int64_t> in,
                                       llvm::ArrayRef<int64_t> out);
 
-} // namespace mlir::kiln::onnx_import
+} // namespace mlir::kiln::graph
 
-#endif // KILN_LIB_TARGET_ONNX_LIT_H
+#endif // KILN_LIB_TARGET_GRAPH_LIT_H

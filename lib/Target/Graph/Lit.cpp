@@ -10,7 +10,7 @@
 #include "llvm/ADT/APInt.h"
 
 using namespace mlir;
-using namespace mlir::kiln::onnx_import;
+using namespace mlir::kiln::graph;
 
 static double roundToFloatType(double value, FloatType type) {
   if (type.isF64())
@@ -116,7 +116,7 @@ DenseElementsAttr Lit::toAttr() const {
 }
 
 std::vector<int64_t>
-mlir::kiln::onnx_import::broadcastIndices(llvm::ArrayRef<int64_t> in,
+mlir::kiln::graph::broadcastIndices(llvm::ArrayRef<int64_t> in,
                                           llvm::ArrayRef<int64_t> out) {
   size_t rank = out.size();
   Shape padded(rank - in.size(), 1);
