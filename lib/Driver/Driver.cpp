@@ -13,6 +13,7 @@
 #include "kiln/Driver/Report.h"
 #include "kiln/Pipelines/Pipelines.h"
 #include "kiln/Target/ONNX/ImportONNX.h"
+#include "kiln/Target/StableHLO/ImportStableHLO.h"
 #include "kiln/Target/Package/Package.h"
 #include "kiln/Verify/Verify.h"
 
@@ -49,7 +50,14 @@ OwningOpRef<ModuleOp> readMLIR(StringRef path, MLIRContext &context) {
   }
   auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
-  return parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+  // StableHLO text (JAX's) parses beside Kiln's own dialects and is
+  // converted to the TOSA graph the passes take.
+  loadStableHLOReader(&context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(&context));
+  if (!module || !containsStableHLO(*module))
+    return module;
+  return importStableHLO(*module);
 }
 
 /// Writes `text` to `path` ("-" is stdout).

@@ -269,6 +269,9 @@ struct SoftmaxOps {
   tosa::ReduceSumOp sum;
   tosa::ReciprocalOp reciprocal;
   tosa::MulOp normalize;
+  /// A sum taken in a wider float type: the cast of the exponentials to it
+  /// and the cast of the row sum back (JAX's softmax in bf16), else null.
+  tosa::CastOp widen, narrow;
 };
 
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
@@ -301,8 +304,21 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
     return fail("the shifted scores do not feed only an exp");
 
   Value exp = softmax.exp.getOutput();
+  // exp -> cast to a wider float -> reduce_sum (-> cast back): the sum
+  // taken in f32. The fused op sums in f32 whatever the type.
+  auto widerSum = [&](tosa::CastOp cast) -> tosa::ReduceSumOp {
+    auto from = dyn_cast<FloatType>(getElementTypeOrSelf(exp.getType()));
+    auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getType()));
+    if (!from || !to || to.getWidth() <= from.getWidth() || !cast->hasOneUse())
+      return {};
+    return dyn_cast<tosa::ReduceSumOp>(*cast->user_begin());
+  };
   for (Operation *user : exp.getUsers()) {
-    if (auto sum = dyn_cast<tosa::ReduceSumOp>(user)) {
+    tosa::ReduceSumOp sum = dyn_cast<tosa::ReduceSumOp>(user);
+    auto cast = dyn_cast<tosa::CastOp>(user);
+    if (cast && (sum = widerSum(cast)))
+      softmax.widen = cast;
+    if (sum) {
       if (softmax.sum)
         return fail("the exponentials are summed twice");
       softmax.sum = sum;
@@ -322,9 +338,15 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
     return fail(llvm::formatv("reduce_sum axis {0} differs from reduce_max "
                               "axis {1}",
                               softmax.sum.getAxis(), maxOp.getAxis()));
-  if (!softmax.sum->hasOneUse() ||
-      !(softmax.reciprocal =
-            dyn_cast<tosa::ReciprocalOp>(*softmax.sum->user_begin())))
+  Operation *sumUser =
+      softmax.sum->hasOneUse() ? *softmax.sum->user_begin() : nullptr;
+  if (softmax.widen && sumUser && isa<tosa::CastOp>(sumUser) &&
+      getElementTypeOrSelf(sumUser->getResult(0).getType()) ==
+          getElementTypeOrSelf(exp.getType())) {
+    softmax.narrow = cast<tosa::CastOp>(sumUser);
+    sumUser = sumUser->hasOneUse() ? *sumUser->user_begin() : nullptr;
+  }
+  if (!sumUser || !(softmax.reciprocal = dyn_cast<tosa::ReciprocalOp>(sumUser)))
     return fail("the row sum does not feed only a reciprocal");
   Value normalizer = softmax.reciprocal.getOutput();
   if (!softmax.reciprocal->hasOneUse() ||
@@ -1514,8 +1536,10 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   for (Operation *op :
        {maxOp.getOperation(), softmax->sub.getOperation(),
         softmax->exp.getOperation(), softmax->sum.getOperation(),
-        softmax->reciprocal.getOperation(), softmax->normalize.getOperation()})
-    match.ops.insert(op);
+        softmax->reciprocal.getOperation(), softmax->normalize.getOperation(),
+        softmax->widen.getOperation(), softmax->narrow.getOperation()})
+    if (op)
+      match.ops.insert(op);
 
   // Forwards: the probabilities must feed only the left side of P·V.
   Value probs = softmax->output;

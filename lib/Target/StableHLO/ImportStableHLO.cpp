@@ -1,0 +1,849 @@
+//===- ImportStableHLO.cpp - StableHLO to Kiln's TOSA graph ---------------===//
+//
+// The module's public `main` is converted op by op into a new function over
+// TOSA, written with the same helpers (GraphBuilder) as the ONNX importer so
+// that the fusion passes meet one form:
+//
+// - calls (JAX's `tril`, `_where` ...) are inlined first;
+// - ops whose operands are all constants are folded (iota, compare, select,
+//   broadcast ...: the causal masks JAX builds from `iota`);
+// - `broadcast_in_dim` is kept lazy: it becomes a reshape that inserts unit
+//   axes, and elementwise users broadcast it as TOSA does; a user that needs
+//   the full tensor (a matmul, a reshape) gets it tiled;
+// - `dot_general` becomes transposes into [batch, rows, contraction] and
+//   [batch, contraction, columns], a `tosa.matmul` and reshapes back; the
+//   operand whose contracted axes are innermost goes on the left (JAX writes
+//   P·V as `dot_general(V, P)`), the product then transposed;
+// - consecutive reshapes and transposes are composed, and
+//   `maximum(x, -inf)` (JAX's softmax guard) is `x`.
+//
+// Each op created keeps the location of the StableHLO op it comes from.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln/Target/StableHLO/ImportStableHLO.h"
+
+#include "GraphBuilder.h"
+#include "Lit.h"
+#include "Reader.h"
+
+#include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::kiln;
+using namespace mlir::kiln::graph;
+using namespace mlir::kiln::stablehlo_import;
+
+namespace {
+
+/// Constants up to this many elements are folded at import time.
+constexpr int64_t kFoldLimit = int64_t(1) << 22;
+
+using Perm = SmallVector<int64_t, 6>;
+
+Perm intsOf(Operation *op, StringRef name) {
+  auto attr = op->getAttrOfType<DenseI64ArrayAttr>(name);
+  return attr ? Perm(attr.asArrayRef()) : Perm();
+}
+
+StringRef opName(Operation *op) {
+  StringRef name = op->getName().getStringRef();
+  name.consume_front("stablehlo.");
+  return name;
+}
+
+/// `lit` broadcast to `shape` (numpy's rules).
+Lit expand(const Lit &lit, ArrayRef<int64_t> shape) {
+  Lit out = Lit::make(shape, lit.elementType);
+  std::vector<int64_t> from = broadcastIndices(lit.shape, shape);
+  for (int64_t k = 0, e = out.size(); k < e; ++k)
+    out.set(k, lit.getF(from[k]), lit.getI(from[k]));
+  return out;
+}
+
+class Importer : public GraphBuilder {
+public:
+  Importer(MLIRContext *ctx, StringRef fileName)
+      : GraphBuilder(ctx, fileName) {}
+
+  OwningOpRef<ModuleOp> run(ModuleOp input);
+
+private:
+  InFlightDiagnostic error() override {
+    InFlightDiagnostic diag = emitError(loc);
+    if (current)
+      diag << "'" << current->getName() << "': ";
+    return diag;
+  }
+
+  LogicalResult inlineCalls(func::FuncOp main, ModuleOp input);
+  LogicalResult convert(Operation *op);
+  LogicalResult convertOp(Operation *op, Value &result);
+  std::optional<Lit> fold(Operation *op, ArrayRef<Lit> operands);
+
+  /// The TOSA value of a StableHLO value: its shape, with unit axes where
+  /// a broadcast is still lazy.
+  Value lazy(Value v) { return values.lookup(v); }
+  /// The TOSA value with the StableHLO value's full shape.
+  Value full(Value v);
+  /// The constant behind `v`'s TOSA value, if any.
+  std::optional<Lit> constantOf(Value v);
+
+  Value composedReshape(Value value, ArrayRef<int64_t> shape);
+  Value composedTranspose(Value value, ArrayRef<int64_t> perm);
+  Value broadcastInDim(Value x, ArrayRef<int64_t> dims,
+                       RankedTensorType resultType);
+  Value dotGeneral(Operation *op);
+  Value reduce(Operation *op);
+  Value compare(Operation *op);
+  Value elementwise(Operation *op);
+
+  DenseMap<Value, Value> values;
+  Operation *current = nullptr;
+};
+
+//===----------------------------------------------------------------------===//
+// Values
+//===----------------------------------------------------------------------===//
+
+Value Importer::full(Value v) {
+  Value value = lazy(v);
+  auto want = cast<RankedTensorType>(v.getType());
+  auto have = rankedOf(value);
+  if (have.getShape() == want.getShape())
+    return value;
+  if (std::optional<Lit> lit = constantOf(v))
+    if (numElements(want.getShape()) <= kFoldLimit)
+      return constant(expand(*lit, want.getShape()).toAttr());
+  Shape multiples;
+  for (auto [h, w] : llvm::zip(have.getShape(), want.getShape()))
+    multiples.push_back(h == w ? 1 : w);
+  return tile(value, multiples);
+}
+
+std::optional<Lit> Importer::constantOf(Value v) {
+  Value value = lazy(v);
+  Operation *def = value ? value.getDefiningOp() : nullptr;
+  if (!def || def->getName().getStringRef() != "tosa.const")
+    return std::nullopt;
+  auto attr = def->getAttrOfType<DenseElementsAttr>("values");
+  if (!attr)
+    return std::nullopt;
+  return Lit::fromAttr(attr);
+}
+
+Value Importer::composedReshape(Value value, ArrayRef<int64_t> shape) {
+  while (Operation *def = value.getDefiningOp()) {
+    if (def->getName().getStringRef() != "tosa.reshape")
+      break;
+    value = def->getOperand(0);
+  }
+  return reshape(value, shape);
+}
+
+Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
+  Perm composed(perm.begin(), perm.end());
+  if (Operation *def = value.getDefiningOp())
+    if (auto inner = dyn_cast<tosa::TransposeOp>(def)) {
+      ArrayRef<int32_t> first = inner.getPerms();
+      for (int64_t &p : composed)
+        p = first[p];
+      value = inner.getInput1();
+    }
+  return transpose(value, composed);
+}
+
+//===----------------------------------------------------------------------===//
+// Folding
+//===----------------------------------------------------------------------===//
+
+std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands) {
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type.hasStaticShape() || type.getNumElements() > kFoldLimit)
+    return std::nullopt;
+  StringRef name = opName(op);
+  Type elemType = type.getElementType();
+  Lit out = Lit::make(type.getShape(), elemType);
+  int64_t n = out.size();
+  std::vector<std::vector<int64_t>> from;
+  auto elementwise = [&]() {
+    for (const Lit &lit : operands)
+      from.push_back(broadcastIndices(lit.shape, type.getShape()));
+  };
+  auto isFloat = [](const Lit &lit) { return lit.isFloat(); };
+
+  if (name == "iota") {
+    int64_t axis = op->getAttrOfType<IntegerAttr>("iota_dimension").getInt();
+    int64_t inner = 1;
+    for (int64_t d = axis + 1; d < type.getRank(); ++d)
+      inner *= type.getDimSize(d);
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t i = (k / inner) % type.getDimSize(axis);
+      out.set(k, (double)i, i);
+    }
+  } else if (name == "broadcast_in_dim") {
+    Perm dims = intsOf(op, "dims");
+    const Lit &x = operands[0];
+    Shape strides(x.shape.size(), 1);
+    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * x.shape[d + 1];
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t rest = k, index = 0;
+      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+        int64_t i = rest % type.getDimSize(d);
+        rest /= type.getDimSize(d);
+        for (auto [src, dst] : llvm::enumerate(dims))
+          if (dst == d && x.shape[src] != 1)
+            index += i * strides[src];
+      }
+      out.set(k, x.getF(index), x.getI(index));
+    }
+  } else if (name == "reshape" || name == "convert") {
+    if (name == "convert" && operands[0].isFloat() && !out.isFloat())
+      return std::nullopt; // float -> int rounding: left to the graph
+    for (int64_t k = 0; k < n; ++k)
+      out.set(k, operands[0].getF(k), operands[0].getI(k));
+  } else if (name == "transpose") {
+    Perm perm = intsOf(op, "dims");
+    const Lit &x = operands[0];
+    Shape strides(x.shape.size(), 1);
+    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
+      strides[d] = strides[d + 1] * x.shape[d + 1];
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t rest = k, index = 0;
+      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+        int64_t i = rest % type.getDimSize(d);
+        rest /= type.getDimSize(d);
+        index += i * strides[perm[d]];
+      }
+      out.set(k, x.getF(index), x.getI(index));
+    }
+  } else if (name == "slice") {
+    Perm starts = intsOf(op, "starts"), strides = intsOf(op, "strides");
+    const Lit &x = operands[0];
+    Shape inStrides(x.shape.size(), 1);
+    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
+      inStrides[d] = inStrides[d + 1] * x.shape[d + 1];
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t rest = k, index = 0;
+      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
+        int64_t i = rest % type.getDimSize(d);
+        rest /= type.getDimSize(d);
+        index += (starts[d] + i * strides[d]) * inStrides[d];
+      }
+      out.set(k, x.getF(index), x.getI(index));
+    }
+  } else if (name == "compare") {
+    elementwise();
+    StringRef dir = op->getAttrOfType<StringAttr>("direction").getValue();
+    bool floats = llvm::any_of(operands, isFloat);
+    for (int64_t k = 0; k < n; ++k) {
+      const Lit &a = operands[0], &b = operands[1];
+      int c;
+      if (floats) {
+        double x = a.getF(from[0][k]), y = b.getF(from[1][k]);
+        if (std::isnan(x) || std::isnan(y))
+          c = 2; // unordered
+        else
+          c = x < y ? -1 : x > y ? 1 : 0;
+      } else {
+        int64_t x = a.getI(from[0][k]), y = b.getI(from[1][k]);
+        c = x < y ? -1 : x > y ? 1 : 0;
+      }
+      bool r = dir == "EQ"   ? c == 0
+               : dir == "NE" ? c != 0
+               : dir == "LT" ? c == -1
+               : dir == "LE" ? (c == -1 || c == 0)
+               : dir == "GT" ? c == 1
+                             : (c == 1 || c == 0);
+      out.set(k, r, r);
+    }
+  } else if (name == "select") {
+    elementwise();
+    for (int64_t k = 0; k < n; ++k) {
+      const Lit &pick = operands[0].getI(from[0][k]) ? operands[1] : operands[2];
+      int64_t i = operands[0].getI(from[0][k]) ? from[1][k] : from[2][k];
+      out.set(k, pick.getF(i), pick.getI(i));
+    }
+  } else {
+    // Arithmetic, elementwise.
+    elementwise();
+    bool floats = out.isFloat();
+    for (int64_t k = 0; k < n; ++k) {
+      auto f = [&](int a) { return operands[a].getF(from[a][k]); };
+      auto i = [&](int a) { return operands[a].getI(from[a][k]); };
+      double fr = 0;
+      int64_t ir = 0;
+      if (name == "add") {
+        fr = f(0) + f(1);
+        ir = (int64_t)((uint64_t)i(0) + (uint64_t)i(1));
+      } else if (name == "subtract") {
+        fr = f(0) - f(1);
+        ir = (int64_t)((uint64_t)i(0) - (uint64_t)i(1));
+      } else if (name == "multiply") {
+        fr = f(0) * f(1);
+        ir = (int64_t)((uint64_t)i(0) * (uint64_t)i(1));
+      } else if (name == "divide") {
+        fr = f(0) / f(1);
+        if (!floats && (i(1) == 0 || (i(1) == -1 && i(0) == INT64_MIN)))
+          return std::nullopt;
+        ir = floats ? 0 : i(0) / i(1);
+      } else if (name == "maximum") {
+        fr = std::isnan(f(0)) || std::isnan(f(1)) ? NAN : std::max(f(0), f(1));
+        ir = std::max(i(0), i(1));
+      } else if (name == "minimum") {
+        fr = std::isnan(f(0)) || std::isnan(f(1)) ? NAN : std::min(f(0), f(1));
+        ir = std::min(i(0), i(1));
+      } else if (name == "and") {
+        ir = i(0) & i(1);
+      } else if (name == "or") {
+        ir = i(0) | i(1);
+      } else if (name == "xor") {
+        ir = i(0) ^ i(1);
+      } else if (name == "not") {
+        ir = elemType.isInteger(1) ? !i(0) : ~i(0);
+      } else if (name == "negate") {
+        fr = -f(0);
+        ir = (int64_t)(0 - (uint64_t)i(0));
+      } else if (name == "abs") {
+        fr = std::fabs(f(0));
+        ir = i(0) < 0 ? (int64_t)(0 - (uint64_t)i(0)) : i(0);
+      } else if (floats && name == "exponential") {
+        fr = std::exp(f(0));
+      } else if (floats && name == "log") {
+        fr = std::log(f(0));
+      } else if (floats && name == "sqrt") {
+        fr = std::sqrt(f(0));
+      } else if (floats && name == "rsqrt") {
+        fr = 1.0 / std::sqrt(f(0));
+      } else if (floats && name == "power") {
+        fr = std::pow(f(0), f(1));
+      } else if (floats && name == "tanh") {
+        fr = std::tanh(f(0));
+      } else if (floats && name == "floor") {
+        fr = std::floor(f(0));
+      } else if (floats && name == "ceil") {
+        fr = std::ceil(f(0));
+      } else {
+        return std::nullopt;
+      }
+      out.set(k, fr, ir);
+    }
+  }
+  out.normalize();
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+Value Importer::broadcastInDim(Value x, ArrayRef<int64_t> dims,
+                               RankedTensorType resultType) {
+  Value value = lazy(x);
+  // Operand axes in result order.
+  Perm order(dims.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](int64_t a, int64_t b) {
+    return dims[a] < dims[b];
+  });
+  value = composedTranspose(value, order);
+  auto have = rankedOf(value);
+  Shape shape(resultType.getRank(), 1);
+  for (auto [k, src] : llvm::enumerate(order))
+    shape[dims[src]] = have.getDimSize(k);
+  return composedReshape(value, shape);
+}
+
+Value Importer::dotGeneral(Operation *op) {
+  Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+  auto lt = cast<RankedTensorType>(lhs.getType());
+  auto rt = cast<RankedTensorType>(rhs.getType());
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  Perm lb = intsOf(op, "lhs_batch"), rb = intsOf(op, "rhs_batch");
+  Perm lc = intsOf(op, "lhs_contract"), rc = intsOf(op, "rhs_contract");
+  if (lb.size() != rb.size() || lc.size() != rc.size()) {
+    error() << "batch or contracting dimensions differ in number";
+    return {};
+  }
+  if (lt.getElementType() != rt.getElementType()) {
+    error() << "operands of different element types (" << lt.getElementType()
+            << ", " << rt.getElementType() << ")";
+    return {};
+  }
+  auto freeOf = [](int64_t rank, ArrayRef<int64_t> batch,
+                   ArrayRef<int64_t> contract) {
+    Perm free;
+    for (int64_t d = 0; d < rank; ++d)
+      if (!llvm::is_contained(batch, d) && !llvm::is_contained(contract, d))
+        free.push_back(d);
+    return free;
+  };
+  Perm lf = freeOf(lt.getRank(), lb, lc), rf = freeOf(rt.getRank(), rb, rc);
+  auto innermost = [](int64_t rank, ArrayRef<int64_t> contract) {
+    for (auto [k, d] : llvm::enumerate(contract))
+      if (d != rank - (int64_t)contract.size() + (int64_t)k)
+        return false;
+    return true;
+  };
+  // The operand that reads its contraction innermost is the matmul's left.
+  bool swap = !innermost(lt.getRank(), lc) && innermost(rt.getRank(), rc);
+  Value a = lhs, b = rhs;
+  Perm ab = lb, ac = lc, af = lf, bb = rb, bc = rc, bf = rf;
+  if (swap) {
+    std::swap(a, b);
+    std::swap(ab, bb);
+    std::swap(ac, bc);
+    std::swap(af, bf);
+  }
+  auto sizes = [](Value v, ArrayRef<int64_t> dims) {
+    auto t = cast<RankedTensorType>(v.getType());
+    Shape s;
+    for (int64_t d : dims)
+      s.push_back(t.getDimSize(d));
+    return s;
+  };
+  Shape batch = sizes(a, ab), rows = sizes(a, af), cols = sizes(b, bf),
+        inner = sizes(a, ac);
+  if (sizes(b, bb) != batch || sizes(b, bc) != inner) {
+    error() << "batch or contracting sizes differ";
+    return {};
+  }
+  Perm pa(ab), pb(bb);
+  pa.append(af);
+  pa.append(ac);
+  pb.append(bc);
+  pb.append(bf);
+  int64_t nb = product(batch), m = product(rows), k = product(inner),
+          n = product(cols);
+  Value a3 = composedReshape(composedTranspose(full(a), pa), {nb, m, k});
+  Value b3 = composedReshape(composedTranspose(full(b), pb), {nb, k, n});
+  if (!a3 || !b3)
+    return {};
+  Type elemType = lt.getElementType();
+  Value zp = zeroPoint(elemType);
+  Value mm = create1("tosa.matmul", {a3, b3, zp, zp},
+                     RankedTensorType::get({nb, m, n}, elemType));
+  Shape shape(batch);
+  shape.append(rows);
+  shape.append(cols);
+  Value result = reshape(mm, shape);
+  if (swap) {
+    // [batch, rhs free, lhs free] -> [batch, lhs free, rhs free].
+    int64_t nbatch = batch.size(), ncols = cols.size(), nrows = rows.size();
+    Perm perm;
+    for (int64_t d = 0; d < nbatch; ++d)
+      perm.push_back(d);
+    for (int64_t d = 0; d < ncols; ++d)
+      perm.push_back(nbatch + nrows + d);
+    for (int64_t d = 0; d < nrows; ++d)
+      perm.push_back(nbatch + d);
+    result = composedTranspose(result, perm);
+  }
+  return castTo(result, resultType.getElementType());
+}
+
+Value Importer::reduce(Operation *op) {
+  if (op->getNumOperands() != 2) {
+    error() << "a reduction of several tensors at once is not supported";
+    return {};
+  }
+  StringRef reducer;
+  if (auto applies = op->getAttrOfType<StringAttr>("applies")) {
+    reducer = applies.getValue();
+  } else {
+    Block &body = op->getRegion(0).front();
+    Operation *first = &body.front();
+    if (body.getOperations().size() != 2 || first->getNumOperands() != 2 ||
+        first->getOperand(0) != body.getArgument(0) ||
+        first->getOperand(1) != body.getArgument(1)) {
+      error() << "the reducer is not one op of its two arguments";
+      return {};
+    }
+    reducer = first->getName().getStringRef();
+  }
+  reducer.consume_front("stablehlo.");
+  StringRef tosaName;
+  double identity;
+  if (reducer == "add")
+    tosaName = "tosa.reduce_sum", identity = 0;
+  else if (reducer == "maximum")
+    tosaName = "tosa.reduce_max", identity = -INFINITY;
+  else if (reducer == "minimum")
+    tosaName = "tosa.reduce_min", identity = INFINITY;
+  else if (reducer == "multiply")
+    tosaName = "tosa.reduce_product", identity = 1;
+  else {
+    error() << "reduction by '" << reducer << "' is not supported";
+    return {};
+  }
+  Value x = full(op->getOperand(0));
+  Perm dims = intsOf(op, "dims");
+  llvm::sort(dims);
+  for (int64_t d : llvm::reverse(dims))
+    x = GraphBuilder::reduce(tosaName, x, d);
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  Value result = reshape(x, resultType.getShape());
+  std::optional<Lit> init = constantOf(op->getOperand(1));
+  // An init that is the reduction's identity changes nothing; another is
+  // combined with the result.
+  bool isIdentity = init && init->size() == 1 &&
+                    (init->isFloat() ? init->getF(0) == identity
+                                     : std::isfinite(identity) &&
+                                           init->getI(0) == (int64_t)identity);
+  if (isIdentity)
+    return result;
+  StringRef combine = reducer == "add"       ? "tosa.add"
+                      : reducer == "maximum" ? "tosa.maximum"
+                      : reducer == "minimum" ? "tosa.minimum"
+                                             : "tosa.mul";
+  return GraphBuilder::elementwise(combine, {result, lazy(op->getOperand(1))},
+                                   resultType.getElementType());
+}
+
+Value Importer::compare(Operation *op) {
+  StringRef dir = op->getAttrOfType<StringAttr>("direction").getValue();
+  if (auto type = op->getAttrOfType<StringAttr>("compare_type"))
+    if (type.getValue() == "TOTALORDER") {
+      error() << "TOTALORDER comparisons are not supported";
+      return {};
+    }
+  Value a = lazy(op->getOperand(0)), b = lazy(op->getOperand(1));
+  Type i1 = builder.getI1Type();
+  if (dir == "LT" || dir == "LE")
+    std::swap(a, b);
+  StringRef name = dir == "EQ" || dir == "NE"   ? "tosa.equal"
+                   : dir == "GE" || dir == "LE" ? "tosa.greater_equal"
+                                                : "tosa.greater";
+  Value result = GraphBuilder::elementwise(name, {a, b}, i1);
+  if (result && dir == "NE")
+    result = unary("tosa.logical_not", result);
+  return result;
+}
+
+Value Importer::elementwise(Operation *op) {
+  StringRef name = opName(op);
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  Type elemType = resultType.getElementType();
+  bool isFloat = isa<FloatType>(elemType), isBool = elemType.isInteger(1);
+  SmallVector<Value> xs;
+  for (Value v : op->getOperands())
+    xs.push_back(lazy(v));
+  static const std::pair<StringRef, StringRef> binary[] = {
+      {"add", "tosa.add"},         {"subtract", "tosa.sub"},
+      {"maximum", "tosa.maximum"}, {"minimum", "tosa.minimum"},
+      {"power", "tosa.pow"},
+  };
+  for (auto [hlo, tosa] : binary)
+    if (name == hlo)
+      return GraphBuilder::elementwise(tosa, xs, elemType);
+  if (name == "multiply")
+    return GraphBuilder::elementwise("tosa.mul", xs, elemType);
+  if (name == "divide") {
+    if (isFloat)
+      return GraphBuilder::elementwise(
+          "tosa.mul", {xs[0], unary("tosa.reciprocal", xs[1])}, elemType);
+    return GraphBuilder::elementwise("tosa.intdiv", xs, elemType);
+  }
+  if (name == "and" || name == "or" || name == "xor") {
+    std::string tosa = (Twine(isBool ? "tosa.logical_" : "tosa.bitwise_") +
+                        name)
+                           .str();
+    return GraphBuilder::elementwise(tosa, xs, elemType);
+  }
+  if (name == "not")
+    return unary(isBool ? "tosa.logical_not" : "tosa.bitwise_not", xs[0]);
+  if (name == "select")
+    return GraphBuilder::elementwise("tosa.select", xs, elemType);
+  if (name == "clamp") {
+    // clamp(lo, x, hi) = min(max(x, lo), hi)
+    Value low = GraphBuilder::elementwise("tosa.maximum", {xs[1], xs[0]},
+                                          elemType);
+    return low ? GraphBuilder::elementwise("tosa.minimum", {low, xs[2]},
+                                           elemType)
+               : Value();
+  }
+  if (name == "convert")
+    return castTo(xs[0], elemType);
+  if (name == "negate") {
+    Value zp = zeroPoint(elemType);
+    return create1("tosa.negate", {xs[0], zp, zp}, xs[0].getType());
+  }
+  if (name == "sqrt" && isFloat)
+    return unary("tosa.reciprocal", unary("tosa.rsqrt", xs[0]));
+  static const std::pair<StringRef, StringRef> unaryOps[] = {
+      {"exponential", "tosa.exp"}, {"log", "tosa.log"},
+      {"rsqrt", "tosa.rsqrt"},     {"tanh", "tosa.tanh"},
+      {"logistic", "tosa.sigmoid"}, {"abs", "tosa.abs"},
+      {"floor", "tosa.floor"},     {"ceil", "tosa.ceil"},
+      {"sine", "tosa.sin"},        {"cosine", "tosa.cos"},
+  };
+  for (auto [hlo, tosa] : unaryOps)
+    if (name == hlo && (isFloat || name == "abs"))
+      return unary(tosa, xs[0]);
+  error() << "not supported";
+  return {};
+}
+
+LogicalResult Importer::convertOp(Operation *op, Value &result) {
+  StringRef name = opName(op);
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  if (name == "constant") {
+    auto attr = dyn_cast<DenseElementsAttr>(op->getAttr("value"));
+    if (!attr)
+      return error() << "the constant is not a dense tensor";
+    result = constant(attr);
+    return success();
+  }
+  if (name == "iota") {
+    result = {};
+    return error() << "an iota of more than " << kFoldLimit
+                   << " elements is not supported";
+  }
+  if (name == "broadcast_in_dim") {
+    result = broadcastInDim(op->getOperand(0), intsOf(op, "dims"), resultType);
+  } else if (name == "reshape") {
+    result = composedReshape(full(op->getOperand(0)), resultType.getShape());
+  } else if (name == "transpose") {
+    result = composedTranspose(lazy(op->getOperand(0)), intsOf(op, "dims"));
+  } else if (name == "dot_general" || name == "dot") {
+    result = dotGeneral(op);
+  } else if (name == "reduce") {
+    result = reduce(op);
+  } else if (name == "compare") {
+    result = compare(op);
+  } else if (name == "slice") {
+    Perm starts = intsOf(op, "starts"), strides = intsOf(op, "strides");
+    if (llvm::any_of(strides, [](int64_t s) { return s != 1; }))
+      return error() << "a strided slice is not supported";
+    result = slice(full(op->getOperand(0)), starts, resultType.getShape());
+  } else if (name == "concatenate") {
+    SmallVector<Value> parts;
+    for (Value v : op->getOperands())
+      parts.push_back(full(v));
+    result = create1("tosa.concat", parts, resultType,
+                     {builder.getNamedAttr(
+                         "axis", builder.getI32IntegerAttr(
+                                     intsOf(op, "dims").front()))});
+  } else if (name == "maximum" && op->getNumOperands() == 2) {
+    // max(x, -inf) is x, NaN included: JAX's softmax writes it.
+    for (int k = 0; k < 2; ++k) {
+      std::optional<Lit> c = constantOf(op->getOperand(k));
+      Value other = op->getOperand(1 - k);
+      if (c && c->isFloat() && c->size() == 1 && c->getF(0) == -INFINITY &&
+          other.getType() == resultType) {
+        result = lazy(other);
+        return success();
+      }
+    }
+    result = elementwise(op);
+  } else {
+    result = elementwise(op);
+  }
+  return success(result != nullptr);
+}
+
+LogicalResult Importer::convert(Operation *op) {
+  current = op;
+  loc = op->getLoc();
+  if (op->getNumResults() != 1)
+    return error() << "ops with " << op->getNumResults()
+                   << " results are not supported";
+  auto resultType = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!resultType || !resultType.hasStaticShape())
+    return error() << "dynamic shapes are not supported";
+  for (Value v : op->getOperands())
+    if (!lazy(v))
+      return error() << "an operand was not imported";
+
+  // Operands that are all constants (at their full shapes) fold.
+  SmallVector<Lit> lits;
+  for (Value v : op->getOperands()) {
+    std::optional<Lit> lit = constantOf(v);
+    auto type = cast<RankedTensorType>(v.getType());
+    if (!lit || type.getNumElements() > kFoldLimit)
+      break;
+    lits.push_back(lit->shape == type.getShape() ? std::move(*lit)
+                                                 : expand(*lit, type.getShape()));
+  }
+  // A broadcast stays lazy (a reshape of the constant), so that splats and
+  // masks reach the fusion in their own shapes.
+  StringRef name = opName(op);
+  if (lits.size() == op->getNumOperands() && name != "constant" &&
+      name != "broadcast_in_dim" && name != "reduce" &&
+      name != "dot_general" && name != "dot")
+    if (std::optional<Lit> folded = fold(op, lits)) {
+      values[op->getResult(0)] = constant(folded->toAttr());
+      return success();
+    }
+
+  Value result;
+  if (failed(convertOp(op, result)))
+    return failure();
+  values[op->getResult(0)] = result;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Module
+//===----------------------------------------------------------------------===//
+
+LogicalResult Importer::inlineCalls(func::FuncOp main, ModuleOp input) {
+  // Calls are inlined until none is left; a call chain deeper than this is
+  // taken for recursion.
+  for (int round = 0; round < 64; ++round) {
+    SmallVector<func::CallOp> calls;
+    main.walk([&](func::CallOp call) { calls.push_back(call); });
+    if (calls.empty())
+      return success();
+    for (func::CallOp call : calls) {
+      auto callee = input.lookupSymbol<func::FuncOp>(call.getCallee());
+      if (!callee || callee.isExternal())
+        return emitError(call.getLoc())
+               << "call to '" << call.getCallee()
+               << "', which the module does not define";
+      Block &body = callee.getBody().front();
+      IRMapping mapping;
+      for (auto [arg, operand] :
+           llvm::zip(body.getArguments(), call.getOperands()))
+        mapping.map(arg, operand);
+      OpBuilder b(call);
+      for (Operation &op : body.without_terminator())
+        b.clone(op, mapping);
+      Operation *ret = body.getTerminator();
+      for (auto [result, value] :
+           llvm::zip(call.getResults(), ret->getOperands()))
+        result.replaceAllUsesWith(mapping.lookupOrDefault(value));
+      call.erase();
+    }
+  }
+  return emitError(main.getLoc()) << "calls nested more than 64 deep";
+}
+
+OwningOpRef<ModuleOp> Importer::run(ModuleOp input) {
+  auto source = input.lookupSymbol<func::FuncOp>("main");
+  if (!source || source.isExternal() || source.isPrivate()) {
+    emitError(input.getLoc()) << "the StableHLO module has no public 'main'";
+    return nullptr;
+  }
+  // Work on a copy: the input module keeps its calls.
+  OwningOpRef<func::FuncOp> main(source.clone());
+  if (failed(inlineCalls(*main, input)))
+    return nullptr;
+  Block &body = main->getBody().front();
+  for (Operation &op : body.without_terminator())
+    if (op.getNumRegions() && !op.getName().getStringRef().starts_with(
+                                  "stablehlo.reduce")) {
+      emitError(op.getLoc()) << "'" << op.getName()
+                             << "' (control flow) is not supported";
+      return nullptr;
+    }
+
+  OwningOpRef<ModuleOp> module(ModuleOp::create(input.getLoc()));
+  builder.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(builder, source.getLoc(), "main",
+                                   source.getFunctionType());
+  Block *entry = func.addEntryBlock();
+  builder.setInsertionPointToEnd(entry);
+  for (auto [k, arg] : llvm::enumerate(body.getArguments())) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (!type || !type.hasStaticShape()) {
+      emitError(arg.getLoc()) << "argument " << k
+                              << " has a dynamic shape, which is not supported";
+      return nullptr;
+    }
+    values[arg] = entry->getArgument(k);
+    std::string name = "arg" + std::to_string(k);
+    if (auto named = dyn_cast<NameLoc>(arg.getLoc()))
+      name = named.getName().str();
+    func.setArgAttr(k, "onnx.name", builder.getStringAttr(name));
+  }
+  for (Operation &op : body.without_terminator())
+    if (failed(convert(&op)))
+      return nullptr;
+  Operation *ret = body.getTerminator();
+  loc = ret->getLoc();
+  current = nullptr;
+  SmallVector<Value> results;
+  for (Value v : ret->getOperands())
+    results.push_back(full(v));
+  func::ReturnOp::create(builder, loc, results);
+
+  // Ops left without users (the inner transposes of a composed pair, ...).
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(*entry)))
+      if (op.use_empty() && isMemoryEffectFree(&op) &&
+          !op.hasTrait<OpTrait::IsTerminator>()) {
+        op.erase();
+        changed = true;
+      }
+  }
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+} // namespace
+
+void mlir::kiln::loadStableHLOReader(MLIRContext *ctx) {
+  ctx->getOrLoadDialect<ReaderDialect>();
+}
+
+bool mlir::kiln::containsStableHLO(ModuleOp module) {
+  bool found = false;
+  module.walk([&](Operation *op) {
+    if (isa_and_nonnull<ReaderDialect>(op->getDialect())) {
+      found = true;
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+OwningOpRef<ModuleOp> mlir::kiln::importStableHLO(ModuleOp input) {
+  MLIRContext *ctx = input.getContext();
+  ctx->loadDialect<func::FuncDialect, tosa::TosaDialect, kiln::KilnDialect>();
+  StringRef fileName = "<stablehlo>";
+  if (auto file = dyn_cast<FileLineColLoc>(input.getLoc()))
+    fileName = file.getFilename();
+  Importer importer(ctx, fileName);
+  return importer.run(input);
+}
+
+void mlir::kiln::registerStableHLOImportTranslation() {
+  static TranslateToMLIRRegistration registration(
+      "import-stablehlo",
+      "import a StableHLO module (JAX's printed text) as TOSA",
+      [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
+         MLIRContext *ctx) -> OwningOpRef<Operation *> {
+        loadStableHLOReader(ctx);
+        OwningOpRef<ModuleOp> input =
+            parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(ctx));
+        if (!input)
+          return nullptr;
+        return OwningOpRef<Operation *>(importStableHLO(*input).release());
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<func::FuncDialect, tosa::TosaDialect,
+                        kiln::KilnDialect>();
+      });
+}

@@ -1,0 +1,27 @@
+//===- Reader.h - The dialect that parses StableHLO's text ------*- C++ -*-===//
+//
+// See Reader.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef KILN_LIB_TARGET_STABLEHLO_READER_H
+#define KILN_LIB_TARGET_STABLEHLO_READER_H
+
+#include "mlir/IR/ExtensibleDialect.h"
+
+namespace mlir::kiln::stablehlo_import {
+
+/// `stablehlo.*` ops, parsed from their pretty form into generic ops.
+class ReaderDialect : public ExtensibleDialect {
+public:
+  explicit ReaderDialect(MLIRContext *ctx);
+  static constexpr StringLiteral getDialectNamespace() {
+    return StringLiteral("stablehlo");
+  }
+};
+
+} // namespace mlir::kiln::stablehlo_import
+
+MLIR_DECLARE_EXPLICIT_TYPE_ID(mlir::kiln::stablehlo_import::ReaderDialect)
+
+#endif // KILN_LIB_TARGET_STABLEHLO_READER_H
