@@ -166,6 +166,18 @@ Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
         p = first[p];
       value = inner.getInput1();
     }
+  // A transpose that moves only unit axes keeps every element in place: a
+  // reshape (JAX's vmap moves a group axis of size 1 about).
+  auto type = rankedOf(value);
+  Shape shape;
+  Perm nonUnit;
+  for (int64_t p : composed) {
+    shape.push_back(type.getDimSize(p));
+    if (type.getDimSize(p) != 1)
+      nonUnit.push_back(p);
+  }
+  if (llvm::is_sorted(nonUnit))
+    return composedReshape(value, shape);
   return transpose(value, composed);
 }
 
@@ -396,16 +408,60 @@ Value Importer::dotGeneral(Operation *op) {
     return free;
   };
   Perm lf = freeOf(lt.getRank(), lb, lc), rf = freeOf(rt.getRank(), rb, rc);
-  auto innermost = [](int64_t rank, ArrayRef<int64_t> contract) {
-    for (auto [k, d] : llvm::enumerate(contract))
-      if (d != rank - (int64_t)contract.size() + (int64_t)k)
-        return false;
-    return true;
+  int64_t nbatch = lb.size(), nlf = lf.size(), nrf = rf.size();
+
+  // Where the result's axes end up: through the one transpose that uses it,
+  // if that is its only user. `final[k]` is the result axis that becomes
+  // axis k.
+  Perm final(resultType.getRank());
+  std::iota(final.begin(), final.end(), 0);
+  if (op->getResult(0).hasOneUse() && opName(*op->user_begin()) == "transpose")
+    final = intsOf(*op->user_begin(), "dims");
+  // The product is written so that the axis which ends up innermost is its
+  // column: attention's P·V comes out with P on the left wherever JAX wrote
+  // `dot_general(V, P)`, and QKᵀ with Q on the left where it wrote K first.
+  int64_t last = final.empty() ? -1 : final.back();
+  bool swap = nlf > 0 && last >= nbatch && last < nbatch + nlf;
+  // Free axes in the order they end up in, so that the transpose after the
+  // product composes away.
+  auto finalOrder = [&](Perm freeDims, int64_t firstResultAxis) {
+    Perm order(freeDims.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto position = [&](int64_t k) {
+      return llvm::find(final, firstResultAxis + k) - final.begin();
+    };
+    llvm::stable_sort(order, [&](int64_t x, int64_t y) {
+      return position(x) < position(y);
+    });
+    Perm sorted;
+    for (int64_t k : order)
+      sorted.push_back(freeDims[k]);
+    return std::make_pair(sorted, order);
   };
-  // The operand that reads its contraction innermost is the matmul's left.
-  bool swap = !innermost(lt.getRank(), lc) && innermost(rt.getRank(), rc);
+  auto [lfSorted, lfOrder] = finalOrder(lf, nbatch);
+  auto [rfSorted, rfOrder] = finalOrder(rf, nbatch + nlf);
+  // The left operand keeps its own order of free axes where it is laid out
+  // [batch, free, contracted] already (P, straight from the softmax): its
+  // rows are then read without a transpose.
+  auto inPlace = [](ArrayRef<int64_t> batchDims, ArrayRef<int64_t> freeDims,
+                    ArrayRef<int64_t> contractDims) {
+    Perm all(batchDims);
+    all.append(freeDims.begin(), freeDims.end());
+    all.append(contractDims.begin(), contractDims.end());
+    return llvm::equal(all, llvm::seq<int64_t>(0, all.size()));
+  };
+  auto natural = [](ArrayRef<int64_t> freeDims) {
+    Perm order(freeDims.size());
+    std::iota(order.begin(), order.end(), 0);
+    return std::make_pair(Perm(freeDims), order);
+  };
+  if (!swap && inPlace(lb, lf, lc))
+    std::tie(lfSorted, lfOrder) = natural(lf);
+  if (swap && inPlace(rb, rf, rc))
+    std::tie(rfSorted, rfOrder) = natural(rf);
+
   Value a = lhs, b = rhs;
-  Perm ab = lb, ac = lc, af = lf, bb = rb, bc = rc, bf = rf;
+  Perm ab = lb, ac = lc, af = lfSorted, bb = rb, bc = rc, bf = rfSorted;
   if (swap) {
     std::swap(a, b);
     std::swap(ab, bb);
@@ -430,32 +486,66 @@ Value Importer::dotGeneral(Operation *op) {
   pa.append(ac);
   pb.append(bc);
   pb.append(bf);
-  int64_t nb = product(batch), m = product(rows), k = product(inner),
-          n = product(cols);
-  Value a3 = composedReshape(composedTranspose(full(a), pa), {nb, m, k});
-  Value b3 = composedReshape(composedTranspose(full(b), pb), {nb, k, n});
-  if (!a3 || !b3)
-    return {};
+  int64_t nb = product(batch), k = product(inner), n = product(cols);
   Type elemType = lt.getElementType();
   Value zp = zeroPoint(elemType);
+  Value a3, b3;
+  int64_t groups = 1;
+  if (nbatch > 0 && rows.size() == 2 && cols.size() == 1 && rows[0] > 1 &&
+      rows[1] > 1) {
+    // Rows of two axes over one shared right side (GQA written with a group
+    // axis: queries [.., G, S, D] over keys [.., S, D]): the outer row axis
+    // becomes a batch axis and the right side is repeated over it, the
+    // KV-head repeat the fusion reads as GQA.
+    groups = rows[0];
+    Shape repeated(batch);
+    repeated.push_back(1);
+    repeated.push_back(k);
+    repeated.push_back(n);
+    Shape multiples(repeated.size(), 1);
+    multiples[nbatch] = groups;
+    a3 = composedReshape(composedTranspose(full(a), pa),
+                         {nb * groups, rows[1], k});
+    Value b4 = composedReshape(composedTranspose(full(b), pb), repeated);
+    b3 = b4 ? reshape(tile(b4, multiples), {nb * groups, k, n}) : Value();
+  } else {
+    int64_t m = product(rows);
+    a3 = composedReshape(composedTranspose(full(a), pa), {nb, m, k});
+    b3 = composedReshape(composedTranspose(full(b), pb), {nb, k, n});
+  }
+  if (!a3 || !b3)
+    return {};
+  auto a3Type = rankedOf(a3);
   Value mm = create1("tosa.matmul", {a3, b3, zp, zp},
-                     RankedTensorType::get({nb, m, n}, elemType));
+                     RankedTensorType::get({a3Type.getDimSize(0),
+                                            a3Type.getDimSize(1), n},
+                                           elemType));
   Shape shape(batch);
   shape.append(rows);
   shape.append(cols);
   Value result = reshape(mm, shape);
+  // [batch, a's free (sorted), b's free (sorted)] back to dot_general's
+  // [batch, lhs free, rhs free].
+  Perm perm;
+  for (int64_t d = 0; d < nbatch; ++d)
+    perm.push_back(d);
+  int64_t na = swap ? nrf : nlf;
+  auto place = [&](ArrayRef<int64_t> order, int64_t offset) {
+    // Sorted position of each original free axis.
+    Perm inverse(order.size());
+    for (auto [pos, original] : llvm::enumerate(order))
+      inverse[original] = pos;
+    for (int64_t original = 0; original < (int64_t)order.size(); ++original)
+      perm.push_back(offset + inverse[original]);
+  };
   if (swap) {
-    // [batch, rhs free, lhs free] -> [batch, lhs free, rhs free].
-    int64_t nbatch = batch.size(), ncols = cols.size(), nrows = rows.size();
-    Perm perm;
-    for (int64_t d = 0; d < nbatch; ++d)
-      perm.push_back(d);
-    for (int64_t d = 0; d < ncols; ++d)
-      perm.push_back(nbatch + nrows + d);
-    for (int64_t d = 0; d < nrows; ++d)
-      perm.push_back(nbatch + d);
-    result = composedTranspose(result, perm);
+    place(lfOrder, nbatch + na);
+    place(rfOrder, nbatch);
+  } else {
+    place(lfOrder, nbatch);
+    place(rfOrder, nbatch + na);
   }
+  result = composedTranspose(result, perm);
   return castTo(result, resultType.getElementType());
 }
 

@@ -20,10 +20,12 @@
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
@@ -2042,6 +2044,168 @@ bool unpackRowPackedAttention(tosa::ReduceMaxOp maxOp,
   return true;
 }
 
+/// GQA written with a group axis: scores of rank 5, `[B, Hkv, G, Sq, Sk]`,
+/// from a product whose batch holds the groups (`[B·Hkv·G, Sq, Sk]`, K and V
+/// repeated over G). The softmax and everything between the split of the
+/// product and the merge before P·V are rewritten at rank 4,
+/// `[B, Hkv·G, Sq, Sk]`: merging two adjacent axes is a reshape that keeps
+/// every element where it is, so each op computes the same numbers; terms of
+/// rank 5 that broadcast over only one of the two axes are tiled over it
+/// first. Returns whether it rewrote anything.
+bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
+  auto scoresType = getRankedType(maxOp.getInput());
+  if (!scoresType || scoresType.getRank() != 5 || maxOp.getAxis() != 4)
+    return false;
+  int64_t heads = scoresType.getDimSize(1), groups = scoresType.getDimSize(2);
+  if (ShapedType::isDynamic(heads) || ShapedType::isDynamic(groups))
+    return false;
+  auto rank5 = [](Value v) {
+    auto t = getRankedType(v);
+    return t && t.getRank() == 5;
+  };
+  auto lowRank = [](Value v) {
+    auto t = getRankedType(v);
+    return t && t.getRank() < 5;
+  };
+  static const llvm::StringSet<> elementwise = {
+      "tosa.add",        "tosa.sub",         "tosa.mul",
+      "tosa.select",     "tosa.cast",        "tosa.exp",
+      "tosa.reciprocal", "tosa.tanh",        "tosa.maximum",
+      "tosa.minimum",    "tosa.negate",      "tosa.logical_not",
+      "tosa.logical_and", "tosa.logical_or", "tosa.equal",
+      "tosa.greater",    "tosa.greater_equal", "tosa.abs"};
+  llvm::SetVector<Operation *> region, starts, ends;
+  SmallVector<Operation *> worklist = {maxOp};
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    if (region.contains(op) || starts.contains(op) || ends.contains(op))
+      continue;
+    if (op->getBlock() != maxOp->getBlock())
+      return false;
+    auto reshape = dyn_cast<tosa::ReshapeOp>(op);
+    if (reshape && lowRank(reshape.getInput1()) && rank5(reshape.getOutput())) {
+      starts.insert(op);
+    } else if (reshape && rank5(reshape.getInput1()) &&
+               lowRank(reshape.getOutput())) {
+      ends.insert(op);
+      if (Operation *def = reshape.getInput1().getDefiningOp())
+        worklist.push_back(def);
+      continue;
+    } else if (isa<tosa::ReduceMaxOp, tosa::ReduceSumOp>(op)) {
+      if (op->getAttrOfType<IntegerAttr>("axis").getInt() != 4)
+        return false;
+      region.insert(op);
+    } else if (elementwise.contains(op->getName().getStringRef()) &&
+               rank5(op->getResult(0))) {
+      region.insert(op);
+    } else {
+      return false;
+    }
+    // Rank-5 results flow only into the region or its ends.
+    for (Operation *user : op->getResult(0).getUsers())
+      worklist.push_back(user);
+    if (starts.contains(op))
+      continue;
+    for (Value operand : op->getOperands())
+      if (rank5(operand))
+        if (Operation *def = operand.getDefiningOp())
+          if (!isa<tosa::ConstOp>(def))
+            worklist.push_back(def);
+  }
+  if (starts.empty() || ends.empty())
+    return false;
+  // Every value of the region merges: (1, 1) or (Hkv, G) on the two axes.
+  auto mergeable = [&](Value v) {
+    auto t = getRankedType(v);
+    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
+    return (b == 1 && c == 1) || (b == heads && c == groups);
+  };
+  for (Operation *op : llvm::concat<Operation *const>(region, starts))
+    if (!mergeable(op->getResult(0)))
+      return false;
+
+  auto merged = [&](RankedTensorType t) {
+    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
+    return t.clone({t.getDimSize(0), b * c, t.getDimSize(3), t.getDimSize(4)});
+  };
+  IRMapping mapping;
+  // A term from outside the region, at rank 4.
+  auto term = [&](Value v, Location loc) -> Value {
+    auto t = getRankedType(v);
+    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
+    if (!((b == 1 && c == 1) || (b == heads && c == groups))) {
+      auto multiplesAttr = DenseIntElementsAttr::get(
+          RankedTensorType::get({5}, rewriter.getIndexType()),
+          ArrayRef<int64_t>{1, b == 1 ? heads : 1, c == 1 ? groups : 1, 1, 1});
+      Value multiples = tosa::ConstShapeOp::create(
+          rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 5),
+          multiplesAttr);
+      v = tosa::TileOp::create(
+          rewriter, loc,
+          t.clone({t.getDimSize(0), heads, groups, t.getDimSize(3),
+                   t.getDimSize(4)}),
+          v, multiples);
+      t = getRankedType(v);
+    }
+    RankedTensorType target = merged(t);
+    // A constant is reshaped in place, so that a splat stays a constant.
+    if (auto constant = v.getDefiningOp<tosa::ConstOp>())
+      if (auto values = dyn_cast<DenseElementsAttr>(constant.getValues()))
+        if (target.hasStaticShape())
+          return tosa::ConstOp::create(rewriter, loc, target,
+                                       values.reshape(target));
+    return createReshape(rewriter, loc, v, target.getShape());
+  };
+  SmallVector<Operation *> ordered(region.begin(), region.end());
+  ordered.append(starts.begin(), starts.end());
+  llvm::sort(ordered, [](Operation *x, Operation *y) {
+    return x->isBeforeInBlock(y);
+  });
+  for (Operation *op : ordered) {
+    rewriter.setInsertionPoint(op);
+    auto type = getRankedType(op->getResult(0));
+    if (starts.contains(op)) {
+      mapping.map(op->getResult(0),
+                  createReshape(rewriter, op->getLoc(), op->getOperand(0),
+                                merged(type).getShape()));
+      continue;
+    }
+    OperationState state(op->getLoc(), op->getName());
+    for (Value operand : op->getOperands()) {
+      if (Value mappedValue = mapping.lookupOrNull(operand))
+        state.addOperands(mappedValue);
+      else if (rank5(operand))
+        state.addOperands(term(operand, op->getLoc()));
+      else
+        state.addOperands(operand);
+    }
+    NamedAttrList attrs(op->getAttrs());
+    if (isa<tosa::ReduceMaxOp, tosa::ReduceSumOp>(op))
+      attrs.set("axis", rewriter.getI32IntegerAttr(3));
+    state.addAttributes(attrs);
+    state.addTypes(merged(type));
+    mapping.map(op->getResult(0), rewriter.create(state)->getResult(0));
+  }
+  for (Operation *end : ends)
+    rewriter.modifyOpInPlace(end, [&] {
+      end->setOperand(0, mapping.lookup(end->getOperand(0)));
+    });
+  for (Operation *op : llvm::reverse(ordered))
+    rewriter.eraseOp(op);
+  return true;
+}
+
+/// Applies mergeGroupAxes to every softmax over rank-5 scores.
+struct MergeGroupAxes : public OpRewritePattern<tosa::ReduceMaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
+                                PatternRewriter &rewriter) const override {
+    if (!looksLikeSoftmax(maxOp))
+      return failure();
+    return success(mergeGroupAxes(maxOp, rewriter));
+  }
+};
+
 /// Applies unpackRowPackedAttention to every softmax of a region.
 struct UnpackRowPackedAttention : public OpRewritePattern<tosa::ReduceMaxOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -2142,4 +2306,5 @@ void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
                                                bool paddedRowsFree) {
   patterns.add<FuseAttentionPattern>(patterns.getContext(), paddedRowsFree);
   patterns.add<UnpackRowPackedAttention>(patterns.getContext());
+  patterns.add<MergeGroupAxes>(patterns.getContext());
 }
