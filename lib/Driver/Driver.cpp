@@ -364,7 +364,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
       }
       report.unfused.push_back(
           {names.empty() ? std::string() : names.front(), text.str(),
-           stoppedAt});
+           stoppedAt, sourceLines(diag.getLocation())});
       return success();
     });
     FusionPipelineOptions fusionOptions;

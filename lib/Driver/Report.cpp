@@ -278,6 +278,10 @@ llvm::json::Object describeSite(AttentionOp op) {
     nodes.push_back(name);
   llvm::json::Object site = siteAttributesToJSON(op);
   site["nodes"] = std::move(nodes);
+  llvm::json::Array source;
+  for (const std::string &line : sourceLines(op.getLoc()))
+    source.push_back(line);
+  site["source"] = std::move(source);
   llvm::json::Array maskShape;
   if (Value mask = op.getMask())
     for (int64_t size : cast<ShapedType>(mask.getType()).getShape())
@@ -380,6 +384,7 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
     unfusedArray.push_back(llvm::json::Object{
         {"node", entry.node},
         {"reason", entry.reason},
+        {"source", llvm::json::Array(entry.source)},
         {"stopped_at", entry.stoppedAt.empty()
                            ? llvm::json::Value(nullptr)
                            : llvm::json::Value(entry.stoppedAt)}});
@@ -463,6 +468,7 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
     os << "  " << (entry.node.empty() ? "<unnamed>" : entry.node) << ": "
        << entry.reason
        << (entry.stoppedAt.empty() ? "" : " (at " + entry.stoppedAt + ")")
+       << (entry.source.empty() ? "" : " [" + entry.source.front() + "]")
        << "\n";
   if (!opaque.empty()) {
     os << llvm::formatv("Nodes kept opaque by the importer: {0}\n",

@@ -26,6 +26,9 @@ struct UnfusedSoftmax {
   /// The node whose op stopped the match (empty: the softmax's own, or
   /// unknown).
   std::string stoppedAt;
+  /// The softmax's source lines, where the input records them (StableHLO
+  /// from JAX).
+  std::vector<std::string> source = {};
 };
 
 /// A node the importer kept as an opaque op.

@@ -389,6 +389,33 @@ std::vector<std::string> mlir::kiln::nodeNames(Location loc) {
   return std::vector<std::string>(names.begin(), names.end());
 }
 
+/// Adds the file:line entries of `loc` to `lines`; of a call site only the
+/// callee's (the line that wrote the op, not the lines that called it).
+static void collectSourceLines(Location loc, std::vector<std::string> &lines,
+                               llvm::StringSet<> &seen) {
+  if (auto fused = dyn_cast<FusedLoc>(loc)) {
+    for (Location inner : fused.getLocations())
+      collectSourceLines(inner, lines, seen);
+  } else if (auto named = dyn_cast<NameLoc>(loc)) {
+    collectSourceLines(named.getChildLoc(), lines, seen);
+  } else if (auto call = dyn_cast<CallSiteLoc>(loc)) {
+    collectSourceLines(call.getCallee(), lines, seen);
+  } else if (auto file = dyn_cast<FileLineColRange>(loc)) {
+    std::string line =
+        (file.getFilename().getValue() + ":" + Twine(file.getStartLine()))
+            .str();
+    if (file.getStartLine() > 0 && seen.insert(line).second)
+      lines.push_back(line);
+  }
+}
+
+std::vector<std::string> mlir::kiln::sourceLines(Location loc) {
+  std::vector<std::string> lines;
+  llvm::StringSet<> seen;
+  collectSourceLines(loc, lines, seen);
+  return lines;
+}
+
 std::optional<double> mlir::kiln::detail::getSplatFloat(Value value) {
   if (auto reciprocal = value.getDefiningOp<tosa::ReciprocalOp>()) {
     std::optional<double> inner = getSplatFloat(reciprocal.getInput1());

@@ -40,6 +40,11 @@ inline constexpr llvm::StringLiteral kGraphValueAttrName = "kiln.onnx_value";
 /// order, without repeats.
 std::vector<std::string> nodeNames(Location loc);
 
+/// The source lines (`file:line`) inside `loc`, in order, each once: where
+/// JAX's StableHLO text keeps the Python line of each op. Line 0 (an
+/// importer's whole-file location) is left out.
+std::vector<std::string> sourceLines(Location loc);
+
 /// What follows an unfused softmax's reason in the fusion pass's remark
 /// when another node's op stopped the match: " [at NAME]" (the report's
 /// stopped_at).
