@@ -278,10 +278,10 @@ llvm::json::Object describeSite(AttentionOp op) {
     nodes.push_back(name);
   llvm::json::Object site = siteAttributesToJSON(op);
   site["nodes"] = std::move(nodes);
-  llvm::json::Array source;
-  for (const std::string &line : sourceLines(op.getLoc()))
-    source.push_back(line);
-  site["source"] = std::move(source);
+  // Source lines where the input records them (StableHLO from JAX).
+  std::vector<std::string> source = sourceLines(op.getLoc());
+  if (!source.empty())
+    site["source"] = llvm::json::Array(source);
   llvm::json::Array maskShape;
   if (Value mask = op.getMask())
     for (int64_t size : cast<ShapedType>(mask.getType()).getShape())
@@ -380,14 +380,17 @@ llvm::json::Object FusionReport::toJSON(ModuleOp fused) const {
     sites.push_back(describeSite(op));
   });
   llvm::json::Array unfusedArray;
-  for (const UnfusedSoftmax &entry : unfused)
-    unfusedArray.push_back(llvm::json::Object{
+  for (const UnfusedSoftmax &entry : unfused) {
+    llvm::json::Object object{
         {"node", entry.node},
         {"reason", entry.reason},
-        {"source", llvm::json::Array(entry.source)},
         {"stopped_at", entry.stoppedAt.empty()
                            ? llvm::json::Value(nullptr)
-                           : llvm::json::Value(entry.stoppedAt)}});
+                           : llvm::json::Value(entry.stoppedAt)}};
+    if (!entry.source.empty())
+      object["source"] = llvm::json::Array(entry.source);
+    unfusedArray.push_back(std::move(object));
+  }
   llvm::json::Array opaqueArray;
   for (const OpaqueNode &entry : opaque)
     opaqueArray.push_back(llvm::json::Object{{"node", entry.node},

@@ -157,7 +157,63 @@ Value Importer::composedReshape(Value value, ArrayRef<int64_t> shape) {
   return reshape(value, shape);
 }
 
+/// `value` as a repeat of each element of one axis of a tensor G times
+/// (`jnp.repeat(x, G, axis)`, as a broadcast into a new unit axis and a
+/// reshape that merges it): reshape(tile(reshape(x, insert 1 after axis),
+/// G on it), merge). Returns x, the axis and G.
+struct AxisRepeat {
+  Value source;
+  int64_t axis;
+  int64_t times;
+};
+static std::optional<AxisRepeat> asAxisRepeat(Value value) {
+  auto merge = value.getDefiningOp<tosa::ReshapeOp>();
+  auto tile = merge ? merge.getInput1().getDefiningOp<tosa::TileOp>()
+                    : tosa::TileOp();
+  auto expand = tile ? tile.getInput1().getDefiningOp<tosa::ReshapeOp>()
+                     : tosa::ReshapeOp();
+  if (!expand)
+    return std::nullopt;
+  auto x = cast<RankedTensorType>(expand.getInput1().getType());
+  auto expanded = cast<RankedTensorType>(expand.getOutput().getType());
+  auto tiled = cast<RankedTensorType>(tile.getOutput().getType());
+  auto out = cast<RankedTensorType>(merge.getOutput().getType());
+  int64_t rank = x.getRank();
+  if (expanded.getRank() != rank + 1 || out.getRank() != rank)
+    return std::nullopt;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    Shape withUnit(x.getShape());
+    withUnit.insert(withUnit.begin() + axis + 1, 1);
+    if (ArrayRef<int64_t>(withUnit) != expanded.getShape())
+      continue;
+    int64_t times = tiled.getDimSize(axis + 1);
+    Shape tiledShape(withUnit);
+    tiledShape[axis + 1] = times;
+    Shape merged(x.getShape());
+    merged[axis] *= times;
+    if (ArrayRef<int64_t>(tiledShape) == tiled.getShape() &&
+        ArrayRef<int64_t>(merged) == out.getShape())
+      return AxisRepeat{expand.getInput1(), axis, times};
+  }
+  return std::nullopt;
+}
+
 Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
+  // A transpose of a repeat is the repeat of the transpose: the repeat is
+  // moved after it, where the fusion reads a KV-head repeat (GQA written
+  // with jnp.repeat in [B, S, H, D] order).
+  if (std::optional<AxisRepeat> repeat = asAxisRepeat(value)) {
+    int64_t axis = llvm::find(perm, repeat->axis) - perm.begin();
+    Value moved = composedTranspose(repeat->source, perm);
+    auto type = rankedOf(moved);
+    Shape withUnit(type.getShape());
+    withUnit.insert(withUnit.begin() + axis + 1, 1);
+    Shape multiples(withUnit.size(), 1);
+    multiples[axis + 1] = repeat->times;
+    Shape merged(type.getShape());
+    merged[axis] *= repeat->times;
+    return reshape(tile(reshape(moved, withUnit), multiples), merged);
+  }
   Perm composed(perm.begin(), perm.end());
   if (Operation *def = value.getDefiningOp())
     if (auto inner = dyn_cast<tosa::TransposeOp>(def)) {
