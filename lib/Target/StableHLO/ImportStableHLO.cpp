@@ -111,6 +111,7 @@ private:
                        RankedTensorType resultType);
   Value dotGeneral(Operation *op);
   Value reduce(Operation *op);
+  Value stridedSlice(Operation *op);
   Value compare(Operation *op);
   Value elementwise(Operation *op);
 
@@ -605,6 +606,42 @@ Value Importer::dotGeneral(Operation *op) {
   return castTo(result, resultType.getElementType());
 }
 
+Value Importer::stridedSlice(Operation *op) {
+  Perm starts = intsOf(op, "starts"), strides = intsOf(op, "strides");
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  Value x = full(op->getOperand(0));
+  // Each strided axis (RoPE's x[..., ::2]) is split into [n / k, k] and the
+  // slice takes one column of the inner axis: the same elements, and TOSA
+  // has no strided slice.
+  for (int64_t axis = (int64_t)strides.size() - 1; axis >= 0; --axis) {
+    int64_t stride = strides[axis];
+    if (stride == 1)
+      continue;
+    auto type = rankedOf(x);
+    int64_t size = type.getDimSize(axis), count = resultType.getDimSize(axis);
+    if (stride <= 0 || size % stride != 0 ||
+        starts[axis] / stride + count > size / stride) {
+      error() << "a slice with stride " << stride << " over " << size
+              << " elements is not supported";
+      return {};
+    }
+    Shape split(type.getShape());
+    split[axis] = size / stride;
+    split.insert(split.begin() + axis + 1, stride);
+    Shape begin(split.size(), 0), sizes(split);
+    begin[axis] = starts[axis] / stride;
+    sizes[axis] = count;
+    begin[axis + 1] = starts[axis] % stride;
+    sizes[axis + 1] = 1;
+    Value picked = slice(reshape(x, split), begin, sizes);
+    Shape merged(type.getShape());
+    merged[axis] = count;
+    x = reshape(picked, merged);
+    starts[axis] = 0;
+  }
+  return slice(x, starts, resultType.getShape());
+}
+
 Value Importer::reduce(Operation *op) {
   if (op->getNumOperands() != 2) {
     error() << "a reduction of several tensors at once is not supported";
@@ -775,10 +812,7 @@ LogicalResult Importer::convertOp(Operation *op, Value &result) {
   } else if (name == "compare") {
     result = compare(op);
   } else if (name == "slice") {
-    Perm starts = intsOf(op, "starts"), strides = intsOf(op, "strides");
-    if (llvm::any_of(strides, [](int64_t s) { return s != 1; }))
-      return error() << "a strided slice is not supported";
-    result = slice(full(op->getOperand(0)), starts, resultType.getShape());
+    result = stridedSlice(op);
   } else if (name == "concatenate") {
     SmallVector<Value> parts;
     for (Value v : op->getOperands())
