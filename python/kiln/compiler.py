@@ -103,6 +103,24 @@ def kilnc_arguments(options: Dict[str, Any]) -> List[str]:
     return arguments
 
 
+def report_of(result: "subprocess.CompletedProcess[str]",
+              command: List[str]) -> Dict[str, Any]:
+    """The JSON report of a ``kilnc --report=json`` run, or CompileError with
+    its diagnostics."""
+    if result.returncode != 0:
+        raise CompileError(result.returncode, result.stderr, command)
+    try:
+        # The JSON report comes first; --verify's lines may follow it.
+        report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    except ValueError as error:
+        raise CompileError(
+            result.returncode,
+            f"kilnc printed no JSON report: {error}\n{result.stdout}",
+            command,
+        ) from error
+    return report
+
+
 def _export_module(model: Any, example_inputs: Optional[Sequence[Any]],
                    directory: str) -> str:
     try:
@@ -155,17 +173,7 @@ def compile(  # noqa: A001 (the name users expect)
                    f"--target={targets}", "--report=json"]
         command += kilnc_arguments(options)
         result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise CompileError(result.returncode, result.stderr, command)
-    try:
-        # The JSON report comes first; --verify's lines may follow it.
-        report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
-    except ValueError as error:
-        raise CompileError(
-            result.returncode,
-            f"kilnc printed no JSON report: {error}\n{result.stdout}",
-            command,
-        ) from error
+    report = report_of(result, command)
     package = Package(output)
     package.report = report
     package.diagnostics = result.stderr

@@ -12,14 +12,13 @@ docs/stablehlo.md.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from .compiler import CompileError, compile as _compile_file, find_kilnc, kilnc_arguments
+from .compiler import compile as _compile_file, find_kilnc, kilnc_arguments, report_of
 from .runtime import KilnError, Package, Status
 
 __all__ = ["Explanation", "compile", "compile_text", "explain", "explain_text",
@@ -86,14 +85,7 @@ def _run_report(text: str, options: Dict[str, Any]) -> Dict[str, Any]:
                    os.path.join(scratch, "fused.mlir")]
         command += kilnc_arguments(options)
         result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise CompileError(result.returncode, result.stderr, command)
-    try:
-        report, _ = json.JSONDecoder().raw_decode(result.stdout.lstrip())
-    except ValueError as error:
-        raise CompileError(result.returncode,
-                           f"kilnc printed no JSON report: {error}", command) from error
-    return report
+    return report_of(result, command)
 
 
 def explain_text(text: str, **options: Any) -> Explanation:

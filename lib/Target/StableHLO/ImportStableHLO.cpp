@@ -242,6 +242,25 @@ Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
 // Folding
 //===----------------------------------------------------------------------===//
 
+/// Fills `out` (shaped `shape`) from `x`: the element at indices (i_d)
+/// reads x at the sum over d of offset(d, i_d, x's row-major strides).
+static void gatherInto(
+    Lit &out, ArrayRef<int64_t> shape, const Lit &x,
+    llvm::function_ref<int64_t(int64_t, int64_t, ArrayRef<int64_t>)> offset) {
+  Shape strides(x.shape.size(), 1);
+  for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * x.shape[d + 1];
+  for (int64_t k = 0, e = out.size(); k < e; ++k) {
+    int64_t rest = k, index = 0;
+    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+      int64_t i = rest % shape[d];
+      rest /= shape[d];
+      index += offset(d, i, strides);
+    }
+    out.set(k, x.getF(index), x.getI(index));
+  }
+}
+
 std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands) {
   auto type = cast<RankedTensorType>(op->getResult(0).getType());
   if (!type.hasStaticShape() || type.getNumElements() > kFoldLimit)
@@ -269,20 +288,14 @@ std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands) {
   } else if (name == "broadcast_in_dim") {
     Perm dims = intsOf(op, "dims");
     const Lit &x = operands[0];
-    Shape strides(x.shape.size(), 1);
-    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
-      strides[d] = strides[d + 1] * x.shape[d + 1];
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t rest = k, index = 0;
-      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
-        int64_t i = rest % type.getDimSize(d);
-        rest /= type.getDimSize(d);
-        for (auto [src, dst] : llvm::enumerate(dims))
-          if (dst == d && x.shape[src] != 1)
-            index += i * strides[src];
-      }
-      out.set(k, x.getF(index), x.getI(index));
-    }
+    gatherInto(out, type.getShape(), x, [&](int64_t d, int64_t i,
+                                            ArrayRef<int64_t> strides) {
+      int64_t offset = 0;
+      for (auto [src, dst] : llvm::enumerate(dims))
+        if (dst == d && x.shape[src] != 1)
+          offset += i * strides[src];
+      return offset;
+    });
   } else if (name == "reshape" || name == "convert") {
     if (name == "convert" && operands[0].isFloat() && !out.isFloat())
       return std::nullopt; // float -> int rounding: left to the graph
@@ -290,34 +303,16 @@ std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands) {
       out.set(k, operands[0].getF(k), operands[0].getI(k));
   } else if (name == "transpose") {
     Perm perm = intsOf(op, "dims");
-    const Lit &x = operands[0];
-    Shape strides(x.shape.size(), 1);
-    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
-      strides[d] = strides[d + 1] * x.shape[d + 1];
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t rest = k, index = 0;
-      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
-        int64_t i = rest % type.getDimSize(d);
-        rest /= type.getDimSize(d);
-        index += i * strides[perm[d]];
-      }
-      out.set(k, x.getF(index), x.getI(index));
-    }
+    gatherInto(out, type.getShape(), operands[0],
+               [&](int64_t d, int64_t i, ArrayRef<int64_t> strides) {
+                 return i * strides[perm[d]];
+               });
   } else if (name == "slice") {
-    Perm starts = intsOf(op, "starts"), strides = intsOf(op, "strides");
-    const Lit &x = operands[0];
-    Shape inStrides(x.shape.size(), 1);
-    for (int64_t d = (int64_t)x.shape.size() - 2; d >= 0; --d)
-      inStrides[d] = inStrides[d + 1] * x.shape[d + 1];
-    for (int64_t k = 0; k < n; ++k) {
-      int64_t rest = k, index = 0;
-      for (int64_t d = type.getRank() - 1; d >= 0; --d) {
-        int64_t i = rest % type.getDimSize(d);
-        rest /= type.getDimSize(d);
-        index += (starts[d] + i * strides[d]) * inStrides[d];
-      }
-      out.set(k, x.getF(index), x.getI(index));
-    }
+    Perm starts = intsOf(op, "starts"), steps = intsOf(op, "strides");
+    gatherInto(out, type.getShape(), operands[0],
+               [&](int64_t d, int64_t i, ArrayRef<int64_t> strides) {
+                 return (starts[d] + i * steps[d]) * strides[d];
+               });
   } else if (name == "compare") {
     elementwise();
     StringRef dir = op->getAttrOfType<StringAttr>("direction").getValue();
