@@ -109,6 +109,7 @@ private:
   Value composedTranspose(Value value, ArrayRef<int64_t> perm);
   Value broadcastInDim(Value x, ArrayRef<int64_t> dims,
                        RankedTensorType resultType);
+  Value laidOut(Value value, ArrayRef<int64_t> perm);
   Value dotGeneral(Operation *op);
   Value reduce(Operation *op);
   Value stridedSlice(Operation *op);
@@ -435,6 +436,28 @@ Value Importer::broadcastInDim(Value x, ArrayRef<int64_t> dims,
   return composedReshape(value, shape);
 }
 
+/// `value` transposed by `perm` with its unit axes dropped first (they move
+/// no element): a query given a unit group axis ([B, S, H, 1, D], XLA's
+/// dot_product_attention) reaches the product through the plain
+/// [B, S, H, D] -> [B, H, S, D] transpose the fusion reads as `bshd`.
+Value Importer::laidOut(Value value, ArrayRef<int64_t> perm) {
+  auto type = rankedOf(value);
+  Shape squeezed;
+  Perm renumber(type.getRank(), -1);
+  for (int64_t d = 0; d < type.getRank(); ++d)
+    if (type.getDimSize(d) != 1) {
+      renumber[d] = squeezed.size();
+      squeezed.push_back(type.getDimSize(d));
+    }
+  if ((int64_t)squeezed.size() == type.getRank())
+    return composedTranspose(value, perm);
+  Perm squeezedPerm;
+  for (int64_t p : perm)
+    if (renumber[p] >= 0)
+      squeezedPerm.push_back(renumber[p]);
+  return composedTranspose(composedReshape(value, squeezed), squeezedPerm);
+}
+
 Value Importer::dotGeneral(Operation *op) {
   Value lhs = op->getOperand(0), rhs = op->getOperand(1);
   auto lt = cast<RankedTensorType>(lhs.getType());
@@ -562,8 +585,8 @@ Value Importer::dotGeneral(Operation *op) {
     b3 = b4 ? reshape(tile(b4, multiples), {nb * groups, k, n}) : Value();
   } else {
     int64_t m = product(rows);
-    a3 = composedReshape(composedTranspose(full(a), pa), {nb, m, k});
-    b3 = composedReshape(composedTranspose(full(b), pb), {nb, k, n});
+    a3 = composedReshape(laidOut(full(a), pa), {nb, m, k});
+    b3 = composedReshape(laidOut(full(b), pb), {nb, k, n});
   }
   if (!a3 || !b3)
     return {};

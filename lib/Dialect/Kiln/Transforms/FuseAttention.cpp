@@ -2079,6 +2079,15 @@ bool unpackRowPackedAttention(tosa::ReduceMaxOp maxOp,
 /// every element where it is, so each op computes the same numbers; terms of
 /// rank 5 that broadcast over only one of the two axes are tiled over it
 /// first. Returns whether it rewrote anything.
+/// Whether `value` is computed inside the rewritten region (or by one of
+/// its starts).
+static bool mapsInRegion(Value value,
+                         const llvm::SetVector<Operation *> &region,
+                         const llvm::SetVector<Operation *> &starts) {
+  Operation *def = value.getDefiningOp();
+  return def && (region.contains(def) || starts.contains(def));
+}
+
 bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
   auto scoresType = getRankedType(maxOp.getInput());
   if (!scoresType || scoresType.getRank() != 5 || maxOp.getAxis() != 4)
@@ -2101,7 +2110,14 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
       "tosa.minimum",    "tosa.negate",      "tosa.logical_not",
       "tosa.logical_and", "tosa.logical_or", "tosa.equal",
       "tosa.greater",    "tosa.greater_equal", "tosa.abs"};
-  llvm::SetVector<Operation *> region, starts, ends;
+  auto nonUnit = [](RankedTensorType t) {
+    SmallVector<int64_t> sizes;
+    for (int64_t size : t.getShape())
+      if (size != 1)
+        sizes.push_back(size);
+    return sizes;
+  };
+  llvm::SetVector<Operation *> region, starts, ends, passThrough;
   SmallVector<Operation *> worklist = {maxOp};
   while (!worklist.empty()) {
     Operation *op = worklist.pop_back_val();
@@ -2118,6 +2134,15 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
       if (Operation *def = reshape.getInput1().getDefiningOp())
         worklist.push_back(def);
       continue;
+    } else if (reshape && rank5(reshape.getInput1()) &&
+               rank5(reshape.getOutput())) {
+      // Only unit axes move (XLA's dot_product_attention moves its unit
+      // group axis in front): the same elements in the same order.
+      if (nonUnit(getRankedType(reshape.getInput1())) !=
+          nonUnit(getRankedType(reshape.getOutput())))
+        return false;
+      region.insert(op);
+      passThrough.insert(op);
     } else if (isa<tosa::ReduceMaxOp, tosa::ReduceSumOp>(op)) {
       if (op->getAttrOfType<IntegerAttr>("axis").getInt() != 4)
         return false;
@@ -2141,20 +2166,52 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
   }
   if (starts.empty() || ends.empty())
     return false;
-  // Every value of the region merges: (1, 1) or (Hkv, G) on the two axes.
-  auto mergeable = [&](Value v) {
-    auto t = getRankedType(v);
-    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
-    return (b == 1 && c == 1) || (b == heads && c == groups);
-  };
-  for (Operation *op : llvm::concat<Operation *const>(region, starts))
-    if (!mergeable(op->getResult(0)))
-      return false;
-
+  // A value with the scores' sizes, unit axes aside, takes the merged
+  // scores' shape whatever its layout; others merge axes 1 and 2.
+  SmallVector<int64_t> scoresSizes = nonUnit(scoresType);
   auto merged = [&](RankedTensorType t) {
+    if (nonUnit(t) == scoresSizes)
+      return t.clone({scoresType.getDimSize(0), heads * groups,
+                      scoresType.getDimSize(3), scoresType.getDimSize(4)});
     int64_t b = t.getDimSize(1), c = t.getDimSize(2);
     return t.clone({t.getDimSize(0), b * c, t.getDimSize(3), t.getDimSize(4)});
   };
+  // Ahead of a unit-axis move the layout differs from the scores': there
+  // only values of the scores' sizes and all-unit terms are taken.
+  llvm::SmallPtrSet<Operation *, 16> ahead;
+  SmallVector<Operation *> back;
+  for (Operation *move : passThrough)
+    back.push_back(move->getOperand(0).getDefiningOp());
+  while (!back.empty()) {
+    Operation *op = back.pop_back_val();
+    if (!op || !(region.contains(op) || starts.contains(op)) ||
+        !ahead.insert(op).second)
+      continue;
+    if (!starts.contains(op))
+      for (Value operand : op->getOperands())
+        back.push_back(operand.getDefiningOp());
+  }
+  auto allUnit = [&](RankedTensorType t) { return nonUnit(t).empty(); };
+  // Every value of the region merges: (1, 1) or (Hkv, G) on the two axes,
+  // or the scores' sizes.
+  auto mergeable = [&](Value v, bool isAhead) {
+    auto t = getRankedType(v);
+    if (nonUnit(t) == scoresSizes || allUnit(t))
+      return true;
+    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
+    return !isAhead && ((b == 1 && c == 1) || (b == heads && c == groups));
+  };
+  for (Operation *op : llvm::concat<Operation *const>(region, starts)) {
+    bool isAhead = ahead.contains(op);
+    if (!mergeable(op->getResult(0), isAhead))
+      return false;
+    if (isAhead && !starts.contains(op))
+      for (Value operand : op->getOperands())
+        if (rank5(operand) && !mapsInRegion(operand, region, starts) &&
+            !(nonUnit(getRankedType(operand)) == scoresSizes ||
+              allUnit(getRankedType(operand))))
+          return false;
+  }
   IRMapping mapping;
   // A term from outside the region, at rank 4.
   auto term = [&](Value v, Location loc) -> Value {
@@ -2195,6 +2252,14 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
       mapping.map(op->getResult(0),
                   createReshape(rewriter, op->getLoc(), op->getOperand(0),
                                 merged(type).getShape()));
+      continue;
+    }
+    if (passThrough.contains(op)) {
+      Value input = mapping.lookup(op->getOperand(0));
+      if (getRankedType(input).getShape() != merged(type).getShape())
+        input = createReshape(rewriter, op->getLoc(), input,
+                              merged(type).getShape());
+      mapping.map(op->getResult(0), input);
       continue;
     }
     OperationState state(op->getLoc(), op->getName());
