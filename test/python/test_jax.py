@@ -36,13 +36,33 @@ def test_explain_gqa_with_a_group_axis():
     assert (site["q_heads"], site["kv_heads"]) == (8, 2)
 
 
+# Attention whose probabilities are also returned (attention weights): not
+# fused, and said so at the line of the row max.
+RETURNS_WEIGHTS = """
+func.func public @main(%q: tensor<1x2x8x4xf32>, %k: tensor<1x2x8x4xf32>, %v: tensor<1x2x8x4xf32>) -> (tensor<1x2x8x8xf32>, tensor<1x2x8x4xf32>) {
+  %s = stablehlo.dot_general %q, %k, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3] : (tensor<1x2x8x4xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x8xf32> loc("model.py":10:5)
+  %c = stablehlo.constant dense<0xFF800000> : tensor<f32>
+  %m = stablehlo.reduce(%s init: %c) applies stablehlo.maximum across dimensions = [3] : (tensor<1x2x8x8xf32>, tensor<f32>) -> tensor<1x2x8xf32> loc("model.py":11:5)
+  %mb = stablehlo.broadcast_in_dim %m, dims = [0, 1, 2] : (tensor<1x2x8xf32>) -> tensor<1x2x8x8xf32>
+  %d = stablehlo.subtract %s, %mb : tensor<1x2x8x8xf32>
+  %e = stablehlo.exponential %d : tensor<1x2x8x8xf32>
+  %z = stablehlo.constant dense<0.0> : tensor<f32>
+  %t = stablehlo.reduce(%e init: %z) applies stablehlo.add across dimensions = [3] : (tensor<1x2x8x8xf32>, tensor<f32>) -> tensor<1x2x8xf32>
+  %tb = stablehlo.broadcast_in_dim %t, dims = [0, 1, 2] : (tensor<1x2x8xf32>) -> tensor<1x2x8x8xf32>
+  %p = stablehlo.divide %e, %tb : tensor<1x2x8x8xf32>
+  %o = stablehlo.dot_general %p, %v, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<1x2x8x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x8x4xf32>
+  return %p, %o : tensor<1x2x8x8xf32>, tensor<1x2x8x4xf32>
+}
+"""
+
+
 def test_explain_unfused_softmax_has_its_reason_and_line():
-    explanation = kjax.explain_text(text("sdpa_xla_bf16"))
+    explanation = kjax.explain_text(RETURNS_WEIGHTS)
     assert explanation.sites == []
     entry, = explanation.unfused
-    assert "rank 5" in entry["reason"]
-    assert entry["source"] and entry["source"][0].rsplit(":", 1)[1].isdigit()
-    assert "not fused at " + entry["source"][0] in str(explanation)
+    assert "probabilities have other users" in entry["reason"]
+    assert entry["source"] == ["model.py:11"]
+    assert "not fused at model.py:11" in str(explanation)
 
 
 def test_compile_text_writes_the_sites_package(tmp_path):
