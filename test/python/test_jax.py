@@ -91,3 +91,34 @@ def test_lowering_a_function_needs_jax():
             kjax.stablehlo_text(lambda x: x, 1.0)
     else:  # pragma: no cover - machines with JAX
         pytest.skip("jax is installed")
+
+
+# kiln.jax.jit's plan of a site, from the report of a function lowered the
+# way it lowers one (every step under a scope of its own): operands and
+# output found as program steps or arguments.
+def test_jit_plans_sites_from_step_names():
+    from kiln.jax.rewrite import _argument_names, _plan
+
+    source = text("named_steps_f32")
+    report = kjax.explain_text(source).report
+    arguments = _argument_names(source)
+    assert arguments == {"leaves[0]": 0, "leaves[1]": 1, "leaves[2]": 2,
+                         "leaves[3]": 3}
+    site, = report["sites"]
+    planned = _plan(site, arguments, {})
+    assert planned.why_not is None
+    assert planned.operands["query"].step == 1
+    assert planned.operands["key"].argument == 2
+    assert planned.operands["value"].argument == 3
+    assert planned.output_step == 12 and planned.output_transforms == []
+    assert planned.spec.layout == "bshd" and planned.spec.head_dim == 16
+
+
+def test_jit_says_why_a_site_is_not_rewritten():
+    from kiln.jax.rewrite import _plan
+
+    # JAX's ordinary lowering: the projection's values share names, so the
+    # GPT-2 block's operands are no values of the function.
+    site, = kjax.explain_text(text("gpt2_block_f32")).report["sites"]
+    planned = _plan(site, {}, {})
+    assert planned.why_not is not None and "not a value of the function" in planned.why_not

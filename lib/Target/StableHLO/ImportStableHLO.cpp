@@ -28,6 +28,7 @@
 #include "Reader.h"
 
 #include "kiln/Dialect/Kiln/IR/KilnDialect.h"
+#include "kiln/Target/ONNX/ImportONNX.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
@@ -39,6 +40,7 @@
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <cmath>
@@ -95,6 +97,14 @@ private:
   LogicalResult inlineCalls(func::FuncOp main, ModuleOp input);
   LogicalResult convert(Operation *op);
   LogicalResult convertOp(Operation *op, Value &result);
+  /// Counts the ops (constants aside) of `body` by their location's name.
+  void countNames(Block &body);
+  /// Names `result`, the TOSA value of StableHLO `op`, for the report (the
+  /// attribute the ONNX importer sets from value names) where `op`'s
+  /// location name is no other op's and `result` has `op`'s own type (not a
+  /// lazy form of it), so that a frontend that gave each of its ops a name
+  /// of its own (kiln.jax.jit) finds the site's operands among its values.
+  void nameValue(Operation *op, Value result);
   std::optional<Lit> fold(Operation *op, ArrayRef<Lit> operands);
 
   /// The TOSA value of a StableHLO value: its shape, with unit axes where
@@ -117,6 +127,8 @@ private:
   Value elementwise(Operation *op);
 
   DenseMap<Value, Value> values;
+  /// How many ops (constants aside) each location name has.
+  llvm::StringMap<int64_t> nameCounts;
   Operation *current = nullptr;
 };
 
@@ -895,7 +907,41 @@ LogicalResult Importer::convert(Operation *op) {
   if (failed(convertOp(op, result)))
     return failure();
   values[op->getResult(0)] = result;
+  nameValue(op, result);
   return success();
+}
+
+/// The name a StableHLO op's location gives it (JAX's name stack and
+/// primitive, "jit(f)/attn/dot_general"), if any.
+static std::optional<StringRef> locationName(Location loc) {
+  if (auto named = dyn_cast<NameLoc>(loc))
+    return named.getName().getValue();
+  if (auto call = dyn_cast<CallSiteLoc>(loc))
+    return locationName(call.getCallee());
+  if (auto fused = dyn_cast<FusedLoc>(loc))
+    for (Location inner : fused.getLocations())
+      if (std::optional<StringRef> name = locationName(inner))
+        return name;
+  return std::nullopt;
+}
+
+void Importer::countNames(Block &body) {
+  for (Operation &op : body.without_terminator())
+    if (!op.hasTrait<OpTrait::ConstantLike>() && opName(&op) != "constant")
+      if (std::optional<StringRef> name = locationName(op.getLoc()))
+        ++nameCounts[*name];
+}
+
+void Importer::nameValue(Operation *op, Value result) {
+  std::optional<StringRef> name = locationName(op->getLoc());
+  Operation *producer = result.getDefiningOp();
+  if (!name || nameCounts.lookup(*name) != 1 || !producer ||
+      producer->getNumResults() != 1 ||
+      producer->hasAttr(kOnnxValueAttrName) ||
+      producer->hasTrait<OpTrait::ConstantLike>() ||
+      result.getType() != op->getResult(0).getType())
+    return;
+  producer->setAttr(kOnnxValueAttrName, builder.getStringAttr(*name));
 }
 
 //===----------------------------------------------------------------------===//
@@ -972,6 +1018,7 @@ OwningOpRef<ModuleOp> Importer::run(ModuleOp input) {
       name = named.getName().str();
     func.setArgAttr(k, "onnx.name", builder.getStringAttr(name));
   }
+  countNames(body);
   for (Operation &op : body.without_terminator())
     if (failed(convert(&op)))
       return nullptr;

@@ -6,8 +6,9 @@ per softmax, what was fused and why not, at the user's source line;
 ``kiln.jax.compile(f, *args, output=...)`` writes the package of its sites.
 ``explain_text`` and ``compile_text`` take StableHLO text already printed
 (``jax.jit(f).lower(*args).as_text(debug_info=True)``), so neither needs JAX.
-Calling Kiln's kernels from inside ``jit`` is not here yet. See
-docs/stablehlo.md.
+``kiln.jax.attention(q, k, v, ...)`` runs a Kiln kernel as a JAX call (XLA's
+FFI) inside ``jit``; ``kiln.jax.jit(f)`` is ``jax.jit(f)`` with every
+attention site of ``f`` that Kiln fuses run that way. See docs/jax.md.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from .compiler import compile as _compile_file, find_kilnc, kilnc_arguments, report_of
-from .runtime import KilnError, Package, Status
+from ..compiler import compile as _compile_file, find_kilnc, kilnc_arguments, report_of
+from ..runtime import KilnError, Package, Status
 
-__all__ = ["Explanation", "compile", "compile_text", "explain", "explain_text",
-           "stablehlo_text"]
+__all__ = ["Explanation", "attention", "compile", "compile_text", "explain",
+           "explain_text", "jit", "stablehlo_text"]
 
 
 @dataclass
@@ -121,3 +122,7 @@ def compile(function: Any, *args: Any, output: "os.PathLike[str] | str",  # noqa
     return compile_text(stablehlo_text(function, *args), output, target=target,
                         **options)
 
+
+
+from .ffi import attention  # noqa: E402
+from .rewrite import jit  # noqa: E402

@@ -1,0 +1,203 @@
+//===- kiln_xla.cc - Kiln's attention as an XLA FFI handler ---------------===//
+//
+// The handler `KilnAttention` that `kiln.jax` registers with XLA
+// (jax.ffi.register_ffi_target, platform "CUDA"): it launches a Kiln site of
+// an open package on XLA's stream. It is built where JAX is, against the FFI
+// headers of that JAX (jax.ffi.include_dir()) and Kiln's C API, by
+// kiln.jax on first use (a C++17 compiler is needed once; the library is
+// cached beside Kiln's site packages).
+//
+// A call passes six buffers, q, k, v, mask, bias and scale_factor, and takes
+// the output and a split-KV workspace (u8; size 0: no split); the
+// attribute `site` is the kiln_site pointer (the package stays open in the
+// calling process) and `roles` says which of mask (1), bias (2) and
+// scale_factor (4) are real (the others are one-element placeholders). Sizes
+// come from the buffers: Q, K, V and out are [batch..., heads, seq, dim]
+// (bhsd) or [batch..., seq, heads, dim] (bshd), every axis before the last
+// three folded into the batch (as vmap leaves them); a mask or bias is
+// right-aligned to [batch, q_heads, q_len, kv_len], its axes of size 1
+// broadcast. Buffers are row-major and dense, as XLA hands them over.
+//
+//===----------------------------------------------------------------------===//
+
+#include "kiln-c/Runtime.h"
+#include "xla/ffi/api/ffi.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kMaskRole = 1, kBiasRole = 2, kScaleFactorRole = 4;
+
+kiln_dtype dtypeOf(ffi::DataType type) {
+  switch (type) {
+  case ffi::DataType::F16:
+    return KILN_DTYPE_F16;
+  case ffi::DataType::BF16:
+    return KILN_DTYPE_BF16;
+  case ffi::DataType::F32:
+    return KILN_DTYPE_F32;
+  case ffi::DataType::PRED:
+    return KILN_DTYPE_BOOL;
+  default:
+    return KILN_DTYPE_NONE;
+  }
+}
+
+/// The dims of a Q/K/V/out buffer as {batch, heads, seq, dim}: the axes
+/// before the last three folded into the batch.
+bool qkvDims(const ffi::AnyBuffer &buffer, kiln_layout layout,
+             int64_t dims[4]) {
+  auto shape = buffer.dimensions();
+  int64_t rank = static_cast<int64_t>(shape.size());
+  if (rank < 3)
+    return false;
+  int64_t batch = 1;
+  for (int64_t i = 0; i < rank - 3; ++i)
+    batch *= shape[i];
+  int64_t a = shape[rank - 3], b = shape[rank - 2], d = shape[rank - 1];
+  dims[0] = batch;
+  dims[1] = layout == KILN_LAYOUT_BSHD ? b : a;
+  dims[2] = layout == KILN_LAYOUT_BSHD ? a : b;
+  dims[3] = d;
+  return true;
+}
+
+/// Strides {batch, head, seq, dim} of a dense row-major buffer of `dims`.
+void qkvStrides(const int64_t dims[4], kiln_layout layout,
+                int64_t strides[4]) {
+  int64_t heads = dims[1], seq = dims[2], dim = dims[3];
+  strides[3] = 1;
+  if (layout == KILN_LAYOUT_BSHD) {
+    strides[1] = dim;
+    strides[2] = heads * dim;
+  } else {
+    strides[2] = dim;
+    strides[1] = seq * dim;
+  }
+  strides[0] = heads * seq * dim;
+}
+
+/// Strides of a mask or bias over [batch, q_heads, q_len, kv_len] (`full`),
+/// right-aligned, its size-1 axes broadcast; leading axes past four are
+/// folded into the batch. False when a size neither matches nor is 1.
+bool termStrides(const ffi::AnyBuffer &buffer, const int64_t full[4],
+                 int64_t strides[4], std::string &why) {
+  auto shape = buffer.dimensions();
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t dims[4] = {1, 1, 1, 1};
+  int64_t batch = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t axis = i - (rank - 4);
+    if (axis <= 0)
+      batch *= shape[i];
+    else
+      dims[axis] = shape[i];
+  }
+  dims[0] = batch;
+  int64_t stride = 1;
+  for (int64_t axis = 3; axis >= 0; --axis) {
+    if (dims[axis] != full[axis] && dims[axis] != 1) {
+      why = "axis " + std::to_string(axis) + " has " +
+            std::to_string(dims[axis]) + " elements where the attention has " +
+            std::to_string(full[axis]);
+      return false;
+    }
+    strides[axis] = dims[axis] == 1 ? 0 : stride;
+    stride *= dims[axis];
+  }
+  return true;
+}
+
+ffi::Error kilnError(const char *what) {
+  return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                    std::string("kiln.jax.attention: ") + what + ": " +
+                        kiln_last_error());
+}
+
+ffi::Error attention(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                     ffi::AnyBuffer v, ffi::AnyBuffer mask,
+                     ffi::AnyBuffer bias, ffi::AnyBuffer scaleFactor,
+                     ffi::Result<ffi::AnyBuffer> out,
+                     ffi::Result<ffi::AnyBuffer> workspace, int64_t siteAddress,
+                     int64_t roles) {
+  auto *site = reinterpret_cast<const kiln_site *>(siteAddress);
+  kiln_site_info info;
+  if (kiln_site_get_info(site, &info) != KILN_OK)
+    return kilnError("the site");
+  kiln_attention_args args;
+  kiln_attention_args_init(&args);
+  int64_t qDims[4], kDims[4], vDims[4], outDims[4];
+  if (!qkvDims(q, info.layout, qDims) || !qkvDims(k, info.layout, kDims) ||
+      !qkvDims(v, info.layout, vDims) || !qkvDims(*out, info.layout, outDims))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "kiln.jax.attention: q, k, v and the output need at "
+                      "least three axes");
+  args.q = q.untyped_data();
+  args.k = k.untyped_data();
+  args.v = v.untyped_data();
+  args.out = out->untyped_data();
+  args.q_dtype = dtypeOf(q.element_type());
+  args.k_dtype = dtypeOf(k.element_type());
+  args.v_dtype = dtypeOf(v.element_type());
+  args.out_dtype = dtypeOf(out->element_type());
+  args.batch = qDims[0];
+  args.q_heads = qDims[1];
+  args.q_len = qDims[2];
+  args.head_dim = qDims[3];
+  args.kv_heads = kDims[1];
+  args.kv_len = kDims[2];
+  args.v_head_dim = vDims[3] == qDims[3] ? 0 : vDims[3];
+  if (kDims[0] != qDims[0] || vDims[0] != qDims[0])
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "kiln.jax.attention: q, k and v have different batches");
+  qkvStrides(qDims, info.layout, args.q_strides);
+  qkvStrides(kDims, info.layout, args.k_strides);
+  qkvStrides(vDims, info.layout, args.v_strides);
+  qkvStrides(outDims, info.layout, args.out_strides);
+  const int64_t full[4] = {args.batch, args.q_heads, args.q_len, args.kv_len};
+  std::string why;
+  if (roles & kMaskRole) {
+    args.mask = mask.untyped_data();
+    args.mask_dtype = dtypeOf(mask.element_type());
+    if (!termStrides(mask, full, args.mask_strides, why))
+      return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                        "kiln.jax.attention: the mask's " + why);
+  }
+  if (roles & kBiasRole) {
+    args.bias = bias.untyped_data();
+    args.bias_dtype = dtypeOf(bias.element_type());
+    if (!termStrides(bias, full, args.bias_strides, why))
+      return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                        "kiln.jax.attention: the bias's " + why);
+  }
+  if (roles & kScaleFactorRole)
+    args.scale_factor = static_cast<const float *>(scaleFactor.untyped_data());
+  if (workspace->size_bytes() > 0) {
+    args.workspace = workspace->untyped_data();
+    args.workspace_bytes = static_cast<int64_t>(workspace->size_bytes());
+  }
+  if (kiln_site_launch_attention(site, &args, stream) != KILN_OK)
+    return kilnError("the launch");
+  return ffi::Error::Success();
+}
+
+} // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KilnAttention, attention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()
+                                  .Arg<ffi::AnyBuffer>() // q
+                                  .Arg<ffi::AnyBuffer>() // k
+                                  .Arg<ffi::AnyBuffer>() // v
+                                  .Arg<ffi::AnyBuffer>() // mask
+                                  .Arg<ffi::AnyBuffer>() // bias
+                                  .Arg<ffi::AnyBuffer>() // scale_factor
+                                  .Ret<ffi::AnyBuffer>() // out
+                                  .Ret<ffi::AnyBuffer>() // workspace
+                                  .Attr<int64_t>("site")
+                                  .Attr<int64_t>("roles"),
+                              {ffi::Traits::kCmdBufferCompatible});

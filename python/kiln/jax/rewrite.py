@@ -1,0 +1,442 @@
+"""``kiln.jax.jit``: ``jax.jit`` with every attention site Kiln's fusion finds
+replaced by a Kiln call.
+
+For each new signature (the arguments' shapes and dtypes) the function is
+traced to a jaxpr whose calls (``jit``, ``custom_jvp``/``custom_vjp``,
+``checkpoint``) are inlined, so that every primitive is one step of one flat
+program. The program is lowered once with each step under a name scope of
+its own (``kiln.e<N>``), which JAX writes into each StableHLO op's location;
+kilnc's importer names each value by its op's location where no other op
+shares it, so the fusion report names each site's operands and output by
+program step (or by the function's argument). The program is then run again
+under ``jax.jit`` with each rewritable site's output step computed by
+``kiln.jax.attention`` from its operands (the report's replayable steps —
+transposes, reshapes, casts, slices, constant scalings — applied with jnp);
+the steps only the site used are dead and XLA drops them. On the first call
+of each signature the outputs are compared with the unfused function's
+(``jax.jit(f)``); a site that cannot be rewritten, or outputs that differ
+beyond the dtype's bounds, leave that signature to plain ``jax.jit``, and
+``explain()`` says why.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..capi import KilnError, Status
+from ..site import SiteSpec
+
+__all__ = ["jit", "KilnJitted"]
+
+#: Primitives whose body is inlined into the flat program.
+_INLINED = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call",
+            "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "checkpoint"}
+
+#: A step's value name in kilnc's report: its scope, then its primitive.
+_STEP = re.compile(r"(?:^|/)kiln\.e(\d+)/[^/]+$")
+
+#: Relative error (Frobenius norm) allowed against the unfused function on
+#: first use, by output dtype.
+TOLERANCE = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 2e-3}
+
+
+def _jax() -> Any:
+    try:
+        import jax
+    except ImportError as error:  # pragma: no cover - JAX-less installs
+        raise KilnError(Status.UNSUPPORTED, "kiln.jax.jit needs jax") from error
+    return jax
+
+
+def _is_literal(var: Any) -> bool:
+    return type(var).__name__ == "Literal"
+
+
+def _is_drop(var: Any) -> bool:
+    return type(var).__name__ == "DropVar"
+
+
+def _body(eqn: Any) -> Optional[Tuple[Any, List[Any]]]:
+    """The (jaxpr, consts) an inlined call's equation runs."""
+    if eqn.primitive.name not in _INLINED:
+        return None
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        inner = eqn.params.get(key)
+        if inner is None:
+            continue
+        if hasattr(inner, "consts") and hasattr(inner, "jaxpr"):
+            return inner.jaxpr, list(inner.consts)
+        if hasattr(inner, "eqns"):
+            return inner, []
+    return None
+
+
+class _Program:
+    """A closed jaxpr run step by step, calls inlined (see the module's
+    docstring). `run` binds every primitive under its step's name scope, or
+    computes the steps in `replace` (step → function of the values so far)
+    instead."""
+
+    def __init__(self, closed: Any) -> None:
+        self.closed = closed
+
+    def run(self, args: List[Any], replace: Optional[Dict[int, Callable]] = None,
+            values: Optional[Dict[int, Any]] = None) -> List[Any]:
+        jax = _jax()
+        step = [0]
+        values = {} if values is None else values
+
+        def evaluate(jaxpr: Any, consts: List[Any], inputs: List[Any]) -> List[Any]:
+            env: Dict[Any, Any] = {}
+
+            def read(var: Any) -> Any:
+                return var.val if _is_literal(var) else env[var]
+
+            for var, value in zip(jaxpr.constvars, consts):
+                env[var] = value
+            for var, value in zip(jaxpr.invars, inputs):
+                env[var] = value
+            for eqn in jaxpr.eqns:
+                inputs_ = [read(var) for var in eqn.invars]
+                body = _body(eqn)
+                if body is not None:
+                    outputs = evaluate(body[0], body[1], inputs_)
+                else:
+                    index = step[0]
+                    step[0] += 1
+                    if replace and index in replace:
+                        outputs = [replace[index](values)]
+                    else:
+                        with jax.named_scope(f"kiln.e{index}"):
+                            subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+                            result = eqn.primitive.bind(*subfuns, *inputs_, **params)
+                        outputs = list(result) if eqn.primitive.multiple_results else [result]
+                    values[index] = outputs
+                for var, value in zip(eqn.outvars, outputs):
+                    if not _is_drop(var):
+                        env[var] = value
+            return [read(var) for var in jaxpr.outvars]
+
+        return evaluate(self.closed.jaxpr, list(self.closed.consts), list(args))
+
+
+def _argument_names(text: str) -> Dict[str, int]:
+    """The location names of the lowered function's arguments: name →
+    position (names two arguments share are left out)."""
+    signature = re.search(r"func\.func public @main\((.*)$", text, re.MULTILINE)
+    names: Dict[str, int] = {}
+    shared = set()
+    if signature:
+        for match in re.finditer(r'%arg(\d+): [^%]*?loc\("((?:[^"\\]|\\.)*)"\)',
+                                 signature.group(1)):
+            name = match.group(2)
+            if name in names:
+                shared.add(name)
+            names[name] = int(match.group(1))
+    return {name: index for name, index in names.items() if name not in shared}
+
+
+def _replay(x: Any, transforms: List[Dict[str, Any]]) -> Any:
+    """A report's replayable steps (kilnc's Report.cpp: replayStep) in jnp."""
+    import jax.numpy as jnp
+
+    dtypes = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16,
+              "i1": jnp.bool_, "i32": jnp.int32, "i64": jnp.int64}
+    for t in transforms:
+        op = t["op"]
+        if op == "transpose":
+            x = jnp.transpose(x, t["perms"])
+        elif op == "reshape":
+            x = x.reshape(tuple(int(s) for s in t["shape"]))
+        elif op == "cast":
+            x = x.astype(dtypes[t["dtype"]])
+        elif op == "not":
+            x = jnp.logical_not(x)
+        elif op == "mul":
+            x = x * jnp.asarray(t["value"], x.dtype)
+        elif op == "add":
+            x = x + jnp.asarray(t["value"], x.dtype)
+        elif op == "where":
+            dtype = dtypes[t["dtype"]]
+            x = jnp.where(x, jnp.asarray(t["true"], dtype), jnp.asarray(t["false"], dtype))
+        elif op == "reciprocal":
+            x = 1 / x
+        elif op == "neg":
+            x = -x
+        elif op == "slice":
+            index = tuple(slice(int(a), int(a) + int(n))
+                          for a, n in zip(t["start"], t["size"]))
+            x = x[index]
+        elif op == "tile":
+            x = jnp.tile(x, tuple(int(m) for m in t["multiples"]))
+        else:
+            raise KilnError(Status.UNSUPPORTED, f"cannot replay '{op}'")
+    return x
+
+
+def _replayable(transforms: List[Dict[str, Any]]) -> bool:
+    known = {"transpose", "reshape", "cast", "not", "mul", "add", "where",
+             "reciprocal", "neg", "slice", "tile"}
+    for t in transforms:
+        if t["op"] not in known:
+            return False
+        for key in ("shape", "size", "start", "multiples"):
+            if key in t and any(s is None for s in t[key]):
+                return False
+    return True
+
+
+@dataclass
+class _Source:
+    """Where a value comes from: a program step's first result, or an
+    argument, and the steps that make the operand from it."""
+
+    step: Optional[int]
+    argument: Optional[int]
+    transforms: List[Dict[str, Any]]
+
+    def value(self, values: Dict[int, Any], args: List[Any]) -> Any:
+        x = args[self.argument] if self.step is None else values[self.step][0]
+        return _replay(x, self.transforms)
+
+
+def _locate(entry: Dict[str, Any], arguments: Dict[str, int]) -> Optional[_Source]:
+    sources = entry.get("sources") or [{"value": entry.get("value"),
+                                        "transforms": entry.get("transforms", [])}]
+    for source in sources:
+        name = source.get("value")
+        if name is None or not _replayable(source["transforms"]):
+            continue
+        match = _STEP.search(name)
+        if match:
+            return _Source(int(match.group(1)), None, source["transforms"])
+        if name in arguments:
+            return _Source(None, arguments[name], source["transforms"])
+    return None
+
+
+@dataclass
+class _Site:
+    """A site of the report and how the program computes it."""
+
+    report: Dict[str, Any]
+    spec: Optional[SiteSpec] = None
+    operands: Dict[str, _Source] = field(default_factory=dict)
+    output_step: Optional[int] = None
+    output_transforms: List[Dict[str, Any]] = field(default_factory=list)
+    why_not: Optional[str] = None
+
+    def compute(self, values: Dict[int, Any], args: List[Any]) -> Any:
+        from .ffi import call_spec
+
+        given = {role: source.value(values, args)
+                 for role, source in self.operands.items()}
+        out = call_spec(self.spec, given["query"], given["key"], given["value"],
+                        given.get("mask"), given.get("bias"), given.get("scale_factor"))
+        return _replay(out, self.output_transforms)
+
+
+def _plan(site: Dict[str, Any], arguments: Dict[str, int],
+          steps: Dict[int, Any]) -> _Site:
+    """How to rewrite one report site, or why it cannot be."""
+    planned = _Site(site)
+    if site.get("kv_cache"):
+        planned.why_not = "it reads a KV cache input"
+        return planned
+    for role, entry in site["operands"].items():
+        if entry is None:
+            continue
+        source = _locate(entry, arguments)
+        if source is None:
+            planned.why_not = (f"its {role} is not a value of the function "
+                               f"(no op of its own, or reached through ops "
+                               f"the rewrite cannot replay)")
+            return planned
+        planned.operands[role] = source
+    output = site.get("output") or {}
+    match = _STEP.search(output.get("value") or "")
+    if not match:
+        planned.why_not = "its result is not a value of the function"
+        return planned
+    planned.output_step = int(match.group(1))
+    planned.output_transforms = output.get("transforms", [])
+    if not _replayable(planned.output_transforms):
+        planned.why_not = "its result is reached through ops the rewrite cannot replay"
+        return planned
+    aval = steps.get(planned.output_step)
+    want = tuple(output.get("shape") or ())
+    if aval is not None and want and tuple(aval.shape) != _after(want, planned.output_transforms):
+        planned.why_not = (f"its result's shape {tuple(aval.shape)} is not the "
+                           f"site's {want}")
+        return planned
+    try:
+        planned.spec = SiteSpec.from_report(site)
+    except (KeyError, ValueError, TypeError) as error:
+        planned.why_not = f"its report entry is incomplete ({error})"
+    return planned
+
+
+def _after(shape: Tuple[int, ...], transforms: List[Dict[str, Any]]) -> Tuple[int, ...]:
+    """`shape` after layout steps (transposes and reshapes)."""
+    for t in transforms:
+        if t["op"] == "transpose":
+            shape = tuple(shape[p] for p in t["perms"])
+        elif t["op"] == "reshape":
+            shape = tuple(int(s) for s in t["shape"])
+    return shape
+
+
+@dataclass
+class Compiled:
+    """One signature's compiled form: the rewritten function (or None:
+    plain ``jax.jit``), the sites, the report, and what the first call
+    measured."""
+
+    function: Optional[Callable]
+    sites: List[_Site]
+    report: Dict[str, Any]
+    error: Optional[float] = None
+    fallback: Optional[str] = None
+
+    def explain(self) -> str:
+        lines = [f"{sum(s.why_not is None for s in self.sites)} of "
+                 f"{len(self.sites)} attention sites rewritten, "
+                 f"{len(self.report.get('unfused', []))} softmaxes left unfused"]
+        for index, site in enumerate(self.sites):
+            where = (site.report.get("source") or ["<unknown>"])[0]
+            state = "rewritten" if site.why_not is None else f"not rewritten: {site.why_not}"
+            lines.append(f"  site {index} at {where}: {state}")
+        for entry in self.report.get("unfused", []):
+            where = (entry.get("source") or [entry.get("node", "<unknown>")])[0]
+            lines.append(f"  softmax at {where} not fused: {entry.get('reason')}")
+        if self.fallback:
+            lines.append(f"  this signature runs as jax.jit(f): {self.fallback}")
+        elif self.error is not None:
+            lines.append(f"  first call: relative error {self.error:.2e} against jax.jit(f)")
+        return "\n".join(lines)
+
+
+def _relative_error(got: Any, want: Any) -> float:
+    import numpy as np
+
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    norm = np.linalg.norm(want)
+    return float(np.linalg.norm(got - want) / (norm if norm > 0 else 1.0))
+
+
+class KilnJitted:
+    """What ``kiln.jax.jit(f)`` returns: call it as ``f``."""
+
+    def __init__(self, function: Callable, check: bool = True, **options: Any) -> None:
+        self.function = function
+        self.check = check
+        self.options = options
+        self._plain = _jax().jit(function)
+        self._compiled: Dict[Any, Compiled] = {}
+        self._lock = threading.Lock()
+
+    def _signature(self, flat: List[Any]) -> Any:
+        return tuple((tuple(x.shape), str(x.dtype)) if hasattr(x, "shape")
+                     else (type(x).__name__, x) for x in flat)
+
+    def compiled(self, *args: Any) -> Compiled:
+        """This signature's compiled form (made on first use)."""
+        jax = _jax()
+        flat, tree = jax.tree_util.tree_flatten(args)
+        key = (tree, self._signature(flat))
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = self._compile(flat, tree, args)
+            return self._compiled[key]
+
+    def _compile(self, flat: List[Any], tree: Any, args: Tuple[Any, ...]) -> Compiled:
+        jax = _jax()
+        from . import _run_report
+
+        def flat_function(*leaves: Any) -> Any:
+            return self.function(*jax.tree_util.tree_unflatten(tree, list(leaves)))
+
+        closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
+        out_tree = jax.tree_util.tree_structure(shapes)
+        program = _Program(closed)
+        # The avals of every step's first result, in program order.
+        steps: Dict[int, Any] = {}
+
+        def marked(*leaves: Any) -> Any:
+            values: Dict[int, Any] = {}
+            outputs = program.run(list(leaves), values=values)
+            for index, result in values.items():
+                steps[index] = jax.ShapeDtypeStruct(result[0].shape, result[0].dtype)
+            return outputs
+
+        text = jax.jit(marked).lower(*flat).as_text(debug_info=True)
+        report = _run_report(text, self.options)
+        arguments = _argument_names(text)
+        sites = [_plan(site, arguments, steps) for site in report.get("sites", [])]
+        chosen = {site.output_step: site for site in sites if site.why_not is None}
+        if len(chosen) < sum(site.why_not is None for site in sites):
+            for site in sites:
+                if site.why_not is None and chosen.get(site.output_step) is not site:
+                    site.why_not = "another site replaces the same value"
+        if not chosen:
+            return Compiled(None, sites, report, fallback="no site to rewrite")
+
+        def rewritten(*leaves: Any) -> Any:
+            leaves = list(leaves)
+            replace = {step: (lambda values, site=site: site.compute(values, leaves))
+                       for step, site in chosen.items()}
+            outputs = program.run(leaves, replace=replace)
+            return jax.tree_util.tree_unflatten(out_tree, outputs)
+
+        compiled = Compiled(jax.jit(rewritten), sites, report)
+        if self.check:
+            self._first_check(compiled, flat, args)
+        return compiled
+
+    def _first_check(self, compiled: Compiled, flat: List[Any], args: Tuple[Any, ...]) -> None:
+        jax = _jax()
+        try:
+            got = jax.tree_util.tree_leaves(compiled.function(*flat))
+        except Exception as error:  # noqa: BLE001 - reported, then jax.jit runs
+            compiled.function = None
+            compiled.fallback = f"the rewritten function failed: {type(error).__name__}: {error}"
+            warnings.warn(f"kiln.jax.jit: {compiled.fallback}")
+            return
+        want = jax.tree_util.tree_leaves(self._plain(*args))
+        worst = 0.0
+        for g, w in zip(got, want):
+            error = _relative_error(g, w)
+            worst = max(worst, error)
+            if error > TOLERANCE.get(str(w.dtype), 2e-3):
+                compiled.function = None
+                compiled.fallback = (f"its output differs from jax.jit(f)'s by "
+                                     f"{error:.2e} (bound {TOLERANCE.get(str(w.dtype), 2e-3):.0e})")
+                warnings.warn(f"kiln.jax.jit: {compiled.fallback}")
+                break
+        compiled.error = worst
+
+    def __call__(self, *args: Any) -> Any:
+        compiled = self.compiled(*args)
+        if compiled.function is None:
+            return self._plain(*args)
+        jax = _jax()
+        return compiled.function(*jax.tree_util.tree_leaves(args))
+
+    def explain(self, *args: Any) -> str:
+        """What was rewritten for this signature, and why not the rest."""
+        text = self.compiled(*args).explain()
+        print(text)
+        return text
+
+
+def jit(function: Callable, *, check: bool = True, **options: Any) -> KilnJitted:
+    """``jax.jit(function)`` with its attention sites run by Kiln (see the
+    module's docstring). `check` compares each signature's first outputs
+    with ``jax.jit(function)``'s; `options` are kilnc's (as for
+    ``kiln.jax.explain``)."""
+    return KilnJitted(function, check=check, **options)

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""GPU checks of kiln.jax: ``kiln.jax.attention`` against a float64
+reference (forms, odd sizes, layouts, dtypes, vmap, grad, repeated jitted
+calls), and ``kiln.jax.jit`` on the JAX functions the importer's tests were
+saved from (utils/save_stablehlo.py), each against the function run in
+float64: every site found must be rewritten and the outputs within the
+dtype's bounds.
+
+    python3 test/gpu/check_jax.py [--only attention|jit] [--json OUT]
+
+Ends with one line ``N passed, N failed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "utils"))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import kiln.jax as kjax  # noqa: E402
+from kiln.jax.ffi import reference, spec_of  # noqa: E402
+
+#: Relative error (Frobenius) against float64, by dtype: the bounds the
+#: PyTorch checks use.
+BOUND = {"bfloat16": 3e-2, "float16": 1e-2, "float32": 1e-3}
+
+results: List[Dict[str, Any]] = []
+
+
+def relative_error(got: Any, want: Any) -> float:
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    norm = np.linalg.norm(want)
+    return float(np.linalg.norm(got - want) / (norm if norm else 1.0))
+
+
+def record(name: str, passed: bool, **facts: Any) -> None:
+    results.append({"name": name, "passed": bool(passed), **facts})
+    detail = " ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in facts.items())
+    print(f"{'PASS' if passed else 'FAIL'} {name} {detail}", flush=True)
+
+
+def run(name: str, body: Callable[[], None]) -> None:
+    try:
+        body()
+    except Exception as error:  # noqa: BLE001 - every case reports
+        traceback.print_exc()
+        record(name, False, error=f"{type(error).__name__}: {error}"[:400])
+
+
+def normal(seed: int, shape: Any, dtype: Any) -> Any:
+    return jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.float32).astype(dtype)
+
+
+# --------------------------------------------------------------------------
+# kiln.jax.attention
+# --------------------------------------------------------------------------
+
+
+def attention_case(name: str, *, dtype: Any = jnp.bfloat16, batch: int = 2,
+                   q_len: int = 77, kv_len: int = 131, heads: int = 8,
+                   kv_heads: int = 8, dim: int = 64, value_dim: int = 0,
+                   layout: str = "bshd", mask: str = "", bias: bool = False,
+                   factor: bool = False, **attributes: Any) -> None:
+    def body() -> None:
+        dv = value_dim or dim
+
+        def shaped(s: int, h: int, d: int) -> Any:
+            return (batch, s, h, d) if layout == "bshd" else (batch, h, s, d)
+
+        q = normal(1, shaped(q_len, heads, dim), dtype)
+        k = normal(2, shaped(kv_len, kv_heads, dim), dtype)
+        v = normal(3, shaped(kv_len, kv_heads, dv), dtype)
+        extra: Dict[str, Any] = {}
+        if mask == "padding":
+            lengths = jnp.array([kv_len, kv_len // 2 + 1] * batch)[:batch]
+            extra["mask"] = (jnp.arange(kv_len)[None, :] < lengths[:, None])[:, None, None, :]
+        elif mask == "additive":
+            extra["mask"] = normal(4, (batch, 1, q_len, kv_len), dtype)
+        if bias:
+            extra["bias"] = normal(5, (1, heads, q_len, kv_len), dtype)
+        if factor:
+            extra["scale_factor"] = jnp.array([0.7], jnp.float32)
+        call = jax.jit(lambda q, k, v, extra: kjax.attention(
+            q, k, v, layout=layout, **extra, **attributes))
+        got = call(q, k, v, extra)
+        again = call(q, k, v, extra)  # a second launch of the compiled call
+        spec = spec_of(q, k, v, extra.get("mask"), extra.get("bias"),
+                       extra.get("scale_factor"), layout=layout, **attributes)
+        wide = [x.astype(jnp.float64) if x.dtype != jnp.bool_ else x
+                for x in (q, k, v)]
+        terms = {key: (x.astype(jnp.float64) if key != "mask" or x.dtype != jnp.bool_
+                       else x) for key, x in extra.items()}
+        want = reference(spec, *wide, terms.get("mask"), terms.get("bias"),
+                         terms.get("scale_factor"), compute=jnp.float64)
+        error = relative_error(got, want)
+        repeat = relative_error(again, got)
+        bound = BOUND[str(jnp.dtype(dtype))]
+        record(f"attention/{name}", error <= bound and repeat == 0.0 and
+               bool(jnp.all(jnp.isfinite(got.astype(jnp.float32)))),
+               error=error, bound=bound, repeat=repeat)
+    run(f"attention/{name}", body)
+
+
+def attention_cases() -> None:
+    attention_case("bf16-d64")
+    attention_case("bf16-d128-causal", dim=128, causal=True)
+    attention_case("bf16-gqa-causal", heads=8, kv_heads=2, causal=True)
+    attention_case("bf16-mqa", heads=8, kv_heads=1)
+    attention_case("f16-d80-bhsd", dtype=jnp.float16, dim=80, layout="bhsd")
+    attention_case("f32-d64-causal", dtype=jnp.float32, causal=True)
+    attention_case("bf16-padding", mask="padding")
+    attention_case("bf16-additive-bias", mask="additive", bias=True)
+    attention_case("bf16-softcap-window", causal=True, window=40, softcap=30.0)
+    attention_case("bf16-two-sided", window=16, window_right=8)
+    attention_case("bf16-scale-factor", factor=True, causal=True)
+    attention_case("bf16-mla", dim=192, value_dim=128, causal=True)
+    attention_case("bf16-decode", q_len=1, kv_len=4097, causal=True)
+    attention_case("bf16-long", q_len=1024, kv_len=1024, heads=16, kv_heads=16,
+                   dim=128, causal=True)
+
+    def vmapped() -> None:
+        q = normal(6, (3, 2, 65, 4, 64), jnp.bfloat16)
+        k = normal(7, (3, 2, 65, 4, 64), jnp.bfloat16)
+        v = normal(8, (3, 2, 65, 4, 64), jnp.bfloat16)
+        keep = jnp.arange(65)[None, :] < jnp.array([[65], [30]])
+        mask = keep[:, None, None, :]  # [2, 1, 1, 65], not mapped
+        got = jax.jit(jax.vmap(lambda q, k, v: kjax.attention(
+            q, k, v, mask=mask, causal=True)))(q, k, v)
+        spec = spec_of(q[0], k[0], v[0], mask, causal=True)
+        want = jax.vmap(lambda q, k, v: reference(
+            spec, q, k, v, mask, compute=jnp.float64))(
+                *(x.astype(jnp.float64) for x in (q, k, v)))
+        error = relative_error(got, want)
+        record("attention/vmap", error <= BOUND["bfloat16"], error=error)
+    run("attention/vmap", vmapped)
+
+    def gradient() -> None:
+        q = normal(9, (1, 33, 2, 64), jnp.float32)
+        k = normal(10, (1, 47, 2, 64), jnp.float32)
+        v = normal(11, (1, 47, 2, 64), jnp.float32)
+        loss = lambda q, k, v: jnp.sum(kjax.attention(q, k, v, causal=True) ** 2)  # noqa: E731
+        spec = spec_of(q, k, v, causal=True)
+        wanted = lambda q, k, v: jnp.sum(reference(  # noqa: E731
+            spec, q, k, v, compute=jnp.float64) ** 2)
+        got = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+        want = jax.grad(wanted, argnums=(0, 1, 2))(
+            *(x.astype(jnp.float64) for x in (q, k, v)))
+        error = max(relative_error(g, w) for g, w in zip(got, want))
+        record("attention/grad", error <= 1e-3, error=error)
+    run("attention/grad", gradient)
+
+    def bad_input() -> None:
+        q = normal(1, (2, 16, 4, 64), jnp.bfloat16)
+        k = normal(2, (2, 16, 4, 32), jnp.bfloat16)
+        try:
+            kjax.attention(q, k, k)
+        except Exception as error:  # noqa: BLE001
+            record("attention/bad-head-dim", "head dim" in str(error), error=str(error)[:120])
+            return
+        record("attention/bad-head-dim", False, error="no error raised")
+    run("attention/bad-head-dim", bad_input)
+
+
+# --------------------------------------------------------------------------
+# kiln.jax.jit on the saved functions
+# --------------------------------------------------------------------------
+
+
+def widened(tree: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float64)
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def jit_cases() -> None:
+    import save_stablehlo
+
+    for name, make in save_stablehlo.cases().items():
+        def body(name: str = name, make: Callable = make) -> None:
+            function, args = make()
+            jitted = kjax.jit(function)
+            compiled = jitted.compiled(*args)
+            print(compiled.explain())
+            got = jitted(*args)
+            plain = jax.jit(function)(*args)
+            try:
+                want = jax.jit(function)(*widened(args))
+            except Exception:  # noqa: BLE001 - modules fixed to their dtype
+                want = plain
+            leaves = list(zip(jax.tree_util.tree_leaves(got),
+                              jax.tree_util.tree_leaves(want),
+                              jax.tree_util.tree_leaves(plain)))
+            error = max(relative_error(g, w) for g, w, _ in leaves)
+            own = max(relative_error(p, w) for _, w, p in leaves)
+            dtype = str(jax.tree_util.tree_leaves(plain)[0].dtype)
+            sites = len(compiled.sites)
+            rewritten = sum(s.why_not is None for s in compiled.sites)
+            ran = compiled.function is not None
+            bound = max(BOUND.get(dtype, 1e-3), 2 * own)
+            record(f"jit/{name}", sites > 0 and rewritten == sites and ran and
+                   error <= bound, sites=sites, rewritten=rewritten, error=error,
+                   own=own, fallback=compiled.fallback or "")
+        run(f"jit/{name}", body)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["attention", "jit"])
+    parser.add_argument("--json")
+    options = parser.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}", flush=True)
+    if options.only in (None, "attention"):
+        attention_cases()
+    if options.only in (None, "jit"):
+        jit_cases()
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=1))
+    passed = sum(r["passed"] for r in results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
