@@ -79,6 +79,33 @@ Lit expand(const Lit &lit, ArrayRef<int64_t> shape) {
   return out;
 }
 
+/// Ops that fold at their operands' broadcast shape as well as at their
+/// own (their values depend on the operands' elements only).
+bool isLazyElementwise(StringRef name) {
+  return llvm::is_contained(
+      {"add", "subtract", "multiply", "divide", "maximum", "minimum", "compare",
+       "select", "convert", "and", "or", "xor", "not", "negate", "abs"},
+      name);
+}
+
+/// The shape constants of these shapes broadcast to (numpy's rules at equal
+/// ranks), if they do.
+std::optional<Shape> litsBroadcastShape(ArrayRef<Lit> lits) {
+  Shape shape(lits.front().shape.begin(), lits.front().shape.end());
+  for (const Lit &lit : lits) {
+    if (lit.shape.size() != shape.size())
+      return std::nullopt;
+    for (auto [have, size] : llvm::zip(shape, lit.shape)) {
+      if (size == have || size == 1)
+        continue;
+      if (have != 1)
+        return std::nullopt;
+      have = size;
+    }
+  }
+  return shape;
+}
+
 class Importer : public GraphBuilder {
 public:
   Importer(MLIRContext *ctx, StringRef fileName)
@@ -105,7 +132,10 @@ private:
   /// lazy form of it), so that a frontend that gave each of its ops a name
   /// of its own (kiln.jax.jit) finds the site's operands among its values.
   void nameValue(Operation *op, Value result);
-  std::optional<Lit> fold(Operation *op, ArrayRef<Lit> operands);
+  /// `op` on constant operands, at its result shape or at `shape` (an
+  /// elementwise op's lazy shape: see convert).
+  std::optional<Lit> fold(Operation *op, ArrayRef<Lit> operands,
+                          std::optional<ArrayRef<int64_t>> shape = {});
 
   /// The TOSA value of a StableHLO value: its shape, with unit axes where
   /// a broadcast is still lazy.
@@ -124,6 +154,11 @@ private:
   Value reduce(Operation *op);
   Value stridedSlice(Operation *op);
   Value compare(Operation *op);
+  /// An i1 select between two constant booleans: its predicate (or its
+  /// negation), in `result`; false for any other select.
+  bool selectOfBooleans(Operation *op, Value &result);
+  /// and(x, true) or or(x, false): x, in `result`.
+  bool logicalIdentity(Operation *op, bool isAnd, Value &result);
   Value elementwise(Operation *op);
 
   DenseMap<Value, Value> values;
@@ -274,8 +309,11 @@ static void gatherInto(
   }
 }
 
-std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands) {
+std::optional<Lit> Importer::fold(Operation *op, ArrayRef<Lit> operands,
+                                  std::optional<ArrayRef<int64_t>> shape) {
   auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  if (shape)
+    type = RankedTensorType::get(*shape, type.getElementType());
   if (!type.hasStaticShape() || type.getNumElements() > kFoldLimit)
     return std::nullopt;
   StringRef name = opName(op);
@@ -814,6 +852,38 @@ Value Importer::elementwise(Operation *op) {
   return {};
 }
 
+bool Importer::logicalIdentity(Operation *op, bool isAnd, Value &result) {
+  // and(x, true) and or(x, false) are x (XLA's attention ands its causal
+  // mask with a mask of all true).
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  for (int k = 0; k < 2; ++k) {
+    std::optional<Lit> c = constantOf(op->getOperand(k));
+    Value other = lazy(op->getOperand(1 - k));
+    if (c && c->size() == 1 && (c->getI(0) != 0) == isAnd &&
+        rankedOf(other).getRank() == resultType.getRank()) {
+      result = other;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Importer::selectOfBooleans(Operation *op, Value &result) {
+  std::optional<Lit> onTrue = constantOf(op->getOperand(1));
+  std::optional<Lit> onFalse = constantOf(op->getOperand(2));
+  if (!onTrue || !onFalse || onTrue->size() != 1 || onFalse->size() != 1 ||
+      onTrue->getI(0) == onFalse->getI(0))
+    return false;
+  // select(p, true, false) is p; select(p, false, true) is not p (jnp.tril
+  // of a matrix of ones: its mask where the ones were).
+  Value predicate = lazy(op->getOperand(0));
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  if (rankedOf(predicate).getRank() != resultType.getRank())
+    return false;
+  result = onTrue->getI(0) ? predicate : unary("tosa.logical_not", predicate);
+  return true;
+}
+
 LogicalResult Importer::convertOp(Operation *op, Value &result) {
   StringRef name = opName(op);
   auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
@@ -825,9 +895,20 @@ LogicalResult Importer::convertOp(Operation *op, Value &result) {
     return success();
   }
   if (name == "iota") {
-    result = {};
-    return error() << "an iota of more than " << kFoldLimit
-                   << " elements is not supported";
+    // Too large to fold whole: the index vector along its axis, unit axes
+    // elsewhere (a lazy broadcast).
+    int64_t axis = op->getAttrOfType<IntegerAttr>("iota_dimension").getInt();
+    int64_t size = resultType.getDimSize(axis);
+    if (size > kFoldLimit)
+      return error() << "an iota of " << size << " positions along one axis "
+                     << "is not supported";
+    Shape shape(resultType.getRank(), 1);
+    shape[axis] = size;
+    Lit index = Lit::make(shape, resultType.getElementType());
+    for (int64_t i = 0; i < size; ++i)
+      index.set(i, (double)i, i);
+    result = constant(index.toAttr());
+    return success();
   }
   if (name == "broadcast_in_dim") {
     result = broadcastInDim(op->getOperand(0), intsOf(op, "dims"), resultType);
@@ -851,6 +932,13 @@ LogicalResult Importer::convertOp(Operation *op, Value &result) {
                      {builder.getNamedAttr(
                          "axis", builder.getI32IntegerAttr(
                                      intsOf(op, "dims").front()))});
+  } else if (name == "select" && resultType.getElementType().isInteger(1) &&
+             selectOfBooleans(op, result)) {
+    return success();
+  } else if ((name == "and" || name == "or") &&
+             resultType.getElementType().isInteger(1) &&
+             logicalIdentity(op, name == "and", result)) {
+    return success();
   } else if (name == "maximum" && op->getNumOperands() == 2) {
     // max(x, -inf) is x, NaN included: JAX's softmax writes it.
     for (int k = 0; k < 2; ++k) {
@@ -883,18 +971,21 @@ LogicalResult Importer::convert(Operation *op) {
       return error() << "an operand was not imported";
 
   // Operands that are all constants (at their full shapes) fold.
-  SmallVector<Lit> lits;
+  StringRef name = opName(op);
+  SmallVector<Lit> lits, lazyLits;
   for (Value v : op->getOperands()) {
     std::optional<Lit> lit = constantOf(v);
-    auto type = cast<RankedTensorType>(v.getType());
-    if (!lit || type.getNumElements() > kFoldLimit)
+    if (!lit)
       break;
+    lazyLits.push_back(*lit);
+    auto type = cast<RankedTensorType>(v.getType());
+    if (type.getNumElements() > kFoldLimit)
+      continue;
     lits.push_back(lit->shape == type.getShape() ? std::move(*lit)
                                                  : expand(*lit, type.getShape()));
   }
   // A broadcast stays lazy (a reshape of the constant), so that splats and
   // masks reach the fusion in their own shapes.
-  StringRef name = opName(op);
   if (lits.size() == op->getNumOperands() && name != "constant" &&
       name != "broadcast_in_dim" && name != "reduce" &&
       name != "dot_general" && name != "dot")
@@ -902,6 +993,16 @@ LogicalResult Importer::convert(Operation *op) {
       values[op->getResult(0)] = constant(folded->toAttr());
       return success();
     }
+  // An elementwise op of constants too large to fold at its own shape
+  // (index arithmetic on a large iota: a causal mask of thousands of
+  // positions) folds at the shape its lazy operands broadcast to, and
+  // stays lazy: a row index [S, 1] plus an offset is still [S, 1].
+  if (lazyLits.size() == op->getNumOperands() && isLazyElementwise(name))
+    if (std::optional<Shape> shape = litsBroadcastShape(lazyLits))
+      if (std::optional<Lit> folded = fold(op, lazyLits, ArrayRef(*shape))) {
+        values[op->getResult(0)] = constant(folded->toAttr());
+        return success();
+      }
 
   Value result;
   if (failed(convertOp(op, result)))
