@@ -180,10 +180,12 @@ def model(name: str, batch: int, seq: int) -> Tuple[Callable, Tuple]:
 
         layer = nn.MultiHeadDotProductAttention(num_heads=HEADS, qkv_features=WIDTH,
                                                 dtype=DTYPE, param_dtype=DTYPE)
-        mask = nn.make_causal_mask(jnp.ones((batch, seq)))
         weights = [layer.init(key(40 + i), x[:1, :16], x[:1, :16]) for i in range(LAYERS)]
 
         def forward(ws: Any, x: Any) -> Any:
+            # Made inside the function, as a model makes it: a constant made
+            # outside would be baked into the program, [B, 1, S, S] of it.
+            mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
             for w in ws:
                 x = x + layer.apply(w, x, x, mask=mask)
             return x
