@@ -36,6 +36,20 @@ __all__ = ["jit", "KilnJitted"]
 _INLINED = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call",
             "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "checkpoint"}
 
+#: Primitives whose lowering kilnc's StableHLO importer reads. Every other
+#: step (gathers, dynamic slices, loops, conditionals, random bits, custom
+#: calls ...) is cut out of the lowering kilnc reads: its outputs enter it as
+#: arguments, so that nothing the importer cannot read stops the analysis.
+READABLE = {
+    "add", "sub", "mul", "div", "max", "min", "pow", "integer_pow", "square",
+    "exp", "exp2", "log", "tanh", "logistic", "rsqrt", "sqrt", "abs", "neg",
+    "floor", "ceil", "sin", "cos", "and", "or", "not", "xor", "select_n",
+    "convert_element_type", "broadcast_in_dim", "reshape", "transpose",
+    "squeeze", "expand_dims", "dot_general", "reduce_sum", "reduce_max",
+    "iota", "eq", "ne", "lt", "le", "gt", "ge", "slice", "concatenate",
+    "split", "clamp", "copy", "copy_p",
+}
+
 #: A step's value name in kilnc's report: its scope, then its primitive.
 _STEP = re.compile(r"(?:^|/)kiln\.e(\d+)/[^/]+$")
 
@@ -85,7 +99,9 @@ class _Program:
         self.closed = closed
 
     def run(self, args: List[Any], replace: Optional[Dict[int, Callable]] = None,
-            values: Optional[Dict[int, Any]] = None) -> List[Any]:
+            values: Optional[Dict[int, Any]] = None,
+            stand_in: Optional[Callable[[int, Any], Optional[List[Any]]]] = None
+            ) -> List[Any]:
         jax = _jax()
         step = [0]
         values = {} if values is None else values
@@ -108,7 +124,10 @@ class _Program:
                 else:
                     index = step[0]
                     step[0] += 1
-                    if replace and index in replace:
+                    given = stand_in(index, eqn) if stand_in else None
+                    if given is not None:
+                        outputs = given
+                    elif replace and index in replace:
                         outputs = [replace[index](values)]
                     else:
                         with jax.named_scope(f"kiln.e{index}"):
@@ -198,13 +217,15 @@ class _Source:
     step: Optional[int]
     argument: Optional[int]
     transforms: List[Dict[str, Any]]
+    output: int = 0
 
     def value(self, values: Dict[int, Any], args: List[Any]) -> Any:
-        x = args[self.argument] if self.step is None else values[self.step][0]
+        x = args[self.argument] if self.step is None else values[self.step][self.output]
         return _replay(x, self.transforms)
 
 
-def _locate(entry: Dict[str, Any], arguments: Dict[str, int]) -> Optional[_Source]:
+def _locate(entry: Dict[str, Any], arguments: Dict[str, int],
+            cuts: List[Tuple[int, int]] = ()) -> Optional[_Source]:
     sources = entry.get("sources") or [{"value": entry.get("value"),
                                         "transforms": entry.get("transforms", [])}]
     for source in sources:
@@ -215,6 +236,10 @@ def _locate(entry: Dict[str, Any], arguments: Dict[str, int]) -> Optional[_Sourc
         if match:
             return _Source(int(match.group(1)), None, source["transforms"])
         if name in arguments:
+            position = arguments[name] - (len(arguments) - len(cuts))
+            if position >= 0:  # a cut step's output (see READABLE)
+                step, output = cuts[position]
+                return _Source(step, None, source["transforms"], output)
             return _Source(None, arguments[name], source["transforms"])
     return None
 
@@ -241,7 +266,7 @@ class _Site:
 
 
 def _plan(site: Dict[str, Any], arguments: Dict[str, int],
-          steps: Dict[int, Any]) -> _Site:
+          steps: Dict[int, Any], cuts: List[Tuple[int, int]] = ()) -> _Site:
     """How to rewrite one report site, or why it cannot be."""
     planned = _Site(site)
     if site.get("kv_cache"):
@@ -250,7 +275,7 @@ def _plan(site: Dict[str, Any], arguments: Dict[str, int],
     for role, entry in site["operands"].items():
         if entry is None:
             continue
-        source = _locate(entry, arguments)
+        source = _locate(entry, arguments, cuts)
         if source is None:
             planned.why_not = (f"its {role} is not a value of the function "
                                f"(no op of its own, or reached through ops "
@@ -364,20 +389,56 @@ class KilnJitted:
         closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
         out_tree = jax.tree_util.tree_structure(shapes)
         program = _Program(closed)
+        # The steps cut out of the lowering kilnc reads, found on a first
+        # trace: (step, output) per extra argument of `marked`.
+        cuts: List[Tuple[int, int]] = []
+        cut_avals: List[Any] = []
+
+        def find_cuts(index: int, eqn: Any) -> Optional[List[Any]]:
+            if eqn.primitive.name in READABLE:
+                return None
+            for k, var in enumerate(eqn.outvars):
+                cuts.append((index, k))
+                cut_avals.append(jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype))
+            return None
+
+        jax.make_jaxpr(lambda *leaves: program.run(list(leaves), stand_in=find_cuts))(*flat)
         # The avals of every step's first result, in program order.
         steps: Dict[int, Any] = {}
+        cut_steps = {step for step, _ in cuts}
 
         def marked(*leaves: Any) -> Any:
+            leaves = list(leaves)
+            given = iter(leaves[len(flat):])
+
+            def stand_in(index: int, eqn: Any) -> Optional[List[Any]]:
+                if index not in cut_steps:
+                    return None
+                return [next(given) for _ in eqn.outvars]
+
             values: Dict[int, Any] = {}
-            outputs = program.run(list(leaves), values=values)
+            outputs = program.run(leaves[:len(flat)], values=values, stand_in=stand_in)
             for index, result in values.items():
                 steps[index] = jax.ShapeDtypeStruct(result[0].shape, result[0].dtype)
             return outputs
 
-        text = jax.jit(marked).lower(*flat).as_text(debug_info=True)
-        report = _run_report(text, self.options)
+        shapes_in = [jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x
+                     for x in flat]
+        text = jax.jit(marked, keep_unused=True).lower(
+            *shapes_in, *cut_avals).as_text(debug_info=True)
+        from ..compiler import CompileError
+        try:
+            report = _run_report(text, self.options)
+        except CompileError as error:
+            reason = str(error).strip().splitlines()
+            return Compiled(None, [], {}, fallback="kilnc could not read the function: "
+                            + (reason[0] if reason else "no diagnostics"))
         arguments = _argument_names(text)
-        sites = [_plan(site, arguments, steps) for site in report.get("sites", [])]
+        if len(arguments) != len(flat) + len(cuts):
+            return Compiled(None, [], report, fallback=(
+                "the lowered function's arguments could not be told apart "
+                f"({len(arguments)} names for {len(flat) + len(cuts)} arguments)"))
+        sites = [_plan(site, arguments, steps, cuts) for site in report.get("sites", [])]
         chosen = {site.output_step: site for site in sites if site.why_not is None}
         if len(chosen) < sum(site.why_not is None for site in sites):
             for site in sites:
