@@ -22,8 +22,8 @@ from typing import Any, Dict, List
 from ..compiler import compile as _compile_file, find_kilnc, kilnc_arguments, report_of
 from ..runtime import KilnError, Package, Status
 
-__all__ = ["Explanation", "attention", "compile", "compile_text", "explain",
-           "explain_text", "jit", "stablehlo_text"]
+__all__ = ["Explanation", "analysed_text", "attention", "compile", "compile_text",
+           "explain", "explain_text", "jit", "stablehlo_text"]
 
 
 @dataclass
@@ -96,10 +96,22 @@ def explain_text(text: str, **options: Any) -> Explanation:
                        unfused=list(report.get("unfused", [])), report=report)
 
 
+def analysed_text(function: Any, *args: Any) -> str:
+    """``function`` lowered for ``args`` the way ``kiln.jax.jit`` analyses
+    it: each step under a name scope of its own, and the steps kilnc's
+    importer does not read (gathers, loops, custom calls ...) cut out, their
+    outputs entering as arguments (docs/jax.md)."""
+    import jax
+
+    from .rewrite import lowering_of
+    flat, tree = jax.tree_util.tree_flatten(args)
+    return lowering_of(function, flat, tree).text
+
+
 def explain(function: Any, *args: Any, **options: Any) -> Explanation:
-    """Lowers ``function`` for ``args`` and returns (and prints) what Kiln's
-    fusion made of it."""
-    explanation = explain_text(stablehlo_text(function, *args), **options)
+    """Lowers ``function`` for ``args`` (as ``analysed_text``) and returns
+    (and prints) what Kiln's fusion made of it."""
+    explanation = explain_text(analysed_text(function, *args), **options)
     print(explanation)
     return explanation
 
@@ -119,7 +131,7 @@ def compile(function: Any, *args: Any, output: "os.PathLike[str] | str",  # noqa
             target: str = "sm_90a,sm_80", **options: Any) -> Package:
     """Lowers ``function`` for ``args`` and compiles its attention sites into
     the package directory ``output``."""
-    return compile_text(stablehlo_text(function, *args), output, target=target,
+    return compile_text(analysed_text(function, *args), output, target=target,
                         **options)
 
 

@@ -354,6 +354,69 @@ def _relative_error(got: Any, want: Any) -> float:
     return float(np.linalg.norm(got - want) / (norm if norm > 0 else 1.0))
 
 
+@dataclass
+class Lowering:
+    """A function's flat program and the StableHLO text kilnc reads of it
+    (see the module's docstring): `cuts` are the (step, output) pairs whose
+    values enter the text as arguments after the function's own, `steps`
+    the shape and dtype of each step's first result."""
+
+    program: _Program
+    out_tree: Any
+    cuts: List[Tuple[int, int]]
+    steps: Dict[int, Any]
+    text: str
+
+
+def lowering_of(function: Callable, flat: List[Any], tree: Any) -> Lowering:
+    """The analysed lowering of `function` on the leaves `flat` of its
+    arguments' pytree `tree`."""
+    jax = _jax()
+
+    def flat_function(*leaves: Any) -> Any:
+        return function(*jax.tree_util.tree_unflatten(tree, list(leaves)))
+
+    closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
+    program = _Program(closed)
+    # The steps cut out of the lowering kilnc reads, found on a first trace:
+    # (step, output) per extra argument of `marked`.
+    cuts: List[Tuple[int, int]] = []
+    cut_avals: List[Any] = []
+
+    def find_cuts(index: int, eqn: Any) -> Optional[List[Any]]:
+        if eqn.primitive.name in READABLE:
+            return None
+        for k, var in enumerate(eqn.outvars):
+            cuts.append((index, k))
+            cut_avals.append(jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype))
+        return None
+
+    jax.make_jaxpr(lambda *leaves: program.run(list(leaves), stand_in=find_cuts))(*flat)
+    steps: Dict[int, Any] = {}
+    cut_steps = {step for step, _ in cuts}
+
+    def marked(*leaves: Any) -> Any:
+        leaves = list(leaves)
+        given = iter(leaves[len(flat):])
+
+        def stand_in(index: int, eqn: Any) -> Optional[List[Any]]:
+            if index not in cut_steps:
+                return None
+            return [next(given) for _ in eqn.outvars]
+
+        values: Dict[int, Any] = {}
+        outputs = program.run(leaves[:len(flat)], values=values, stand_in=stand_in)
+        for index, result in values.items():
+            steps[index] = jax.ShapeDtypeStruct(result[0].shape, result[0].dtype)
+        return outputs
+
+    shapes_in = [jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x
+                 for x in flat]
+    text = jax.jit(marked, keep_unused=True).lower(
+        *shapes_in, *cut_avals).as_text(debug_info=True)
+    return Lowering(program, jax.tree_util.tree_structure(shapes), cuts, steps, text)
+
+
 class KilnJitted:
     """What ``kiln.jax.jit(f)`` returns: call it as ``f``."""
 
@@ -383,49 +446,9 @@ class KilnJitted:
         jax = _jax()
         from . import _run_report
 
-        def flat_function(*leaves: Any) -> Any:
-            return self.function(*jax.tree_util.tree_unflatten(tree, list(leaves)))
-
-        closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
-        out_tree = jax.tree_util.tree_structure(shapes)
-        program = _Program(closed)
-        # The steps cut out of the lowering kilnc reads, found on a first
-        # trace: (step, output) per extra argument of `marked`.
-        cuts: List[Tuple[int, int]] = []
-        cut_avals: List[Any] = []
-
-        def find_cuts(index: int, eqn: Any) -> Optional[List[Any]]:
-            if eqn.primitive.name in READABLE:
-                return None
-            for k, var in enumerate(eqn.outvars):
-                cuts.append((index, k))
-                cut_avals.append(jax.ShapeDtypeStruct(var.aval.shape, var.aval.dtype))
-            return None
-
-        jax.make_jaxpr(lambda *leaves: program.run(list(leaves), stand_in=find_cuts))(*flat)
-        # The avals of every step's first result, in program order.
-        steps: Dict[int, Any] = {}
-        cut_steps = {step for step, _ in cuts}
-
-        def marked(*leaves: Any) -> Any:
-            leaves = list(leaves)
-            given = iter(leaves[len(flat):])
-
-            def stand_in(index: int, eqn: Any) -> Optional[List[Any]]:
-                if index not in cut_steps:
-                    return None
-                return [next(given) for _ in eqn.outvars]
-
-            values: Dict[int, Any] = {}
-            outputs = program.run(leaves[:len(flat)], values=values, stand_in=stand_in)
-            for index, result in values.items():
-                steps[index] = jax.ShapeDtypeStruct(result[0].shape, result[0].dtype)
-            return outputs
-
-        shapes_in = [jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x
-                     for x in flat]
-        text = jax.jit(marked, keep_unused=True).lower(
-            *shapes_in, *cut_avals).as_text(debug_info=True)
+        lowering = lowering_of(self.function, flat, tree)
+        program, out_tree, cuts = lowering.program, lowering.out_tree, lowering.cuts
+        steps, text = lowering.steps, lowering.text
         from ..compiler import CompileError
         try:
             report = _run_report(text, self.options)
