@@ -165,6 +165,36 @@ def attention_cases() -> None:
         record("attention/grad", error <= 1e-3, error=error)
     run("attention/grad", gradient)
 
+    def command_buffers() -> None:
+        # XLA records the call into a CUDA graph (command buffer) where the
+        # handler is compatible: a fresh process with custom calls in
+        # command buffers from the smallest graph on, run three times.
+        import os
+        import subprocess
+
+        code = (
+            "import jax, jax.numpy as jnp, numpy as np, kiln.jax as kj\n"
+            "from kiln.jax.ffi import reference, spec_of\n"
+            "q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 96, 4, 64),"
+            " jnp.float32).astype(jnp.bfloat16) for i in range(3))\n"
+            "f = jax.jit(lambda q, k, v: kj.attention(q, k, v, causal=True) * 2)\n"
+            "outs = [np.asarray(f(q, k, v), np.float32) for _ in range(3)]\n"
+            "want = np.asarray(reference(spec_of(q, k, v, causal=True), q, k, v), np.float32) * 2\n"
+            "err = max(float(np.linalg.norm(o - want) / np.linalg.norm(want)) for o in outs)\n"
+            "print('ERROR', err)\n")
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer="
+                            "FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1").strip()
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=300)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
+        error = float(lines[-1].split()[1]) if lines else float("nan")
+        record("attention/command-buffers", done.returncode == 0 and error <= 3e-2,
+               error=error, rc=done.returncode,
+               stderr=done.stderr.strip().splitlines()[-1][:200] if done.returncode else "")
+    run("attention/command-buffers", command_buffers)
+
     def bad_input() -> None:
         q = normal(1, (2, 16, 4, 64), jnp.bfloat16)
         k = normal(2, (2, 16, 4, 32), jnp.bfloat16)
