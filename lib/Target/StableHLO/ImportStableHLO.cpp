@@ -157,6 +157,10 @@ private:
   /// An i1 select between two constant booleans: its predicate (or its
   /// negation), in `result`; false for any other select.
   bool selectOfBooleans(Operation *op, Value &result);
+  /// Imports `op` as an opaque op of the same results (an unregistered
+  /// `hlo_opaque.<name>` op on the full operands, regions dropped), with a
+  /// warning; its one result in `single` where given.
+  LogicalResult keepOpaque(Operation *op, Value *single = nullptr);
   /// and(x, true) or or(x, false): x, in `result`.
   bool logicalIdentity(Operation *op, bool isAnd, Value &result);
   Value elementwise(Operation *op);
@@ -848,8 +852,36 @@ Value Importer::elementwise(Operation *op) {
   for (auto [hlo, tosa] : unaryOps)
     if (name == hlo && (isFloat || name == "abs"))
       return unary(tosa, xs[0]);
-  error() << "not supported";
-  return {};
+  Value opaque;
+  if (failed(keepOpaque(op, &opaque)))
+    return {};
+  return opaque;
+}
+
+LogicalResult Importer::keepOpaque(Operation *op, Value *single) {
+  for (Value result : op->getResults()) {
+    auto type = dyn_cast<RankedTensorType>(result.getType());
+    if (!type || !type.hasStaticShape())
+      return error() << "dynamic shapes are not supported";
+  }
+  SmallVector<Value> operands;
+  for (Value v : op->getOperands()) {
+    if (!lazy(v))
+      return error() << "an operand was not imported";
+    operands.push_back(full(v));
+  }
+  // An op the fusion need not see through (a gather, a loop, a custom
+  // call): its results are values the graph computes some other way.
+  Operation *opaque = create(("hlo_opaque." + opName(op)).str(), operands,
+                             op->getResultTypes(), op->getAttrs());
+  emitWarning(loc) << "'" << op->getName() << "' is kept opaque";
+  for (auto [from, to] : llvm::zip(op->getResults(), opaque->getResults()))
+    values[from] = to;
+  if (single)
+    *single = opaque->getResult(0);
+  else if (op->getNumResults() == 1)
+    nameValue(op, opaque->getResult(0));
+  return success();
 }
 
 bool Importer::logicalIdentity(Operation *op, bool isAnd, Value &result) {
@@ -960,9 +992,9 @@ LogicalResult Importer::convertOp(Operation *op, Value &result) {
 LogicalResult Importer::convert(Operation *op) {
   current = op;
   loc = op->getLoc();
-  if (op->getNumResults() != 1)
-    return error() << "ops with " << op->getNumResults()
-                   << " results are not supported";
+  if (op->getNumResults() != 1 ||
+      (op->getNumRegions() && !opName(op).starts_with("reduce")))
+    return keepOpaque(op);
   auto resultType = dyn_cast<RankedTensorType>(op->getResult(0).getType());
   if (!resultType || !resultType.hasStaticShape())
     return error() << "dynamic shapes are not supported";
@@ -1092,13 +1124,6 @@ OwningOpRef<ModuleOp> Importer::run(ModuleOp input) {
   if (failed(inlineCalls(*main, input)))
     return nullptr;
   Block &body = main->getBody().front();
-  for (Operation &op : body.without_terminator())
-    if (op.getNumRegions() && !op.getName().getStringRef().starts_with(
-                                  "stablehlo.reduce")) {
-      emitError(op.getLoc()) << "'" << op.getName()
-                             << "' (control flow) is not supported";
-      return nullptr;
-    }
 
   OwningOpRef<ModuleOp> module(ModuleOp::create(input.getLoc()));
   builder.setInsertionPointToEnd(module->getBody());
@@ -1167,6 +1192,8 @@ bool mlir::kiln::containsStableHLO(ModuleOp module) {
 
 OwningOpRef<ModuleOp> mlir::kiln::importStableHLO(ModuleOp input) {
   MLIRContext *ctx = input.getContext();
+  // Ops kept opaque are of the unregistered dialect hlo_opaque.
+  ctx->allowUnregisteredDialects();
   ctx->loadDialect<func::FuncDialect, tosa::TosaDialect, kiln::KilnDialect>();
   StringRef fileName = "<stablehlo>";
   if (auto file = dyn_cast<FileLineColLoc>(input.getLoc()))

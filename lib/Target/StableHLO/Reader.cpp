@@ -24,6 +24,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/ExtensibleDialect.h"
 #include "mlir/IR/OpImplementation.h"
 
@@ -375,6 +376,88 @@ ParseResult parseConcatenate(OpAsmParser &p, OperationState &st) {
 }
 
 /// `%a, %b : T, U` (inside a reducer).
+/// `@target(%a, %b) {attributes} : (T1, T2) -> R` (custom_call): an op the
+/// importer keeps opaque; results may be several (`-> (R1, R2)`).
+ParseResult parseCustomCall(OpAsmParser &p, OperationState &st) {
+  StringAttr target;
+  SmallVector<Operand> operands;
+  SMLoc at = p.getCurrentLocation();
+  if (p.parseSymbolName(target) ||
+      p.parseOperandList(operands, OpAsmParser::Delimiter::Paren) ||
+      p.parseOptionalAttrDict(st.attributes) || p.parseColon())
+    return failure();
+  st.addAttribute("call_target_name", target);
+  FunctionType type;
+  if (p.parseType(type) ||
+      p.resolveOperands(operands, type.getInputs(), at, st.operands))
+    return failure();
+  st.addTypes(type.getResults());
+  return success();
+}
+
+/// `%x, %i, %j, sizes = [..] : (T, Ti, Tj) -> R` (dynamic_slice), or the
+/// same without sizes (dynamic_update_slice): kept opaque by the importer.
+ParseResult parseDynamicSlice(OpAsmParser &p, OperationState &st) {
+  SmallVector<Operand> operands(1);
+  if (p.parseOperand(operands[0]))
+    return failure();
+  while (succeeded(p.parseOptionalComma())) {
+    Operand next;
+    OptionalParseResult operand = p.parseOptionalOperand(next);
+    if (operand.has_value()) {
+      if (failed(*operand))
+        return failure();
+      operands.push_back(next);
+      continue;
+    }
+    SmallVector<int64_t> sizes;
+    if (parseNamedInts(p, "sizes", sizes))
+      return failure();
+    addInts(st, "slice_sizes", sizes);
+    break;
+  }
+  return parseTypesAndResolve(p, st, operands);
+}
+
+/// `(%a = %x, %b = %y) : Ta, Tb cond { .. } do { .. }` (while): kept opaque by
+/// the importer. Its regions are read so that the text parses, and dropped
+/// (a dynamic op has no traits, so its blocks could not end in a dynamic
+/// terminator).
+ParseResult parseWhile(OpAsmParser &p, OperationState &st) {
+  SmallVector<OpAsmParser::Argument> arguments;
+  SmallVector<Operand> inits;
+  SMLoc at = p.getCurrentLocation();
+  if (p.parseLParen())
+    return failure();
+  if (failed(p.parseOptionalRParen())) {
+    do {
+      OpAsmParser::Argument argument;
+      Operand init;
+      if (p.parseArgument(argument) || p.parseEqual() || p.parseOperand(init))
+        return failure();
+      arguments.push_back(argument);
+      inits.push_back(init);
+    } while (succeeded(p.parseOptionalComma()));
+    if (p.parseRParen())
+      return failure();
+  }
+  SmallVector<Type> types;
+  if (p.parseOptionalAttrDict(st.attributes) || p.parseColon() ||
+      p.parseTypeList(types))
+    return failure();
+  if (types.size() != arguments.size())
+    return p.emitError(at, "expected one type per loop value");
+  for (auto [argument, type] : llvm::zip(arguments, types))
+    argument.type = type;
+  Region condition, body;
+  if (p.resolveOperands(inits, types, at, st.operands) ||
+      p.parseKeyword("cond") || p.parseRegion(condition, arguments) ||
+      p.parseKeyword("do") || p.parseRegion(body, arguments))
+    return failure();
+  st.addTypes(types);
+  return success();
+}
+
 ParseResult parseReturn(OpAsmParser &p, OperationState &st) {
   SmallVector<Operand> operands;
   SmallVector<Type> types;
@@ -434,4 +517,24 @@ ReaderDialect::ReaderDialect(MLIRContext *ctx)
   define("slice", parseSlice);
   define("concatenate", parseConcatenate);
   define("return", parseReturn);
+  define("custom_call", parseCustomCall);
+  define("dynamic_slice", parseDynamicSlice);
+  define("dynamic_update_slice", parseDynamicSlice);
+  define("while", parseWhile);
+  // Ops printed in the generic form ("stablehlo.gather"(...) <{...}>) that
+  // no parser above reads: parsed as they are, kept opaque by the importer.
+  allowUnknownOperations();
+}
+
+Attribute ReaderDialect::parseAttribute(DialectAsmParser &parser,
+                                        Type type) const {
+  // #stablehlo.gather<...>, #stablehlo<comparison_direction GE>, ...: kept
+  // as their text (the importer reads the pretty forms' own attributes).
+  return StringAttr::get(getContext(),
+                         "#stablehlo." + parser.getFullSymbolSpec().str());
+}
+
+void ReaderDialect::printAttribute(Attribute attr,
+                                   DialectAsmPrinter &printer) const {
+  printer << "<unprintable>";
 }

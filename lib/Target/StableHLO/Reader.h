@@ -18,6 +18,8 @@ public:
   static constexpr StringLiteral getDialectNamespace() {
     return StringLiteral("stablehlo");
   }
+  Attribute parseAttribute(DialectAsmParser &parser, Type type) const override;
+  void printAttribute(Attribute attr, DialectAsmPrinter &printer) const override;
 };
 
 } // namespace mlir::kiln::stablehlo_import
