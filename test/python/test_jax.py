@@ -75,11 +75,12 @@ def test_compile_text_writes_the_sites_package(tmp_path):
 
 def test_unreadable_text_raises_with_the_location():
     bad = ("func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
-           "  %0 = stablehlo.custom_call @foo(%arg0) : (tensor<4xf32>) -> tensor<4xf32>\n"
-           "  return %0 : tensor<4xf32>\n}\n")
+           "  %0:2 = stablehlo.rng_bit_generator %arg0, algorithm = DEFAULT : "
+           "(tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)\n"
+           "  return %0#1 : tensor<4xf32>\n}\n")
     with pytest.raises(kiln.CompileError) as raised:
         kjax.explain_text(bad)
-    assert "custom op 'stablehlo.custom_call' is unknown" in raised.value.diagnostics
+    assert "custom op 'stablehlo.rng_bit_generator' is unknown" in raised.value.diagnostics
     assert ":2:" in raised.value.diagnostics
 
 
