@@ -9,32 +9,54 @@ from typing import Dict, List, Set
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "kiln"
 
 
+def module_name(path: Path) -> str:
+    """`path`'s module, dotted below the package ("runtime", "jax.ffi";
+    a subpackage's `__init__` is the subpackage, the package's own
+    "__init__")."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
+
+
+def resolve(parts: List[str]) -> str:
+    """The package's module that dotted `parts` name: the module itself, or,
+    for an attribute of one (`from . import name`), the module holding it."""
+    while parts:
+        if (PACKAGE.joinpath(*parts).with_suffix(".py").exists()
+                or (PACKAGE.joinpath(*parts) / "__init__.py").exists()):
+            return ".".join(parts)
+        parts = parts[:-1]
+    return "__init__"
+
+
 def imports_of(path: Path) -> Set[str]:
-    """The package's modules `path` imports (`__init__` for the package)."""
+    """The package's modules `path` imports, lazy imports included."""
     found: Set[str] = set()
+    here = list(path.relative_to(PACKAGE).parent.parts)
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
+            if node.level >= 1:
+                base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                module = base + (node.module.split(".") if node.module else [])
                 if node.module:
-                    found.add(node.module.split(".")[0])
+                    found.add(resolve(module))
                 else:
                     for alias in node.names:
-                        name = alias.name
-                        found.add(name if (PACKAGE / f"{name}.py").exists()
-                                  else "__init__")
-            elif node.level == 0 and node.module and node.module.startswith("kiln"):
-                parts = node.module.split(".")
-                found.add(parts[1] if len(parts) > 1 else "__init__")
+                        found.add(resolve(module + [alias.name]))
+            elif node.module and node.module.split(".")[0] == "kiln":
+                found.add(resolve(node.module.split(".")[1:]))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "kiln":
-                    found.add(parts[1] if len(parts) > 1 else "__init__")
-    return found - {path.stem}
+                    found.add(resolve(parts[1:]))
+    return found - {module_name(path)}
 
 
 def graph() -> Dict[str, Set[str]]:
-    return {path.stem: imports_of(path) for path in sorted(PACKAGE.glob("*.py"))}
+    return {module_name(path): imports_of(path)
+            for path in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in path.parts}
 
 
 def cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
@@ -61,6 +83,8 @@ def test_the_scan_sees_imports():
     assert "runtime" in edges["__init__"]
     assert "capi" in edges["runtime"]
     assert "torch_ops" in edges["dynamo"]  # a lazy import, inside a function
+    # Subpackages: relative imports one and two levels up.
+    assert "jax.ffi" in edges["jax"] and "site_cache" in edges["jax.ffi"]
 
 
 def test_a_cycle_is_found():

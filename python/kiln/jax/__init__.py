@@ -14,13 +14,13 @@ attention site of ``f`` that Kiln fuses run that way. See docs/jax.md.
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from ..compiler import compile as _compile_file, find_kilnc, kilnc_arguments, report_of
+from ..compiler import compile as _compile_file
 from ..runtime import KilnError, Package, Status
+from .report import run_report as _run_report
 
 __all__ = ["Explanation", "analysed_text", "attention", "compile", "compile_text",
            "explain", "explain_text", "jit", "stablehlo_text"]
@@ -74,19 +74,6 @@ def stablehlo_text(function: Any, *args: Any) -> str:
                         "explain_text and compile_text take StableHLO text") from error
     jitted = function if hasattr(function, "lower") else jax.jit(function)
     return jitted.lower(*args).as_text(debug_info=True)
-
-
-def _run_report(text: str, options: Dict[str, Any]) -> Dict[str, Any]:
-    kilnc = find_kilnc()
-    with tempfile.TemporaryDirectory(prefix="kiln-jax-") as scratch:
-        path = os.path.join(scratch, "function.mlir")
-        with open(path, "w") as handle:
-            handle.write(text)
-        command = [kilnc, path, "--report=json", "--emit=mlir", "-o",
-                   os.path.join(scratch, "fused.mlir")]
-        command += kilnc_arguments(options)
-        result = subprocess.run(command, capture_output=True, text=True)
-    return report_of(result, command)
 
 
 def explain_text(text: str, **options: Any) -> Explanation:

@@ -444,14 +444,14 @@ class KilnJitted:
 
     def _compile(self, flat: List[Any], tree: Any, args: Tuple[Any, ...]) -> Compiled:
         jax = _jax()
-        from . import _run_report
+        from .report import run_report
 
         lowering = lowering_of(self.function, flat, tree)
         program, out_tree, cuts = lowering.program, lowering.out_tree, lowering.cuts
         steps, text = lowering.steps, lowering.text
         from ..compiler import CompileError
         try:
-            report = _run_report(text, self.options)
+            report = run_report(text, self.options)
         except CompileError as error:
             reason = str(error).strip().splitlines()
             return Compiled(None, [], {}, fallback="kilnc could not read the function: "
