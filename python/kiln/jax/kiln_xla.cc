@@ -159,21 +159,22 @@ ffi::Error attention(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
   qkvStrides(vDims, info.layout, args.v_strides);
   qkvStrides(outDims, info.layout, args.out_strides);
   const int64_t full[4] = {args.batch, args.q_heads, args.q_len, args.kv_len};
+  // The mask and the bias: pointer, element type and broadcast strides.
   std::string why;
-  if (roles & kMaskRole) {
-    args.mask = mask.untyped_data();
-    args.mask_dtype = dtypeOf(mask.element_type());
-    if (!termStrides(mask, full, args.mask_strides, why))
-      return ffi::Error(ffi::ErrorCode::kInvalidArgument,
-                        "kiln.jax.attention: the mask's " + why);
-  }
-  if (roles & kBiasRole) {
-    args.bias = bias.untyped_data();
-    args.bias_dtype = dtypeOf(bias.element_type());
-    if (!termStrides(bias, full, args.bias_strides, why))
-      return ffi::Error(ffi::ErrorCode::kInvalidArgument,
-                        "kiln.jax.attention: the bias's " + why);
-  }
+  auto term = [&](const ffi::AnyBuffer &buffer, const void *&data,
+                  kiln_dtype &dtype, int64_t strides[4]) {
+    data = buffer.untyped_data();
+    dtype = dtypeOf(buffer.element_type());
+    return termStrides(buffer, full, strides, why);
+  };
+  if ((roles & kMaskRole) &&
+      !term(mask, args.mask, args.mask_dtype, args.mask_strides))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "kiln.jax.attention: the mask's " + why);
+  if ((roles & kBiasRole) &&
+      !term(bias, args.bias, args.bias_dtype, args.bias_strides))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "kiln.jax.attention: the bias's " + why);
   if (roles & kScaleFactorRole)
     args.scale_factor = static_cast<const float *>(scaleFactor.untyped_data());
   if (workspace->size_bytes() > 0) {
