@@ -501,11 +501,6 @@ CheckedLaunch sequenceRange(const CheckedLaunch &launch, int64_t first,
   return part;
 }
 
-/// Queries a warp-specialised launch needs at least: below this the
-/// portable kernel, which packs a KV head's query heads into its rows, wastes
-/// fewer of its rows.
-constexpr int64_t kWarpSpecializedMinQueries = 128;
-
 } // namespace
 
 Error checkedConfig(const Site &s, const CheckedLaunch &launch,
@@ -533,27 +528,6 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
   if (config)
     *config = plan.config;
   return Error::ok();
-}
-
-bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
-                         const CudaDriver &driver) {
-  if (!driver.cuTensorMapEncodeTiled ||
-      args.q_len < kWarpSpecializedMinQueries || args.kv_len < 1 ||
-      args.head_dim != kernel.headDim ||
-      (args.v_head_dim ? args.v_head_dim : args.head_dim) !=
-          kernel.valueHeadDim)
-    return false;
-  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
-    bool output = tensor == Tensor::Out;
-    auto address = reinterpret_cast<uintptr_t>(tensorPointer(args, tensor));
-    if (address % (output ? 4 : 16) != 0)
-      return false;
-    const int64_t *strides = tensorStrides(args, tensor);
-    for (int axis = 0; axis < 3; ++axis)
-      if (strides[axis] <= 0 || strides[axis] % (output ? 2 : 8) != 0)
-        return false;
-  }
-  return true;
 }
 
 namespace {

@@ -32,13 +32,6 @@ Error checkedConfig(const Site &s, const CheckedLaunch &launch,
 Error launchFolded(kiln_package &package, const Site &s,
                    const CheckedLaunch &launch, void *stream);
 
-/// Whether a launch of site `s` without forced splits can take the site's
-/// warp-specialised kernel: the loaded target has it, the driver encodes
-/// tensor maps, and the views are what TMA and its stores take (16-byte
-/// aligned Q, K and V with 16-byte strides, an output with 4-byte pairs).
-bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
-                         const CudaDriver &driver);
-
 /// A launch's cluster attributes: clusters of `size` blocks along grid z,
 /// placed by the hardware's load balancing (the default policy spreads a
 /// cluster's blocks and fits fewer of them: 62 clusters of 4 of the paged

@@ -9,7 +9,6 @@
 
 #include "CudaDriver.h"
 #include "PagedTableCheck.h"
-#include "SplitModel.h"
 
 #include <fmt/format.h>
 
@@ -577,6 +576,40 @@ Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream) {
   tables.window = s.ragged ? 0 : s.window.value_or(0);
   return checkPagedTables(*driver, tables, static_cast<CUstream>(stream),
                           messagePrefix(s));
+}
+
+/// Queries a warp-specialised launch needs at least: below this the
+/// portable kernel, which packs a KV head's query heads into its rows, wastes
+/// fewer of its rows.
+constexpr int64_t kWarpSpecializedMinQueries = 128;
+
+int64_t splitWorkspaceBytes(const kiln_attention_args &args,
+                            int64_t valueHeadDim, int64_t splits) {
+  if (splits <= 1)
+    return 0;
+  return splits * args.batch * args.q_heads * args.q_len * (valueHeadDim + 2) *
+         int64_t(sizeof(float));
+}
+
+bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
+                         const CudaDriver &driver) {
+  if (!driver.cuTensorMapEncodeTiled ||
+      args.q_len < kWarpSpecializedMinQueries || args.kv_len < 1 ||
+      args.head_dim != kernel.headDim ||
+      (args.v_head_dim ? args.v_head_dim : args.head_dim) !=
+          kernel.valueHeadDim)
+    return false;
+  for (Tensor tensor : {Tensor::Q, Tensor::K, Tensor::V, Tensor::Out}) {
+    bool output = tensor == Tensor::Out;
+    auto address = reinterpret_cast<uintptr_t>(tensorPointer(args, tensor));
+    if (address % (output ? 4 : 16) != 0)
+      return false;
+    const int64_t *strides = tensorStrides(args, tensor);
+    for (int axis = 0; axis < 3; ++axis)
+      if (strides[axis] <= 0 || strides[axis] % (output ? 2 : 8) != 0)
+        return false;
+  }
+  return true;
 }
 
 } // namespace rt

@@ -23,6 +23,8 @@
 namespace kiln {
 namespace rt {
 
+struct CudaDriver;
+
 /// The values of a paged or packed launch that kiln_attention_args has no
 /// place for.
 struct PagedValues {
@@ -116,6 +118,18 @@ Error checkWorkspaceBounds(const Site &site, int64_t batch, int64_t qHeads,
 /// The debug check of a paged launch's kv_lens and page table
 /// (PagedTableCheck.h), on `stream`.
 Error checkTables(const Site &s, const CheckedLaunch &launch, void *stream);
+
+/// The f32 workspace `splits` splits of a launch need: partial outputs and
+/// two statistics per row and split.
+int64_t splitWorkspaceBytes(const kiln_attention_args &args,
+                            int64_t valueHeadDim, int64_t splits);
+
+/// Whether a launch of site `s` without forced splits can take the site's
+/// warp-specialised kernel: the loaded target has it, the driver encodes
+/// tensor maps, and the views are what TMA and its stores take (16-byte
+/// aligned Q, K and V with 16-byte strides, an output with 4-byte pairs).
+bool warpSpecializedFits(const Kernel &kernel, const kiln_attention_args &args,
+                         const CudaDriver &driver);
 
 } // namespace rt
 } // namespace kiln

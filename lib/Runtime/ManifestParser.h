@@ -1,9 +1,9 @@
 //===- ManifestParser.h - Pieces of the manifest parser ---------*- C++ -*-===//
 //
-// What the parts of the manifest parser (Manifest.cpp for the package, its
-// targets and sites; ManifestKernel.cpp for its kernels) share: typed access
-// to JSON nodes that fails with the file and the JSON path of the node, and
-// the readers of fields kernels and sites both have.
+// What the parts of the manifest parser (ManifestParser.cpp for the package,
+// its targets and sites; ManifestKernel.cpp for its kernels) share: typed
+// access to JSON nodes that fails with the file and the JSON path of the
+// node, and the readers of fields kernels and sites both have.
 //
 //===----------------------------------------------------------------------===//
 

@@ -2,7 +2,6 @@
 
 #include "SplitModel.h"
 
-#include "Launch.h"
 #include "Package.h"
 
 #include <algorithm>
@@ -11,14 +10,6 @@
 
 namespace kiln {
 namespace rt {
-
-int64_t splitWorkspaceBytes(const kiln_attention_args &args,
-                            int64_t valueHeadDim, int64_t splits) {
-  if (splits <= 1)
-    return 0;
-  return splits * args.batch * args.q_heads * args.q_len * (valueHeadDim + 2) *
-         int64_t(sizeof(float));
-}
 
 namespace {
 

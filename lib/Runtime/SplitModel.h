@@ -19,11 +19,6 @@
 namespace kiln {
 namespace rt {
 
-/// The f32 workspace `splits` splits of a launch need: partial outputs and
-/// two statistics per row and split.
-int64_t splitWorkspaceBytes(const kiln_attention_args &args,
-                            int64_t valueHeadDim, int64_t splits);
-
 /// The split count of a checked launch: the forced one, or the modelled best
 /// on the current device, bounded by the workspace (1 without one, or for a
 /// kernel that does not split).
