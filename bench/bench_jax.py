@@ -8,6 +8,7 @@
 
 Models (bf16, 2 layers, width 1024, 16 heads of 64, b·s = --tokens): `gpt`
 (einsum attention, causal mask through ``jnp.tril`` and ``where(-inf)``),
+`gpt-scan` (the same layers stacked and run by ``lax.scan``),
 `llama` (RMSNorm, RoPE, GQA 16/4 with the query heads grouped in the einsum,
 SwiGLU), `bert` (bidirectional, BERT's additive padding mask ``(1 - keep)
 · -1e9``), `alibi` (slopes and distances built from ops, causal), `softcap`
@@ -161,6 +162,15 @@ def model(name: str, batch: int, seq: int) -> Tuple[Callable, Tuple]:
         attend = {"gpt": causal_einsum, "alibi": alibi_causal,
                   "softcap": softcap_causal}[name]
         return (lambda p, x: _stack(p, x, lambda p, x: block(p, x, attend))), (params(), x)
+    if name == "gpt-scan":
+        # The layers stacked and run by lax.scan: the attention is in the
+        # loop's body.
+        stacked = jax.tree_util.tree_map(lambda *ws: jnp.stack(ws), *params())
+
+        def scanned(p: Any, x: Any) -> Any:
+            return jax.lax.scan(lambda x, w: (block(w, x, causal_einsum), None), x, p)[0]
+
+        return scanned, (stacked, x)
     if name == "llama":
         return (lambda p, x: _stack(p, x, lambda p, x: block(
             p, x, grouped_causal, rms_norm, KV_HEADS, positions=True))), (params(KV_HEADS), x)
@@ -315,7 +325,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqs", default="4096")
     parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--models", default="gpt,llama,bert,alibi,softcap,flax,equinox")
+    parser.add_argument("--models", default="gpt,gpt-scan,llama,bert,alibi,softcap,flax,equinox")
     parser.add_argument("--no-attention", action="store_true")
     parser.add_argument("--no-models", action="store_true")
     parser.add_argument("--out")

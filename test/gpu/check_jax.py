@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -249,6 +250,40 @@ def jit_cases() -> None:
         run(f"jit/{name}", body)
 
 
+def scan_case() -> None:
+    """Layers stacked and run by lax.scan (as Flax's nn.scan and most large
+    JAX models run them): the attention is in the loop's body."""
+    def body() -> None:
+        layers, batch, seq, heads, dim = 3, 2, 128, 4, 32
+        width = heads * dim
+        weights = normal(20, (layers, 3, width, width), jnp.bfloat16) * 0.05
+        x = normal(21, (batch, seq, width), jnp.bfloat16)
+
+        def model(weights: Any, x: Any) -> Any:
+            def layer(x: Any, w: Any) -> Any:
+                q, k, v = ((x @ w[i]).reshape(batch, seq, heads, dim) for i in range(3))
+                s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(dim)
+                s = jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), s, -jnp.inf)
+                a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v)
+                return x + a.reshape(x.shape), None
+            return jax.lax.scan(layer, x, weights)[0]
+
+        jitted = kjax.jit(model)
+        compiled = jitted.compiled(weights, x)
+        print(compiled.explain())
+        got = jitted(weights, x)
+        want = jax.jit(model)(*widened((weights, x)))
+        own = relative_error(jax.jit(model)(weights, x), want)
+        error = relative_error(got, want)
+        in_body = [site for site in compiled.sites if site.loop_body]
+        rewritten = sum(site.why_not is None for site in in_body)
+        record("jit/scan-layers", len(in_body) == 1 and rewritten == 1 and
+               compiled.function is not None and error <= max(3e-2, 2 * own),
+               sites=len(in_body), rewritten=rewritten, error=error, own=own,
+               fallback=compiled.fallback or "")
+    run("jit/scan-layers", body)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["attention", "jit"])
@@ -259,6 +294,7 @@ def main() -> int:
         attention_cases()
     if options.only in (None, "jit"):
         jit_cases()
+        scan_case()
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=1))
     passed = sum(r["passed"] for r in results)

@@ -100,7 +100,8 @@ class _Program:
 
     def run(self, args: List[Any], replace: Optional[Dict[int, Callable]] = None,
             values: Optional[Dict[int, Any]] = None,
-            stand_in: Optional[Callable[[int, Any], Optional[List[Any]]]] = None
+            stand_in: Optional[Callable[[int, Any], Optional[List[Any]]]] = None,
+            bodies: Optional[Callable[[Any], Dict[str, Any]]] = None
             ) -> List[Any]:
         jax = _jax()
         step = [0]
@@ -130,8 +131,9 @@ class _Program:
                     elif replace and index in replace:
                         outputs = [replace[index](values)]
                     else:
+                        params = bodies(eqn) if bodies else eqn.params
                         with jax.named_scope(f"kiln.e{index}"):
-                            subfuns, params = eqn.primitive.get_bind_params(eqn.params)
+                            subfuns, params = eqn.primitive.get_bind_params(params)
                             result = eqn.primitive.bind(*subfuns, *inputs_, **params)
                         outputs = list(result) if eqn.primitive.multiple_results else [result]
                     values[index] = outputs
@@ -254,6 +256,8 @@ class _Site:
     output_step: Optional[int] = None
     output_transforms: List[Dict[str, Any]] = field(default_factory=list)
     why_not: Optional[str] = None
+    #: Found in the body of a loop (lax.scan, while_loop).
+    loop_body: bool = False
 
     def compute(self, values: Dict[int, Any], args: List[Any]) -> Any:
         from .ffi import call_spec
@@ -334,6 +338,8 @@ class Compiled:
         for index, site in enumerate(self.sites):
             where = (site.report.get("source") or ["<unknown>"])[0]
             state = "rewritten" if site.why_not is None else f"not rewritten: {site.why_not}"
+            if site.loop_body:
+                state += " (in a loop body)"
             lines.append(f"  site {index} at {where}: {state}")
         for entry in self.report.get("unfused", []):
             where = (entry.get("source") or [entry.get("node", "<unknown>")])[0]
@@ -377,6 +383,13 @@ def lowering_of(function: Callable, flat: List[Any], tree: Any) -> Lowering:
         return function(*jax.tree_util.tree_unflatten(tree, list(leaves)))
 
     closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
+    return lowering_of_closed(closed, flat, jax.tree_util.tree_structure(shapes))
+
+
+def lowering_of_closed(closed: Any, flat: List[Any], out_tree: Any) -> Lowering:
+    """The analysed lowering of a closed jaxpr on arguments like `flat`
+    (arrays or their shapes and dtypes)."""
+    jax = _jax()
     program = _Program(closed)
     # The steps cut out of the lowering kilnc reads, found on a first trace:
     # (step, output) per extra argument of `marked`.
@@ -414,7 +427,92 @@ def lowering_of(function: Callable, flat: List[Any], tree: Any) -> Lowering:
                  for x in flat]
     text = jax.jit(marked, keep_unused=True).lower(
         *shapes_in, *cut_avals).as_text(debug_info=True)
-    return Lowering(program, jax.tree_util.tree_structure(shapes), cuts, steps, text)
+    return Lowering(program, out_tree, cuts, steps, text)
+
+
+def _plan_lowering(lowering: Lowering, count: int, options: Dict[str, Any]) -> Any:
+    """kilnc's report of `lowering` (of a program of `count` arguments) and
+    the plan of each site: (sites, chosen by output step, report), or a
+    Compiled that says why nothing can be rewritten."""
+    from ..compiler import CompileError
+    from .report import run_report
+
+    try:
+        report = run_report(lowering.text, options)
+    except CompileError as error:
+        reason = str(error).strip().splitlines()
+        return Compiled(None, [], {}, fallback="kilnc could not read the function: "
+                        + (reason[0] if reason else "no diagnostics"))
+    arguments = _argument_names(lowering.text)
+    if len(arguments) != count + len(lowering.cuts):
+        return Compiled(None, [], report, fallback=(
+            "the lowered function's arguments could not be told apart "
+            f"({len(arguments)} names for {count + len(lowering.cuts)} arguments)"))
+    sites = [_plan(site, arguments, lowering.steps, lowering.cuts)
+             for site in report.get("sites", [])]
+    chosen = {site.output_step: site for site in sites if site.why_not is None}
+    if len(chosen) < sum(site.why_not is None for site in sites):
+        for site in sites:
+            if site.why_not is None and chosen.get(site.output_step) is not site:
+                site.why_not = "another site replaces the same value"
+    return sites, chosen, report
+
+
+#: Loop primitives whose bodies are analysed and rewritten, and the
+#: parameter holding each one's body (a closed jaxpr).
+_LOOP_BODIES = {"scan": "jaxpr", "while": "body_jaxpr"}
+
+
+class _Bodies:
+    """The bodies of loops (``lax.scan``, ``while_loop``: a model that scans
+    over its layers) analysed as functions of their own, each once, and
+    rewritten where kilnc finds sites in them: `__call__(eqn)` gives the
+    parameters to bind the loop with."""
+
+    def __init__(self, options: Dict[str, Any]) -> None:
+        self.options = options
+        self.done: Dict[int, Dict[str, Any]] = {}
+        self.sites: List[_Site] = []
+        self.rewritten = 0
+
+    def __call__(self, eqn: Any) -> Dict[str, Any]:
+        key = _LOOP_BODIES.get(eqn.primitive.name)
+        if key is None or not hasattr(eqn.params.get(key), "jaxpr"):
+            return eqn.params
+        if id(eqn) not in self.done:
+            self.done[id(eqn)] = self._rewrite(eqn.params, key)
+        return self.done[id(eqn)]
+
+    def _rewrite(self, params: Dict[str, Any], key: str) -> Dict[str, Any]:
+        jax = _jax()
+        before = self.rewritten
+        closed = params[key]
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+        lowering = lowering_of_closed(closed, avals, None)
+        planned = _plan_lowering(lowering, len(avals), self.options)
+        if isinstance(planned, Compiled):
+            return params
+        sites, chosen, _ = planned
+        for site in sites:
+            site.loop_body = True
+        self.sites.extend(sites)
+        program = lowering.program
+
+        def body(*leaves: Any) -> Any:
+            leaves = list(leaves)
+            replace = {step: (lambda values, site=site: site.compute(values, leaves))
+                       for step, site in chosen.items()}
+            return program.run(leaves, replace=replace, bodies=self)
+
+        new = jax.make_jaxpr(body)(*avals)
+        if not chosen and self.rewritten == before:
+            return params  # nothing rewritten in it, nor in a loop inside it
+        if [str(a) for a in new.out_avals] != [str(a) for a in closed.out_avals]:
+            for site in sites:
+                site.why_not = site.why_not or "the rewritten loop body changed its results"
+            return params
+        self.rewritten += len(chosen)
+        return dict(params, **{key: new})
 
 
 class KilnJitted:
@@ -444,39 +542,27 @@ class KilnJitted:
 
     def _compile(self, flat: List[Any], tree: Any, args: Tuple[Any, ...]) -> Compiled:
         jax = _jax()
-        from .report import run_report
-
         lowering = lowering_of(self.function, flat, tree)
-        program, out_tree, cuts = lowering.program, lowering.out_tree, lowering.cuts
-        steps, text = lowering.steps, lowering.text
-        from ..compiler import CompileError
-        try:
-            report = run_report(text, self.options)
-        except CompileError as error:
-            reason = str(error).strip().splitlines()
-            return Compiled(None, [], {}, fallback="kilnc could not read the function: "
-                            + (reason[0] if reason else "no diagnostics"))
-        arguments = _argument_names(text)
-        if len(arguments) != len(flat) + len(cuts):
-            return Compiled(None, [], report, fallback=(
-                "the lowered function's arguments could not be told apart "
-                f"({len(arguments)} names for {len(flat) + len(cuts)} arguments)"))
-        sites = [_plan(site, arguments, steps, cuts) for site in report.get("sites", [])]
-        chosen = {site.output_step: site for site in sites if site.why_not is None}
-        if len(chosen) < sum(site.why_not is None for site in sites):
-            for site in sites:
-                if site.why_not is None and chosen.get(site.output_step) is not site:
-                    site.why_not = "another site replaces the same value"
-        if not chosen:
-            return Compiled(None, sites, report, fallback="no site to rewrite")
+        bodies = _Bodies(self.options)
+        planned = _plan_lowering(lowering, len(flat), self.options)
+        if isinstance(planned, Compiled):
+            return planned
+        sites, chosen, report = planned
+        program, out_tree = lowering.program, lowering.out_tree
 
         def rewritten(*leaves: Any) -> Any:
             leaves = list(leaves)
             replace = {step: (lambda values, site=site: site.compute(values, leaves))
                        for step, site in chosen.items()}
-            outputs = program.run(leaves, replace=replace)
+            outputs = program.run(leaves, replace=replace, bodies=bodies)
             return jax.tree_util.tree_unflatten(out_tree, outputs)
 
+        # Trace once: loop bodies are analysed (and rewritten) as the
+        # program meets them.
+        jax.make_jaxpr(rewritten)(*flat)
+        sites = sites + bodies.sites
+        if not chosen and not bodies.rewritten:
+            return Compiled(None, sites, report, fallback="no site to rewrite")
         compiled = Compiled(jax.jit(rewritten), sites, report)
         if self.check:
             self._first_check(compiled, flat, args)
