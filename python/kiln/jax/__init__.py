@@ -88,11 +88,9 @@ def analysed_text(function: Any, *args: Any) -> str:
     it: each step under a name scope of its own, and the steps kilnc's
     importer does not read (gathers, loops, custom calls ...) cut out, their
     outputs entering as arguments (docs/jax.md)."""
-    import jax
-
-    from .rewrite import lowering_of
-    flat, tree = jax.tree_util.tree_flatten(args)
-    return lowering_of(function, flat, tree).text
+    from .rewrite import _Signature, lowering_of
+    signature = _Signature(args, {})
+    return lowering_of(signature.function(function), signature.flat).text
 
 
 def explain(function: Any, *args: Any, **options: Any) -> Explanation:

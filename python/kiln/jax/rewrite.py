@@ -330,6 +330,8 @@ class Compiled:
     report: Dict[str, Any]
     error: Optional[float] = None
     fallback: Optional[str] = None
+    #: ``jax.jit`` of the function of the traced leaves: the fallback.
+    plain: Optional[Callable] = None
 
     def explain(self) -> str:
         lines = [f"{sum(s.why_not is None for s in self.sites)} of "
@@ -374,14 +376,9 @@ class Lowering:
     text: str
 
 
-def lowering_of(function: Callable, flat: List[Any], tree: Any) -> Lowering:
-    """The analysed lowering of `function` on the leaves `flat` of its
-    arguments' pytree `tree`."""
+def lowering_of(flat_function: Callable, flat: List[Any]) -> Lowering:
+    """The analysed lowering of `flat_function` on the arrays `flat`."""
     jax = _jax()
-
-    def flat_function(*leaves: Any) -> Any:
-        return function(*jax.tree_util.tree_unflatten(tree, list(leaves)))
-
     closed, shapes = jax.make_jaxpr(flat_function, return_shape=True)(*flat)
     return lowering_of_closed(closed, flat, jax.tree_util.tree_structure(shapes))
 
@@ -515,6 +512,55 @@ class _Bodies:
         return dict(params, **{key: new})
 
 
+def _is_array(leaf: Any) -> bool:
+    """Whether a pytree leaf is traced (an array); every other leaf (Python
+    numbers, strings, functions, an Equinox module's static fields) is
+    static, closed over and part of the signature, as ``equinox.filter_jit``
+    treats them."""
+    import numpy as np
+
+    jax = _jax()
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic)) or (
+        hasattr(leaf, "shape") and hasattr(leaf, "dtype"))
+
+
+class _Signature:
+    """One call's arguments split into traced leaves and the rest."""
+
+    def __init__(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        jax = _jax()
+        self.leaves, self.tree = jax.tree_util.tree_flatten((args, kwargs))
+        self.dynamic = [i for i, leaf in enumerate(self.leaves) if _is_array(leaf)]
+        self.flat = [self.leaves[i] for i in self.dynamic]
+
+    def key(self) -> Any:
+        def static(leaf: Any) -> Any:
+            try:
+                hash(leaf)
+                return (type(leaf).__name__, leaf)
+            except TypeError:
+                return (type(leaf).__name__, id(leaf))
+
+        dynamic = set(self.dynamic)
+        return (self.tree, tuple(
+            (tuple(leaf.shape), str(leaf.dtype)) if i in dynamic else static(leaf)
+            for i, leaf in enumerate(self.leaves)))
+
+    def function(self, function: Callable) -> Callable:
+        """`function` as a function of the traced leaves alone."""
+        jax = _jax()
+        leaves, tree, dynamic = list(self.leaves), self.tree, self.dynamic
+
+        def flat_function(*traced: Any) -> Any:
+            given = list(leaves)
+            for i, leaf in zip(dynamic, traced):
+                given[i] = leaf
+            args, kwargs = jax.tree_util.tree_unflatten(tree, given)
+            return function(*args, **kwargs)
+
+        return flat_function
+
+
 class KilnJitted:
     """What ``kiln.jax.jit(f)`` returns: call it as ``f``."""
 
@@ -522,30 +568,28 @@ class KilnJitted:
         self.function = function
         self.check = check
         self.options = options
-        self._plain = _jax().jit(function)
         self._compiled: Dict[Any, Compiled] = {}
         self._lock = threading.Lock()
 
-    def _signature(self, flat: List[Any]) -> Any:
-        return tuple((tuple(x.shape), str(x.dtype)) if hasattr(x, "shape")
-                     else (type(x).__name__, x) for x in flat)
-
-    def compiled(self, *args: Any) -> Compiled:
+    def compiled(self, *args: Any, **kwargs: Any) -> Compiled:
         """This signature's compiled form (made on first use)."""
-        jax = _jax()
-        flat, tree = jax.tree_util.tree_flatten(args)
-        key = (tree, self._signature(flat))
+        signature = _Signature(args, kwargs)
+        key = signature.key()
         with self._lock:
             if key not in self._compiled:
-                self._compiled[key] = self._compile(flat, tree, args)
+                self._compiled[key] = self._compile(signature)
             return self._compiled[key]
 
-    def _compile(self, flat: List[Any], tree: Any, args: Tuple[Any, ...]) -> Compiled:
+    def _compile(self, signature: _Signature) -> Compiled:
         jax = _jax()
-        lowering = lowering_of(self.function, flat, tree)
+        flat_function = signature.function(self.function)
+        plain = jax.jit(flat_function)
+        flat = signature.flat
+        lowering = lowering_of(flat_function, flat)
         bodies = _Bodies(self.options)
         planned = _plan_lowering(lowering, len(flat), self.options)
         if isinstance(planned, Compiled):
+            planned.plain = plain
             return planned
         sites, chosen, report = planned
         program, out_tree = lowering.program, lowering.out_tree
@@ -562,13 +606,13 @@ class KilnJitted:
         jax.make_jaxpr(rewritten)(*flat)
         sites = sites + bodies.sites
         if not chosen and not bodies.rewritten:
-            return Compiled(None, sites, report, fallback="no site to rewrite")
-        compiled = Compiled(jax.jit(rewritten), sites, report)
+            return Compiled(None, sites, report, fallback="no site to rewrite", plain=plain)
+        compiled = Compiled(jax.jit(rewritten), sites, report, plain=plain)
         if self.check:
-            self._first_check(compiled, flat, args)
+            self._first_check(compiled, flat)
         return compiled
 
-    def _first_check(self, compiled: Compiled, flat: List[Any], args: Tuple[Any, ...]) -> None:
+    def _first_check(self, compiled: Compiled, flat: List[Any]) -> None:
         jax = _jax()
         try:
             got = jax.tree_util.tree_leaves(compiled.function(*flat))
@@ -577,7 +621,7 @@ class KilnJitted:
             compiled.fallback = f"the rewritten function failed: {type(error).__name__}: {error}"
             warnings.warn(f"kiln.jax.jit: {compiled.fallback}")
             return
-        want = jax.tree_util.tree_leaves(self._plain(*args))
+        want = jax.tree_util.tree_leaves(compiled.plain(*flat))
         worst = 0.0
         for g, w in zip(got, want):
             error = _relative_error(g, w)
@@ -590,23 +634,25 @@ class KilnJitted:
                 break
         compiled.error = worst
 
-    def __call__(self, *args: Any) -> Any:
-        compiled = self.compiled(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        compiled = self.compiled(*args, **kwargs)
+        flat = _Signature(args, kwargs).flat
         if compiled.function is None:
-            return self._plain(*args)
-        jax = _jax()
-        return compiled.function(*jax.tree_util.tree_leaves(args))
+            return compiled.plain(*flat)
+        return compiled.function(*flat)
 
-    def explain(self, *args: Any) -> str:
+    def explain(self, *args: Any, **kwargs: Any) -> str:
         """What was rewritten for this signature, and why not the rest."""
-        text = self.compiled(*args).explain()
+        text = self.compiled(*args, **kwargs).explain()
         print(text)
         return text
 
 
 def jit(function: Callable, *, check: bool = True, **options: Any) -> KilnJitted:
     """``jax.jit(function)`` with its attention sites run by Kiln (see the
-    module's docstring). `check` compares each signature's first outputs
-    with ``jax.jit(function)``'s; `options` are kilnc's (as for
+    module's docstring). Array leaves of the arguments are traced, every
+    other leaf is static (``equinox.filter_jit``'s rule), keyword arguments
+    included. `check` compares each signature's first outputs with
+    ``jax.jit``'s of the same function; `options` are kilnc's (as for
     ``kiln.jax.explain``)."""
     return KilnJitted(function, check=check, **options)
