@@ -1176,6 +1176,7 @@ OwningOpRef<ModuleOp> Importer::run(ModuleOp input) {
 
 void mlir::kiln::loadStableHLOReader(MLIRContext *ctx) {
   ctx->getOrLoadDialect<ReaderDialect>();
+  ctx->getOrLoadDialect<ChloReaderDialect>();
 }
 
 bool mlir::kiln::containsStableHLO(ModuleOp module) {

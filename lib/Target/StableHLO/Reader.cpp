@@ -32,6 +32,7 @@ using namespace mlir;
 using namespace mlir::kiln::stablehlo_import;
 
 MLIR_DEFINE_EXPLICIT_TYPE_ID(mlir::kiln::stablehlo_import::ReaderDialect)
+MLIR_DEFINE_EXPLICIT_TYPE_ID(mlir::kiln::stablehlo_import::ChloReaderDialect)
 
 namespace {
 
@@ -523,6 +524,31 @@ ReaderDialect::ReaderDialect(MLIRContext *ctx)
   define("while", parseWhile);
   // Ops printed in the generic form ("stablehlo.gather"(...) <{...}>) that
   // no parser above reads: parsed as they are, kept opaque by the importer.
+  allowUnknownOperations();
+}
+
+/// CHLO ops JAX writes into StableHLO text (chlo.erf for an exact GELU,
+/// ...): elementwise in their pretty form, kept opaque by the importer.
+static const char *const kChloOps[] = {
+    "erf",      "erfc",      "erf_inv", "lgamma", "digamma", "tan",
+    "is_inf",   "is_neg_inf", "is_pos_inf", "acos", "asin", "atan",
+    "acosh",    "asinh",     "atanh",   "cosh",   "sinh",    "bessel_i1e",
+    "polygamma", "zeta",     "next_after", "square",
+};
+
+ChloReaderDialect::ChloReaderDialect(MLIRContext *ctx)
+    : ExtensibleDialect(getDialectNamespace(), ctx,
+                        TypeID::get<ChloReaderDialect>()) {
+  for (const char *name : kChloOps) {
+    OperationName::VerifyInvariantsFn verify = [](Operation *) {
+      return success();
+    };
+    OperationName::VerifyRegionInvariantsFn verifyRegions =
+        [](Operation *) { return success(); };
+    registerDynamicOp(DynamicOpDefinition::get(
+        name, this, std::move(verify), std::move(verifyRegions),
+        parseElementwise, printGeneric));
+  }
   allowUnknownOperations();
 }
 

@@ -22,8 +22,19 @@ public:
   void printAttribute(Attribute attr, DialectAsmPrinter &printer) const override;
 };
 
+/// `chlo.*` ops (CHLO, StableHLO's client ops), parsed the same way; the
+/// importer keeps them opaque.
+class ChloReaderDialect : public ExtensibleDialect {
+public:
+  explicit ChloReaderDialect(MLIRContext *ctx);
+  static constexpr StringLiteral getDialectNamespace() {
+    return StringLiteral("chlo");
+  }
+};
+
 } // namespace mlir::kiln::stablehlo_import
 
 MLIR_DECLARE_EXPLICIT_TYPE_ID(mlir::kiln::stablehlo_import::ReaderDialect)
+MLIR_DECLARE_EXPLICIT_TYPE_ID(mlir::kiln::stablehlo_import::ChloReaderDialect)
 
 #endif // KILN_LIB_TARGET_STABLEHLO_READER_H
