@@ -98,14 +98,18 @@ def test_lowering_a_function_needs_jax():
 # way it lowers one (every step under a scope of its own): operands and
 # output found as program steps or arguments.
 def test_jit_plans_sites_from_step_names():
-    from kiln.jax.rewrite import _argument_names, _plan
+    from kiln.jax.rewrite import _argument_names, _named_arguments, _plan
 
-    source = text("named_steps_f32")
+    # The arguments renamed as kiln.jax.jit renames them (JAX's own names
+    # need not differ).
+    source = _named_arguments(text("named_steps_f32"))
+    main = next(line for line in source.split("\n") if "@main(" in line)
+    assert 'loc("kiln.a2")' in main and "leaves[" not in main
     report = kjax.explain_text(source).report
     arguments = _argument_names(source)
-    assert arguments == {"leaves[0]": 0, "leaves[1]": 1, "leaves[2]": 2,
-                         "leaves[3]": 3}
+    assert {arguments[f"kiln.a{k}"] for k in range(4)} == {0, 1, 2, 3}
     site, = report["sites"]
+    assert site["operands"]["key"]["value"] == "kiln.a2"
     planned = _plan(site, arguments, {})
     assert planned.why_not is None
     assert planned.operands["query"].step == 1

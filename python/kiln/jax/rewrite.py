@@ -145,20 +145,33 @@ class _Program:
         return evaluate(self.closed.jaxpr, list(self.closed.consts), list(args))
 
 
+_ARGUMENT = re.compile(r'(%arg(\d+): [^%]*?)loc\((?:"(?:[^"\\]|\\.)*"|#[\w.]+)\)')
+
+
+def _named_arguments(text: str) -> str:
+    """`text` with each argument of its `main` located at a name of Kiln's
+    own, ``kiln.a<k>`` (JAX names arguments by the Python signature, which
+    need not tell them apart)."""
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        if "func.func public @main(" in line:
+            lines[index] = _ARGUMENT.sub(lambda m: f'{m.group(1)}loc("kiln.a{m.group(2)}")',
+                                         line)
+            break
+    return "\n".join(lines)
+
+
 def _argument_names(text: str) -> Dict[str, int]:
-    """The location names of the lowered function's arguments: name →
-    position (names two arguments share are left out)."""
+    """The names kilnc gives the arguments of `main` (see _named_arguments;
+    an argument without a location is ``arg<k>``): name → position."""
     signature = re.search(r"func\.func public @main\((.*)$", text, re.MULTILINE)
     names: Dict[str, int] = {}
-    shared = set()
     if signature:
-        for match in re.finditer(r'%arg(\d+): [^%]*?loc\("((?:[^"\\]|\\.)*)"\)',
-                                 signature.group(1)):
-            name = match.group(2)
-            if name in names:
-                shared.add(name)
-            names[name] = int(match.group(1))
-    return {name: index for name, index in names.items() if name not in shared}
+        for match in re.finditer(r"%arg(\d+): ", signature.group(1)):
+            k = int(match.group(1))
+            names[f"kiln.a{k}"] = k
+            names[f"arg{k}"] = k
+    return names
 
 
 def _replay(x: Any, transforms: List[Dict[str, Any]]) -> Any:
@@ -238,7 +251,7 @@ def _locate(entry: Dict[str, Any], arguments: Dict[str, int],
         if match:
             return _Source(int(match.group(1)), None, source["transforms"])
         if name in arguments:
-            position = arguments[name] - (len(arguments) - len(cuts))
+            position = arguments[name] - (len(set(arguments.values())) - len(cuts))
             if position >= 0:  # a cut step's output (see READABLE)
                 step, output = cuts[position]
                 return _Source(step, None, source["transforms"], output)
@@ -422,8 +435,8 @@ def lowering_of_closed(closed: Any, flat: List[Any], out_tree: Any) -> Lowering:
 
     shapes_in = [jax.ShapeDtypeStruct(x.shape, x.dtype) if hasattr(x, "shape") else x
                  for x in flat]
-    text = jax.jit(marked, keep_unused=True).lower(
-        *shapes_in, *cut_avals).as_text(debug_info=True)
+    text = _named_arguments(jax.jit(marked, keep_unused=True).lower(
+        *shapes_in, *cut_avals).as_text(debug_info=True))
     return Lowering(program, out_tree, cuts, steps, text)
 
 
@@ -441,10 +454,10 @@ def _plan_lowering(lowering: Lowering, count: int, options: Dict[str, Any]) -> A
         return Compiled(None, [], {}, fallback="kilnc could not read the function: "
                         + (reason[0] if reason else "no diagnostics"))
     arguments = _argument_names(lowering.text)
-    if len(arguments) != count + len(lowering.cuts):
+    if len(set(arguments.values())) != count + len(lowering.cuts):
         return Compiled(None, [], report, fallback=(
-            "the lowered function's arguments could not be told apart "
-            f"({len(arguments)} names for {count + len(lowering.cuts)} arguments)"))
+            "the lowered function's arguments could not be counted "
+            f"({len(set(arguments.values()))} for {count + len(lowering.cuts)})"))
     sites = [_plan(site, arguments, lowering.steps, lowering.cuts)
              for site in report.get("sites", [])]
     chosen = {site.output_step: site for site in sites if site.why_not is None}
