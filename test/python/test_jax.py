@@ -127,3 +127,42 @@ def test_jit_says_why_a_site_is_not_rewritten():
     site, = kjax.explain_text(text("gpt2_block_f32")).report["sites"]
     planned = _plan(site, {}, {})
     assert planned.why_not is not None and "not a value of the function" in planned.why_not
+
+
+# kiln.jax.attention's site specification, from arrays (numpy stands in for
+# JAX's: only shapes and dtypes are read).
+def test_attention_spec_from_arrays():
+    import numpy as np
+
+    from kiln.jax.ffi import spec_of
+
+    q = np.zeros((2, 77, 8, 64), np.float16)
+    k = np.zeros((2, 131, 2, 64), np.float16)
+    v = np.zeros((2, 131, 2, 32), np.float16)
+    keep = np.ones((2, 1, 1, 131), bool)
+    spec = spec_of(q, k, v, keep, causal=True, window=16)
+    assert (spec.dtype, spec.head_dim, spec.value_dim) == ("f16", 64, 32)
+    assert spec.layout == "bshd" and spec.causal and spec.window == 16
+    assert spec.mask.dtype == "i1" and spec.mask.rank == 4
+    assert abs(spec.scale - 64 ** -0.5) < 1e-12
+    factor = np.ones((1,), np.float32)
+    assert spec_of(q, k, k, scale_factor=factor, scale=0.5).scale_factor.dtype == "f32"
+
+
+@pytest.mark.parametrize("case, message", [
+    (dict(layout="sbhd"), "layout"),
+    (dict(window=8), "window needs causal"),
+    (dict(k_dim=32), "head dim"),
+    (dict(dtype="int32"), "not supported"),
+])
+def test_attention_spec_refuses_what_no_kernel_takes(case, message):
+    import numpy as np
+
+    from kiln.jax.ffi import spec_of
+
+    dtype = np.dtype(case.get("dtype", "float32"))
+    q = np.zeros((1, 16, 4, 64), dtype)
+    k = np.zeros((1, 16, 4, case.get("k_dim", 64)), dtype)
+    options = {key: value for key, value in case.items() if key in ("layout", "window")}
+    with pytest.raises(kiln.KilnError, match=message):
+        spec_of(q, k, k, **options)
