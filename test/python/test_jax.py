@@ -166,3 +166,15 @@ def test_attention_spec_refuses_what_no_kernel_takes(case, message):
     options = {key: value for key, value in case.items() if key in ("layout", "window")}
     with pytest.raises(kiln.KilnError, match=message):
         spec_of(q, k, k, **options)
+
+
+def test_arguments_renamed_whatever_their_locations():
+    from kiln.jax.rewrite import _argument_names, _named_arguments
+
+    text = ('#loc1 = loc("x")\n'
+            'func.func public @main(%arg0: tensor<2xf32> loc("x"), '
+            '%arg1: tensor<2xf32> {jax.arg_info = "y"} loc(#loc1), '
+            '%arg2: tensor<2xf32> loc("x")) -> tensor<2xf32> {\n')
+    renamed = _named_arguments(text)
+    assert renamed.count('loc("kiln.a') == 3 and 'loc("kiln.a1")' in renamed
+    assert {_argument_names(renamed)[f"kiln.a{k}"] for k in range(3)} == {0, 1, 2}
