@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "AttentionArgs",
+    "cuda_driver",
     "PackedAttentionArgs",
     "PagedAppendArgs",
     "PagedAttentionArgs",
@@ -523,6 +524,17 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 _API_VERSION = 10
+
+
+def cuda_driver() -> Optional[ctypes.CDLL]:
+    """The CUDA driver (libcuda.so.1), initialised, for the few driver calls
+    Python makes itself (a device's compute capability, a primary context);
+    None where it cannot be loaded or initialised."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    return driver if driver.cuInit(0) == 0 else None
 
 
 def load_library(path: Optional[str] = None) -> ctypes.CDLL:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from .runtime import KilnError, Package, Status
 
 __all__ = ["CompileError", "compile", "find_kilnc", "kilnc_arguments", "kilnc_main",
-           "load"]
+           "load", "operand_sources", "replayable"]
 
 _ROOT = Path(__file__).resolve().parent
 
@@ -119,6 +119,27 @@ def report_of(result: "subprocess.CompletedProcess[str]",
             command,
         ) from error
     return report
+
+
+#: The steps kilnc's report lists from a graph value to a site's operand
+#: (Report.cpp's replayStep), which a frontend replays on its own values.
+REPLAY_STEPS = frozenset({"transpose", "reshape", "cast", "not", "mul", "add",
+                          "where", "reciprocal", "neg", "slice", "tile"})
+
+
+def operand_sources(entry: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The graph values a report's operand can be computed from, nearest
+    first, each with the steps that compute the operand from it (kilnc's
+    `sources`; a report without them names one value)."""
+    return entry.get("sources") or [{"value": entry.get("value"),
+                                     "transforms": entry.get("transforms", [])}]
+
+
+def replayable(transforms: List[Dict[str, Any]]) -> bool:
+    """Whether a frontend can replay a source's steps: known steps, and no
+    slice whose size follows the graph's sizes (null; not known there)."""
+    return all(t["op"] in REPLAY_STEPS and not (t["op"] == "slice" and None in t["size"])
+               for t in transforms)
 
 
 def _export_module(model: Any, example_inputs: Optional[Sequence[Any]],

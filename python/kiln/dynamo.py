@@ -51,7 +51,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .compiler import find_kilnc
+from .compiler import find_kilnc, operand_sources, replayable
 from .runtime import KilnError, Status
 from .site import SiteSpec, package_source
 from . import site_cache as _cache
@@ -121,12 +121,7 @@ def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _sources(entry: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The graph values a report's operand can be computed from, nearest
-    first, each with the ops that compute the operand from it (kilnc's
-    `sources`; a report without them names one value)."""
-    return entry.get("sources") or [{"value": entry.get("value"),
-                                     "transforms": entry.get("transforms", [])}]
+_sources = operand_sources
 
 
 def _source_in(entry: Dict[str, Any], nodes: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -138,10 +133,7 @@ def _source_in(entry: Dict[str, Any], nodes: Dict[str, Any]) -> Optional[Dict[st
     return None
 
 
-def _replayable(transforms: List[Dict[str, Any]]) -> bool:
-    """Whether the rewrite can replay a source's ops: a slice whose size
-    follows the graph's sizes (null) is not (its size is not known here)."""
-    return all(not (t["op"] == "slice" and None in t["size"]) for t in transforms)
+_replayable = replayable
 
 
 # --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Dict, Optional
 from .version import __version__
 from .compiler import compile as kiln_compile
 from .compiler import find_kilnc
+from .capi import cuda_driver
 from .runtime import KilnError, Package, Site
 from .site import SiteSpec, package_source
 
@@ -49,20 +50,17 @@ def _device_capability() -> Optional[tuple]:
     """Compute capability of CUDA device 0 through the driver, or None."""
     import ctypes
 
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        if cuda.cuInit(0) != 0:
-            return None
-        device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        if cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
-            return None
-        # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
-        if (cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) != 0 or
-                cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) != 0):
-            return None
-        return major.value, minor.value
-    except OSError:
+    cuda = cuda_driver()
+    if cuda is None:
         return None
+    device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+    if (cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) != 0 or
+            cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) != 0):
+        return None
+    return major.value, minor.value
 
 
 def compile_targets() -> str:

@@ -88,24 +88,6 @@ bool isLazyElementwise(StringRef name) {
       name);
 }
 
-/// The shape constants of these shapes broadcast to (numpy's rules at equal
-/// ranks), if they do.
-std::optional<Shape> litsBroadcastShape(ArrayRef<Lit> lits) {
-  Shape shape(lits.front().shape.begin(), lits.front().shape.end());
-  for (const Lit &lit : lits) {
-    if (lit.shape.size() != shape.size())
-      return std::nullopt;
-    for (auto [have, size] : llvm::zip(shape, lit.shape)) {
-      if (size == have || size == 1)
-        continue;
-      if (have != 1)
-        return std::nullopt;
-      have = size;
-    }
-  }
-  return shape;
-}
-
 class Importer : public GraphBuilder {
 public:
   Importer(MLIRContext *ctx, StringRef fileName)
@@ -1029,12 +1011,17 @@ LogicalResult Importer::convert(Operation *op) {
   // (index arithmetic on a large iota: a causal mask of thousands of
   // positions) folds at the shape its lazy operands broadcast to, and
   // stays lazy: a row index [S, 1] plus an offset is still [S, 1].
-  if (lazyLits.size() == op->getNumOperands() && isLazyElementwise(name))
-    if (std::optional<Shape> shape = litsBroadcastShape(lazyLits))
+  if (lazyLits.size() == op->getNumOperands() && isLazyElementwise(name)) {
+    FailureOr<Shape> shape = Shape(lazyLits.front().shape);
+    for (const Lit &lit : lazyLits)
+      if (succeeded(shape))
+        shape = broadcastShape(*shape, lit.shape);
+    if (succeeded(shape))
       if (std::optional<Lit> folded = fold(op, lazyLits, ArrayRef(*shape))) {
         values[op->getResult(0)] = constant(folded->toAttr());
         return success();
       }
+  }
 
   Value result;
   if (failed(convertOp(op, result)))

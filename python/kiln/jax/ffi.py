@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ..capi import KilnError, Status, find_library
+from ..capi import KilnError, Status, cuda_driver, find_library
 from ..site import Operand, SiteSpec
 from ..site_cache import cache_directory, site_for
 
@@ -128,9 +128,10 @@ def _prepare(site: Any) -> None:
     if _prepared.get(key):
         return
     jax = _jax()
-    cuda = ctypes.CDLL("libcuda.so.1")
-    if cuda.cuInit(0) != 0:
-        raise KilnError(Status.CUDA_ERROR, "kiln.jax: cuInit failed")
+    cuda = cuda_driver()
+    if cuda is None:
+        raise KilnError(Status.CUDA_ERROR, "kiln.jax: the CUDA driver cannot be "
+                        "loaded or initialised")
     for device in jax.local_devices():
         if device.platform != "gpu":
             continue

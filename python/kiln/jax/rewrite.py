@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..capi import KilnError, Status
+from ..compiler import operand_sources, replayable
 from ..site import SiteSpec
 
 __all__ = ["jit", "KilnJitted"]
@@ -212,18 +213,6 @@ def _replay(x: Any, transforms: List[Dict[str, Any]]) -> Any:
     return x
 
 
-def _replayable(transforms: List[Dict[str, Any]]) -> bool:
-    known = {"transpose", "reshape", "cast", "not", "mul", "add", "where",
-             "reciprocal", "neg", "slice", "tile"}
-    for t in transforms:
-        if t["op"] not in known:
-            return False
-        for key in ("shape", "size", "start", "multiples"):
-            if key in t and any(s is None for s in t[key]):
-                return False
-    return True
-
-
 @dataclass
 class _Source:
     """Where a value comes from: a program step's first result, or an
@@ -241,11 +230,9 @@ class _Source:
 
 def _locate(entry: Dict[str, Any], arguments: Dict[str, int],
             cuts: List[Tuple[int, int]] = ()) -> Optional[_Source]:
-    sources = entry.get("sources") or [{"value": entry.get("value"),
-                                        "transforms": entry.get("transforms", [])}]
-    for source in sources:
+    for source in operand_sources(entry):
         name = source.get("value")
-        if name is None or not _replayable(source["transforms"]):
+        if name is None or not replayable(source["transforms"]):
             continue
         match = _STEP.search(name)
         if match:
@@ -306,7 +293,7 @@ def _plan(site: Dict[str, Any], arguments: Dict[str, int],
         return planned
     planned.output_step = int(match.group(1))
     planned.output_transforms = output.get("transforms", [])
-    if not _replayable(planned.output_transforms):
+    if not replayable(planned.output_transforms):
         planned.why_not = "its result is reached through ops the rewrite cannot replay"
         return planned
     aval = steps.get(planned.output_step)
@@ -468,6 +455,20 @@ def _plan_lowering(lowering: Lowering, count: int, options: Dict[str, Any]) -> A
     return sites, chosen, report
 
 
+def _rewriting(program: _Program, chosen: Dict[int, _Site],
+               bodies: "_Bodies") -> Callable[..., List[Any]]:
+    """`program` as a function of its arguments with each chosen site's
+    output step computed by Kiln from its operands, and loop bodies
+    rewritten by `bodies`."""
+    def run(*leaves: Any) -> List[Any]:
+        leaves = list(leaves)
+        replace = {step: (lambda values, site=site: site.compute(values, leaves))
+                   for step, site in chosen.items()}
+        return program.run(leaves, replace=replace, bodies=bodies)
+
+    return run
+
+
 #: Loop primitives whose bodies are analysed and rewritten, and the
 #: parameter holding each one's body (a closed jaxpr).
 _LOOP_BODIES = {"scan": "jaxpr", "while": "body_jaxpr"}
@@ -506,15 +507,7 @@ class _Bodies:
         for site in sites:
             site.loop_body = True
         self.sites.extend(sites)
-        program = lowering.program
-
-        def body(*leaves: Any) -> Any:
-            leaves = list(leaves)
-            replace = {step: (lambda values, site=site: site.compute(values, leaves))
-                       for step, site in chosen.items()}
-            return program.run(leaves, replace=replace, bodies=self)
-
-        new = jax.make_jaxpr(body)(*avals)
+        new = jax.make_jaxpr(_rewriting(lowering.program, chosen, self))(*avals)
         if not chosen and self.rewritten == before:
             return params  # nothing rewritten in it, nor in a loop inside it
         if [str(a) for a in new.out_avals] != [str(a) for a in closed.out_avals]:
@@ -607,12 +600,10 @@ class KilnJitted:
         sites, chosen, report = planned
         program, out_tree = lowering.program, lowering.out_tree
 
+        run = _rewriting(program, chosen, bodies)
+
         def rewritten(*leaves: Any) -> Any:
-            leaves = list(leaves)
-            replace = {step: (lambda values, site=site: site.compute(values, leaves))
-                       for step, site in chosen.items()}
-            outputs = program.run(leaves, replace=replace, bodies=bodies)
-            return jax.tree_util.tree_unflatten(out_tree, outputs)
+            return jax.tree_util.tree_unflatten(out_tree, run(*leaves))
 
         # Trace once: loop bodies are analysed (and rewritten) as the
         # program meets them.
