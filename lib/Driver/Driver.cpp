@@ -278,29 +278,6 @@ void addPagedDecodeSites(ModuleOp module, int64_t pageSize) {
   }
 }
 
-/// The GPU back end has kernels for the forward pass only: a backward op or
-/// a forward that keeps its log-sum-exp (for training) is an error at the
-/// op, not an op the kernel generator leaves behind.
-LogicalResult checkForwardOnly(ModuleOp module) {
-  WalkResult result = module->walk([](Operation *op) {
-    if (auto grad = dyn_cast<AttentionGradOp>(op)) {
-      grad.emitError() << "kiln.attention_grad has no GPU kernel yet: the "
-                          "backward pass runs on the CPU only "
-                          "(kiln-cpu-runner)";
-      return WalkResult::interrupt();
-    }
-    if (auto attention = dyn_cast<AttentionOp>(op);
-        attention && attention.getLse()) {
-      attention.emitError() << "kiln.attention with an lse result has no "
-                               "GPU kernel yet: the log-sum-exp for training "
-                               "is computed on the CPU only (kiln-cpu-runner)";
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return failure(result.wasInterrupted());
-}
-
 LogicalResult runPipeline(ModuleOp module,
                           function_ref<void(OpPassManager &)> build) {
   PassManager pm(module.getContext());
@@ -409,11 +386,9 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     return writeText(inputLoc, options.outputPath, text, stdoutStream);
   }
 
-  if (failed(checkForwardOnly(*module)))
-    return failure();
   bool hasSites = false;
   module->walk([&](Operation *op) {
-    hasSites |= isa<AttentionOp, PagedAttentionOp>(op);
+    hasSites |= isa<AttentionOp, PagedAttentionOp, AttentionGradOp>(op);
   });
   if (!hasSites)
     return emitError(inputLoc) << "no attention site to compile";

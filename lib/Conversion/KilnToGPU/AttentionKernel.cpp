@@ -37,6 +37,11 @@ std::string KernelSpec::name() const {
   if (problem.paged)
     result = "kiln_paged_attention" +
              result.substr(std::string("kiln_attention").size());
+  if (variant.pass != KernelVariant::Pass::Forward)
+    result = (variant.pass == KernelVariant::Pass::GradQuery
+                  ? "kiln_attention_grad_q"
+                  : "kiln_attention_grad_kv") +
+             result.substr(std::string("kiln_attention").size());
   if (problem.valueHeadDim)
     result += llvm::formatv("_dv{0}", *problem.valueHeadDim).str();
   if (problem.causal)
@@ -63,6 +68,8 @@ std::string KernelSpec::name() const {
     result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
   if (problem.scaleFactor)
     result += "_sf";
+  if (problem.lse)
+    result += "_lse";
   // Staged terms: a one-row mask or bias takes a one-row tile.
   if (variant.warpSpecialized && variant.stagedTerms) {
     result += "_st";
@@ -137,6 +144,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentNames() const {
   }
   if (spec.problem.scaleFactor)
     names.push_back("scale_factor");
+  if (spec.problem.lse)
+    names.push_back("lse");
   return names;
 }
 
@@ -170,6 +179,8 @@ SmallVector<std::string> AttentionKernelBuilder::argumentKinds() const {
                  "tensor_map");
   if (spec.problem.scaleFactor)
     kinds.push_back("pointer");
+  if (spec.problem.lse)
+    kinds.push_back("pointer");
   return kinds;
 }
 
@@ -179,6 +190,8 @@ GridRule AttentionKernelBuilder::gridRule() const {
   GridRule rule = attentionGridRule(spec.problem.ragged,
                                     spec.launch.packQueryHeads,
                                     spec.launch.splitKV);
+  if (spec.variant.pass == KernelVariant::Pass::GradKeyValue)
+    rule.blocks = GridRule::Blocks::KeyBlocks;
   rule.persistent = spec.variant.persistent;
   rule.persistentUpToKvLen =
       spec.variant.persistent ? spec.variant.persistentUpToKeys : 0;
@@ -189,6 +202,10 @@ KernelContract AttentionKernelBuilder::contract() const {
   KernelContract contract;
   contract.kind = spec.problem.paged ? KernelKind::PagedAttention
                                      : KernelKind::Attention;
+  if (spec.variant.pass == KernelVariant::Pass::GradQuery)
+    contract.kind = KernelKind::AttentionGradQuery;
+  if (spec.variant.pass == KernelVariant::Pass::GradKeyValue)
+    contract.kind = KernelKind::AttentionGradKeyValue;
   contract.threadsPerBlock = threadsPerBlock();
   contract.rowsPerBlock = rowsPerBlock();
   contract.kvBlockSize = kvBlockSize();
@@ -318,7 +335,7 @@ Value KernelBuilderBase::exp2(Value x) {
 
 Value KernelBuilderBase::log2(Value x) {
   return LLVM::CallIntrinsicOp::create(
-             *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.lg2.approx.f32"),
+             *b, b->getF32Type(), b->getStringAttr("llvm.nvvm.lg2.approx.f"),
              ValueRange{x})
       .getResult(0);
 }

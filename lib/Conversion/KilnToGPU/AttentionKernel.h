@@ -82,6 +82,10 @@ struct AttentionProblem {
   /// The op's run-time scale_factor: the kernel takes a pointer to one f32
   /// (argument `scale_factor`, last) and multiplies the score scale by it.
   bool scaleFactor = false;
+  /// The kernel also writes each row's log-sum-exp (natural log, f32,
+  /// `[B, Hq, Sq]` contiguous; argument `lse`, after every other): the
+  /// forward of a site that trains, and the backward passes, which read it.
+  bool lse = false;
 
   /// The head dim of V and the output.
   int64_t valueDim() const { return valueHeadDim.value_or(headDim); }
@@ -152,6 +156,13 @@ struct KernelVariant {
   /// (not part of name()).
   bool fp8HardwareConvert = false;
   int64_t blocksPerSM = 0;
+  /// Which pass of the attention the kernel computes: the forward, or one
+  /// of kiln.attention_grad's two (Schedules/Backward/): the query pass
+  /// (dQ and each row's D = Σ grad_out·out, by query blocks as the
+  /// forward) and the key pass (dK and dV, by key blocks of a KV head,
+  /// reading D), launched in that order. Part of name().
+  enum class Pass { Forward, GradQuery, GradKeyValue };
+  Pass pass = Pass::Forward;
 };
 
 /// How the kernel is launched and works with the kernels launched around
@@ -385,11 +396,11 @@ public:
   KernelContract contract() const;
 
   /// Names of the kernel arguments, in order.
-  SmallVector<std::string> argumentNames() const;
+  virtual SmallVector<std::string> argumentNames() const;
   /// Kinds ("pointer", "i32", "i64", "f32", "tensor_map") of the kernel
   /// arguments. A tensor map is a 128-byte CUtensorMap passed by value as a
   /// grid constant (see kTensorMapArgsAttrName).
-  SmallVector<std::string> argumentKinds() const;
+  virtual SmallVector<std::string> argumentKinds() const;
 
   /// Creates the kernel at the builder's insertion point (inside the
   /// gpu.module); helper symbols, if any, are created just before it.
@@ -437,6 +448,16 @@ protected:
   /// Stores the f32 `value` as the kernel's element type at element
   /// `offset` of the output.
   void storeOutput(Value value, Value offset);
+  /// Stores the f32 `value` as the kernel's element type at element
+  /// `offset` of the global tensor `base`.
+  void storeElement(Value base, Value value, Value offset);
+  /// AttentionProblem::lse: the element of (batch, rowHead, query) in the
+  /// `[B, Hq, Sq]` log-sum-exp (and D) tensors (i64).
+  Value lseOffset(Value rowHead, Value query);
+  /// Stores the log-sum-exp of a row whose final softmax state is `max`
+  /// (log2 units) and `sum` (reduced): -inf where sum is 0. Called by one
+  /// thread per row, for rows inside q_len.
+  void storeLse(Value rowHead, Value query, Value max, Value sum);
   /// out = O / sum for a thread's rows g and g + 8 (`queryRows`, heads not
   /// packed) of the m16n8 accumulator layout, from a final `results` state
   /// (max and sum of each row, then the accumulators): rows that saw no
@@ -475,9 +496,12 @@ protected:
   };
   /// Without `bounds`, the key is known inside kv_len and the row's band
   /// (a tile tileNeedsMask passes): only the score function and the terms.
+  /// `visible`, where given, gets whether the key is inside kv_len and not
+  /// hidden by the boolean mask, causal or window (i1; with `bounds`).
   Value finishScore(Value dot, Value queryRow, Value key, Value rowMaskBase,
                     Value rowBiasBase, bool raw = false,
-                    ScoreTerms terms = {}, bool bounds = true);
+                    ScoreTerms terms = {}, bool bounds = true,
+                    Value *visible = nullptr);
   /// Whether the key tile [kvStart, kvStart + tileKeys) needs masking for
   /// rows whose causal diagonals run from `firstDiagonal` to
   /// `lastDiagonal()` (i1): it reaches past kv_len, past the first row's
@@ -517,6 +541,8 @@ protected:
   Value numQueryHeads, numKvHeads, qLen, kvLen, scaleNatural, scaleLog2;
   /// The run-time scale_factor's pointer (scaleFactor sites), else null.
   Value scaleFactorPtr;
+  /// The log-sum-exp's pointer (AttentionProblem::lse), else null.
+  Value lsePtr;
   SmallVector<Value> qStrides, kStrides, vStrides, outStrides;
   Value batch, kvHead, group;
   /// Split-KV kernels: the launch's batch size and split count, this
@@ -582,6 +608,13 @@ private:
 std::unique_ptr<AttentionKernelBuilder>
 createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
                    int64_t rowsPerWarp);
+
+/// kiln.attention_grad's passes on f32 FMAs (KernelVariant::pass): any
+/// element type, head dims multiples of 32 up to 128.
+std::unique_ptr<AttentionKernelBuilder>
+createBackwardKernel(const KernelSpec &spec);
+/// Whether the backward kernels support these head dims.
+bool backwardKernelSupports(int64_t headDim, int64_t valueHeadDim);
 
 /// The TF32 tensor-core kernel for f32 sites (KernelVariant::tf32).
 std::unique_ptr<AttentionKernelBuilder>

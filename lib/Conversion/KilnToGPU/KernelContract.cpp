@@ -25,6 +25,10 @@ StringRef mlir::kiln::stringifyKernelKind(KernelKind kind) {
     return "split_combine";
   case KernelKind::PagedAppend:
     return "paged_append";
+  case KernelKind::AttentionGradQuery:
+    return "attention_grad_q";
+  case KernelKind::AttentionGradKeyValue:
+    return "attention_grad_kv";
   }
   llvm_unreachable("unknown kernel kind");
 }
@@ -53,6 +57,8 @@ StringRef stringifyBlocks(GridRule::Blocks blocks) {
     return "output_rows";
   case GridRule::Blocks::NewTokens:
     return "new_tokens";
+  case GridRule::Blocks::KeyBlocks:
+    return "key_blocks";
   }
   llvm_unreachable("unknown grid blocks");
 }
@@ -236,6 +242,8 @@ llvm::Expected<KernelContract> KernelContract::fromAttr(DictionaryAttr attr) {
           .Case("paged_attention", KernelKind::PagedAttention)
           .Case("split_combine", KernelKind::SplitCombine)
           .Case("paged_append", KernelKind::PagedAppend)
+          .Case("attention_grad_q", KernelKind::AttentionGradQuery)
+          .Case("attention_grad_kv", KernelKind::AttentionGradKeyValue)
           .Default(std::nullopt);
   if (!parsedKind)
     read.fail("kind", "is not a kernel kind");
@@ -262,6 +270,7 @@ llvm::Expected<KernelContract> KernelContract::fromAttr(DictionaryAttr attr) {
           .Case("plan_items", GridRule::Blocks::PlanItems)
           .Case("output_rows", GridRule::Blocks::OutputRows)
           .Case("new_tokens", GridRule::Blocks::NewTokens)
+          .Case("key_blocks", GridRule::Blocks::KeyBlocks)
           .Default(std::nullopt);
   if (gridDict && !parsedBlocks)
     grid.fail("blocks", "is not a grid rule");

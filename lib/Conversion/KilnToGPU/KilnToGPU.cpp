@@ -54,7 +54,7 @@ struct ConvertKilnToGPUPass
       return signalPassFailure();
     SmallVector<Operation *> sites;
     module.walk([&](Operation *op) {
-      if (isa<AttentionOp, PagedAttentionOp>(op))
+      if (isa<AttentionOp, PagedAttentionOp, AttentionGradOp>(op))
         sites.push_back(op);
     });
     if (sites.empty())
@@ -137,6 +137,26 @@ struct ConvertKilnToGPUPass
         func->setAttr(kKernelInfoAttrName,
                       contract.toAttr(builder.getContext()));
       }
+      if (choice->gradKeyValue) {
+        // The backward's key pass, launched after the query pass.
+        std::string keyPass = choice->gradKeyValue->name();
+        if (!kernels.lookup(keyPass)) {
+          std::unique_ptr<AttentionKernelBuilder> kernel =
+              choice->createGradKeyValueKernel();
+          OpBuilder kernelBuilder = OpBuilder::atBlockEnd(gpuModule.getBody());
+          gpu::GPUFuncOp func = kernel->build(kernelBuilder, op->getLoc());
+          kernels.insert(func);
+          KernelContract contract = kernel->contract();
+          contract.why = choice->why;
+          func->setAttr(kKernelInfoAttrName,
+                        contract.toAttr(builder.getContext()));
+        }
+        op->setAttr(kGradKeyValueKernelAttrName,
+                    SymbolRefAttr::get(
+                        builder.getStringAttr(kKernelModuleName),
+                        {FlatSymbolRefAttr::get(
+                            builder.getStringAttr(keyPass))}));
+      }
       if (choice->warpSpecialized) {
         std::string wsName = buildWarpSpecialized(*choice, op, gpuModule,
                                                   kernels);
@@ -152,7 +172,11 @@ struct ConvertKilnToGPUPass
       if (!op->hasAttr(kSiteAttrName))
         op->setAttr(kSiteAttrName,
                     builder.getStringAttr(
-                        llvm::formatv("attention_{0}", siteIndex).str()));
+                        llvm::formatv(isa<AttentionGradOp>(op)
+                                          ? "attention_grad_{0}"
+                                          : "attention_{0}",
+                                      siteIndex)
+                            .str()));
       ++siteIndex;
     }
   }

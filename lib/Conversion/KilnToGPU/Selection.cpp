@@ -185,8 +185,9 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
   if (tensorCores &&
       mmaKernelSupports(op.getElementType(), headDim, valueHeadDim))
     return success();
+  // (An f32 site that keeps its log-sum-exp runs on the scalar kernel.)
   if ((tensorCores || allowTf32) && op.getElementType().isF32() &&
-      tf32KernelSupports(headDim, valueHeadDim))
+      !op.getLse() && tf32KernelSupports(headDim, valueHeadDim))
     return success();
   if (valueHeadDim != headDim)
     return op.emitOpError("a value head dim (")
@@ -201,13 +202,10 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
   return success();
 }
 
-/// The kernel of a kiln.attention site.
-LogicalResult attentionSpec(AttentionOp op,
-                            const ConvertKilnToGPUOptions &options,
-                            KernelSpec &spec) {
-  if (failed(checkSupported(op, options.tensorCores, options.allowTf32)))
-    return failure();
-  AttentionProblem &problem = spec.problem;
+/// The problem of a kiln.attention or kiln.attention_grad site, as far as
+/// both ops state it.
+template <typename OpT>
+void fillProblem(OpT op, AttentionProblem &problem) {
   problem.elementType = op.getElementType();
   problem.headDim = op.getHeadDim();
   if (op.getValueHeadDim() != problem.headDim)
@@ -235,6 +233,22 @@ LogicalResult attentionSpec(AttentionOp op,
     problem.biasOneRow = oneRow(bias);
   }
   problem.scaleFactor = static_cast<bool>(op.getScaleFactor());
+}
+
+/// The kernel of a kiln.attention site.
+LogicalResult attentionSpec(AttentionOp op,
+                            const ConvertKilnToGPUOptions &options,
+                            KernelSpec &spec) {
+  if (failed(checkSupported(op, options.tensorCores, options.allowTf32)))
+    return failure();
+  AttentionProblem &problem = spec.problem;
+  fillProblem(op, problem);
+  // A site that trains keeps its log-sum-exp: written by the kernel's
+  // epilogue, so its launches are never split.
+  problem.lse = static_cast<bool>(op.getLse());
+  if (problem.lse && op.isPacked())
+    return op.emitOpError("the log-sum-exp of packed sequences has no GPU "
+                          "kernel yet");
 
   spec.variant.tensorCores =
       options.tensorCores && mmaKernelSupports(problem.elementType,
@@ -244,7 +258,7 @@ LogicalResult attentionSpec(AttentionOp op,
   // high and a low part (f32's accuracy) by default, plain TF32 when
   // allowed.
   spec.variant.tf32 = (options.tensorCores || options.allowTf32) &&
-                      problem.elementType.isF32() &&
+                      !problem.lse && problem.elementType.isF32() &&
                       tf32KernelSupports(problem.headDim, problem.valueDim());
   spec.variant.tf32Split = spec.variant.tf32 && !options.allowTf32;
   // The tensor-core kernel serves a KV head's whole query group per
@@ -252,10 +266,32 @@ LogicalResult attentionSpec(AttentionOp op,
   spec.launch.packQueryHeads = spec.variant.tensorCores;
   // Keys split over blocks, except where a row that sees no key in the
   // band revisits the keys outside it (masked_score with a band).
-  spec.launch.splitKV = spec.variant.tensorCores &&
+  spec.launch.splitKV = spec.variant.tensorCores && !problem.lse &&
                         !(problem.maskedScore && problem.rightBound());
   // The packed form: its blocks from a plan, K and V by kv_offsets.
   problem.ragged = op.isPacked();
+  return success();
+}
+
+/// The kernels of a kiln.attention_grad site: both passes of the backward
+/// kernels; `spec` is the query pass's.
+LogicalResult gradSpec(AttentionGradOp op, KernelSpec &spec) {
+  int64_t headDim = op.getHeadDim(), valueHeadDim = op.getValueHeadDim();
+  if (ShapedType::isDynamic(headDim) || ShapedType::isDynamic(valueHeadDim))
+    return op.emitOpError("GPU lowering needs static head dims");
+  if (op.isPacked())
+    return op.emitOpError("the backward of packed sequences has no GPU "
+                          "kernel yet");
+  if (op.getBiasGrad())
+    return op.emitOpError("the bias gradient has no GPU kernel yet (the "
+                          "CPU lowering computes it)");
+  if (!backwardKernelSupports(headDim, valueHeadDim))
+    return op.emitOpError("the backward kernels take head dims that are "
+                          "multiples of 32 up to 128, got ")
+           << headDim << "/" << valueHeadDim;
+  fillProblem(op, spec.problem);
+  spec.problem.lse = true;
+  spec.variant.pass = KernelVariant::Pass::GradQuery;
   return success();
 }
 
@@ -412,6 +448,10 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
     why.push_back("no warp-specialised kernel: it reads no paged cache");
     return success();
   }
+  if (attention.getLse()) {
+    why.push_back("no warp-specialised kernel: it writes no log-sum-exp");
+    return success();
+  }
   if (attention.getScaleFactor()) {
     why.push_back("no warp-specialised kernel: it folds the scale into its "
                   "exponents, so takes no run-time scale_factor");
@@ -549,6 +589,8 @@ std::unique_ptr<AttentionKernelBuilder> KernelChoice::createKernel() const {
     return createTf32Kernel(spec);
   case KernelFamily::Scalar:
     return createScalarKernel(spec, scalarKvBlockSize, scalarRowsPerWarp);
+  case KernelFamily::Backward:
+    return createBackwardKernel(spec);
   }
   llvm_unreachable("unknown kernel family");
 }
@@ -557,6 +599,12 @@ std::unique_ptr<AttentionKernelBuilder>
 KernelChoice::createWarpSpecializedKernel() const {
   assert(warpSpecialized && "no warp-specialised kernel was chosen");
   return mlir::kiln::detail::createWarpSpecializedKernel(*warpSpecialized);
+}
+
+std::unique_ptr<AttentionKernelBuilder>
+KernelChoice::createGradKeyValueKernel() const {
+  assert(gradKeyValue && "not a backward site");
+  return createBackwardKernel(*gradKeyValue);
 }
 
 TargetLaunchFacts mlir::kiln::targetLaunchFacts(bool hopper) {
@@ -576,6 +624,23 @@ mlir::kiln::detail::selectKernel(Operation *op,
   KernelChoice choice;
   KernelSpec &spec = choice.spec;
   SmallVector<std::string> &why = choice.why;
+  if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+    if (failed(gradSpec(grad, spec)))
+      return failure();
+    choice.family = KernelFamily::Backward;
+    choice.gradKeyValue = spec;
+    choice.gradKeyValue->variant.pass = KernelVariant::Pass::GradKeyValue;
+    why.push_back(llvm::formatv("the backward kernels: {0} on f32 FMAs, a "
+                                "query pass (dQ and D) then a key pass (dK "
+                                "and dV, summed over each group by one warp "
+                                "a key: deterministic)",
+                                describeProblem(spec.problem))
+                      .str());
+    std::unique_ptr<AttentionKernelBuilder> kernel = choice.createKernel();
+    choice.rowsPerBlock = kernel->rowsPerBlock();
+    choice.kvBlockSize = kernel->kvBlockSize();
+    return choice;
+  }
   if (auto paged = dyn_cast<PagedAttentionOp>(op)) {
     if (failed(pagedSpec(paged, options, spec)))
       return failure();
@@ -704,6 +769,9 @@ mlir::kiln::describeKernelChoice(Operation *site,
     break;
   case KernelFamily::Scalar:
     facts.variant = "scalar";
+    break;
+  case KernelFamily::Backward:
+    facts.variant = "backward";
     break;
   }
   facts.rowsPerBlock = choice->rowsPerBlock;

@@ -27,7 +27,7 @@ struct KernelTarget {
 };
 
 /// The builder a site's kernel comes from.
-enum class KernelFamily { Mma, Tf32, Scalar };
+enum class KernelFamily { Mma, Tf32, Scalar, Backward };
 
 /// Everything selectKernel decided about a site's kernel.
 struct KernelChoice {
@@ -51,6 +51,9 @@ struct KernelChoice {
   /// where the views allow, and its schedule.
   std::optional<KernelSpec> warpSpecialized;
   WarpSpecializedSchedule warpSchedule;
+  /// kiln.attention_grad sites: `spec` is the query pass, this the key
+  /// pass launched after it.
+  std::optional<KernelSpec> gradKeyValue;
   /// Why: the kernel's reasons, then those about the warp-specialised
   /// kernel (built or not), one a line.
   SmallVector<std::string> why;
@@ -60,9 +63,12 @@ struct KernelChoice {
   /// they refer to this choice's specs.
   std::unique_ptr<AttentionKernelBuilder> createKernel() const;
   std::unique_ptr<AttentionKernelBuilder> createWarpSpecializedKernel() const;
+  /// The key pass's builder (gradKeyValue).
+  std::unique_ptr<AttentionKernelBuilder> createGradKeyValueKernel() const;
 };
 
-/// Chooses the kernel of `site` (kiln.attention or kiln.paged_attention)
+/// Chooses the kernel of `site` (kiln.attention, kiln.paged_attention or
+/// kiln.attention_grad, whose choice holds both passes)
 /// under `options` for `target`. Fails, with a diagnostic on the site, where
 /// no kernel can run it as asked.
 FailureOr<KernelChoice> selectKernel(Operation *site,

@@ -115,6 +115,9 @@ llvm::json::Array gridToJSON(const KernelContract &contract) {
   case GridRule::Blocks::PlanItems:
     result.push_back(llvm::json::Object{{"dim", "plan_items"}});
     break;
+  case GridRule::Blocks::KeyBlocks:
+    result.push_back(llvm::json::Object{{"dim", "kv_len"}, {"ceil_div", rows}});
+    break;
   }
   result.push_back(llvm::json::Object{
       {"dim", grid.headsAreKvHeads() ? "kv_heads" : "q_heads"},
@@ -196,9 +199,9 @@ llvm::json::Object describeAppendKernel(gpu::GPUFuncOp func,
 
 /// The attributes a kernel is specialised on, as the first site using it
 /// states them (every site sharing a kernel shares them).
+template <typename OpT>
 llvm::json::Object describeKernel(gpu::GPUFuncOp func,
-                                  const KernelContract &contract,
-                                  AttentionOp site) {
+                                  const KernelContract &contract, OpT site) {
   std::string dtype = getElementTypeName(site.getElementType());
   llvm::json::Array args =
       argsToJSON(contract, [&](StringRef name, StringRef kind) -> DtypeEntry {
@@ -218,9 +221,9 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func,
       {"head_dim", site.getHeadDim()},
       {"v_head_dim", site.getValueHeadDim()},
       {"causal", site.getCausal()},
-      {"window", windowToJSON(site)},
-      {"window_right", windowRightToJSON(site)},
-      {"softcap", softcapToJSON(site)},
+      {"window", optionalToJSON(site.getWindow())},
+      {"window_right", optionalToJSON(site.getWindowRight())},
+      {"softcap", optionalToJSON(site.getSoftcap())},
       {"mask", site.getMaskKind()},
       {"mask_dtype", elementTypeValue(site.getMask())},
       {"bias", bool(site.getBias())},
@@ -399,6 +402,42 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
   return site;
 }
 
+/// A kiln.attention_grad site: the forward's attributes and both passes.
+llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
+                                    StringRef queryPass, StringRef keyPass) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  llvm::json::Object site{
+      {"name", siteName},
+      {"query_pass", queryPass},
+      {"key_pass", keyPass},
+      {"function", func ? func.getName().str() : std::string()},
+      {"location", locationText(op.getLoc())},
+      {"layout", stringifyLayout(op.getLayout())},
+      {"dtype", getElementTypeName(op.getElementType())},
+      {"scale", double(op.getScale().convertToFloat())},
+      {"causal", op.getCausal()},
+      {"window", optionalToJSON(op.getWindow())},
+      {"window_right", optionalToJSON(op.getWindowRight())},
+      {"softcap", optionalToJSON(op.getSoftcap())},
+      {"batch", sizeToJSON(op.getBatchSize())},
+      {"q_heads", sizeToJSON(op.getNumQueryHeads())},
+      {"kv_heads", sizeToJSON(op.getNumKvHeads())},
+      {"q_len", sizeToJSON(op.getQueryLength())},
+      {"kv_len", sizeToJSON(op.getKvLength())},
+      {"head_dim", sizeToJSON(op.getHeadDim())},
+      {"v_head_dim", sizeToJSON(op.getValueHeadDim())},
+      {"mask", op.getMaskKind()},
+      {"mask_dtype", elementTypeValue(op.getMask())},
+      {"mask_shape", shapeValue(op.getMask())},
+      {"masked_score", optionalToJSON(op.getMaskedScore())},
+      {"bias", bool(op.getBias())},
+      {"bias_dtype", elementTypeValue(op.getBias())},
+      {"bias_shape", shapeValue(op.getBias())}};
+  if (op.getScaleFactor())
+    site["scale_factor"] = true;
+  return site;
+}
+
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
                                 StringRef kernelName) {
   auto func = op->getParentOfType<FunctionOpInterface>();
@@ -472,7 +511,7 @@ llvm::json::Value mlir::kiln::softcapToJSON(AttentionOp op) {
 
 FailureOr<llvm::json::Object>
 mlir::kiln::describeKernelsAndSites(ModuleOp module) {
-  llvm::json::Array kernels, sites;
+  llvm::json::Array kernels, sites, gradKernels, gradSites;
   llvm::StringMap<bool> described;
   auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
   // Describes (once) the kernel `name` of the site `op` of the kind it
@@ -493,12 +532,35 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
     described[name] = true;
     if (auto paged = dyn_cast<PagedAttentionOp>(op))
       kernels.push_back(describePagedKernel(func, *contract, paged));
+    else if (auto grad = dyn_cast<AttentionGradOp>(op))
+      gradKernels.push_back(describeKernel(func, *contract, grad));
     else
       kernels.push_back(
           describeKernel(func, *contract, cast<AttentionOp>(op)));
     return success();
   };
   WalkResult walk = module.walk([&](Operation *op) {
+    if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+      // The backward's two passes; the runtime does not launch them yet,
+      // so they are listed apart from the forward's kernels and sites.
+      auto queryRef = op->getAttrOfType<SymbolRefAttr>(kKernelAttrName);
+      auto keyRef =
+          op->getAttrOfType<SymbolRefAttr>(kGradKeyValueKernelAttrName);
+      auto siteName = op->getAttrOfType<StringAttr>(kSiteAttrName);
+      if (!queryRef || !keyRef || !siteName || !gpuModule) {
+        op->emitOpError(
+            "has no generated kernel; run convert-kiln-to-gpu first");
+        return WalkResult::interrupt();
+      }
+      StringRef queryPass = queryRef.getLeafReference().getValue();
+      StringRef keyPass = keyRef.getLeafReference().getValue();
+      if (failed(describe(queryPass, op, KernelKind::AttentionGradQuery)) ||
+          failed(describe(keyPass, op, KernelKind::AttentionGradKeyValue)))
+        return WalkResult::interrupt();
+      gradSites.push_back(
+          describeGradSite(grad, siteName.getValue(), queryPass, keyPass));
+      return WalkResult::advance();
+    }
     if (!isa<AttentionOp, PagedAttentionOp>(op))
       return WalkResult::advance();
     auto kernelRef = op->getAttrOfType<SymbolRefAttr>(kKernelAttrName);
@@ -544,8 +606,13 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
       else if (contract->kind == KernelKind::PagedAppend)
         kernels.push_back(describeAppendKernel(func, *contract));
     }
-  return llvm::json::Object{{"kernels", std::move(kernels)},
+  llvm::json::Object result{{"kernels", std::move(kernels)},
                             {"sites", std::move(sites)}};
+  if (!gradSites.empty()) {
+    result["grad_kernels"] = std::move(gradKernels);
+    result["grad_sites"] = std::move(gradSites);
+  }
+  return result;
 }
 
 namespace {
@@ -730,6 +797,10 @@ LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
       {"targets", std::move(targets)},
       {"kernels", std::move(*description.get("kernels"))},
       {"sites", std::move(*description.get("sites"))}};
+  // The backward's kernels and sites, where the module has any.
+  for (const char *key : {"grad_kernels", "grad_sites"})
+    if (llvm::json::Value *value = description.get(key))
+      manifest[key] = std::move(*value);
   llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, "manifest.json");
   std::error_code error;

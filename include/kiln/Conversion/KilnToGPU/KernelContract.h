@@ -26,8 +26,18 @@
 namespace mlir::kiln {
 
 /// The kernel families a manifest knows.
-enum class KernelKind { Attention, PagedAttention, SplitCombine, PagedAppend };
-/// "attention", "paged_attention", "split_combine", "paged_append".
+enum class KernelKind {
+  Attention,
+  PagedAttention,
+  SplitCombine,
+  PagedAppend,
+  /// kiln.attention_grad's two passes (dQ and D; then dK and dV), which
+  /// take the same arguments and are launched in that order.
+  AttentionGradQuery,
+  AttentionGradKeyValue,
+};
+/// "attention", "paged_attention", "split_combine", "paged_append",
+/// "attention_grad_q", "attention_grad_kv".
 llvm::StringRef stringifyKernelKind(KernelKind kind);
 
 /// How a kernel's grid covers its work. The runtime sizes a launch by it
@@ -49,6 +59,9 @@ struct GridRule {
     OutputRows,
     /// x: the new tokens, one a block (the paged cache's append).
     NewTokens,
+    /// x: kv_len / rows_per_block key blocks; y: KV heads; z: batch (the
+    /// backward's key pass, whose block rows are keys).
+    KeyBlocks,
   };
   Blocks blocks = Blocks::QueryBlocks;
   /// Grid z is multiplied by the launch's split count: the kernel splits
@@ -62,11 +75,13 @@ struct GridRule {
 
   /// Whether grid y runs over KV heads (else over query heads, or is one).
   bool headsAreKvHeads() const {
-    return blocks == Blocks::PackedQueryBlocks || blocks == Blocks::PlanItems;
+    return blocks == Blocks::PackedQueryBlocks ||
+           blocks == Blocks::PlanItems || blocks == Blocks::KeyBlocks;
   }
   /// Whether grid z runs over the batch (else it is one, times the splits).
   bool zIsBatch() const {
-    return blocks == Blocks::QueryBlocks || blocks == Blocks::PackedQueryBlocks;
+    return blocks == Blocks::QueryBlocks ||
+           blocks == Blocks::PackedQueryBlocks || blocks == Blocks::KeyBlocks;
   }
 };
 

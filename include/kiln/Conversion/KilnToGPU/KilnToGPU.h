@@ -23,6 +23,9 @@ inline constexpr char kDecodeOfAttrName[] = "kiln.decode_of";
 /// where the views allow (TMA-describable, not decode).
 inline constexpr char kWarpSpecializedKernelAttrName[] =
     "kiln.warp_specialized_kernel";
+/// On kiln.attention_grad: the backward's key pass (dK and dV), launched
+/// after kKernelAttrName's query pass (dQ and D).
+inline constexpr char kGradKeyValueKernelAttrName[] = "kiln.grad_kv_kernel";
 /// On a generated gpu.func: its KernelContract (KernelContract.h), the
 /// launch facts the manifest states, written by KernelContract::toAttr and
 /// read by KernelContract::fromAttr only.

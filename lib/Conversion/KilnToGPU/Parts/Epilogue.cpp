@@ -13,16 +13,45 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::kiln::detail;
 
 void AttentionKernelBuilder::storeOutput(Value value, Value offset) {
+  storeElement(out, value, offset);
+}
+
+void AttentionKernelBuilder::storeElement(Value base, Value value,
+                                          Value offset) {
   if (!spec.problem.elementType.isF32())
     value = arith::TruncFOp::create(*b, spec.problem.elementType, value);
   auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
   Value address = LLVM::GEPOp::create(*b, ptrType, spec.problem.elementType,
-                                      out, ValueRange{offset});
+                                      base, ValueRange{offset});
   LLVM::StoreOp::create(*b, value, address);
+}
+
+Value AttentionKernelBuilder::lseOffset(Value rowHead, Value query) {
+  return toI64(add(mul(add(mul(batch, numQueryHeads), rowHead), qLen), query));
+}
+
+void AttentionKernelBuilder::storeLse(Value rowHead, Value query, Value max,
+                                      Value sum) {
+  // lse = ln(Σ 2^(s - max)) + max·ln 2 = (max + log2 sum)·ln 2; a row
+  // that saw no key (sum 0) has -inf.
+  const float ln2 = 0.6931471805599453f;
+  Value hasKeys =
+      arith::CmpFOp::create(*b, arith::CmpFPredicate::OGT, sum, constF32(0.0f));
+  Value lse = fmul(fadd(max, log2(sum)), constF32(ln2));
+  lse = arith::SelectOp::create(
+      *b, hasKeys, lse,
+      constF32(-std::numeric_limits<float>::infinity()));
+  auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
+  Value address =
+      LLVM::GEPOp::create(*b, ptrType, b->getF32Type(), lsePtr,
+                          ValueRange{lseOffset(rowHead, query)});
+  LLVM::StoreOp::create(*b, lse, address);
 }
 
 void AttentionKernelBuilder::storeNormalisedRows(

@@ -134,6 +134,7 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
     biasMap = spec.problem.biasType ? args[next++] : Value();
   }
   scaleFactorPtr = spec.problem.scaleFactor ? args[next++] : Value();
+  lsePtr = spec.problem.lse ? args[next++] : Value();
   // A run-time factor multiplies the scale once, here: every later use of
   // the scale (scores, exponents, FP8 descales) sees the product.
   if (scaleFactorPtr)

@@ -33,7 +33,8 @@ SmallVector<Value> AttentionKernelBuilder::finishIf(
 Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
                                           Value key, Value rowMaskBase,
                                           Value rowBiasBase, bool raw,
-                                          ScoreTerms terms, bool bounds) {
+                                          ScoreTerms terms, bool bounds,
+                                          Value *visibleOut) {
   const float log2e = 1.4426950408889634f;
   bool additive = spec.problem.addsToScores();
   assert((!raw ||
@@ -94,6 +95,7 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
     score = toLog2Saturated(score);
   std::optional<int64_t> right = spec.problem.rightBound();
   if (!bounds) {
+    assert(!visibleOut && "visibility is asked with the bounds");
     // A tile inside kv_len and inside every row's band: the mask alone.
     if (visible) {
       Value hiddenScore =
@@ -116,6 +118,10 @@ Value AttentionKernelBuilder::finishScore(Value score, Value queryRow,
     }
   }
   Value negInf = constF32(-std::numeric_limits<float>::infinity());
+  if (visibleOut)
+    *visibleOut = visible ? arith::AndIOp::create(*b, visible, inRange)
+                                .getResult()
+                          : inRange;
   if (visible) {
     // A hidden key scores -inf, or the graph's fill (see masked_score).
     Value hiddenScore = spec.problem.maskedScore

@@ -45,6 +45,14 @@ void MmaKernel::writeOutput(ValueRange results, int64_t shareBlocks) {
     auto ifOp = scf::IfOp::create(builder, inBounds, /*withElse=*/false);
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    // The row's log-sum-exp (sites that train; never split), by one
+    // thread of the quad.
+    if (lsePtr)
+      ifThen(arith::AndIOp::create(
+                 builder, firstWarp,
+                 arith::CmpIOp::create(builder, arith::CmpIPredicate::eq,
+                                       quadLane, constIndex(0))),
+             [&] { storeLse(rowHeads[r], queryRows[r], results[r], sum); });
     // Blocks of the padded columns past the value head dim are not stored.
     int64_t valueBlocks = spec.problem.valueDim() / 8;
     auto storeBlock = [&](llvm::function_ref<void(Value, Value)> store,

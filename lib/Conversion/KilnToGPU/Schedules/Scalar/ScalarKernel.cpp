@@ -206,6 +206,10 @@ void ScalarKernel::buildBody(gpu::GPUFuncOp func) {
     Value inverse = arith::DivFOp::create(builder, constF32(1.0f), rowState[1]);
     inverse = arith::SelectOp::create(builder, hasKeys, inverse, zero);
     ifThen(inBounds, [&] {
+      if (lsePtr)
+        ifThen(arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, lane,
+                                     constIndex(0)),
+               [&] { storeLse(head, queryRow, rowState[0], rowState[1]); });
       Value rowOffset = add(outBase, mul(toI64(queryRow), outStrides[2]));
       for (int64_t d = 0; d < dimsPerLane; ++d) {
         Value column = toI64(add(lane, constIndex(d * kWarpSize)));
