@@ -52,7 +52,7 @@ extern "C" {
 #endif
 
 /// Version of this C API. Bumped on any change of a struct layout below.
-#define KILN_RUNTIME_API_VERSION 10
+#define KILN_RUNTIME_API_VERSION 11
 /// The manifest format_version this runtime reads.
 #define KILN_MANIFEST_FORMAT_VERSION 1
 /// Value of a site dimension that the manifest leaves dynamic (null).
@@ -143,6 +143,12 @@ typedef struct kiln_site_info {
   /* C API version 10: the site takes a run-time scale (its launches pass
      kiln_attention_args.scale_factor). */
   int32_t scale_factor;
+  /* The site's kernel writes (a forward) or reads (a backward) the
+     log-sum-exp, kiln_attention_args.lse (C API version 11). */
+  int32_t lse;
+  /* A backward site (kiln_site_launch_attention_grad): the key pass, the
+     kernel launched after `kernel`; NULL for every other site. */
+  const char *key_pass;
 } kiln_site_info;
 
 /// Attributes of a kernel entry of a package.
@@ -203,7 +209,41 @@ typedef struct kiln_attention_args {
      the kernel (capturable: the value may change between replays). NULL
      for every other site. */
   const float *scale_factor;
+  /* Sites that keep the log-sum-exp ("lse" in the manifest; C API version
+     11): an f32 [batch, q_heads, q_len] contiguous buffer the forward
+     writes each row's log-sum-exp to (-inf for a row that sees no key),
+     and the backward (kiln_site_launch_attention_grad) reads. NULL for
+     every other site. */
+  float *lse;
 } kiln_attention_args;
+
+/// Arguments of a backward launch (a kiln.attention_grad site, "kind":
+/// "attention_grad"; C API version 11). `forward` holds the forward's
+/// operands as its launch took them (q, k, v, mask, bias, scale_factor),
+/// its output as `out` and its log-sum-exp as `lse` (both read here), with
+/// their dtypes, sizes and strides. The gradients have the dtype of q and
+/// the shapes of out (grad_out), q, k and v; strides in elements, the
+/// last 1. dK and dV of a KV head are the sums over the query heads that
+/// read it. `workspace` is a device buffer of at least
+/// kiln_attention_grad_workspace_size bytes (each row's D = Σ grad_out·out,
+/// f32), 16-byte aligned.
+typedef struct kiln_attention_grad_args {
+  kiln_attention_args forward;
+  const void *grad_out;
+  void *grad_q;
+  void *grad_k;
+  void *grad_v;
+  kiln_dtype grad_out_dtype;
+  kiln_dtype grad_q_dtype;
+  kiln_dtype grad_k_dtype;
+  kiln_dtype grad_v_dtype;
+  int64_t grad_out_strides[4];
+  int64_t grad_q_strides[4];
+  int64_t grad_k_strides[4];
+  int64_t grad_v_strides[4];
+  void *workspace;
+  int64_t workspace_bytes;
+} kiln_attention_grad_args;
 
 /// Arguments of one paged-attention launch (a kiln.paged_attention site).
 /// K and V live in caches of pages: key j of sequence b is in page
@@ -489,6 +529,24 @@ KILN_RT_API kiln_status kiln_site_check_attention(const kiln_site *site,
 /// consecutive sequences on the stream.
 KILN_RT_API kiln_status kiln_site_launch_attention(
     const kiln_site *site, const kiln_attention_args *args, void *stream);
+
+/// The workspace bytes a backward launch of these sizes needs
+/// (batch · q_heads · q_len f32).
+KILN_RT_API int64_t kiln_attention_grad_workspace_size(int64_t batch,
+                                                       int64_t q_heads,
+                                                       int64_t q_len);
+/// Checks a backward launch against its site and both kernels, as a launch
+/// would, without the driver; on success `configs` (if not NULL) holds the
+/// launch configurations of the query pass and the key pass.
+KILN_RT_API kiln_status kiln_site_check_attention_grad(
+    const kiln_site *site, const kiln_attention_grad_args *args,
+    kiln_launch_config configs[2]);
+/// Checks, then launches a backward site's two passes on `stream`, the
+/// query pass (dQ and D) then the key pass (dK and dV): never allocates or
+/// synchronises, so it can be captured once the module is loaded.
+KILN_RT_API kiln_status kiln_site_launch_attention_grad(
+    const kiln_site *site, const kiln_attention_grad_args *args,
+    void *stream);
 
 /// A packed site's launch (kiln_packed_attention_args; C API version 9),
 /// checked as kiln_site_check_attention checks its tensors; no driver

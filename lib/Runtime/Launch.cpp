@@ -325,6 +325,27 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       // Append kernels are launched by launchAppend alone.
       return invalid("{}kernel \"{}\" is a paged-append kernel", where,
                      kernel.name);
+    case ArgSource::Lse:
+      if (!args.lse)
+        return invalid("{}kernel \"{}\" takes the log-sum-exp: lse is NULL",
+                       where, kernel.name);
+      value.pointer =
+          static_cast<uint64_t>(reinterpret_cast<uintptr_t>(args.lse));
+      continue;
+    case ArgSource::GradPointer:
+    case ArgSource::GradStride:
+      if (!launch.grad)
+        return invalid("{}kernel \"{}\" is a backward pass: launch it with "
+                       "kiln_site_launch_attention_grad",
+                       where, kernel.name);
+      if (arg.source == ArgSource::GradPointer) {
+        value.pointer = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(
+            launch.grad->pointers[arg.paged]));
+        continue;
+      }
+      integer = launch.grad->strides[arg.paged][arg.axis];
+      what = arg.name;
+      break;
     case ArgSource::ScaleFactor:
       if (!args.scale_factor)
         return invalid("{}the site takes a run-time scale: scale_factor is "
@@ -618,6 +639,47 @@ Error launchChecked(kiln_package &package, const Site &s,
 }
 
 } // namespace
+
+Error gradConfigs(const Manifest &manifest, const Site &s,
+                  const CheckedLaunch &launch, kiln_launch_config configs[2]) {
+  kiln_launch_config found[2] = {};
+  if (!launch.empty) {
+    const size_t passes[2] = {s.kernelIndex, *s.keyPassIndex};
+    for (int i = 0; i < 2; ++i) {
+      LaunchPlan plan;
+      if (Error error = fillPlan(manifest.kernels[passes[i]], s,
+                                 messagePrefix(s), launch, 1, plan))
+        return error;
+      found[i] = plan.config;
+    }
+  }
+  if (configs)
+    std::copy(found, found + 2, configs);
+  return Error::ok();
+}
+
+Error launchGrad(kiln_package &package, const Site &s,
+                 const CheckedLaunch &launch, void *streamHandle) {
+  if (launch.empty)
+    return Error::ok();
+  if (Error error = gradConfigs(package.manifest, s, launch, nullptr))
+    return error;
+  const CudaDriver *driver = nullptr;
+  if (Error error = getCudaDriver(driver))
+    return error;
+  auto stream = static_cast<CUstream>(streamHandle);
+  // The query pass writes D, which the key pass reads: the same stream
+  // orders them.
+  for (size_t index : {s.kernelIndex, *s.keyPassIndex}) {
+    LaunchPlan plan;
+    if (Error error = fillPlan(package.manifest.kernels[index], s,
+                               messagePrefix(s), launch, 1, plan))
+      return error;
+    if (Error error = launchPlanned(package, *driver, s, index, plan, stream))
+      return error;
+  }
+  return Error::ok();
+}
 
 Error launchFolded(kiln_package &package, const Site &s,
                    const CheckedLaunch &launch, void *stream) {

@@ -26,6 +26,14 @@ namespace rt {
 Error checkedConfig(const Site &s, const CheckedLaunch &launch,
                     kiln_launch_config *config);
 
+/// A checked backward launch's configurations: the query pass's and the
+/// key pass's (zeros for an empty launch).
+Error gradConfigs(const Manifest &manifest, const Site &s,
+                  const CheckedLaunch &launch, kiln_launch_config configs[2]);
+/// Launches a checked backward launch's two passes on `stream`.
+Error launchGrad(kiln_package &package, const Site &s,
+                 const CheckedLaunch &launch, void *stream);
+
 /// Launches a checked launch, as several launches of consecutive sequences
 /// where its batch is more than one grid holds (each on the same stream,
 /// so they may share the workspace). A batch of 0 launches nothing.

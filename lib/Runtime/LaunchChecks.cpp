@@ -192,13 +192,14 @@ Error checkSplits(const std::string &where, const CheckedLaunch &launch) {
 
 } // namespace
 
-Error checkLaunch(const Manifest &manifest, const Site &site,
-                  const kiln_attention_args *argsPointer,
-                  CheckedLaunch &launch) {
-  const std::string where = messagePrefix(site);
-  if (!argsPointer)
-    return invalid("{}the argument struct is NULL", where);
-  const kiln_attention_args &args = *argsPointer;
+namespace {
+
+/// The forward's arguments of a launch of `site` (its own, or a backward
+/// launch's `forward`).
+Error checkForwardArgs(const Manifest &manifest, const Site &site,
+                       const std::string &where,
+                       const kiln_attention_args &args,
+                       CheckedLaunch &launch) {
   const Kernel &kernel = manifest.kernels[site.kernelIndex];
   if (site.paged)
     return invalid("{}a paged-attention site: launch it with "
@@ -216,10 +217,114 @@ Error checkLaunch(const Manifest &manifest, const Site &site,
 
   if (Error error = checkAttention(kernel, site, where, args))
     return error;
+  // The log-sum-exp: a site that keeps it needs its buffer, one that does
+  // not would leave it unwritten.
+  if (site.lse && !args.lse)
+    return invalid("{}the site keeps the log-sum-exp: lse is NULL", where);
+  if (!site.lse && args.lse)
+    return invalid("{}lse is set but the site does not keep the "
+                   "log-sum-exp (compile its forward with an lse result)",
+                   where);
+  if (reinterpret_cast<uintptr_t>(args.lse) % 4)
+    return invalid("{}lse is not aligned to its 4-byte elements", where);
   launch.args = args;
   launch.maxKvLen = args.kv_len;
   launch.valueHeadDim = args.v_head_dim ? args.v_head_dim : args.head_dim;
   return checkSplits(where, launch);
+}
+
+} // namespace
+
+Error checkLaunch(const Manifest &manifest, const Site &site,
+                  const kiln_attention_args *argsPointer,
+                  CheckedLaunch &launch) {
+  const std::string where = messagePrefix(site);
+  if (!argsPointer)
+    return invalid("{}the argument struct is NULL", where);
+  if (site.keyPassIndex)
+    return invalid("{}a backward site: launch it with "
+                   "kiln_site_launch_attention_grad",
+                   where);
+  return checkForwardArgs(manifest, site, where, *argsPointer, launch);
+}
+
+Error checkGradLaunch(const Manifest &manifest, const Site &site,
+                      const kiln_attention_grad_args *argsPointer,
+                      CheckedLaunch &launch) {
+  const std::string where = messagePrefix(site);
+  if (!argsPointer)
+    return invalid("{}the argument struct is NULL", where);
+  if (!site.keyPassIndex)
+    return invalid("{}not a backward site: launch it with "
+                   "kiln_site_launch_attention",
+                   where);
+  const kiln_attention_grad_args &grad = *argsPointer;
+  if (grad.forward.num_splits > 1 || grad.forward.workspace)
+    return invalid("{}the backward takes no split count or forward "
+                   "workspace (forward.num_splits, forward.workspace)",
+                   where);
+  if (Error error =
+          checkForwardArgs(manifest, site, where, grad.forward, launch))
+    return error;
+  if (launch.empty)
+    return Error::ok();
+  const kiln_attention_args &args = grad.forward;
+  // The gradients: q's dtype, and out's, q's, k's and v's shapes.
+  struct Gradient {
+    const char *name;
+    const void *pointer;
+    kiln_dtype dtype;
+    const int64_t *strides;
+    int slot;
+  };
+  const Gradient gradients[] = {
+      {"grad_out", grad.grad_out, grad.grad_out_dtype, grad.grad_out_strides,
+       0},
+      {"grad_q", grad.grad_q, grad.grad_q_dtype, grad.grad_q_strides, 2},
+      {"grad_k", grad.grad_k, grad.grad_k_dtype, grad.grad_k_strides, 3},
+      {"grad_v", grad.grad_v, grad.grad_v_dtype, grad.grad_v_strides, 4}};
+  GradValues values;
+  int64_t elementBytes = std::max<int64_t>(kiln_dtype_size(args.q_dtype), 1);
+  for (const Gradient &g : gradients) {
+    if (!g.pointer)
+      return invalid("{}{} is NULL", where, g.name);
+    if (g.dtype != args.q_dtype)
+      return invalid("{}{} has dtype {} but q has {}", where, g.name,
+                     dtypeName(g.dtype), dtypeName(args.q_dtype));
+    if (reinterpret_cast<uintptr_t>(g.pointer) % elementBytes)
+      return invalid("{}{} is not aligned to its {}-byte elements", where,
+                     g.name, elementBytes);
+    if (g.strides[3] != 1)
+      return invalid("{}{} must be contiguous along the head dim (stride "
+                     "1), got {}",
+                     where, g.name, g.strides[3]);
+    // {batch, head, seq} strides, as the forward's tensors take them. A
+    // gradient the kernels write must not alias itself.
+    bool isKv = g.slot >= 3;
+    int64_t extents[3] = {args.batch, isKv ? args.kv_heads : args.q_heads,
+                          isKv ? args.kv_len : args.q_len};
+    static const char *axes[] = {"batch", "head", "seq"};
+    for (int axis = 0; axis < 3; ++axis) {
+      if (g.strides[axis] < 0 ||
+          (g.slot != 0 && g.strides[axis] == 0 && extents[axis] > 1))
+        return invalid("{}{} has a {} {} stride ({})", where, g.name,
+                       g.strides[axis] < 0 ? "negative" : "zero", axes[axis],
+                       g.strides[axis]);
+      values.strides[g.slot][axis] = g.strides[axis];
+    }
+    values.pointers[g.slot] = g.pointer;
+  }
+  int64_t need =
+      kiln_attention_grad_workspace_size(args.batch, args.q_heads, args.q_len);
+  if (!grad.workspace || grad.workspace_bytes < need)
+    return invalid("{}the workspace holds {} bytes at {}; the backward "
+                   "needs {} (kiln_attention_grad_workspace_size)",
+                   where, grad.workspace_bytes, grad.workspace, need);
+  if (reinterpret_cast<uintptr_t>(grad.workspace) % 16)
+    return invalid("{}the workspace must be 16-byte aligned", where);
+  values.pointers[1] = grad.workspace;
+  launch.grad = values;
+  return Error::ok();
 }
 
 Error checkPageSize(const std::string &where, const Site &site,

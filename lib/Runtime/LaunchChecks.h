@@ -44,9 +44,19 @@ struct PagedValues {
 
 /// A checked launch, in the terms of an attention launch: a paged launch's
 /// caches stand as k and v, with its own values beside.
+/// A backward launch's gradient tensors, by GradPointer index (grad_out,
+/// delta, grad_q, grad_k, grad_v), with their {batch, head, seq} strides
+/// (none for delta).
+struct GradValues {
+  const void *pointers[5] = {};
+  int64_t strides[5][3] = {};
+};
+
 struct CheckedLaunch {
   const Kernel *kernel = nullptr;
   kiln_attention_args args{};
+  /// Backward launches: the gradients and the workspace.
+  std::optional<GradValues> grad;
   std::optional<PagedValues> paged;
   /// The most keys a sequence may have (kv_len, or max_pages x page_size).
   int64_t maxKvLen = 0;
@@ -98,6 +108,13 @@ Error checkFp8Cache(const std::string &where, const char *name,
 Error checkLaunch(const Manifest &manifest, const Site &site,
                   const kiln_attention_args *argsPointer,
                   CheckedLaunch &launch);
+
+/// Checks a backward launch of `site` (a backward site): the forward's
+/// arguments as checkLaunch checks them, its lse, the gradients and the
+/// workspace. Never touches the CUDA driver.
+Error checkGradLaunch(const Manifest &manifest, const Site &site,
+                      const kiln_attention_grad_args *argsPointer,
+                      CheckedLaunch &launch);
 
 /// Checks a paged launch of `site`. Never touches the CUDA driver.
 Error checkPagedLaunch(const Manifest &manifest, const Site &site,

@@ -69,6 +69,14 @@ enum class ArgSource : uint8_t {
   KvScale,
   /// Kernels of sites with a run-time scale: the pointer to its one f32.
   ScaleFactor,
+  /// Kernels that write or read the log-sum-exp (kiln_attention_args.lse).
+  Lse,
+  /// The backward's kernels: grad_out, delta (the workspace), grad_q,
+  /// grad_k or grad_v (`paged` = 0..4), from a kiln_attention_grad_args.
+  GradPointer,
+  /// The backward's kernels: stride `axis` (batch, head, seq) of grad_out,
+  /// grad_q, grad_k or grad_v (`paged` = 0, 2, 3, 4).
+  GradStride,
 };
 
 enum class ArgKind : uint8_t { Pointer, I32, I64, F32, TensorMap };
@@ -145,6 +153,9 @@ struct Kernel {
   std::optional<size_t> combineIndex;
   /// "paged_append": writes new keys and values into a paged cache.
   bool append = false;
+  /// One of the backward's passes ("attention_grad_q" or
+  /// "attention_grad_kv"), launched by kiln_site_launch_attention_grad.
+  bool grad = false;
   /// A paged kernel: the index of its caches' append kernel.
   std::optional<size_t> appendIndex;
   kiln_dtype dtype = KILN_DTYPE_NONE;
@@ -216,6 +227,12 @@ struct Site {
   kiln_dtype maskDtype = KILN_DTYPE_NONE;
   bool bias = false;
   kiln_dtype biasDtype = KILN_DTYPE_NONE;
+  /// The site's kernel writes the log-sum-exp (kiln_attention_args.lse):
+  /// a forward that trains.
+  bool lse = false;
+  /// A backward site ("kind": "attention_grad"): its kernel is the query
+  /// pass and this kernel the key pass, launched after it.
+  std::optional<size_t> keyPassIndex;
 };
 
 struct Target {

@@ -61,6 +61,30 @@ bool resolveArgName(const std::string &name, KernelArg &arg) {
     arg.dim = *dim;
     return true;
   }
+  // The log-sum-exp, written by a forward that trains and read by the
+  // backward.
+  if (name == "lse") {
+    arg.source = ArgSource::Lse;
+    return true;
+  }
+  // The backward's tensors and their strides.
+  static const char *gradTensors[] = {"grad_out", "delta", "grad_q", "grad_k",
+                                      "grad_v"};
+  for (int i = 0; i < 5; ++i) {
+    if (name == gradTensors[i]) {
+      arg.source = ArgSource::GradPointer;
+      arg.paged = i;
+      return true;
+    }
+    static const char *axes[] = {"batch", "head", "seq"};
+    for (int axis = 0; axis < 3 && i != 1; ++axis)
+      if (name == std::string(gradTensors[i]) + "_stride_" + axes[axis]) {
+        arg.source = ArgSource::GradStride;
+        arg.paged = i;
+        arg.axis = axis;
+        return true;
+      }
+  }
   // A site's run-time scale.
   if (name == "scale_factor") {
     arg.source = ArgSource::ScaleFactor;
@@ -413,7 +437,10 @@ void parseKernel(const Node &node, Kernel &kernel) {
   if (kernel.name.empty())
     node.key("name").fail("must not be empty");
   kernel.kind = node.key("kind").oneOf(
-      {"attention", "paged_attention", "split_combine", "paged_append"});
+      {"attention", "paged_attention", "split_combine", "paged_append",
+       "attention_grad_q", "attention_grad_kv"});
+  kernel.grad = kernel.kind == "attention_grad_q" ||
+                kernel.kind == "attention_grad_kv";
   kernel.paged = kernel.kind == "paged_attention";
   kernel.combine = kernel.kind == "split_combine";
   kernel.append = kernel.kind == "paged_append";
@@ -571,6 +598,9 @@ void parseKernel(const Node &node, Kernel &kernel) {
     requiredArgs = {"workspace", "out", "num_splits"};
   else if (kernel.combineIndex)
     requiredArgs.insert(requiredArgs.end(), {"num_splits", "workspace"});
+  if (kernel.grad)
+    requiredArgs.insert(requiredArgs.end(), {"lse", "grad_out", "delta",
+                                             "grad_q", "grad_k", "grad_v"});
   if (kernel.paged && kernel.cacheDtype == KILN_DTYPE_F8E4M3)
     requiredArgs.insert(requiredArgs.end(), {"k_scale", "v_scale"});
   for (const char *required : requiredArgs)

@@ -227,9 +227,45 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   site.causal = causalNode.isNull() ? false : causalNode.boolean();
   site.window = node.optionalKey("window").optionalInteger(1);
   Node kindNode = node.optionalKey("kind");
-  site.paged =
-      !kindNode.isNull() &&
-      kindNode.oneOf({"attention", "paged_attention"}) == "paged_attention";
+  std::string kind =
+      kindNode.isNull()
+          ? "attention"
+          : kindNode.oneOf({"attention", "paged_attention", "attention_grad"});
+  site.paged = kind == "paged_attention";
+  // A backward site: its kernel is the query pass, "key_pass" the key pass.
+  bool grad = kind == "attention_grad";
+  if (grad != (kernel.kind == "attention_grad_q"))
+    kernelNode.fail(fmt::format(
+        "site \"{}\" is {} but its kernel \"{}\" is a \"{}\" kernel",
+        site.name, grad ? "a backward site" : "not a backward site",
+        kernel.name, kernel.kind));
+  if (grad) {
+    Node keyPassNode = node.key("key_pass");
+    std::string keyPass = keyPassNode.string();
+    for (size_t i = 0; i < kernels.size(); ++i)
+      if (kernels[i].name == keyPass)
+        site.keyPassIndex = i;
+    if (!site.keyPassIndex)
+      keyPassNode.fail(fmt::format("no kernel named \"{}\"", keyPass));
+    const Kernel &keys = kernels[*site.keyPassIndex];
+    if (keys.kind != "attention_grad_kv" || keys.dtype != kernel.dtype ||
+        keys.headDim != kernel.headDim ||
+        keys.valueHeadDim != kernel.valueHeadDim)
+      keyPassNode.fail(fmt::format("kernel \"{}\" is not the key pass of "
+                                   "kernel \"{}\"",
+                                   keyPass, kernel.name));
+  }
+  // The log-sum-exp: written by a forward that trains, read by a backward.
+  Node lseNode = node.optionalKey("lse");
+  site.lse = grad || (!lseNode.isNull() && lseNode.boolean());
+  bool kernelLse = std::any_of(
+      kernel.args.begin(), kernel.args.end(),
+      [](const KernelArg &arg) { return arg.source == ArgSource::Lse; });
+  if (site.lse != kernelLse)
+    node.fail(fmt::format("site \"{}\" {} the log-sum-exp but its kernel "
+                          "\"{}\" {}",
+                          site.name, site.lse ? "keeps" : "does not keep",
+                          kernel.name, kernelLse ? "writes it" : "does not"));
   if (site.paged != kernel.paged)
     node.fail(fmt::format("site \"{}\" is {} but its kernel \"{}\" is {}",
                           site.name, site.paged ? "paged" : "not paged",

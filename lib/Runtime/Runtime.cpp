@@ -323,6 +323,11 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->cache_dtype = s.cacheDtype;
     info->kv_scales = static_cast<int32_t>(s.kvScales);
     info->scale_factor = s.scaleFactor ? 1 : 0;
+    info->lse = s.lse ? 1 : 0;
+    info->key_pass =
+        s.keyPassIndex
+            ? site->package->manifest.kernels[*s.keyPassIndex].name.c_str()
+            : nullptr;
     return KILN_OK;
   });
 }
@@ -427,6 +432,49 @@ kiln_status kiln_site_launch_attention(const kiln_site *site,
     if (Error error = checkLaunch(package.manifest, s, args, launch))
       return fail(error);
     if (Error error = launchFolded(package, s, launch, stream))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+int64_t kiln_attention_grad_workspace_size(int64_t batch, int64_t q_heads,
+                                           int64_t q_len) {
+  if (batch <= 0 || q_heads <= 0 || q_len <= 0)
+    return 0;
+  return batch * q_heads * q_len * static_cast<int64_t>(sizeof(float));
+}
+
+kiln_status kiln_site_check_attention_grad(const kiln_site *site,
+                                           const kiln_attention_grad_args *args,
+                                           kiln_launch_config configs[2]) {
+  return guarded("kiln_site_check_attention_grad", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_check_attention_grad: NULL site");
+    const Manifest &manifest = site->package->manifest;
+    const Site &s = manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkGradLaunch(manifest, s, args, launch))
+      return fail(error);
+    if (Error error = gradConfigs(manifest, s, launch, configs))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_site_launch_attention_grad(const kiln_site *site,
+                                            const kiln_attention_grad_args *args,
+                                            void *stream) {
+  return guarded("kiln_site_launch_attention_grad", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT,
+                  "kiln_site_launch_attention_grad: NULL site");
+    kiln_package &package = *site->package;
+    const Site &s = package.manifest.sites[site->index];
+    CheckedLaunch launch;
+    if (Error error = checkGradLaunch(package.manifest, s, args, launch))
+      return fail(error);
+    if (Error error = launchGrad(package, s, launch, stream))
       return fail(error);
     return KILN_OK;
   });

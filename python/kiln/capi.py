@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "AttentionArgs",
+    "AttentionGradArgs",
     "cuda_driver",
     "PackedAttentionArgs",
     "PagedAppendArgs",
@@ -134,6 +135,8 @@ class _SiteInfo(ctypes.Structure):
         ("cache_dtype", ctypes.c_int),
         ("kv_scales", ctypes.c_int32),
         ("scale_factor", ctypes.c_int32),
+        ("lse", ctypes.c_int32),
+        ("key_pass", ctypes.c_char_p),
     ]
 
 
@@ -296,6 +299,30 @@ class AttentionArgs(ctypes.Structure):
         ("workspace_bytes", ctypes.c_int64),
         ("num_splits", ctypes.c_int64),
         ("scale_factor", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+    ]
+
+
+class AttentionGradArgs(ctypes.Structure):
+    """``kiln_attention_grad_args``: the forward's arguments (with its
+    output as ``out`` and its ``lse``), the gradients and the workspace."""
+
+    _fields_ = [
+        ("forward", AttentionArgs),
+        ("grad_out", ctypes.c_void_p),
+        ("grad_q", ctypes.c_void_p),
+        ("grad_k", ctypes.c_void_p),
+        ("grad_v", ctypes.c_void_p),
+        ("grad_out_dtype", ctypes.c_int),
+        ("grad_q_dtype", ctypes.c_int),
+        ("grad_k_dtype", ctypes.c_int),
+        ("grad_v_dtype", ctypes.c_int),
+        ("grad_out_strides", _Strides),
+        ("grad_q_strides", _Strides),
+        ("grad_k_strides", _Strides),
+        ("grad_v_strides", _Strides),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -442,6 +469,18 @@ def _declare(lib: ctypes.CDLL) -> None:
             c_status,
             [site_p, ctypes.POINTER(AttentionArgs), ctypes.c_void_p],
         ),
+        "kiln_attention_grad_workspace_size": (
+            ctypes.c_int64,
+            [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64],
+        ),
+        "kiln_site_check_attention_grad": (
+            c_status,
+            [site_p, ctypes.POINTER(AttentionGradArgs), ctypes.POINTER(_LaunchConfig)],
+        ),
+        "kiln_site_launch_attention_grad": (
+            c_status,
+            [site_p, ctypes.POINTER(AttentionGradArgs), ctypes.c_void_p],
+        ),
         "kiln_site_check_paged_attention": (
             c_status,
             [
@@ -523,7 +562,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         function.argtypes = argtypes
 
 
-_API_VERSION = 10
+_API_VERSION = 11
 
 
 def cuda_driver() -> Optional[ctypes.CDLL]:
@@ -722,6 +761,10 @@ class SiteHandle:
         # The site's op takes a run-time scale: attention() needs
         # scale_factor (a one-element f32 tensor).
         self.scale_factor: bool = bool(info.scale_factor)
+        # The log-sum-exp (a forward that trains, or a backward) and, for a
+        # backward site, the key pass launched after its kernel.
+        self.lse: bool = bool(info.lse)
+        self.key_pass: Optional[str] = _text(info.key_pass) if info.key_pass else None
 
     @property
     def package(self) -> "PackageHandle":
@@ -775,6 +818,30 @@ class SiteHandle:
     def launch(self, args: AttentionArgs, stream: int = 0) -> None:
         """Launches with raw arguments on a CUstream handle (an int)."""
         self._launch_with("kiln_site_launch_attention", args, stream)
+
+    def check_grad(self, args: AttentionGradArgs) -> Tuple[LaunchConfig, LaunchConfig]:
+        """Checks a backward launch's `args` (no GPU needed); returns the
+        launch configurations of the query pass and the key pass."""
+        configs = (_LaunchConfig * 2)()
+        _check(
+            self._package._lib.kiln_site_check_attention_grad(
+                self._handle, ctypes.byref(args), configs
+            )
+        )
+        return tuple(  # type: ignore[return-value]
+            LaunchConfig(tuple(c.grid), tuple(c.block), int(c.dynamic_shared_bytes))
+            for c in configs
+        )
+
+    def launch_grad(self, args: AttentionGradArgs, stream: int = 0) -> None:
+        """Launches a backward site's two passes on a CUstream handle."""
+        self._launch_with("kiln_site_launch_attention_grad", args, stream)
+
+    def grad_workspace_bytes(self, batch: int, q_heads: int, q_len: int) -> int:
+        """The workspace a backward launch of these sizes needs."""
+        return int(
+            self._package._lib.kiln_attention_grad_workspace_size(batch, q_heads, q_len)
+        )
 
     def check_paged(self, args: PagedAttentionArgs) -> LaunchConfig:
         """Checks a paged launch's `args` (no GPU needed); returns the launch

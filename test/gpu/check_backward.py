@@ -11,12 +11,11 @@ log-sum-exp, and kiln.attention_grad's two passes, against float64 torch.
 
 Each case is a function holding `kiln.attention` with its `lse` result and
 the `kiln.attention_grad` of it, compiled by kilnc into a package whose
-manifest lists the forward kernel (`kernels`) and the backward's query and
-key passes (`grad_kernels`, `grad_sites`). The runtime does not launch the
-backward yet, so this script launches the kernels itself from the
-manifest's argument lists, block, grid rules and shared memory (CuPy's
-module loader, on the stream torch uses), in the order the manifest states:
-forward, then the query pass (dQ and D), then the key pass (dK and dV).
+manifest holds the forward's site (which keeps its lse) and the backward's
+(kind "attention_grad": the query pass, dQ and D, then the key pass, dK and
+dV). Both are launched through the runtime (libkilnrt: KILN_RUNTIME_LIB, or
+the build tree's) on torch's current stream, the backward with
+kiln_site_launch_attention_grad.
 
 Inputs are fresh random tensors (never zeros), every output is poisoned with
 NaN before the launches, and sizes are odd (lengths not multiples of any
@@ -172,23 +171,6 @@ def emit(directory: Path, kilnc: str, names: Optional[List[str]]) -> int:
 
 # --- On the GPU --------------------------------------------------------------
 
-def _grid(rule: List[Dict[str, Any]], dims: Dict[str, int]) -> tuple:
-    grid = []
-    for entry in rule:
-        if "value" in entry:
-            grid.append(int(entry["value"]))
-            continue
-        names = entry["dim"] if isinstance(entry["dim"], list) else \
-            [entry["dim"]]
-        size = 1
-        for name in names:
-            size *= dims[name]
-        if "per" in entry:
-            size //= dims[entry["per"]]
-        grid.append(-(-size // int(entry.get("ceil_div", 1))))
-    return tuple(grid)
-
-
 def _reference(case, q, k, v, mask, bias, factor, do):
     """out, lse and the gradients of Q, K, V in float64."""
     import torch
@@ -243,24 +225,26 @@ def _relative(got, want) -> float:
     return (got - want).norm().item() / (norm if norm > 0 else 1.0)
 
 
-def run_case(case: Dict[str, Any], package: Path, seed: int) -> Dict[str, Any]:
-    import cupy
+def run_case(case: Dict[str, Any], package_dir: Path, seed: int
+             ) -> Dict[str, Any]:
     import torch
-    manifest = json.loads((package / "manifest.json").read_text())
-    major, minor = torch.cuda.get_device_capability()
-    chip = "sm_90a" if (major, minor) == (9, 0) else "sm_80"
-    target = next(t for t in manifest["targets"] if t["chip"] == chip)
-    module = cupy.RawModule(path=str(package / target["ptx"]))
-    forward = next(k for k in manifest["kernels"]
-                   if k["name"] == manifest["sites"][0]["kernel"])
-    grad_site = manifest["grad_sites"][0]
-    grad_kernels = {k["name"]: k for k in manifest["grad_kernels"]}
-    passes = [grad_kernels[grad_site["query_pass"]],
-              grad_kernels[grad_site["key_pass"]]]
+
+    sys.path.insert(0, str(ROOT / "python"))
+    import kiln
+    from kiln.runtime import AttentionArgs, AttentionGradArgs, DType
+
+    package = kiln.Package(str(package_dir))
+    sites = json.loads((package_dir / "manifest.json").read_text())["sites"]
+    forward = package.site(next(s["name"] for s in sites
+                                if s.get("kind", "attention") == "attention"))
+    backward = package.site(next(s["name"] for s in sites
+                                 if s.get("kind") == "attention_grad"))
 
     torch.manual_seed(seed)
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16,
              "f32": torch.float32}[case["dtype"]]
+    kiln_dtype = {"bf16": DType.BF16, "f16": DType.F16,
+                  "f32": DType.F32}[case["dtype"]]
     shapes = _case_shapes(case)
     dev = "cuda"
 
@@ -288,46 +272,51 @@ def run_case(case: Dict[str, Any], package: Path, seed: int) -> Dict[str, Any]:
     nan = float("nan")
     out = torch.full(shapes["o"], nan, device=dev, dtype=dtype)
     lse = torch.full(shapes["lse"], nan, device=dev)
-    delta = torch.full(shapes["lse"], nan, device=dev)
     dq = torch.full_like(q, nan)
     dk = torch.full_like(k, nan)
     dv = torch.full_like(v, nan)
-    tensors = {"q": q, "k": k, "v": v, "out": out, "mask": mask, "bias": bias,
-               "scale_factor": factor, "lse": lse, "grad_out": do,
-               "delta": delta, "grad_q": dq, "grad_k": dk, "grad_v": dv}
-    dims = {"batch": case["b"], "q_heads": case["hq"], "kv_heads": case["hkv"],
-            "q_len": case["sq"], "kv_len": case["sk"]}
+    workspace = torch.full(
+        (backward.grad_workspace_bytes(case["b"], case["hq"], case["sq"]) // 4,),
+        nan, device=dev)
 
-    def value(name: str, kind: str):
-        import numpy
-        if kind == "pointer":
-            return numpy.uint64(tensors[name].data_ptr())
-        if name == "scale":
-            return numpy.float32(_scale(case))
-        if name in dims:
-            return numpy.int32(dims[name])
-        tensor, _, axis = name.partition("_stride_")
-        t = tensors[tensor]
-        if tensor in ("mask", "bias"):
-            index = ["batch", "head", "q", "k"].index(axis)
-            stride = 0 if t.shape[index] == 1 else t.stride(index)
-        else:
-            stride = t.stride(["batch", "head", "seq"].index(axis))
-        return numpy.int64(stride)
+    def strides(t):
+        # {batch, head, seq, dim}; a broadcast axis of a mask or bias is 0.
+        return [0 if t.shape[i] == 1 else t.stride(i) for i in range(4)]
 
-    def launch(kernel: Dict[str, Any]):
-        function = module.get_function(kernel["name"])
-        shared = int(kernel.get("dynamic_shared_bytes", 0))
-        if shared > 48 * 1024:
-            function.max_dynamic_shared_size_bytes = shared
-        args = tuple(value(a["name"], a["kind"]) for a in kernel["args"])
-        function(_grid(kernel["grid"], dims), tuple(kernel["block"]), args,
-                 shared_mem=shared)
+    a = AttentionArgs()
+    a.q, a.k, a.v, a.out = (t.data_ptr() for t in (q, k, v, out))
+    a.q_dtype = a.k_dtype = a.v_dtype = a.out_dtype = int(kiln_dtype)
+    a.q_strides[:], a.k_strides[:] = strides(q), strides(k)
+    a.v_strides[:], a.out_strides[:] = strides(v), strides(out)
+    if mask is not None:
+        a.mask = mask.data_ptr()
+        a.mask_dtype = int(DType.BOOL if mask.dtype == torch.bool
+                           else DType.F32)
+        a.mask_strides[:] = strides(mask)
+    if bias is not None:
+        a.bias, a.bias_dtype = bias.data_ptr(), int(DType.F32)
+        a.bias_strides[:] = strides(bias)
+    if factor is not None:
+        a.scale_factor = factor.data_ptr()
+    a.batch, a.q_heads, a.kv_heads = case["b"], case["hq"], case["hkv"]
+    a.q_len, a.kv_len, a.head_dim = case["sq"], case["sk"], case["d"]
+    a.v_head_dim = case.get("dv", case["d"])
+    a.lse = lse.data_ptr()
 
+    g = AttentionGradArgs()
+    g.forward = a
+    for name, tensor in (("grad_out", do), ("grad_q", dq), ("grad_k", dk),
+                         ("grad_v", dv)):
+        setattr(g, name, tensor.data_ptr())
+        setattr(g, name + "_dtype", int(kiln_dtype))
+        getattr(g, name + "_strides")[:] = strides(tensor)
+    g.workspace = workspace.data_ptr()
+    g.workspace_bytes = workspace.numel() * 4
+
+    stream = torch.cuda.current_stream().cuda_stream
     torch.cuda.synchronize()
-    launch(forward)
-    for kernel in passes:
-        launch(kernel)
+    forward.launch(a, stream)
+    backward.launch_grad(g, stream)
     torch.cuda.synchronize()
 
     ref_out, ref_lse, ref_dq, ref_dk, ref_dv = _reference(
@@ -344,8 +333,8 @@ def run_case(case: Dict[str, Any], package: Path, seed: int) -> Dict[str, Any]:
     tolerance = TOLERANCE[case["dtype"]]
     passed = all(e <= tolerance for e in errors.values())
     return {"case": case["name"], "passed": passed, "errors": errors,
-            "tolerance": tolerance, "kernels": [forward["name"]] +
-            [p["name"] for p in passes], "chip": chip}
+            "tolerance": tolerance,
+            "kernels": [forward.kernel, backward.kernel, backward.key_pass]}
 
 
 def run(directory: Path, names: Optional[List[str]], out: Optional[Path],

@@ -402,6 +402,7 @@ def test_ctypes_structs_match_the_header(tmp_path: Path) -> None:
         "kiln_site_info": runtime._SiteInfo,
         "kiln_kernel_info": runtime._KernelInfo,
         "kiln_attention_args": runtime.AttentionArgs,
+        "kiln_attention_grad_args": runtime.AttentionGradArgs,
         "kiln_paged_attention_args": runtime.PagedAttentionArgs,
         "kiln_paged_append_args": runtime.PagedAppendArgs,
         "kiln_launch_config": runtime._LaunchConfig,

@@ -212,6 +212,8 @@ llvm::json::Object describeKernel(gpu::GPUFuncOp func,
           return elementTypeValue(site.getMask());
         if (name == "bias")
           return elementTypeValue(site.getBias());
+        if (name == "lse" || name == "delta")
+          return llvm::json::Value("f32");
         return llvm::json::Value(dtype);
       });
   llvm::json::Object kernel{
@@ -408,7 +410,8 @@ llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
   auto func = op->getParentOfType<FunctionOpInterface>();
   llvm::json::Object site{
       {"name", siteName},
-      {"query_pass", queryPass},
+      {"kind", "attention_grad"},
+      {"kernel", queryPass},
       {"key_pass", keyPass},
       {"function", func ? func.getName().str() : std::string()},
       {"location", locationText(op.getLoc())},
@@ -450,6 +453,9 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
   site["mask_shape"] = shapeValue(op.getMask());
   site["bias_dtype"] = elementTypeValue(op.getBias());
   site["bias_shape"] = shapeValue(op.getBias());
+  // A site that trains: its kernel writes the log-sum-exp too.
+  if (op.getLse())
+    site["lse"] = true;
   if (op.isPacked()) {
     // Packed sequences: launches see the packed rows as one sequence of
     // total_q (q_len) queries against total_kv (kv_len) keys; the batch is
@@ -511,7 +517,7 @@ llvm::json::Value mlir::kiln::softcapToJSON(AttentionOp op) {
 
 FailureOr<llvm::json::Object>
 mlir::kiln::describeKernelsAndSites(ModuleOp module) {
-  llvm::json::Array kernels, sites, gradKernels, gradSites;
+  llvm::json::Array kernels, sites;
   llvm::StringMap<bool> described;
   auto gpuModule = module.lookupSymbol<gpu::GPUModuleOp>(kKernelModuleName);
   // Describes (once) the kernel `name` of the site `op` of the kind it
@@ -533,7 +539,7 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
     if (auto paged = dyn_cast<PagedAttentionOp>(op))
       kernels.push_back(describePagedKernel(func, *contract, paged));
     else if (auto grad = dyn_cast<AttentionGradOp>(op))
-      gradKernels.push_back(describeKernel(func, *contract, grad));
+      kernels.push_back(describeKernel(func, *contract, grad));
     else
       kernels.push_back(
           describeKernel(func, *contract, cast<AttentionOp>(op)));
@@ -541,8 +547,8 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
   };
   WalkResult walk = module.walk([&](Operation *op) {
     if (auto grad = dyn_cast<AttentionGradOp>(op)) {
-      // The backward's two passes; the runtime does not launch them yet,
-      // so they are listed apart from the forward's kernels and sites.
+      // The backward's two passes: the site's kernel (the query pass) and
+      // its key pass, launched after it.
       auto queryRef = op->getAttrOfType<SymbolRefAttr>(kKernelAttrName);
       auto keyRef =
           op->getAttrOfType<SymbolRefAttr>(kGradKeyValueKernelAttrName);
@@ -557,7 +563,7 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
       if (failed(describe(queryPass, op, KernelKind::AttentionGradQuery)) ||
           failed(describe(keyPass, op, KernelKind::AttentionGradKeyValue)))
         return WalkResult::interrupt();
-      gradSites.push_back(
+      sites.push_back(
           describeGradSite(grad, siteName.getValue(), queryPass, keyPass));
       return WalkResult::advance();
     }
@@ -606,13 +612,8 @@ mlir::kiln::describeKernelsAndSites(ModuleOp module) {
       else if (contract->kind == KernelKind::PagedAppend)
         kernels.push_back(describeAppendKernel(func, *contract));
     }
-  llvm::json::Object result{{"kernels", std::move(kernels)},
+  return llvm::json::Object{{"kernels", std::move(kernels)},
                             {"sites", std::move(sites)}};
-  if (!gradSites.empty()) {
-    result["grad_kernels"] = std::move(gradKernels);
-    result["grad_sites"] = std::move(gradSites);
-  }
-  return result;
 }
 
 namespace {
@@ -797,10 +798,6 @@ LogicalResult mlir::kiln::writePackage(Location loc, StringRef dir,
       {"targets", std::move(targets)},
       {"kernels", std::move(*description.get("kernels"))},
       {"sites", std::move(*description.get("sites"))}};
-  // The backward's kernels and sites, where the module has any.
-  for (const char *key : {"grad_kernels", "grad_sites"})
-    if (llvm::json::Value *value = description.get(key))
-      manifest[key] = std::move(*value);
   llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, "manifest.json");
   std::error_code error;
