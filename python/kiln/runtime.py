@@ -673,6 +673,91 @@ class Site(SiteHandle):
             self.launch(args, launch_stream.handle)
         return out
 
+    def attention_lse(self, q: Any, k: Any, v: Any, mask: Any = None,
+                      bias: Any = None, scale_factor: Any = None) -> Any:
+        """Runs a site that keeps its log-sum-exp (``site.lse``, a forward
+        compiled for training) on the current stream: returns ``(out,
+        lse)``, lse f32 ``[batch, q_heads, q_len]`` (-inf for a row that sees
+        no key). Arguments as attention()."""
+        import torch
+
+        if not self.lse or self.key_pass:
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"site \"{self.name}\" does not write a log-sum-exp (compile "
+                f"its forward with the lse result)")
+        args, out = self.attention_args(q, k, v, mask=mask, bias=bias,
+                                        scale_factor=scale_factor)
+        lse = torch.empty((args.batch, args.q_heads, args.q_len),
+                          dtype=torch.float32, device=q.device)
+        args.lse = lse.data_ptr()
+        if args.batch == 0:
+            return out, lse
+        with torch.cuda.device(q.device):
+            self.launch(args, _Stream(q.device, None).handle)
+        return out, lse
+
+    def attention_grad(self, grad_out: Any, q: Any, k: Any, v: Any, out: Any,
+                       lse: Any, mask: Any = None, bias: Any = None,
+                       scale_factor: Any = None) -> Any:
+        """Runs a backward site (``site.key_pass`` set) on the current
+        stream: the gradients ``(dq, dk, dv)`` of a loss whose gradient with
+        respect to the forward's `out` is `grad_out`, from the forward's
+        operands, `out` and `lse` (attention_lse()). dK and dV of a KV head
+        sum its query heads'. Nothing is synchronised."""
+        import torch
+
+        from .capi import AttentionGradArgs
+
+        if not self.key_pass:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"site \"{self.name}\" is not a backward site")
+        for name, tensor, like in (("grad_out", grad_out, out),
+                                   ("lse", lse, None)):
+            if not isinstance(tensor, torch.Tensor):
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                f"{name} must be a torch.Tensor")
+            if like is not None and (tensor.shape != like.shape
+                                     or tensor.dtype != like.dtype):
+                raise KilnError(
+                    Status.INVALID_ARGUMENT,
+                    f"{name} has shape {tuple(tensor.shape)} and dtype "
+                    f"{tensor.dtype}; out has {tuple(like.shape)} and "
+                    f"{like.dtype}")
+        if lse.dtype != torch.float32 or not lse.is_contiguous():
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            "lse must be a contiguous float32 tensor "
+                            "[batch, q_heads, q_len]")
+        forward, out = self.attention_args(q, k, v, mask=mask, bias=bias,
+                                           out=out, scale_factor=scale_factor)
+        if tuple(lse.shape) != (forward.batch, forward.q_heads, forward.q_len):
+            raise KilnError(
+                Status.INVALID_ARGUMENT,
+                f"lse has shape {tuple(lse.shape)}; expected "
+                f"{(forward.batch, forward.q_heads, forward.q_len)}")
+        forward.lse = lse.data_ptr()
+        dtypes = _torch_dtype_map()
+        grads = {"grad_out": grad_out, "grad_q": torch.empty_like(q),
+                 "grad_k": torch.empty_like(k), "grad_v": torch.empty_like(v)}
+        args = AttentionGradArgs()
+        args.forward = forward
+        for name, tensor in grads.items():
+            setattr(args, name, tensor.data_ptr())
+            setattr(args, name + "_dtype", int(dtypes[tensor.dtype]))
+            getattr(args, name + "_strides")[:] = list(
+                qkv_strides(tensor.stride(), self.layout))
+        if forward.batch == 0:
+            return grads["grad_q"], grads["grad_k"], grads["grad_v"]
+        workspace = torch.empty(
+            max(self.grad_workspace_bytes(forward.batch, forward.q_heads,
+                                          forward.q_len), 1),
+            dtype=torch.uint8, device=q.device)
+        args.workspace = workspace.data_ptr()
+        args.workspace_bytes = workspace.numel()
+        with torch.cuda.device(q.device):
+            self.launch_grad(args, _Stream(q.device, None).handle)
+        return grads["grad_q"], grads["grad_k"], grads["grad_v"]
+
     def attention_args(
         self,
         q: Any,

@@ -208,6 +208,37 @@ def package_source(spec: SiteSpec) -> str:
             f"{', '.join(types)} -> {out}\n  return %o : {out}\n}}\n")
 
 
+def training_source(spec: SiteSpec) -> str:
+    """The MLIR source of a package for training `spec`'s (dense) site:
+    ``@attention`` runs the forward keeping its log-sum-exp (site
+    ``attention_0``), ``@attention_grad`` its backward (site
+    ``attention_grad_1``), every size and head count dynamic."""
+    if spec.is_paged:
+        raise KilnError(Status.UNSUPPORTED,
+                        "a paged site has no backward (it reads a cache)")
+    q = _tensor(f"?x?x?x{spec.head_dim}x", spec.dtype)
+    out = _tensor(f"?x?x?x{spec.value_dim}x", spec.dtype)
+    lse = "tensor<?x?x?xf32>"
+    arguments, operands, types, attributes = _dense_parts(spec, q, out)
+    head, tail = operands.split(" ", 3)[:3], operands.split(" ", 3)[3:]
+    attribute_text = "{" + ", ".join(attributes) + "}"
+    qkv = ", ".join(types)
+    forward = (f"func.func @attention({', '.join(arguments)}) -> ({out}, "
+               f"{lse}) {{\n"
+               f"  %o, %lse = kiln.attention {operands} {attribute_text} : "
+               f"{qkv} -> {out}, {lse}\n"
+               f"  return %o, %lse : {out}, {lse}\n}}\n")
+    grad_operands = " ".join(head) + ", %o, %lse, %do" + (
+        " " + tail[0] if tail else "")
+    backward = (f"func.func @attention_grad("
+                f"{', '.join(arguments + [f'%o: {out}', f'%lse: {lse}', f'%do: {out}'])}"
+                f") -> ({qkv}) {{\n"
+                f"  %dq, %dk, %dv = kiln.attention_grad {grad_operands} "
+                f"{attribute_text} : {qkv}, {out}, {lse}, {out} -> {qkv}\n"
+                f"  return %dq, %dk, %dv : {qkv}\n}}\n")
+    return forward + backward
+
+
 def _dense_parts(spec: SiteSpec, q: str, v: str):
     arguments = [f"%q: {q}", f"%k: {q}", f"%v: {v}"]
     operands = "%q, %k, %v"

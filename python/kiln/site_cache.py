@@ -17,23 +17,25 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from .version import __version__
 from .compiler import compile as kiln_compile
 from .compiler import find_kilnc
 from .capi import cuda_driver
 from .runtime import KilnError, Package, Site
-from .site import SiteSpec, package_source
+from .site import SiteSpec, package_source, training_source
 
-__all__ = ["cache_directory", "compile_targets", "site_for", "site_from_source"]
+__all__ = ["cache_directory", "compile_targets", "package_from_source",
+           "site_for", "site_from_source", "training_sites_for"]
 
 _lock = threading.Lock()
 #: Sites by their spec (site_for).
 _sites: Dict[SiteSpec, Site] = {}
-#: Sites by their package directory (site_from_source).
-_sites_by_digest: Dict[str, Site] = {}
-_packages: list = []
+#: Packages by their directory (site_from_source, package_from_source).
+_packages_by_digest: Dict[str, Package] = {}
+#: Training sites (forward, backward) by their spec (training_sites_for).
+_training_sites: Dict[SiteSpec, Tuple[Site, Site]] = {}
 
 
 def cache_directory() -> Path:
@@ -156,6 +158,21 @@ def site_for(spec: SiteSpec) -> Site:
     return site
 
 
+def training_sites_for(spec: SiteSpec) -> Tuple[Site, Site]:
+    """The training sites of `spec` (a dense site): the forward that keeps
+    its log-sum-exp and its backward, from one package compiled as
+    site_for() compiles (kiln.site.training_source)."""
+    sites = _training_sites.get(spec)
+    if sites is not None:
+        return sites
+    package = package_from_source(training_source(spec),
+                                  spec.label + "_train")
+    by_name = {site.name: site for site in package.sites}
+    sites = (by_name["attention_0"], by_name["attention_grad_1"])
+    _training_sites[spec] = sites
+    return sites
+
+
 def site_from_source(text: str, label: str) -> Site:
     """The one site of the package compiled from MLIR `text`: from memory,
     from the disk cache (``$KILN_CACHE/<version>/<label>_<digest>``), or
@@ -163,22 +180,26 @@ def site_from_source(text: str, label: str) -> Site:
     built is compiled again when kilnc is found (without one, the cache is
     used as it is). Safe from several threads and processes sharing one
     cache directory."""
+    return package_from_source(text, label).sites[0]
+
+
+def package_from_source(text: str, label: str) -> Package:
+    """The package compiled from MLIR `text`, cached as site_from_source()
+    says."""
     targets = compile_targets()
     key = text if targets == _BOTH_TARGETS else f"{text}\n// targets: {targets}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     directory = cache_directory() / f"{label}_{digest}"
-    site = _sites_by_digest.get(str(directory))
-    if site is not None:
-        return site
+    package = _packages_by_digest.get(str(directory))
+    if package is not None:
+        return package
     with _lock:
-        site = _sites_by_digest.get(str(directory))
-        if site is not None:
-            return site
+        package = _packages_by_digest.get(str(directory))
+        if package is not None:
+            return package
         stamp = _compiler_stamp()
         if not _is_current(directory, stamp):
             _compile_into_cache(text, directory, stamp, targets)
         package = Package(directory)
-        _packages.append(package)
-        site = package.sites[0]
-        _sites_by_digest[str(directory)] = site
-        return site
+        _packages_by_digest[str(directory)] = package
+        return package

@@ -35,7 +35,8 @@ from typing import Any, List
 
 from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
-__all__ = ["attention", "define", "handle", "paged_attention", "register"]
+__all__ = ["attention", "attention_trainable", "define", "handle",
+           "paged_attention", "register", "register_training"]
 
 _lock = threading.Lock()
 _sites: List[Site] = []
@@ -55,6 +56,14 @@ _SCHEMAS = {
     "attention": "attention(Tensor q, Tensor k, Tensor v, Tensor? mask, "
                  "Tensor? bias, Tensor? workspace, int site, int num_splits, "
                  "Tensor? scale_factor=None) -> Tensor",
+    "attention_lse": "attention_lse(Tensor q, Tensor k, Tensor v, "
+                     "Tensor? mask, Tensor? bias, int site, "
+                     "Tensor? scale_factor=None) -> (Tensor, Tensor)",
+    "attention_backward": "attention_backward(Tensor grad_out, Tensor q, "
+                          "Tensor k, Tensor v, Tensor? mask, Tensor? bias, "
+                          "Tensor out, Tensor lse, int site, "
+                          "Tensor? scale_factor=None) -> (Tensor, Tensor, "
+                          "Tensor)",
     "paged_attention": "paged_attention(Tensor q, Tensor key_cache, "
                        "Tensor value_cache, Tensor page_table, Tensor kv_lens, "
                        "Tensor? workspace, int site, int num_splits, "
@@ -101,10 +110,22 @@ def _define() -> None:
                 k_scale=k_scale, v_scale=v_scale,
             )
 
+        def attention_lse_op(q, k, v, mask, bias, site, scale_factor=None):
+            return _site(site).attention_lse(q, k, v, mask=mask, bias=bias,
+                                             scale_factor=scale_factor)
+
+        def attention_backward_op(grad_out, q, k, v, mask, bias, out, lse,
+                                  site, scale_factor=None):
+            return _site(_backward_of(site)).attention_grad(
+                grad_out.contiguous(), q, k, v, out, lse, mask=mask,
+                bias=bias, scale_factor=scale_factor)
+
         # CPU too: a CPU tensor reaches the site's own check, which names
         # it, rather than the dispatcher's "no kernel" error.
         for device in ("CUDA", "CPU"):
             library.impl("attention", attention_op, device)
+            library.impl("attention_lse", attention_lse_op, device)
+            library.impl("attention_backward", attention_backward_op, device)
             library.impl("paged_attention", paged_attention_op, device)
 
         def attention_fake(q, k, v, mask, bias, workspace, site, num_splits,
@@ -123,6 +144,37 @@ def _define() -> None:
                 (q.shape[0], q.shape[1], q.shape[2], value_cache.shape[3])
             )
 
+        def attention_lse_fake(q, k, v, mask, bias, site, scale_factor=None):
+            out = attention_fake(q, k, v, mask, bias, None, site, 0)
+            batch, heads, length = _rows(q, site)
+            return out, q.new_empty((batch, heads, length),
+                                    dtype=torch.float32)
+
+        def attention_backward_fake(grad_out, q, k, v, mask, bias, out, lse,
+                                    site, scale_factor=None):
+            return (torch.empty_like(q), torch.empty_like(k),
+                    torch.empty_like(v))
+
+        def setup_context(ctx, inputs, output):
+            q, k, v, mask, bias, site, scale_factor = inputs
+            out, lse = output
+            ctx.save_for_backward(q, k, v, mask, bias, scale_factor, out, lse)
+            ctx.site = site
+
+        def backward(ctx, grad_out, grad_lse):
+            q, k, v, mask, bias, scale_factor, out, lse = ctx.saved_tensors
+            dq, dk, dv = torch.ops.kiln.attention_backward(
+                grad_out, q, k, v, mask, bias, out, lse, ctx.site,
+                scale_factor)
+            return dq, dk, dv, None, None, None, None
+
+        torch.library.register_fake("kiln::attention_lse", attention_lse_fake,
+                                    lib=library)
+        torch.library.register_fake("kiln::attention_backward",
+                                    attention_backward_fake, lib=library)
+        torch.library.register_autograd("kiln::attention_lse", backward,
+                                        setup_context=setup_context,
+                                        lib=library)
         torch.library.register_fake("kiln::attention", attention_fake, lib=library)
         torch.library.register_fake("kiln::paged_attention", paged_attention_fake,
                                     lib=library)
@@ -217,6 +269,14 @@ class _Launcher:
         return out, (args, tuple(out.shape), int(args.workspace_bytes))
 
 
+def _rows(q: Any, site: int) -> Any:
+    """(batch, q_heads, q_len) of `q` in site `site`'s layout."""
+    layout = _site(site).layout
+    if layout == "bshd":
+        return q.shape[0], q.shape[2], q.shape[1]
+    return q.shape[0], q.shape[1], q.shape[2]
+
+
 def _raw_stream(index: int) -> int:
     """The CUstream of the current stream of device `index`."""
     import torch
@@ -256,6 +316,35 @@ def handle(site: Site) -> int:
     return site._torch_handle  # type: ignore[attr-defined]
 
 
+#: The backward site of each training forward's handle.
+_backward_sites: dict = {}
+
+
+def _backward_of(index: int) -> int:
+    backward = _backward_sites.get(index)
+    if backward is None:
+        raise KilnError(
+            Status.INVALID_ARGUMENT,
+            f"Kiln site handle {index} has no backward site (register it "
+            f"with register_training)")
+    return backward
+
+
+def register_training(forward: Site, backward: Site) -> int:
+    """Pairs a forward that keeps its log-sum-exp (``forward.lse``) with its
+    backward site (``backward.key_pass``): ``torch.ops.kiln.attention_lse``
+    on the forward's handle (returned) then differentiates through the
+    backward's kernels."""
+    if not forward.lse or forward.key_pass or not backward.key_pass:
+        raise KilnError(
+            Status.INVALID_ARGUMENT,
+            f"sites \"{forward.name}\" and \"{backward.name}\" are not a "
+            f"forward that keeps its log-sum-exp and a backward site")
+    index = handle(forward)
+    _backward_sites[index] = handle(backward)
+    return index
+
+
 def define() -> None:
     """Defines torch.ops.kiln.attention and paged_attention (once; handle()
     does it too): before a graph that calls them is built."""
@@ -280,6 +369,23 @@ def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
     index = handle(site)  # defines the ops on first use
     return torch.ops.kiln.attention(q, k, v, mask, bias, workspace, index,
                                     num_splits, scale_factor)
+
+
+def attention_trainable(forward: Site, backward: Site, q: Any, k: Any,
+                        v: Any, mask: Any = None, bias: Any = None,
+                        scale_factor: Any = None) -> Any:
+    """Attention that autograd differentiates through Kiln's backward
+    kernels: ``torch.ops.kiln.attention_lse`` on the training sites
+    (``kiln.site_cache.training_sites_for``); returns the output (the
+    log-sum-exp it keeps for the backward stays inside the graph). Works
+    under torch.compile (AOTAutograd traces the op and its backward) and
+    CUDA graphs. No gradient reaches `mask`, `bias` or `scale_factor`."""
+    import torch
+
+    index = register_training(forward, backward)
+    out, _ = torch.ops.kiln.attention_lse(q, k, v, mask, bias, index,
+                                          scale_factor)
+    return out
 
 
 def paged_attention(site: Site, q: Any, key_cache: Any, value_cache: Any,

@@ -46,8 +46,8 @@ from .site import TORCH_DTYPES, SiteSpec
 # stay importable from here (public ones, and the tables tests clear).
 from .paged_cache import (_boolean_mask, _ragged_unavailable,  # noqa: F401
                           paged_cache_class)
-from .site_cache import (_compiler_stamp, _sites,  # noqa: F401
-                         _sites_by_digest, cache_directory, site_for,
+from .site_cache import (_compiler_stamp, _sites, _training_sites,  # noqa: F401
+                         _packages_by_digest, cache_directory, site_for,
                          site_from_source)
 
 __all__ = ["PagedKVCache", "attention_forward", "cache_directory", "fallbacks",

@@ -594,7 +594,7 @@ def check_compile(cache: Optional[str]) -> List[Row]:
     try:
         torch._dynamo.reset()
         kt._sites.clear()  # the first lookup happens while tracing
-        kt._sites_by_digest.clear()
+        kt._packages_by_digest.clear()
         compiled = torch.compile(layer, fullgraph=True)
         got = compiled(q, k, v)
         want = layer(q, k, v)

@@ -25,6 +25,8 @@ def cache(tmp_path: Path, monkeypatch):
     import kiln.transformers as kt
 
     monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
-    kt._sites.clear(); kt._sites_by_digest.clear()
+    kt._sites.clear(); kt._packages_by_digest.clear()
+    kt._training_sites.clear()
     yield tmp_path / "cache" / kiln.__version__
-    kt._sites.clear(); kt._sites_by_digest.clear()
+    kt._sites.clear(); kt._packages_by_digest.clear()
+    kt._training_sites.clear()

@@ -26,9 +26,9 @@ def report_of(name: str) -> dict:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE", str(tmp_path / "cache"))
-    kt._sites_by_digest.clear()
+    kt._packages_by_digest.clear()
     yield tmp_path / "cache" / kiln.__version__
-    kt._sites_by_digest.clear()
+    kt._packages_by_digest.clear()
 
 
 @pytest.mark.parametrize("name", [

@@ -58,7 +58,7 @@ def test_softcap_and_window_are_kiln_attributes(cache: Path) -> None:
 
 def test_a_cached_package_loads_without_kilnc(cache: Path, monkeypatch) -> None:
     kt.site_for(SiteSpec.dense("f16", 128, 128, 128 ** -0.5))
-    kt._sites.clear(); kt._sites_by_digest.clear()
+    kt._sites.clear(); kt._packages_by_digest.clear()
     monkeypatch.setenv("KILN_KILNC", "/nonexistent/kilnc")  # would fail
     site = kt.site_for(SiteSpec.dense("f16", 128, 128, 128 ** -0.5))
     assert site.dtype == "f16" and site.head_dim == 128
@@ -73,12 +73,12 @@ def test_a_package_from_another_kilnc_is_rebuilt(cache: Path) -> None:
     manifest = directory / "manifest.json"
     manifest.write_text(manifest.read_text())
     before = manifest.stat().st_mtime_ns
-    kt._sites.clear(); kt._sites_by_digest.clear()
+    kt._sites.clear(); kt._packages_by_digest.clear()
     kt.site_for(NONE)
     assert manifest.stat().st_mtime_ns == before
     # Built by another kilnc (or before stamps): compiled again.
     stamp.write_text("/elsewhere/kilnc 1 1")
-    kt._sites.clear(); kt._sites_by_digest.clear()
+    kt._sites.clear(); kt._packages_by_digest.clear()
     site = kt.site_for(NONE)
     assert stamp.read_text() == kt._compiler_stamp()
     assert manifest.stat().st_mtime_ns != before

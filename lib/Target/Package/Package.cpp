@@ -435,7 +435,8 @@ llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
       {"masked_score", optionalToJSON(op.getMaskedScore())},
       {"bias", bool(op.getBias())},
       {"bias_dtype", elementTypeValue(op.getBias())},
-      {"bias_shape", shapeValue(op.getBias())}};
+      {"bias_shape", shapeValue(op.getBias())},
+      {"lse", true}};
   if (op.getScaleFactor())
     site["scale_factor"] = true;
   return site;
