@@ -134,7 +134,7 @@ class _Program:
                     else:
                         params = bodies(eqn) if bodies else eqn.params
                         with jax.named_scope(f"kiln.e{index}"):
-                            subfuns, params = eqn.primitive.get_bind_params(params)
+                            subfuns, params = _bind_params(eqn.primitive, params)
                             result = eqn.primitive.bind(*subfuns, *inputs_, **params)
                         outputs = list(result) if eqn.primitive.multiple_results else [result]
                     values[index] = outputs
@@ -144,6 +144,17 @@ class _Program:
             return [read(var) for var in jaxpr.outvars]
 
         return evaluate(self.closed.jaxpr, list(self.closed.consts), list(args))
+
+
+def _bind_params(primitive: Any, params: Dict[str, Any]) -> Tuple[list, Dict[str, Any]]:
+    """The sub-functions and parameters `primitive.bind` takes for an
+    equation's `params`: get_bind_params gave both before JAX 0.11 and
+    gives the parameters alone since."""
+    bound = primitive.get_bind_params(params)
+    if isinstance(bound, dict):
+        return [], bound
+    subfuns, bound_params = bound
+    return list(subfuns), bound_params
 
 
 _ARGUMENT = re.compile(r'(%arg(\d+): [^%]*?)loc\((?:"(?:[^"\\]|\\.)*"|#[\w.]+)\)')

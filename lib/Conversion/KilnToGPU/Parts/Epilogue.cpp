@@ -44,6 +44,14 @@ void AttentionKernelBuilder::storeLse(Value rowHead, Value query, Value max,
   Value hasKeys =
       arith::CmpFOp::create(*b, arith::CmpFPredicate::OGT, sum, constF32(0.0f));
   Value lse = fmul(fadd(max, log2(sum)), constF32(ln2));
+  // A row whose largest score saturated in log2 units (a fill or an
+  // additive mask as large as finfo.min) has the fill's lse, f32's lowest:
+  // max·ln 2 would be a third smaller, and the backward, which takes the
+  // lse back to log2 units, would no longer meet the saturated scores.
+  Value lowest = constF32(std::numeric_limits<float>::lowest());
+  Value saturated =
+      arith::CmpFOp::create(*b, arith::CmpFPredicate::OLE, max, lowest);
+  lse = arith::SelectOp::create(*b, saturated, lowest, lse);
   lse = arith::SelectOp::create(
       *b, hasKeys, lse,
       constF32(-std::numeric_limits<float>::infinity()));

@@ -185,23 +185,31 @@ protected:
                                          lseLog2, constF32(-inf));
     Value p = exp2(arith::SubFOp::create(*b, score, lseLog2));
     p = arith::SelectOp::create(*b, noKeys, zero, p);
-    if (std::optional<float> fill = spec.problem.maskedScore;
-        fill && std::fabs(saturatedLog2(*fill)) >= 0x1p22f) {
-      // A fill so large that the row's lse (the fill plus ln Sk, rounded)
-      // lost the ln Sk: a hidden key's weight is at most 1/Sk, the
-      // uniform weight of a row that sees no key.
-      Value hidden = arith::AndIOp::create(
+    const AttentionProblem &problem = spec.problem;
+    if (problem.addsToScores() ||
+        (problem.maskedScore &&
+         std::fabs(saturatedLog2(*problem.maskedScore)) >= 0x1p22f)) {
+      // A score that saturated in log2 units (a fill or an additive term as
+      // large as finfo.min): the forward weighs such keys uniformly in a row
+      // where every score saturated, and not at all beside a finite score,
+      // and their scores are constants. The row's lse (the fill, its ln Sk
+      // lost to rounding) gives weight 1, so the weight is capped at 1/Sk.
+      Value saturated = arith::AndIOp::create(
           *b,
-          arith::XOrIOp::create(
-              *b, visible,
-              arith::ConstantIntOp::create(*b, b->getI1Type(), 1)),
+          arith::CmpFOp::create(*b, arith::CmpFPredicate::OLE, score,
+                                constF32(std::numeric_limits<float>::lowest())),
           arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen));
       Value uniform = arith::DivFOp::create(
           *b, constF32(1.0f),
           arith::UIToFPOp::create(*b, b->getF32Type(), toI32(kvLen)));
-      p = arith::SelectOp::create(*b, hidden,
+      p = arith::SelectOp::create(*b, saturated,
                                   arith::MinimumFOp::create(*b, p, uniform),
                                   p);
+      visible = arith::AndIOp::create(
+          *b, visible,
+          arith::XOrIOp::create(
+              *b, saturated,
+              arith::ConstantIntOp::create(*b, b->getI1Type(), 1)));
     }
     // dS = P·(dP - D); a hidden key's score is a constant.
     Value ds = fmul(p, arith::SubFOp::create(*b, dp, rowDelta));
