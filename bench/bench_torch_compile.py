@@ -198,7 +198,8 @@ def cold_caches() -> None:
     import kiln.site_cache
 
     kiln.site_cache._sites.clear()
-    kiln.site_cache._sites_by_digest.clear()
+    kiln.site_cache._packages_by_digest.clear()
+    kiln.site_cache._training_sites.clear()
     kiln.choice._decisions.clear()
 
 
