@@ -49,6 +49,9 @@ READABLE = {
     "squeeze", "expand_dims", "dot_general", "reduce_sum", "reduce_max",
     "iota", "eq", "ne", "lt", "le", "gt", "ge", "slice", "concatenate",
     "split", "clamp", "copy", "copy_p",
+    # The identity in the lowering (jax.nn.softmax stops the gradient of
+    # its row maximum with it since JAX 0.11).
+    "stop_gradient",
 }
 
 #: A step's value name in kilnc's report: its scope, then its primitive.
