@@ -1045,14 +1045,28 @@ static std::optional<StringRef> locationName(Location loc) {
   return std::nullopt;
 }
 
+/// An op JAX writes for another op's operand under that op's location: a
+/// constant, or the broadcast of a scalar (`1.0 - x` broadcasts its 1.0).
+/// It names no value of its own.
+static bool isHelper(Operation &op) {
+  if (op.hasTrait<OpTrait::ConstantLike>() || opName(&op) == "constant")
+    return true;
+  if (opName(&op) != "broadcast_in_dim" || op.getNumOperands() != 1)
+    return false;
+  auto type = dyn_cast<ShapedType>(op.getOperand(0).getType());
+  return type && type.hasRank() && type.getRank() == 0;
+}
+
 void Importer::countNames(Block &body) {
   for (Operation &op : body.without_terminator())
-    if (!op.hasTrait<OpTrait::ConstantLike>() && opName(&op) != "constant")
+    if (!isHelper(op))
       if (std::optional<StringRef> name = locationName(op.getLoc()))
         ++nameCounts[*name];
 }
 
 void Importer::nameValue(Operation *op, Value result) {
+  if (isHelper(*op))
+    return;
   std::optional<StringRef> name = locationName(op->getLoc());
   Operation *producer = result.getDefiningOp();
   if (!name || nameCounts.lookup(*name) != 1 || !producer ||

@@ -21,6 +21,7 @@ beyond the dtype's bounds, leave that signature to plain ``jax.jit``, and
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import warnings
@@ -136,7 +137,7 @@ class _Program:
                         outputs = [replace[index](values)]
                     else:
                         params = bodies(eqn) if bodies else eqn.params
-                        with jax.named_scope(f"kiln.e{index}"):
+                        with jax.named_scope(f"kiln.e{index}"), _user_frames(eqn):
                             subfuns, params = _bind_params(eqn.primitive, params)
                             result = eqn.primitive.bind(*subfuns, *inputs_, **params)
                         outputs = list(result) if eqn.primitive.multiple_results else [result]
@@ -147,6 +148,17 @@ class _Program:
             return [read(var) for var in jaxpr.outvars]
 
         return evaluate(self.closed.jaxpr, list(self.closed.consts), list(args))
+
+
+def _user_frames(eqn: Any) -> Any:
+    """The equation's own traceback as the source of what it binds, so that
+    each StableHLO op's location (and the report's source lines) is the
+    user's line, not this evaluator's."""
+    try:
+        from jax._src import source_info_util
+        return source_info_util.user_context(eqn.source_info.traceback)
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX
+        return contextlib.nullcontext()
 
 
 def _bind_params(primitive: Any, params: Dict[str, Any]) -> Tuple[list, Dict[str, Any]]:
