@@ -404,17 +404,11 @@ llvm::json::Object describePagedSite(PagedAttentionOp op, StringRef siteName,
   return site;
 }
 
-/// A kiln.attention_grad site: the forward's attributes and both passes.
-llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
-                                    StringRef queryPass, StringRef keyPass) {
-  auto func = op->getParentOfType<FunctionOpInterface>();
-  llvm::json::Object site{
-      {"name", siteName},
-      {"kind", "attention_grad"},
-      {"kernel", queryPass},
-      {"key_pass", keyPass},
-      {"function", func ? func.getName().str() : std::string()},
-      {"location", locationText(op.getLoc())},
+/// The attention attributes of a kiln.attention or kiln.attention_grad
+/// site, as both ops state them.
+template <typename OpT>
+llvm::json::Object attributesOf(OpT op) {
+  return llvm::json::Object{
       {"layout", stringifyLayout(op.getLayout())},
       {"dtype", getElementTypeName(op.getElementType())},
       {"scale", double(op.getScale().convertToFloat())},
@@ -430,13 +424,38 @@ llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
       {"head_dim", sizeToJSON(op.getHeadDim())},
       {"v_head_dim", sizeToJSON(op.getValueHeadDim())},
       {"mask", op.getMaskKind()},
-      {"mask_dtype", elementTypeValue(op.getMask())},
-      {"mask_shape", shapeValue(op.getMask())},
       {"masked_score", optionalToJSON(op.getMaskedScore())},
-      {"bias", bool(op.getBias())},
-      {"bias_dtype", elementTypeValue(op.getBias())},
-      {"bias_shape", shapeValue(op.getBias())},
-      {"lse", true}};
+      {"bias", bool(op.getBias())}};
+}
+
+/// A site's function and location, and its mask's and bias's dtypes and
+/// shapes.
+void addPlaceAndTerms(llvm::json::Object &site, Operation *op) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  site["function"] = func ? func.getName().str() : std::string();
+  site["location"] = locationText(op->getLoc());
+  auto term = [&](StringRef name) -> Value {
+    if (auto attention = dyn_cast<AttentionOp>(op))
+      return name == "mask" ? attention.getMask() : attention.getBias();
+    auto grad = cast<AttentionGradOp>(op);
+    return name == "mask" ? grad.getMask() : grad.getBias();
+  };
+  for (StringRef name : {"mask", "bias"}) {
+    site[(name + "_dtype").str()] = elementTypeValue(term(name));
+    site[(name + "_shape").str()] = shapeValue(term(name));
+  }
+}
+
+/// A kiln.attention_grad site: the forward's attributes and both passes.
+llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
+                                    StringRef queryPass, StringRef keyPass) {
+  llvm::json::Object site = attributesOf(op);
+  site["name"] = siteName;
+  site["kind"] = "attention_grad";
+  site["kernel"] = queryPass;
+  site["key_pass"] = keyPass;
+  addPlaceAndTerms(site, op);
+  site["lse"] = true;
   if (op.getScaleFactor())
     site["scale_factor"] = true;
   return site;
@@ -444,16 +463,10 @@ llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
 
 llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
                                 StringRef kernelName) {
-  auto func = op->getParentOfType<FunctionOpInterface>();
   llvm::json::Object site = siteAttributesToJSON(op);
   site["name"] = siteName;
   site["kernel"] = kernelName;
-  site["function"] = func ? func.getName().str() : std::string();
-  site["location"] = locationText(op.getLoc());
-  site["mask_dtype"] = elementTypeValue(op.getMask());
-  site["mask_shape"] = shapeValue(op.getMask());
-  site["bias_dtype"] = elementTypeValue(op.getBias());
-  site["bias_shape"] = shapeValue(op.getBias());
+  addPlaceAndTerms(site, op);
   // A site that trains: its kernel writes the log-sum-exp too.
   if (op.getLse())
     site["lse"] = true;
@@ -470,23 +483,7 @@ llvm::json::Object describeSite(AttentionOp op, StringRef siteName,
 } // namespace
 
 llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
-  llvm::json::Object site{{"layout", stringifyLayout(op.getLayout())},
-                            {"dtype", getElementTypeName(op.getElementType())},
-                            {"scale", double(op.getScale().convertToFloat())},
-                            {"causal", op.getCausal()},
-                            {"window", windowToJSON(op)},
-                            {"window_right", windowRightToJSON(op)},
-                            {"softcap", softcapToJSON(op)},
-                            {"batch", sizeToJSON(op.getBatchSize())},
-                            {"q_heads", sizeToJSON(op.getNumQueryHeads())},
-                            {"kv_heads", sizeToJSON(op.getNumKvHeads())},
-                            {"q_len", sizeToJSON(op.getQueryLength())},
-                            {"kv_len", sizeToJSON(op.getKvLength())},
-                            {"head_dim", sizeToJSON(op.getHeadDim())},
-                            {"v_head_dim", sizeToJSON(op.getValueHeadDim())},
-                            {"mask", op.getMaskKind()},
-                            {"masked_score", maskedScoreToJSON(op)},
-                            {"bias", bool(op.getBias())}};
+  llvm::json::Object site = attributesOf(op);
   // Said only where the op takes a run-time scale: its kernels take the
   // factor's pointer.
   if (op.getScaleFactor())

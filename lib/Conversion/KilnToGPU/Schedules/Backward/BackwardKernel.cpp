@@ -33,6 +33,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -97,8 +98,10 @@ protected:
             tile(kTileRows, headDim + 1), tile(kTileRows, valueDim + 1)};
   }
 
-  /// Binds the arguments after the forward's.
-  void bindGradArguments(ValueRange args) {
+  /// Binds the arguments after the forward's, and returns the block's
+  /// shared tiles: its own rows of the two tensors, then the staged tiles.
+  std::array<Value, 4> bindGradArguments(gpu::GPUFuncOp func) {
+    ValueRange args = func.getArguments();
     unsigned next = AttentionKernelBuilder::argumentNames().size();
     gradOut = args[next++];
     delta = args[next++];
@@ -110,6 +113,8 @@ protected:
       strides->assign(args.begin() + next, args.begin() + next + 3);
       next += 3;
     }
+    auto tiles = func.getWorkgroupAttributions();
+    return {tiles[0], tiles[1], tiles[2], tiles[3]};
   }
 
   /// Copies `rows` rows from `firstRow` of a [*, columns] global tensor
@@ -255,11 +260,7 @@ public:
 protected:
   void buildBody(gpu::GPUFuncOp func) override {
     ImplicitLocOpBuilder &builder = *b;
-    bindGradArguments(func.getArguments());
-    Value qRows = func.getWorkgroupAttributions()[0];
-    Value dORows = func.getWorkgroupAttributions()[1];
-    Value kTile = func.getWorkgroupAttributions()[2];
-    Value vTile = func.getWorkgroupAttributions()[3];
+    auto [qRows, dORows, kTile, vTile] = bindGradArguments(func);
     Value gradOutBase = tensorBase(gradOutStrides, head);
     stageRows(qRows, q, qBase, qStrides[2], firstQuery, qLen, rowsPerBlock(),
               headDim);
@@ -345,11 +346,7 @@ public:
 protected:
   void buildBody(gpu::GPUFuncOp func) override {
     ImplicitLocOpBuilder &builder = *b;
-    bindGradArguments(func.getArguments());
-    Value kRows = func.getWorkgroupAttributions()[0];
-    Value vRows = func.getWorkgroupAttributions()[1];
-    Value qTile = func.getWorkgroupAttributions()[2];
-    Value dOTile = func.getWorkgroupAttributions()[3];
+    auto [kRows, vRows, qTile, dOTile] = bindGradArguments(func);
     // Grid x is the key block (the prologue's query block is unused).
     Value keyBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
     Value firstKey = mul(keyBlock, constIndex(rowsPerBlock()));
