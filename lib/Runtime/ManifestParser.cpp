@@ -154,6 +154,17 @@ void parseKvCache(const Node &node, Site &site) {
                                 owner, dtypeName(site.cacheDtype)));
 }
 
+/// The index of the kernel `nameNode` names (names are unique); fails on
+/// the node where there is none.
+static size_t namedKernel(const Node &nameNode,
+                          const std::vector<Kernel> &kernels) {
+  std::string name = nameNode.string();
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i].name == name)
+      return i;
+  nameNode.fail(fmt::format("no kernel named \"{}\"", name));
+}
+
 void parseSite(const Node &node, const std::vector<Kernel> &kernels,
                Site &site) {
   site.name = node.key("name").string();
@@ -161,15 +172,7 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
     node.key("name").fail("must not be empty");
   Node kernelNode = node.key("kernel");
   site.kernelName = kernelNode.string();
-  bool found = false;
-  for (size_t i = 0; i < kernels.size() && !found; ++i) {
-    if (kernels[i].name == site.kernelName) {
-      site.kernelIndex = i;
-      found = true;
-    }
-  }
-  if (!found)
-    kernelNode.fail(fmt::format("no kernel named \"{}\"", site.kernelName));
+  site.kernelIndex = namedKernel(kernelNode, kernels);
   const Kernel &kernel = kernels[site.kernelIndex];
   if (kernel.combine)
     kernelNode.fail(fmt::format(
@@ -186,11 +189,7 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   Node wsNode = node.optionalKey("warp_specialized_kernel");
   if (!wsNode.isNull()) {
     std::string wsName = wsNode.string();
-    for (size_t i = 0; i < kernels.size(); ++i)
-      if (kernels[i].name == wsName)
-        site.warpSpecializedIndex = i;
-    if (!site.warpSpecializedIndex)
-      wsNode.fail(fmt::format("no kernel named \"{}\"", wsName));
+    site.warpSpecializedIndex = namedKernel(wsNode, kernels);
     const Kernel &ws = kernels[*site.warpSpecializedIndex];
     if (ws.kind != "attention" || ws.combineIndex || ws.targets.empty() ||
         ws.headDim != kernel.headDim ||
@@ -242,11 +241,7 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
   if (grad) {
     Node keyPassNode = node.key("key_pass");
     std::string keyPass = keyPassNode.string();
-    for (size_t i = 0; i < kernels.size(); ++i)
-      if (kernels[i].name == keyPass)
-        site.keyPassIndex = i;
-    if (!site.keyPassIndex)
-      keyPassNode.fail(fmt::format("no kernel named \"{}\"", keyPass));
+    site.keyPassIndex = namedKernel(keyPassNode, kernels);
     const Kernel &keys = kernels[*site.keyPassIndex];
     if (keys.kind != "attention_grad_kv" || keys.dtype != kernel.dtype ||
         keys.headDim != kernel.headDim ||

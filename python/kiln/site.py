@@ -220,7 +220,6 @@ def training_source(spec: SiteSpec) -> str:
     out = _tensor(f"?x?x?x{spec.value_dim}x", spec.dtype)
     lse = "tensor<?x?x?xf32>"
     arguments, operands, types, attributes = _dense_parts(spec, q, out)
-    head, tail = operands.split(" ", 3)[:3], operands.split(" ", 3)[3:]
     attribute_text = "{" + ", ".join(attributes) + "}"
     qkv = ", ".join(types)
     forward = (f"func.func @attention({', '.join(arguments)}) -> ({out}, "
@@ -228,8 +227,9 @@ def training_source(spec: SiteSpec) -> str:
                f"  %o, %lse = kiln.attention {operands} {attribute_text} : "
                f"{qkv} -> {out}, {lse}\n"
                f"  return %o, %lse : {out}, {lse}\n}}\n")
-    grad_operands = " ".join(head) + ", %o, %lse, %do" + (
-        " " + tail[0] if tail else "")
+    # The backward's operands: the forward's, with out, lse and grad_out
+    # after Q, K and V.
+    grad_operands = operands.replace("%q, %k, %v", "%q, %k, %v, %o, %lse, %do", 1)
     backward = (f"func.func @attention_grad("
                 f"{', '.join(arguments + [f'%o: {out}', f'%lse: {lse}', f'%do: {out}'])}"
                 f") -> ({qkv}) {{\n"

@@ -74,7 +74,6 @@ CASES: List[Dict[str, Any]] = [
 ]
 SMALL = ("bf16-d64-causal-gqa", "f16-d64-additive-bias", "f32-d64-mqa")
 TOLERANCE = {"bf16": 1e-2, "f16": 1e-2, "f32": 1e-4}
-ELEMENT = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
 
 
 def _case_shapes(case: Dict[str, Any]) -> Dict[str, Any]:
@@ -103,7 +102,7 @@ def _scale(case: Dict[str, Any]) -> float:
 def case_mlir(case: Dict[str, Any]) -> str:
     """The function of a case: the forward with its lse and its gradient."""
     shapes = _case_shapes(case)
-    dt = ELEMENT[case["dtype"]]
+    dt = case["dtype"]
 
     def ty(name: str, element: str = dt) -> str:
         return "tensor<" + "x".join(str(x) for x in shapes[name]) + \
