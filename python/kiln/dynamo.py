@@ -524,7 +524,11 @@ def site_sources(report: Dict[str, Any], origins: Dict[str, str],
     for name in names:
         if not name or name in lines:
             continue
-        node = fx_nodes.get(origins.get(name, name[5:] if name.startswith("node_") else name))
+        # torch's exporter names nodes "node_<fx name>"; Kiln's own ONNX
+        # (kiln.fx_onnx) names them after the FX node, with "__k<n>" on
+        # the nodes it adds.
+        own = re.sub(r"__k\d+$", "", name[5:] if name.startswith("node_") else name)
+        node = fx_nodes.get(origins.get(name, own))
         line = source_line(node.meta.get("stack_trace")) if node is not None else None
         if line:
             lines[name] = line
@@ -693,17 +697,24 @@ class _SiteKernels:
         if future is None:
             future = self.futures[key] = self.pool.submit(self._build, *key)
 
-        def handle() -> int:
+        def wait() -> Any:
             with _step(self.entry, "site kernels"):
                 try:
-                    site_object = future.result()
+                    return future.result()
                 except KilnError as error:
                     raise KilnError(error.status, f"no kernel ({error})") from error
+
+        def handle() -> int:
             if self.handle is not None:
-                return self.handle(site_object)
+                return self.handle(wait())
             from . import torch_ops as kops
 
-            return kops.handle(site_object)
+            if not future.done():
+                # Written into the graph now, bound when the op first runs
+                # (the check, after Inductor has compiled the graph): the
+                # package compiles meanwhile.
+                return kops.reserve(wait)
+            return kops.handle(wait())
 
         return handle
 
@@ -1600,6 +1611,48 @@ def finite_weights(gm: Any, example_inputs: Sequence[Any], positions: Sequence[i
     return names
 
 
+def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
+              entry: Dict[str, Any]) -> Tuple[Any, Any]:
+    """`source` exported by torch.export and written as ONNX by Kiln
+    (kiln.fx_onnx): the exported program and the ONNX graph, or (None,
+    None) where torch's exporter is to be used instead: symbolic sizes, a
+    graph the writer does not take (the entry's `onnx` says why), or
+    KILN_ONNX=torch."""
+    import torch
+
+    from . import fx_onnx
+
+    if dynamic_shapes or os.environ.get("KILN_ONNX", "kiln") == "torch":
+        entry["onnx"] = "torch"
+        return None, None
+    try:
+        with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
+            warnings.simplefilter("ignore")
+            exported = torch.export.export(source, tuple(copies), strict=False)
+        with _step(entry, "onnx write"):
+            user = torch.export.graph_signature.InputKind.USER_INPUT
+            lifted = {spec.arg.name: _lifted_value(exported, spec)
+                      for spec in exported.graph_signature.input_specs
+                      if spec.kind != user}
+            graph = fx_onnx.write(exported.graph_module.graph, lifted)
+    except Exception as error:  # noqa: BLE001 (torch's exporter then)
+        if _restarts(error):
+            raise
+        entry["onnx"] = f"torch ({type(error).__name__}: {str(error)[:200]})"
+        return None, None
+    entry["onnx"] = "kiln"
+    entry["opaque"] = len(graph.opaque)
+    return exported, graph
+
+
+def _input_names(program: Any) -> List[str]:
+    """The ONNX input names of the graph's user inputs, in order."""
+    names = getattr(program, "input_names", None)
+    if names is not None:
+        return list(names)
+    return [value.name for value in program.model.graph.inputs]
+
+
 def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
               dynamic_shapes: Any, gm: Any,
               example_inputs: Sequence[Any], kiln_options: Dict[str, Any],
@@ -1613,17 +1666,18 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         # Copies: exporting with dynamic sizes marks its inputs' dimensions
         # dynamic, which would fail the guards Dynamo made on the real ones.
         copies = tuple(t.detach().clone() for t in tensors)
-        with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
-            warnings.simplefilter("ignore")
-            program = torch.onnx.export(source, copies, dynamo=True, verbose=False,
-                                        dynamic_shapes=dynamic_shapes)
-        exported = program.exported_program
+        exported, program = _own_onnx(source, copies, dynamic_shapes, entry)
+        if program is None:
+            with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(source, copies, dynamo=True, verbose=False,
+                                            dynamic_shapes=dynamic_shapes)
+            exported = program.exported_program
         module = _graph_of(exported)
         key = _graph_key(module, [
             node.meta.get("example_value") for node in gm.graph.nodes
             if node.op == "placeholder"] if dynamic_shapes else tensors)
-        finite = finite_weights(gm, example_inputs, positions,
-                                [value.name for value in program.model.graph.inputs])
+        finite = finite_weights(gm, example_inputs, positions, _input_names(program))
         if finite:
             kiln_options = {**kiln_options, "finite_inputs": finite}
             key = hashlib.sha256((key + ",".join(finite)).encode()).hexdigest()[:24]
@@ -1636,11 +1690,12 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
 
         def meanwhile() -> None:
             # While kilnc runs: what the rewrite needs that the report does
-            # not decide.
-            entry["aliases"] = onnx_aliases(
+            # not decide (Kiln's own ONNX names each value after its node).
+            entry["aliases"] = {} if entry.get("onnx") == "kiln" else onnx_aliases(
                 program.model.graph, (node.name for node in module.graph.nodes))
             try:  # only for kiln.explain: never a reason to fall back
-                origins.update(onnx_origins(program.model.graph))
+                if entry.get("onnx") != "kiln":
+                    origins.update(onnx_origins(program.model.graph))
             except Exception:  # noqa: BLE001
                 pass
             with _step(entry, "inductor import"):
@@ -1704,6 +1759,16 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
     device = _device_of(tensors)
     if device is not None:
         _scalars_on(module, device)
+    # Inductor first: a site package still compiling (a reserved handle)
+    # is waited for only when the check runs the graph.
+    try:
+        with _step(entry, "inductor"):
+            compiled = _inductor(module, tensors, options)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        if _restarts(error):
+            raise
+        raise _Fallback(f"Inductor failed on the rewritten graph: "
+                        f"{type(error).__name__}: {str(error)[:500]}") from error
     verify = _verify_mode()
     if verify != "off" and _writes_in_place(gm):
         verify, entry["verified"] = "off", "not checked: the graph writes in place"
@@ -1726,14 +1791,24 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
             raise _Fallback(f"checked on its first inputs and not kept: {message}")
         if entry["verified"] is None:
             entry["verified"] = "checked on its first inputs"
-    try:
-        with _step(entry, "inductor"):
-            return _inductor(module, tensors, options)
-    except Exception as error:  # noqa: BLE001 (never break the model)
-        if _restarts(error):
-            raise
-        raise _Fallback(f"Inductor failed on the rewritten graph: "
-                        f"{type(error).__name__}: {str(error)[:500]}") from error
+    _bind_sites(module)
+    return compiled
+
+
+def _bind_sites(module: Any) -> None:
+    """Waits for the package of each site `module` calls whose handle is
+    still reserved (unchecked graphs): a package that failed to compile
+    falls back here, never at the model's first call."""
+    import torch
+
+    from . import torch_ops as kops
+
+    for node in module.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.kiln.attention.default:
+            try:
+                kops._site(int(node.args[6]))
+            except KilnError as error:
+                raise _Fallback(f"a site has no kernel: {error}") from error
 
 
 def _per_shape(gm: Any, source: Any, positions: List[int], count: int,

@@ -35,7 +35,7 @@ from typing import Any, List
 
 from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
-__all__ = ["attention", "attention_trainable", "define", "handle",
+__all__ = ["attention", "attention_trainable", "bind", "define", "handle", "reserve",
            "paged_attention", "register", "register_training"]
 
 _lock = threading.Lock()
@@ -301,7 +301,44 @@ def _site(index: int) -> Site:
             Status.INVALID_ARGUMENT,
             f"no Kiln site has handle {index} (register the package first)",
         )
-    return _sites[index]
+    site = _sites[index]
+    if site is None:  # reserved: its package is waited for on first use
+        with _lock:
+            resolve = _pending.get(index)
+        if resolve is not None:
+            bind(index, resolve())
+        site = _sites[index]
+        if site is None:
+            raise KilnError(Status.INVALID_ARGUMENT,
+                            f"Kiln site handle {index} was reserved and never bound")
+    return site
+
+
+#: Reserved handles -> what gives their site (see reserve()).
+_pending: dict = {}
+
+
+def reserve(resolve: Any) -> int:
+    """A handle for a site whose package is still being compiled:
+    `resolve()` gives the site, called when the op first runs with the
+    handle (not while a graph holding it is traced or compiled, which
+    needs no site), or bind() gives it before. A graph can so be written
+    and compiled while its sites' packages compile."""
+    _define()
+    with _lock:
+        _sites.append(None)
+        index = len(_sites) - 1
+        _pending[index] = resolve
+    return index
+
+
+def bind(index: int, site: Site) -> None:
+    """Gives reserved handle `index` its site."""
+    with _lock:
+        _pending.pop(index, None)
+        _sites[index] = site
+        if getattr(site, "_torch_handle", None) is None:
+            site._torch_handle = index  # type: ignore[attr-defined]
 
 
 def handle(site: Site) -> int:

@@ -244,3 +244,37 @@ def test_a_wait_inside_a_step_counts_in_its_own_step_only() -> None:
         worker.join()
     assert entry["seconds"]["check"] >= 0.1
     assert other["seconds"]["in the background"] >= 0.1
+
+
+def test_a_reserved_handle_waits_for_its_package_on_first_use(monkeypatch) -> None:
+    """A site whose package is still compiling is written with a reserved
+    handle (the graph is compiled meanwhile); the op's first use waits for
+    the package and binds it; a package that failed names the handle."""
+    import threading
+
+    from kiln import torch_ops as kops
+
+    monkeypatch.setattr(kops, "_define", lambda: None)
+    monkeypatch.setattr(kops, "_sites", [])
+    monkeypatch.setattr(kops, "_pending", {})
+    ready = threading.Event()
+    site = types.SimpleNamespace()
+
+    def resolve():
+        ready.wait(5)
+        return site
+
+    index = kops.reserve(resolve)
+    assert kops._sites[index] is None
+    threading.Timer(0.2, ready.set).start()
+    began = time.perf_counter()
+    assert kops._site(index) is site
+    assert time.perf_counter() - began >= 0.15
+    assert site._torch_handle == index and not kops._pending
+
+    def broken():
+        raise KilnError(Status.FORMAT_ERROR, "no kernel (kilnc failed)")
+
+    other = kops.reserve(broken)
+    with pytest.raises(KilnError, match="kilnc failed"):
+        kops._site(other)

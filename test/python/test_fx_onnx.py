@@ -1,0 +1,219 @@
+"""kiln.fx_onnx without torch: FX graphs described by hand (nodes with the
+targets, arguments and result types torch.export writes) are written as
+ONNX, and kilnc's fusion report of that ONNX names the graph's own nodes as
+each site's operands and output."""
+
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any, List, Optional
+
+import pytest
+
+import kiln
+from kiln import fx_onnx
+
+
+class Val:
+    """A node's traced value: its shape and dtype, as FakeTensor gives."""
+
+    def __init__(self, shape, dtype: str) -> None:
+        self.shape, self.dtype = tuple(shape), dtype
+
+
+class Node:
+    def __init__(self, op: str, name: str, target: Any = None, args=(), kwargs=None,
+                 val: Any = None) -> None:
+        self.op, self.name, self.target = op, name, target
+        self.args, self.kwargs = tuple(args), dict(kwargs or {})
+        self.meta = {"val": val}
+
+
+class Graph:
+    def __init__(self) -> None:
+        self.nodes: List[Node] = []
+
+    def input(self, name: str, shape, dtype: str) -> Node:
+        return self._add(Node("placeholder", name, name, val=Val(shape, dtype)))
+
+    def call(self, name: str, target: str, args=(), kwargs=None, shape=None,
+             dtype: Optional[str] = None, val: Any = None) -> Node:
+        value = val if val is not None else (
+            Val(shape, dtype) if shape is not None else None)
+        return self._add(Node("call_function", name, target, args, kwargs, value))
+
+    def output(self, *results: Node) -> None:
+        self._add(Node("output", "output", "output", (tuple(results),)))
+
+    def _add(self, node: Node) -> Node:
+        self.nodes.append(node)
+        return node
+
+
+def report_of(graph: Graph, tmp_path: Path, lifted=None) -> dict:
+    written = fx_onnx.write(graph, lifted)
+    path = tmp_path / "graph.onnx"
+    written.save(str(path))
+    result = subprocess.run([kiln.find_kilnc(), str(path), "--report=json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+B, H, S, D = 2, 4, 128, 64
+
+
+def qkv(g: Graph, dtype: str = "bfloat16"):
+    return [g.input(name, (B, H, S, D), dtype) for name in ("q", "k", "v")]
+
+
+def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
+    """einsum scores / sqrt(d), masked_fill where a tril of ones is 0,
+    softmax, einsum with V: one causal site whose operands and output are
+    the graph's own nodes."""
+    g = Graph()
+    q, k, v = qkv(g)
+    scores = g.call("einsum", "aten.einsum.default", ("bhid,bhjd->bhij", [q, k]),
+                    shape=(B, H, S, S), dtype="bfloat16")
+    scaled = g.call("div", "aten.div.Tensor", (scores, math.sqrt(D)),
+                    shape=(B, H, S, S), dtype="bfloat16")
+    ones = g.call("ones", "aten.ones.default", ([S, S],), {"device": "cuda"},
+                  shape=(S, S), dtype="float32")
+    tril = g.call("tril", "aten.tril.default", (ones,), shape=(S, S), dtype="float32")
+    zero = g.call("eq", "aten.eq.Scalar", (tril, 0), shape=(S, S), dtype="bool")
+    filled = g.call("masked_fill", "aten.masked_fill.Scalar",
+                    (scaled, zero, float("-inf")), shape=(B, H, S, S), dtype="bfloat16")
+    probs = g.call("softmax", "aten.softmax.int", (filled, -1),
+                   shape=(B, H, S, S), dtype="bfloat16")
+    out = g.call("einsum_1", "aten.einsum.default", ("bhij,bhjd->bhid", [probs, v]),
+                 shape=(B, H, S, D), dtype="bfloat16")
+    g.output(out)
+    report = report_of(g, tmp_path)
+    [site] = report["sites"]
+    assert site["causal"] and site["mask"] == "none" and site["dtype"] == "bf16"
+    assert site["scale"] == pytest.approx(1 / math.sqrt(D))
+    assert {role: site["operands"][role]["value"] for role in ("query", "key", "value")} \
+        == {"query": "q", "key": "k", "value": "v"}
+    assert site["output"]["value"] == "einsum_1"
+    assert report["unfused"] == []
+
+
+def test_sdpa_with_a_boolean_mask_after_opaque_projections(tmp_path: Path) -> None:
+    """A projection (aten.linear, kept opaque) then view and transpose into
+    SDPA with a boolean padding mask: the site's query is the transpose
+    node, its mask the graph input."""
+    g = Graph()
+    x = g.input("x", (B, S, H * D), "float16")
+    weight = g.input("w", (H * D, H * D), "float16")
+    mask = g.input("mask", (B, 1, 1, S), "bool")
+    heads = []
+    for role in ("q", "k", "v"):
+        linear = g.call(f"linear_{role}", "aten.linear.default", (x, weight),
+                        shape=(B, S, H * D), dtype="float16")
+        view = g.call(f"view_{role}", "aten.view.default", (linear, [B, S, H, D]),
+                      shape=(B, S, H, D), dtype="float16")
+        heads.append(g.call(f"transpose_{role}", "aten.transpose.int", (view, 1, 2),
+                            shape=(B, H, S, D), dtype="float16"))
+    out = g.call("sdpa", "aten.scaled_dot_product_attention.default",
+                 (*heads,), {"attn_mask": mask}, shape=(B, H, S, D), dtype="float16")
+    g.output(out)
+    written = fx_onnx.write(g)
+    assert written.opaque == ["linear_q", "linear_k", "linear_v"]
+    assert written.input_names == ["x", "w", "mask"]
+    report = report_of(g, tmp_path)
+    [site] = report["sites"]
+    assert site["operands"]["query"]["value"] == "transpose_q"
+    assert site["operands"]["mask"]["value"] == "mask"
+    assert site["mask"] != "none" and not site["causal"]
+    assert site["output"]["value"] == "sdpa"
+
+
+def test_alibi_slopes_from_ops_and_a_learned_temperature(tmp_path: Path) -> None:
+    """scores * tau (a weight input: a run-time scale), plus
+    slopes[h] * (j - i) built from arange and pow.Scalar, softmax, matmul."""
+    g = Graph()
+    q, k, v = qkv(g, "float32")
+    tau = g.input("tau", (), "float32")
+    kt = g.call("transpose", "aten.transpose.int", (k, -2, -1),
+                shape=(B, H, D, S), dtype="float32")
+    scores = g.call("matmul", "aten.matmul.default", (q, kt),
+                    shape=(B, H, S, S), dtype="float32")
+    tempered = g.call("mul", "aten.mul.Tensor", (scores, tau),
+                      shape=(B, H, S, S), dtype="float32")
+    heads = g.call("arange", "aten.arange.start", (1, H + 1), {"dtype": "float32"},
+                   shape=(H,), dtype="float32")
+    slopes = g.call("pow_1", "aten.pow.Scalar", (0.5, heads), shape=(H,), dtype="float32")
+    j = g.call("arange_1", "aten.arange.default", (S,), shape=(S,), dtype="int64")
+    i = g.call("unsqueeze", "aten.unsqueeze.default", (j, 1), shape=(S, 1), dtype="int64")
+    distance = g.call("sub", "aten.sub.Tensor", (j, i), shape=(S, S), dtype="int64")
+    slope4 = g.call("view", "aten.view.default", (slopes, [H, 1, 1]),
+                    shape=(H, 1, 1), dtype="float32")
+    bias = g.call("mul_1", "aten.mul.Tensor", (slope4, distance),
+                  shape=(H, S, S), dtype="float32")
+    biased = g.call("add", "aten.add.Tensor", (tempered, bias),
+                    shape=(B, H, S, S), dtype="float32")
+    probs = g.call("softmax", "aten.softmax.int", (biased, -1),
+                   shape=(B, H, S, S), dtype="float32")
+    out = g.call("matmul_1", "aten.matmul.default", (probs, v),
+                 shape=(B, H, S, D), dtype="float32")
+    g.output(out)
+    [site] = report_of(g, tmp_path)["sites"]
+    assert site["operands"]["scale_factor"]["value"] == "tau"
+    assert site["output"]["value"] == "matmul_1"
+    assert site["operands"]["key"]["value"] == "k"
+
+
+def test_tuple_results_and_lifted_constants(tmp_path: Path) -> None:
+    """A split's pieces are read through getitem; an op with a tuple result
+    that the writer does not know is kept opaque with one output a piece; a
+    lifted constant is written with its data."""
+    import numpy
+
+    g = Graph()
+    x = g.input("x", (B, S, 3 * D), "float32")
+    table = g.input("c_lifted_tensor_0", (S, S), "bool")
+    split = g.call("split", "aten.split.Tensor", (x, D, -1),
+                   val=[Val((B, S, D), "float32")] * 3)
+    pieces = [g.call(f"getitem_{i}", "getitem", (split, i), shape=(B, S, D),
+                     dtype="float32") for i in range(3)]
+    odd = g.call("max_1", "aten.max.dim", (pieces[0], -1),
+                 val=[Val((B, S), "float32"), Val((B, S), "int64")])
+    top = g.call("getitem_3", "getitem", (odd, 0), shape=(B, S), dtype="float32")
+    row = g.call("view", "aten.view.default", (top, [B, 1, S]), shape=(B, 1, S),
+                 dtype="float32")
+    masked = g.call("where", "aten.where.self", (table, row, 0.0),
+                    shape=(B, S, S), dtype="float32")
+    g.output(masked, *pieces)
+    written = fx_onnx.write(g, {"c_lifted_tensor_0": numpy.tril(numpy.ones((S, S), bool))})
+    assert written.opaque == ["max_1"]
+    assert written.input_names == ["x"]
+    assert [i.name for i in written.model.graph.initializer] == ["c_lifted_tensor_0"]
+    report = report_of(g, tmp_path, {"c_lifted_tensor_0":
+                                     numpy.tril(numpy.ones((S, S), bool))})
+    assert report["sites"] == []
+    assert [o["node"] for o in report["opaque"]] == ["max_1"]
+
+
+def test_symbolic_sizes_are_left_to_torchs_exporter() -> None:
+    class Symbol:
+        def __int__(self) -> int:
+            raise TypeError("symbolic")
+
+    g = Graph()
+    g.input("x", (Symbol(), 4), "float32")
+    with pytest.raises(fx_onnx.Unsupported, match="symbolic size"):
+        fx_onnx.write(g)
+
+
+@pytest.mark.parametrize("operands,want", [
+    ([(2, "bfloat16"), (0, "float32")], "bfloat16"),   # tensor * Python float
+    ([(2, "int64"), (0, "float32")], "float32"),       # int tensor * Python float
+    ([(2, "bfloat16"), (1, "float32")], "bfloat16"),   # 0-d tensors do not widen
+    ([(2, "int64"), (1, "float64")], "float64"),       # ... unless of a higher kind
+    ([(2, "float16"), (2, "bfloat16")], "float32"),
+    ([(2, "bool"), (0, "int64")], "int64"),
+    ([(2, "uint8"), (2, "int8")], "int16"),
+])
+def test_result_type_follows_torch(operands, want) -> None:
+    assert fx_onnx.result_type(operands) == want
