@@ -576,6 +576,7 @@ def _not(w: _Writer, node: Any) -> None:
 
 _ARITHMETIC = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div",
                "true_divide": "Div", "maximum": "Max", "minimum": "Min", "pow": "Pow"}
+_ALIASES = {"aten.max.other": "aten.maximum.default", "aten.min.other": "aten.minimum.default"}
 
 
 def _arithmetic(op: str) -> _Handler:
@@ -619,6 +620,10 @@ for _name, _op in _ARITHMETIC.items():
     for _overload in ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode", "default",
                       "Tensor_Scalar", "Tensor_Tensor"):
         _HANDLERS[f"aten.{_name}.{_overload}"] = _arithmetic(_op)
+
+
+for _alias, _name in _ALIASES.items():
+    _HANDLERS[_alias] = _HANDLERS[_name]
 
 
 @_handles("aten.pow.Scalar")
@@ -894,7 +899,22 @@ def write(graph: Any, lifted: Optional[Dict[str, Any]] = None,
     return OnnxGraph(model, input_names, w.opaque)
 
 
+def mutates(target: Any) -> bool:
+    """Whether an op writes one of its inputs (`aten.masked_fill_.Scalar`,
+    `aten.copy_.default`): its users then read the input node for the
+    written value, which a data-flow graph cannot say."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None and getattr(schema, "is_mutable", False):
+        return True
+    parts = _target_name(target).split(".")
+    return (len(parts) >= 2 and parts[0] in ("aten", "prims")
+            and parts[1].endswith("_") and not parts[1].endswith("__")
+            and not parts[1].startswith("_"))
+
+
 def _write_node(w: _Writer, node: Any) -> None:
+    if mutates(node.target):
+        raise Unsupported(f"{node.name} writes in place ({_target_name(node.target)})")
     value = _value(node)
     handler = _HANDLERS.get(_target_name(node.target))
     if handler is not None:

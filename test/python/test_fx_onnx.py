@@ -217,3 +217,16 @@ def test_symbolic_sizes_are_left_to_torchs_exporter() -> None:
 ])
 def test_result_type_follows_torch(operands, want) -> None:
     assert fx_onnx.result_type(operands) == want
+
+
+def test_a_graph_writing_in_place_is_left_to_torchs_exporter() -> None:
+    g = Graph()
+    x = g.input("x", (4, 4), "float32")
+    mask = g.input("m", (4, 4), "bool")
+    g.call("masked_fill_", "aten.masked_fill_.Scalar", (x, mask, 0.0), shape=(4, 4),
+           dtype="float32")
+    g.output(x)
+    with pytest.raises(fx_onnx.Unsupported, match="writes in place"):
+        fx_onnx.write(g)
+    assert not fx_onnx.mutates("aten._softmax.default")
+    assert not fx_onnx.mutates("aten.__and__.Tensor")
