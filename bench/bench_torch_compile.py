@@ -292,6 +292,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
                          compile_ratio=kiln_compile_s / inductor_compile_s,
                          first_path="kiln" if kiln_first else "inductor",
                          graphs=len(entries), steps=steps_of(entries),
+                         onnx=sorted({str(e.get("onnx")) for e in entries
+                                      if e.get("onnx")}),
                          overlapped=steps_of(entries, "overlapped")))
     del model
     torch.cuda.empty_cache()
@@ -344,6 +346,7 @@ def main() -> int:
                      if kiln_row.get("steps") else "")
                   + (f" beside them {kiln_row['overlapped']}" if kiln_row.get("overlapped")
                      else "")
+                  + (f" onnx {kiln_row['onnx']}" if kiln_row.get("onnx") else "")
                   + (f" notes {kiln_row['notes']}" if kiln_row["notes"] else "")
                   + (f" unfused {kiln_row['unfused'][:2]}" if kiln_row["unfused"] else ""),
                   flush=True)
