@@ -314,7 +314,7 @@ def _handles(*names: str) -> Callable[[_Handler], _Handler]:
 
 
 @_handles("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
-          "aten.detach.default", "aten.lift_fresh_copy.default",
+          "aten.detach.default", "aten.detach_.default", "aten.lift_fresh_copy.default",
           "aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout",
           "aten.to.device", "aten.to.other", "aten.type_as.default",
           "prims.convert_element_type.default")
@@ -899,10 +899,18 @@ def write(graph: Any, lifted: Optional[Dict[str, Any]] = None,
     return OnnxGraph(model, input_names, w.opaque)
 
 
+#: In-place ops that change no value (autograd metadata only): written as
+#: an identity.
+_METADATA_ONLY = frozenset({"aten.detach_.default"})
+
+
 def mutates(target: Any) -> bool:
     """Whether an op writes one of its inputs (`aten.masked_fill_.Scalar`,
     `aten.copy_.default`): its users then read the input node for the
-    written value, which a data-flow graph cannot say."""
+    written value, which a data-flow graph cannot say. `detach_` (Hugging
+    Face's T5 and BLOOM call it) changes no value and does not count."""
+    if _target_name(target) in _METADATA_ONLY:
+        return False
     schema = getattr(target, "_schema", None)
     if schema is not None and getattr(schema, "is_mutable", False):
         return True

@@ -230,3 +230,4 @@ def test_a_graph_writing_in_place_is_left_to_torchs_exporter() -> None:
         fx_onnx.write(g)
     assert not fx_onnx.mutates("aten._softmax.default")
     assert not fx_onnx.mutates("aten.__and__.Tensor")
+    assert not fx_onnx.mutates("aten.detach_.default")  # no value changes
