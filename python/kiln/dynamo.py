@@ -1629,12 +1629,21 @@ def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
         with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
             warnings.simplefilter("ignore")
             exported = torch.export.export(source, tuple(copies), strict=False)
-        with _step(entry, "onnx write"):
-            user = torch.export.graph_signature.InputKind.USER_INPUT
-            lifted = {spec.arg.name: _lifted_value(exported, spec)
-                      for spec in exported.graph_signature.input_specs
-                      if spec.kind != user}
-            graph = fx_onnx.write(exported.graph_module.graph, lifted)
+        _drop_metadata_asserts(exported)
+        try:
+            with _step(entry, "onnx write"):
+                graph = _write_onnx(exported)
+        except fx_onnx.InPlace:
+            # torch.export's graph keeps a model's in-place ops (T5's
+            # `scores += position_bias`): functionalised, with no op
+            # decomposed, it is written.
+            with warnings.catch_warnings(), _outside_dynamo(), \
+                    _step(entry, "functionalise"):
+                warnings.simplefilter("ignore")
+                exported = exported.run_decompositions({})
+            _drop_metadata_asserts(exported)
+            with _step(entry, "onnx write"):
+                graph = _write_onnx(exported)
     except Exception as error:  # noqa: BLE001 (torch's exporter then)
         if _restarts(error):
             raise
@@ -1643,6 +1652,39 @@ def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
     entry["onnx"] = "kiln"
     entry["opaque"] = len(graph.opaque)
     return exported, graph
+
+
+def _write_onnx(exported: Any) -> Any:
+    """kiln.fx_onnx's ONNX of an exported program, its lifted parameters,
+    buffers and constants written with their values."""
+    import torch
+
+    from . import fx_onnx
+
+    user = torch.export.graph_signature.InputKind.USER_INPUT
+    lifted = {spec.arg.name: _lifted_value(exported, spec)
+              for spec in exported.graph_signature.input_specs if spec.kind != user}
+    return fx_onnx.write(exported.graph_module.graph, lifted)
+
+
+def _drop_metadata_asserts(exported: Any) -> None:
+    """Removes torch.export's `_assert_tensor_metadata` checks from its
+    graph: they pin each checked tensor's device as traced, and the
+    rewritten graph moves 0-d constants to the GPU (_bind_lifted); they
+    compute nothing."""
+    import torch
+
+    target = getattr(torch.ops.aten, "_assert_tensor_metadata", None)
+    if target is None:
+        return
+    graph = exported.graph_module.graph
+    dropped = [node for node in graph.nodes
+               if node.op == "call_function" and node.target is target.default
+               and not node.users]
+    for node in dropped:
+        graph.erase_node(node)
+    if dropped:
+        exported.graph_module.recompile()
 
 
 def _input_names(program: Any) -> List[str]:

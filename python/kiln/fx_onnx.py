@@ -34,7 +34,7 @@ import operator
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["OnnxGraph", "Unsupported", "write"]
+__all__ = ["InPlace", "OnnxGraph", "Unsupported", "write"]
 
 #: The domain of opaque nodes (ops kept whole, typed by their results).
 OPAQUE_DOMAIN = "pkg.kiln.fx"
@@ -47,6 +47,11 @@ MOST_CONSTANT_ELEMENTS = 1 << 24
 class Unsupported(Exception):
     """The graph is not one this writer takes (symbolic sizes, an input of
     an unknown type); the backend uses torch's exporter for it."""
+
+
+class InPlace(Unsupported):
+    """The graph writes a tensor in place: functionalised
+    (``run_decompositions({})``), it can be written."""
 
 
 # --------------------------------------------------------------------------
@@ -922,7 +927,7 @@ def mutates(target: Any) -> bool:
 
 def _write_node(w: _Writer, node: Any) -> None:
     if mutates(node.target):
-        raise Unsupported(f"{node.name} writes in place ({_target_name(node.target)})")
+        raise InPlace(f"{node.name} writes in place ({_target_name(node.target)})")
     value = _value(node)
     handler = _HANDLERS.get(_target_name(node.target))
     if handler is not None:
