@@ -105,6 +105,21 @@ std::optional<double> splatConstant(Value value) {
   return attr.getSplatValue<APFloat>().convertToDouble();
 }
 
+/// The value of a splat constant of floats or integers (through
+/// reshapes), if `value` is one.
+std::optional<double> splatNumber(Value value) {
+  if (std::optional<double> fp = splatConstant(value))
+    return fp;
+  while (auto reshape = value.getDefiningOp<tosa::ReshapeOp>())
+    value = reshape.getInput1();
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  auto attr = constant ? dyn_cast<DenseIntElementsAttr>(constant.getValues())
+                       : DenseIntElementsAttr();
+  if (!attr || !attr.isSplat() || attr.getElementType().isInteger(1))
+    return std::nullopt;
+  return double(attr.getSplatValue<APInt>().getSExtValue());
+}
+
 /// The sizes a `tosa.const_shape` holds, if `value` is one.
 std::optional<SmallVector<int64_t>> constShape(Value value) {
   auto shape = value.getDefiningOp<tosa::ConstShapeOp>();
@@ -152,6 +167,18 @@ std::optional<std::pair<llvm::json::Object, Value>> replayStep(Operation *op) {
                                         {"false", *onFalse},
                                         {"dtype", elementName(op->getResult(0).getType())}},
                      select.getPred());
+  }
+  if (auto equal = dyn_cast<tosa::EqualOp>(op)) {
+    // x == c, a boolean from a tensor of another type: a padding mask of
+    // integers compared with 0 (JAX's where on an int mask writes `!= 0`).
+    for (auto [chain, other] : {std::pair(equal.getInput1(), equal.getInput2()),
+                                std::pair(equal.getInput2(), equal.getInput1())})
+      if (std::optional<double> constant = splatNumber(other);
+          constant && cast<ShapedType>(chain.getType()).getShape() ==
+                          cast<ShapedType>(op->getResult(0).getType()).getShape())
+        return std::pair(llvm::json::Object{{"op", "eq"}, {"value", *constant}},
+                         chain);
+    return std::nullopt;
   }
   if (isa<tosa::ReciprocalOp>(op))
     return std::pair(llvm::json::Object{{"op", "reciprocal"}}, op->getOperand(0));
@@ -207,8 +234,17 @@ llvm::json::Value describeOperand(Value operand) {
       break;
     }
     Operation *def = value.getDefiningOp();
-    if (auto name = def->getAttrOfType<StringAttr>(kGraphValueAttrName))
+    if (auto name = def->getAttrOfType<StringAttr>(kGraphValueAttrName)) {
       source(name.str());
+    } else if (auto from =
+                   def->getAttrOfType<StringAttr>(kGraphValueReshapedAttrName)) {
+      // A named constant the importer reshaped by folding: the graph value
+      // through that reshape.
+      steps.push_back(llvm::json::Object{
+          {"op", "reshape"}, {"shape", shapeToJSON(def->getResult(0).getType())}});
+      source(from.str());
+      break;
+    }
     std::optional<std::pair<llvm::json::Object, Value>> step = replayStep(def);
     if (!step)
       break;

@@ -124,7 +124,7 @@ def report_of(result: "subprocess.CompletedProcess[str]",
 #: The steps kilnc's report lists from a graph value to a site's operand
 #: (Report.cpp's replayStep), which a frontend replays on its own values.
 REPLAY_STEPS = frozenset({"transpose", "reshape", "cast", "not", "mul", "add",
-                          "where", "reciprocal", "neg", "slice", "tile"})
+                          "where", "reciprocal", "neg", "slice", "tile", "eq"})
 
 
 def operand_sources(entry: Dict[str, Any]) -> List[Dict[str, Any]]:

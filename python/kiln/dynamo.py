@@ -428,6 +428,8 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
             node = graph.call_function(aten.add.Tensor, (node, float(transform["value"])))
         elif op == "reciprocal":
             node = graph.call_function(aten.reciprocal.default, (node,))
+        elif op == "eq":
+            node = graph.call_function(aten.eq.Scalar, (node, transform["value"]))
         elif op == "neg":
             node = graph.call_function(aten.neg.default, (node,))
         elif op == "where":

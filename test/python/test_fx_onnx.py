@@ -51,14 +51,19 @@ class Graph:
         return node
 
 
-def report_of(graph: Graph, tmp_path: Path, lifted=None) -> dict:
+def report_of(graph: Graph, tmp_path: Path, lifted=None, verify: bool = False) -> dict:
+    """kilnc's report of the graph as written; with `verify`, kilnc also
+    runs the written graph and its fused form on the CPU and compares them
+    (the translation's ops executed, not only matched)."""
     written = fx_onnx.write(graph, lifted)
     path = tmp_path / "graph.onnx"
     written.save(str(path))
-    result = subprocess.run([kiln.find_kilnc(), str(path), "--report=json"],
+    command = [kiln.find_kilnc(), str(path), "--report=json"]
+    result = subprocess.run(command + (["--verify"] if verify else []),
                             capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    assert result.returncode == 0, result.stderr + result.stdout[-2000:]
+    return json.loads(result.stdout[:result.stdout.rindex("}") + 1]) if not verify \
+        else json.JSONDecoder().raw_decode(result.stdout.lstrip())[0]
 
 
 B, H, S, D = 2, 4, 128, 64
@@ -89,7 +94,7 @@ def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
     out = g.call("einsum_1", "aten.einsum.default", ("bhij,bhjd->bhid", [probs, v]),
                  shape=(B, H, S, D), dtype="bfloat16")
     g.output(out)
-    report = report_of(g, tmp_path)
+    report = report_of(g, tmp_path, verify=True)
     [site] = report["sites"]
     assert site["causal"] and site["mask"] == "none" and site["dtype"] == "bf16"
     assert site["scale"] == pytest.approx(1 / math.sqrt(D))
@@ -158,7 +163,7 @@ def test_alibi_slopes_from_ops_and_a_learned_temperature(tmp_path: Path) -> None
     out = g.call("matmul_1", "aten.matmul.default", (probs, v),
                  shape=(B, H, S, D), dtype="float32")
     g.output(out)
-    [site] = report_of(g, tmp_path)["sites"]
+    [site] = report_of(g, tmp_path, verify=True)["sites"]
     assert site["operands"]["scale_factor"]["value"] == "tau"
     assert site["output"]["value"] == "matmul_1"
     assert site["operands"]["key"]["value"] == "k"
@@ -231,3 +236,46 @@ def test_a_graph_writing_in_place_is_left_to_torchs_exporter() -> None:
     assert not fx_onnx.mutates("aten._softmax.default")
     assert not fx_onnx.mutates("aten.__and__.Tensor")
     assert not fx_onnx.mutates("aten.detach_.default")  # no value changes
+
+
+def test_a_folded_constant_bias_is_named_through_its_reshape(tmp_path: Path) -> None:
+    """ALiBi built from aranges and pow beside a triu causal mask: kilnc
+    folds the bias into a constant and pads its rank for the add; the site
+    still names the bias node, through that reshape."""
+    g = Graph()
+    q, k, v = qkv(g)
+    heads = g.call("arange", "aten.arange.start", (1, H + 1), {"dtype": "float32"},
+                   shape=(H,), dtype="float32")
+    slopes = g.call("pow_1", "aten.pow.Scalar", (2.0, heads), shape=(H,), dtype="float32")
+    j = g.call("arange_1", "aten.arange.default", (S,), shape=(S,), dtype="int64")
+    row = g.call("unsqueeze", "aten.unsqueeze.default", (j, 0), shape=(1, S), dtype="int64")
+    col = g.call("unsqueeze_1", "aten.unsqueeze.default", (j, 1), shape=(S, 1),
+                 dtype="int64")
+    distance = g.call("sub", "aten.sub.Tensor", (row, col), shape=(S, S), dtype="int64")
+    slope3 = g.call("view", "aten.view.default", (slopes, [H, 1, 1]), shape=(H, 1, 1),
+                    dtype="float32")
+    bias = g.call("mul", "aten.mul.Tensor", (slope3, distance), shape=(H, S, S),
+                  dtype="float32")
+    bias16 = g.call("_to_copy", "aten._to_copy.default", (bias,), {"dtype": "bfloat16"},
+                    shape=(H, S, S), dtype="bfloat16")
+    kt = g.call("transpose", "aten.transpose.int", (k, -2, -1), shape=(B, H, D, S),
+                dtype="bfloat16")
+    scores = g.call("matmul", "aten.matmul.default", (q, kt), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    biased = g.call("add", "aten.add.Tensor", (scores, bias16), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    ones = g.call("ones", "aten.ones.default", ([S, S],), {"dtype": "bool"},
+                  shape=(S, S), dtype="bool")
+    future = g.call("triu", "aten.triu.default", (ones, 1), shape=(S, S), dtype="bool")
+    filled = g.call("masked_fill", "aten.masked_fill.Scalar",
+                    (biased, future, float("-inf")), shape=(B, H, S, S), dtype="bfloat16")
+    probs = g.call("softmax", "aten.softmax.int", (filled, -1), shape=(B, H, S, S),
+                   dtype="bfloat16")
+    out = g.call("matmul_1", "aten.matmul.default", (probs, v), shape=(B, H, S, D),
+                 dtype="bfloat16")
+    g.output(out)
+    [site] = report_of(g, tmp_path, verify=True)["sites"]
+    assert site["causal"]
+    [term] = [site["operands"][r] for r in ("mask", "bias") if site["operands"][r]]
+    assert term["value"] == "_to_copy"
+    assert term["transforms"] == [{"op": "reshape", "shape": [1, H, S, S]}]

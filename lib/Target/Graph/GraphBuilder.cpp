@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "GraphBuilder.h"
+#include "kiln/Dialect/Kiln/Transforms/Passes.h"
 
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -99,12 +100,21 @@ Value GraphBuilder::reshape(Value value, ArrayRef<int64_t> shape) {
     if (d == kDynamic)
       d = -1;
   auto resultType = RankedTensorType::get(shape, type.getElementType());
-  // Constants are reshaped here rather than in the IR.
+  // Constants are reshaped here rather than in the IR. A named constant's
+  // reshape keeps the name as where it comes from (a report then names the
+  // graph value and the reshape, as it would for a tosa.reshape).
   if (Operation *def = value.getDefiningOp())
     if (def->getName().getStringRef() == "tosa.const" &&
         resultType.hasStaticShape())
-      if (auto attr = def->getAttrOfType<DenseElementsAttr>("values"))
-        return constant(attr.reshape(resultType));
+      if (auto attr = def->getAttrOfType<DenseElementsAttr>("values")) {
+        Value reshaped = constant(attr.reshape(resultType));
+        auto name = def->getAttrOfType<StringAttr>(kiln::kGraphValueAttrName);
+        if (!name)
+          name = def->getAttrOfType<StringAttr>(kiln::kGraphValueReshapedAttrName);
+        if (name)
+          reshaped.getDefiningOp()->setAttr(kiln::kGraphValueReshapedAttrName, name);
+        return reshaped;
+      }
   return create1("tosa.reshape", {value, constShape(target)}, resultType);
 }
 

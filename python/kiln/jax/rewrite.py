@@ -228,6 +228,8 @@ def _replay(x: Any, transforms: List[Dict[str, Any]]) -> Any:
             x = 1 / x
         elif op == "neg":
             x = -x
+        elif op == "eq":
+            x = x == jnp.asarray(t["value"], x.dtype)
         elif op == "slice":
             index = tuple(slice(int(a), int(a) + int(n))
                           for a, n in zip(t["start"], t["size"]))

@@ -35,6 +35,11 @@ inline constexpr llvm::StringLiteral kReplacesAttrName = "kiln.replaces";
 /// The discardable attribute the importer puts on the operation producing a
 /// named graph value (mirrors ImportONNX.h's kOnnxValueAttrName).
 inline constexpr llvm::StringLiteral kGraphValueAttrName = "kiln.onnx_value";
+/// On a constant the importer reshaped from a named constant (a rank padded
+/// for broadcasting, folded rather than written as a reshape): that name, so
+/// a report reaches the graph value through the reshape.
+inline constexpr llvm::StringLiteral kGraphValueReshapedAttrName =
+    "kiln.onnx_value_reshaped";
 
 /// The names of the graph nodes behind `loc`: every NameLoc inside it, in
 /// order, without repeats.
