@@ -113,7 +113,8 @@ private:
   /// location name is no other op's and `result` has `op`'s own type (not a
   /// lazy form of it), so that a frontend that gave each of its ops a name
   /// of its own (kiln.jax.jit) finds the site's operands among its values.
-  void nameValue(Operation *op, Value result);
+  /// `folded`: `result` is the constant `op` folded to (a fresh one).
+  void nameValue(Operation *op, Value result, bool folded = false);
   /// `op` on constant operands, at its result shape or at `shape` (an
   /// elementwise op's lazy shape: see convert).
   std::optional<Lit> fold(Operation *op, ArrayRef<Lit> operands,
@@ -1004,7 +1005,11 @@ LogicalResult Importer::convert(Operation *op) {
       name != "broadcast_in_dim" && name != "reduce" &&
       name != "dot_general" && name != "dot")
     if (std::optional<Lit> folded = fold(op, lits)) {
-      values[op->getResult(0)] = constant(folded->toAttr());
+      Value result = constant(folded->toAttr());
+      values[op->getResult(0)] = result;
+      // Folded, it is still the function's value (an ALiBi bias computed
+      // from iota and constants): named, a site can read it by its name.
+      nameValue(op, result, /*folded=*/true);
       return success();
     }
   // An elementwise op of constants too large to fold at its own shape
@@ -1064,7 +1069,7 @@ void Importer::countNames(Block &body) {
         ++nameCounts[*name];
 }
 
-void Importer::nameValue(Operation *op, Value result) {
+void Importer::nameValue(Operation *op, Value result, bool folded) {
   if (isHelper(*op))
     return;
   std::optional<StringRef> name = locationName(op->getLoc());
@@ -1072,7 +1077,7 @@ void Importer::nameValue(Operation *op, Value result) {
   if (!name || nameCounts.lookup(*name) != 1 || !producer ||
       producer->getNumResults() != 1 ||
       producer->hasAttr(kOnnxValueAttrName) ||
-      producer->hasTrait<OpTrait::ConstantLike>() ||
+      (!folded && producer->hasTrait<OpTrait::ConstantLike>()) ||
       result.getType() != op->getResult(0).getType())
     return;
   producer->setAttr(kOnnxValueAttrName, builder.getStringAttr(*name));
