@@ -5,9 +5,11 @@
     compiled = kiln.optimize(model, *example_inputs)
 
 Dynamo hands the backend each FX graph it captures. The backend exports the
-graph to ONNX with torch's own exporter (``torch.onnx.export(dynamo=True)``:
-a maintained aten → ONNX library; the ONNX values are named after the nodes
-of the exported program), runs Kiln's fusion on it (``kilnc --report=json``:
+graph with ``torch.export`` and writes it as ONNX itself (``kiln.fx_onnx``:
+attention's ops translated exactly, every other op opaque and typed, each
+ONNX value named after its node of the exported program; graphs with
+symbolic sizes, or that the writer does not take, go through torch's own
+exporter, ``torch.onnx.export(dynamo=True)``), runs Kiln's fusion on it (``kilnc --report=json``:
 the same ``kiln-fuse-attention`` that serves ONNX models decides the sites,
 exactly), and rewrites the exported program's graph: each fused site's
 output node is replaced by one ``torch.ops.kiln.attention`` call on the
