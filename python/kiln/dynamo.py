@@ -43,6 +43,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import operator
 import os
 import re
 import subprocess
@@ -591,7 +592,7 @@ def keys_contiguous(term: Any) -> Any:
 
 def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
                  chosen: Dict[str, Dict[str, Any]], handle: Callable[[], int],
-                 dense_bias: str) -> Any:
+                 dense_bias: str, training: bool = False) -> Any:
     """Writes a Kiln call for `site` into `graph` at its insertion point:
     each operand from its source node (`sources`, by role) through the ops
     the report lists (`chosen`), the call, and the ops from its result to
@@ -624,11 +625,21 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     for role in ("mask", "bias"):
         if operands.get(role) is not None and _strided_keys(sources[role], chosen[role]):
             operands[role] = graph.call_function(keys_contiguous, (operands[role],))
-    call = graph.call_function(
-        torch.ops.kiln.attention.default,
-        (operands["query"], operands["key"], operands["value"],
-         operands.get("mask"), operands.get("bias"), None, handle(), 0,
-         operands.get("scale_factor")))
+    if training:
+        # The forward keeping its log-sum-exp, differentiated by autograd
+        # through Kiln's backward (torch_ops.register_training).
+        pair = graph.call_function(
+            torch.ops.kiln.attention_lse.default,
+            (operands["query"], operands["key"], operands["value"],
+             operands.get("mask"), operands.get("bias"), handle(),
+             operands.get("scale_factor")))
+        call = graph.call_function(operator.getitem, (pair, 0))
+    else:
+        call = graph.call_function(
+            torch.ops.kiln.attention.default,
+            (operands["query"], operands["key"], operands["value"],
+             operands.get("mask"), operands.get("bias"), None, handle(), 0,
+             operands.get("scale_factor")))
     # The result has the query's sizes with the value's head dim.
     query = shapes["query"]
     value_dim = int(site.get("v_head_dim") or site["head_dim"])
@@ -675,11 +686,16 @@ class _SiteKernels:
 
     def __init__(self, entry: Dict[str, Any],
                  compile: Optional[Callable[[str, str], Any]] = None,
-                 handle: Optional[Callable[[Any], int]] = None) -> None:
+                 handle: Optional[Callable[[Any], int]] = None,
+                 training: bool = False) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.entry = entry
-        self.compile = compile or _cache.site_from_source
+        #: Training: each site's package holds its forward that keeps the
+        #: log-sum-exp and its backward (site_cache.training_sites_for),
+        #: and its handle pairs them (torch_ops.register_training).
+        self.training = training
+        self.compile = compile or (_training_pair if training else _cache.site_from_source)
         self.handle = handle
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-site")
         self.futures: Dict[Tuple[str, str], Any] = {}
@@ -697,6 +713,8 @@ class _SiteKernels:
         same source has; returns a callable giving its op handle. It raises
         KilnError ("no kernel (...)") where the package cannot be built."""
         key = (site_source(site), _site_label(site))  # KilnError: no kernel
+        if self.training:
+            key = (json.dumps(site, sort_keys=True), _site_label(site))
         future = self.futures.get(key)
         if future is None:
             future = self.futures[key] = self.pool.submit(self._build, *key)
@@ -713,6 +731,8 @@ class _SiteKernels:
                 return self.handle(wait())
             from . import torch_ops as kops
 
+            if self.training:  # a forward and its backward, paired now
+                return kops.register_training(*wait())
             if not future.done():
                 # Written into the graph now, bound when the op first runs
                 # (the check, after Inductor has compiled the graph): the
@@ -730,6 +750,24 @@ class _SiteKernels:
             overlapped = self.entry.setdefault("overlapped", {})
             overlapped["site kernels"] = round(
                 overlapped.get("site kernels", 0.0) + self.busy, 3)
+
+
+def _training_pair(report_site: str, label: str) -> Tuple[Any, Any]:
+    """The training sites (forward keeping its log-sum-exp, backward) of a
+    report's site, given as JSON (the _SiteKernels key)."""
+    return _cache.training_sites_for(SiteSpec.from_report(json.loads(report_site)))
+
+
+def _needing_grad(graph: Any, names: Sequence[str]) -> set:
+    """The nodes of `graph` computed from the placeholders `names` (the
+    inputs that need gradients): their values need gradients too."""
+    marked = set()
+    wanted = set(names)
+    for node in graph.nodes:
+        if (node.op == "placeholder" and node.name in wanted) or any(
+                x in marked for x in node.all_input_nodes):
+            marked.add(node)
+    return marked
 
 
 def _plan(site: Dict[str, Any], nodes: Dict[str, Any], kernels: "_SiteKernels"
@@ -832,7 +870,7 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     for value, origin in entry.get("aliases", {}).items():
         nodes.setdefault(value, nodes[origin])
     dense_bias = entry.get("dense_bias", "kiln")
-    kernels = _SiteKernels(entry)
+    kernels = _SiteKernels(entry, training=bool(entry.get("training")))
     try:
         return _rewrite_sites(module, report, entry, choose, nodes, dense_bias, kernels)
     finally:
@@ -845,6 +883,20 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     """_rewrite's work, the sites' packages compiling in `kernels`."""
     graph = module.graph
     plans = [_plan(site, nodes, kernels) for site in report["sites"]]
+    if entry.get("training"):
+        # Kiln's backward gives dQ, dK and dV: a mask, bias or run-time
+        # scale computed from what needs a gradient (a learned bias or
+        # temperature) keeps its site in Inductor.
+        grad = _needing_grad(graph, entry.get("needs_grad", []))
+        for index, (why, chosen, handle) in enumerate(plans):
+            if why is not None:
+                continue
+            for role in ("mask", "bias", "scale_factor"):
+                source = chosen.get(role)
+                if source is not None and nodes[source["value"]] in grad:
+                    plans[index] = (f"its {role} needs a gradient, which Kiln's "
+                                    f"backward does not give", chosen, None)
+                    break
     if choose is not None:
         choose.prepare({nodes[source["value"]].name for why, chosen, _ in plans
                         if why is None for role, source in chosen.items()
@@ -859,7 +911,8 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         sources = {role: nodes[source["value"]] for role, source in chosen.items()}
 
         def build(into: Any, operands: Dict[str, Any]) -> Any:
-            return _insert_site(into, operands, site, chosen, handle, dense_bias)
+            return _insert_site(into, operands, site, chosen, handle, dense_bias,
+                                training=bool(entry.get("training")))
 
         def probe(into: Any, operands: Dict[str, Any]) -> Any:
             # The Kiln path without its package: whether the backend takes
@@ -1358,7 +1411,16 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
     try:
         if torch.is_grad_enabled() and any(
                 x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
-            raise _Fallback("the graph needs gradients: Kiln's sites run forward only")
+            if kiln_options.get("training", "inductor") != "kiln":
+                raise _Fallback(
+                    "the graph needs gradients: left to Inductor, whose training "
+                    "step Kiln's backward kernels do not yet beat "
+                    "(options={'training': 'kiln'} rewrites its sites with them)")
+            # Training: each site runs Kiln's forward keeping its log-sum-exp
+            # and differentiates through Kiln's backward kernels. A forward
+            # timing would not measure a training step: every site is taken.
+            entry["training"] = True
+            kiln_options = {**kiln_options, "choose": "kiln"}
         entry["dense_bias"] = kiln_options.get("dense_bias", "kiln")
         entry["choose"] = kiln_options.get("choose", "timed")
         try:
@@ -1773,6 +1835,12 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
     import torch
 
     module = _graph_of(exported)
+    if entry.get("training"):
+        user = torch.export.graph_signature.InputKind.USER_INPUT
+        names = [spec.arg.name for spec in exported.graph_signature.input_specs
+                 if spec.kind == user]
+        entry["needs_grad"] = [name for name, t in zip(names, tensors)
+                               if getattr(t, "requires_grad", False)]
     timed = (entry.get("choose", "timed") == "timed"
              and all(t.is_cuda for t in tensors)
              and not any(isinstance(t, torch._subclasses.FakeTensor) for t in tensors))
@@ -1849,10 +1917,12 @@ def _bind_sites(module: Any) -> None:
 
     from . import torch_ops as kops
 
+    handles = {torch.ops.kiln.attention.default: 6,
+               torch.ops.kiln.attention_lse.default: 5}
     for node in module.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.kiln.attention.default:
+        if node.op == "call_function" and node.target in handles:
             try:
-                kops._site(int(node.args[6]))
+                kops._site(int(node.args[handles[node.target]]))
             except KilnError as error:
                 raise _Fallback(f"a site has no kernel: {error}") from error
 

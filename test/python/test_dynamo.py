@@ -363,3 +363,27 @@ def test_like_strides_copies_only_when_they_differ():
 
     assert kd._traced_strides(Node()) == [3, 1]
     assert kd._traced_strides(None) is None
+
+
+def test_values_computed_from_inputs_that_need_gradients() -> None:
+    """On a training graph, a site's mask, bias or scale computed from an
+    input that needs a gradient (a learned bias or temperature) keeps the
+    site in Inductor: _needing_grad marks every node computed from such
+    inputs."""
+    import types
+
+    class Node(types.SimpleNamespace):
+        __hash__ = object.__hash__  # FX nodes hash by identity
+
+    def node(name, op="call_function", *inputs):
+        return Node(name=name, op=op, all_input_nodes=list(inputs))
+
+    x, tau, table = node("x", "placeholder"), node("tau", "placeholder"), node(
+        "table", "placeholder")
+    scores = node("scores", "call_function", x)
+    scaled = node("scaled", "call_function", scores, tau)
+    bias = node("bias", "call_function", table)
+    graph = types.SimpleNamespace(nodes=[x, tau, table, scores, scaled, bias])
+    marked = kd._needing_grad(graph, ["x", "tau"])
+    assert {n.name for n in marked} == {"x", "tau", "scores", "scaled"}
+    assert bias not in marked
