@@ -462,12 +462,39 @@ def _matmul(w: _Writer, node: Any) -> None:
            [node.name])
 
 
+def explicit_einsum(equation: str, ranks: Sequence[int]) -> str:
+    """`equation` with each ellipsis written as letters of its own (the
+    operands' `ranks` say how many axes each stands for; they align to the
+    right, as numpy's broadcasting does), spaces removed."""
+    equation = equation.replace(" ", "")
+    if "..." not in equation:
+        return equation
+    if "->" not in equation:
+        raise _Opaque("an implicit einsum output with an ellipsis")
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    if len(terms) != len(ranks):
+        raise _Opaque("einsum operands do not match the equation")
+    used = set(equation)
+    free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+            if c not in used]
+    counts = [rank - (len(term) - 3) if "..." in term else 0
+              for term, rank in zip(terms, ranks)]
+    widest = max(counts)
+    if min(counts) < 0 or widest > len(free):
+        raise _Opaque("an einsum ellipsis of unknown extent")
+    letters = "".join(free[:widest])
+    terms = [term.replace("...", letters[widest - n:]) for term, n in zip(terms, counts)]
+    return ",".join(terms) + "->" + output.replace("...", letters)
+
+
 @_handles("aten.einsum.default")
 def _einsum(w: _Writer, node: Any) -> None:
     dtype, _ = out_type(node)
-    equation = str(node.args[0]).replace(" ", "")
-    w.emit("Einsum", [w.operand(x, dtype) for x in node.args[1]], [node.name],
-           equation=equation)
+    inputs = [w.operand(x, dtype) for x in node.args[1]]
+    equation = explicit_einsum(str(node.args[0]),
+                               [len(w.types[w.name_of(x)][1]) for x in node.args[1]])
+    w.emit("Einsum", inputs, [node.name], equation=equation)
 
 
 @_handles("aten.baddbmm.default")
@@ -606,6 +633,13 @@ def _arithmetic(op: str) -> _Handler:
                 raise _Opaque(f"division rounded by {mode!r}")
             w.emit("Floor", [quotient], [rounded])
             w.emit("Identity", [rounded], [node.name])
+            return
+        if dtype == "bool":
+            # bool * bool is a logical and, bool + bool an or (torch).
+            logical = {"Mul": "And", "Add": "Or", "Max": "Or", "Min": "And"}.get(op)
+            if logical is None or node.kwargs.get("alpha", 1) != 1:
+                raise _Opaque(f"{op} on booleans")
+            w.emit(logical, [w.operand(a, "bool"), w.operand(b, "bool")], [node.name])
             return
         if op == "Pow" and _is_node(a) and not _is_node(b):
             # A Python exponent stays exact in the base's dtype.

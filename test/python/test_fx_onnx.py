@@ -279,3 +279,32 @@ def test_a_folded_constant_bias_is_named_through_its_reshape(tmp_path: Path) -> 
     [term] = [site["operands"][r] for r in ("mask", "bias") if site["operands"][r]]
     assert term["value"] == "_to_copy"
     assert term["transforms"] == [{"op": "reshape", "shape": [1, H, S, S]}]
+
+
+@pytest.mark.parametrize("equation,ranks,want", [
+    ("... i j, ... j d -> ... i d", [4, 4], "abij,abjd->abid"),
+    ("...id,...jd->...ij", [4, 2], "abid,jd->abij"),
+    ("bhid,bhjd->bhij", [4, 4], "bhid,bhjd->bhij"),
+])
+def test_einsum_ellipses_are_written_out(equation, ranks, want) -> None:
+    assert fx_onnx.explicit_einsum(equation, ranks) == want
+
+
+def test_einsum_in_capitals_and_ellipses_fuses_and_verifies(tmp_path: Path) -> None:
+    g = Graph()
+    q, k, v = qkv(g, "float32")
+    scores = g.call("einsum", "aten.einsum.default", ("BHID,BHJD->BHIJ", [q, k]),
+                    shape=(B, H, S, S), dtype="float32")
+    probs = g.call("softmax", "aten.softmax.int", (scores, -1), shape=(B, H, S, S),
+                   dtype="float32")
+    out = g.call("einsum_1", "aten.einsum.default", ("... i j, ... j d -> ... i d",
+                                                     [probs, v]),
+                 shape=(B, H, S, D), dtype="float32")
+    both = g.call("mul", "aten.mul.Tensor", (g.input("m1", (4, 4), "bool"),
+                                             g.input("m2", (4, 4), "bool")),
+                  shape=(4, 4), dtype="bool")
+    g.output(out, both)
+    written = fx_onnx.write(g)
+    assert [n.op_type for n in written.model.graph.node if n.name == "mul"] == ["And"]
+    [site] = report_of(g, tmp_path, verify=True)["sites"]
+    assert site["output"]["value"] == "einsum_1"
