@@ -70,7 +70,7 @@ def files(package: Path, runtime: Path, bundle: Path) -> List[Tuple[str, Path]]:
     """(path in the wheel, file here) for every file the wheel holds."""
     entries = [(f"{NAME}/{p.relative_to(package).as_posix()}", p)
                for p in sorted(package.rglob("*"))
-               if p.suffix in (".py", ".cc") and "__pycache__" not in p.parts]
+               if p.suffix in (".py", ".cc", ".h") and "__pycache__" not in p.parts]
     entries.append((f"{NAME}/libkilnrt.so", runtime))
     # The C API's header: kiln.jax builds its XLA FFI handler against it.
     header = package.parents[1] / "include" / "kiln-c" / "Runtime.h"

@@ -166,6 +166,50 @@ def attention_cases() -> None:
         record("attention/grad", error <= 1e-3, error=error)
     run("attention/grad", gradient)
 
+    def kiln_gradient(name: str, dtype: Any, bound: float, vmapped: bool = False,
+                      **attributes: Any) -> None:
+        # backward="kiln": dQ, dK, dV from Kiln's training kernels (the
+        # forward keeps its log-sum-exp), against float64 autograd of the
+        # reference; GQA, a padding mask (not differentiated), bshd, vmap.
+        def body() -> None:
+            shape_q, shape_kv = (2, 70, 4, 64), (2, 70, 2, 64)
+            if vmapped:
+                shape_q, shape_kv = (3,) + shape_q, (3,) + shape_kv
+            q = normal(12, shape_q, dtype)
+            k = normal(13, shape_kv, dtype)
+            v = normal(14, shape_kv, dtype)
+            keep = jnp.arange(70)[None, :] < jnp.array([[70], [41]])
+            mask = keep[:, None, None, :]
+            g = normal(15, shape_q, jnp.float32)
+
+            def loss(q, k, v):
+                def one(q, k, v):
+                    return kjax.attention(q, k, v, mask=mask, backward="kiln",
+                                          **attributes)
+                out = jax.vmap(one)(q, k, v) if vmapped else one(q, k, v)
+                return jnp.sum(out.astype(jnp.float32) * g)
+
+            spec = spec_of(q[0] if vmapped else q, k[0] if vmapped else k,
+                           v[0] if vmapped else v, mask, **attributes)
+
+            def wanted(q, k, v):
+                def one(q, k, v):
+                    return reference(spec, q, k, v, mask, compute=jnp.float64)
+                out = jax.vmap(one)(q, k, v) if vmapped else one(q, k, v)
+                return jnp.sum(out * g.astype(jnp.float64))
+
+            got = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+            want = jax.grad(wanted, argnums=(0, 1, 2))(
+                *(x.astype(jnp.float64) for x in (q, k, v)))
+            error = max(relative_error(a, b) for a, b in zip(got, want))
+            record(f"attention/grad-kiln-{name}", error <= bound, error=error,
+                   bound=bound)
+        run(f"attention/grad-kiln-{name}", body)
+
+    kiln_gradient("bf16-gqa-causal", jnp.bfloat16, 1e-2, causal=True)
+    kiln_gradient("f32-softcap", jnp.float32, 1e-4, softcap=20.0)
+    kiln_gradient("bf16-vmap", jnp.bfloat16, 1e-2, vmapped=True, causal=True)
+
     def command_buffers() -> None:
         # XLA records the call into a CUDA graph (command buffer) where the
         # handler is compatible: a fresh process with custom calls in

@@ -10,9 +10,15 @@ headers of the installed JAX (``jax.ffi.include_dir()``) and Kiln's C API,
 with the system's C++ compiler (``$CXX``, else ``c++``), into the site cache;
 then it registers it as the FFI target ``kiln_attention`` for CUDA.
 
-Gradients: Kiln's GPU kernels run forward only, so the backward of
+Gradients: by default (``backward="reference"``) the backward of
 ``attention`` is the reference attention's (`reference`: scores
-materialised in f32), recomputed from the inputs: correct, not fast.
+materialised in f32), recomputed from the inputs. ``backward="kiln"`` runs
+the spec's training package instead (``kiln.site_cache.training_sites_for``):
+the forward keeps its log-sum-exp and the backward is Kiln's own kernels
+(dQ, dK, dV), through a second handler library (``kiln_xla_train.cc``,
+built on the first such call); where the mask, bias or scale factor is
+differentiated, that call takes the reference backward, since Kiln's gives
+no gradient for them.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ from typing import Any, Dict, Optional
 
 from ..capi import KilnError, Status, cuda_driver, find_library
 from ..site import Operand, SiteSpec
-from ..site_cache import cache_directory, site_for
+from ..site_cache import cache_directory, site_for, training_sites_for
 
-__all__ = ["attention", "attention_site", "call_spec", "reference", "spec_of"]
+__all__ = ["attention", "attention_site", "call_spec", "reference", "spec_of",
+           "training_sites"]
 
 #: The FFI target's name.
 TARGET = "kiln_attention"
+#: The training handlers' targets (kiln_xla_train.cc).
+TARGET_LSE, TARGET_GRAD = "kiln_attention_lse", "kiln_attention_grad"
 
 #: roles bits of the handler (kiln_xla.cc).
 _MASK, _BIAS, _SCALE_FACTOR = 1, 2, 4
@@ -44,6 +53,7 @@ _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "bool": "i1"}
 
 _lock = threading.Lock()
 _registered = False
+_registered_training = False
 _prepared: Dict[int, bool] = {}
 
 
@@ -67,18 +77,22 @@ def _kiln_include() -> Path:
                     "package (reinstall the wheel)")
 
 
-def _handler_library() -> Path:
-    """The FFI handler built for this JAX and this Kiln (cached)."""
+def _handler_library(name: str = "kiln_xla") -> Path:
+    """The FFI handler library `name` (``kiln_xla``: the forward;
+    ``kiln_xla_train``: the training handlers) built for this JAX and this
+    Kiln (cached)."""
     jax = _jax()
-    source = Path(__file__).resolve().with_name("kiln_xla.cc")
+    here = Path(__file__).resolve().parent
+    source = here / f"{name}.cc"
     include = _kiln_include()
     runtime = Path(find_library()).resolve()
     jax_include = Path(jax.ffi.include_dir())
     key = hashlib.sha256(b"\0".join([
-        source.read_bytes(), (include / "kiln-c" / "Runtime.h").read_bytes(),
+        source.read_bytes(), (here / "kiln_xla_common.h").read_bytes(),
+        (include / "kiln-c" / "Runtime.h").read_bytes(),
         jax.__version__.encode(), str(jax_include).encode(),
         str(runtime).encode()])).hexdigest()[:16]
-    library = cache_directory() / "jax-ffi" / f"libkiln_xla_{key}.so"
+    library = cache_directory() / "jax-ffi" / f"lib{name}_{key}.so"
     if library.exists():
         return library
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -89,7 +103,7 @@ def _handler_library() -> Path:
     library.parent.mkdir(parents=True, exist_ok=True)
     partial = library.with_suffix(f".{os.getpid()}.partial")
     command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC",
-               "-I", str(jax_include), "-I", str(include),
+               "-I", str(jax_include), "-I", str(include), "-I", str(here),
                str(source), "-o", str(partial), str(runtime),
                f"-Wl,-rpath,{runtime.parent}"]
     result = subprocess.run(command, capture_output=True, text=True)
@@ -118,6 +132,35 @@ def _register() -> None:
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handler.KilnAttention),
                                     platform="CUDA")
         _registered = True
+
+
+def _register_training() -> None:
+    """Builds (once) and registers the training handlers (forward with the
+    log-sum-exp, backward) as CUDA FFI targets."""
+    global _registered_training
+    if _registered_training:
+        return
+    _register()
+    with _lock:
+        if _registered_training:
+            return
+        jax = _jax()
+        handler = ctypes.CDLL(str(_handler_library("kiln_xla_train")))
+        jax.ffi.register_ffi_target(TARGET_LSE, jax.ffi.pycapsule(handler.KilnAttentionLse),
+                                    platform="CUDA")
+        jax.ffi.register_ffi_target(TARGET_GRAD,
+                                    jax.ffi.pycapsule(handler.KilnAttentionGrad),
+                                    platform="CUDA")
+        _registered_training = True
+
+
+def training_sites(spec: SiteSpec) -> Any:
+    """The training sites of `spec` (forward keeping its log-sum-exp,
+    backward), their handlers registered and their module loaded."""
+    _register_training()
+    forward, backward = training_sites_for(spec)
+    _prepare(forward)
+    return forward, backward
 
 
 def _prepare(site: Any) -> None:
@@ -244,8 +287,7 @@ def _call(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any, bias: Any,
 
     jax = _jax()
     site = attention_site(spec)
-    roles = ((_MASK if spec.mask else 0) | (_BIAS if spec.bias else 0)
-             | (_SCALE_FACTOR if spec.scale_factor else 0))
+    roles = _roles(spec)
     out = jax.ShapeDtypeStruct(q.shape[:-1] + (v.shape[-1],), q.dtype)
     workspace = jax.ShapeDtypeStruct((_workspace_bytes(site, q, k, spec.layout),),
                                      np.uint8)
@@ -253,6 +295,56 @@ def _call(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any, bias: Any,
     result, _ = call(q, k, v, mask, bias, factor,
                      site=np.int64(site._handle.value), roles=np.int64(roles))
     return result
+
+
+def _roles(spec: SiteSpec) -> int:
+    return ((_MASK if spec.mask else 0) | (_BIAS if spec.bias else 0)
+            | (_SCALE_FACTOR if spec.scale_factor else 0))
+
+
+def _lse_shape(spec: SiteSpec, q: Any) -> tuple:
+    """The log-sum-exp's shape: q's batch axes, then heads and queries."""
+    lead = tuple(q.shape[:-3])
+    if spec.layout == "bshd":
+        return lead + (q.shape[-2], q.shape[-3])
+    return lead + (q.shape[-3], q.shape[-2])
+
+
+def _call_lse(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any, bias: Any,
+              factor: Any) -> Any:
+    """The training forward: (out, lse). Under vmap the mapped axis joins
+    the batch (the handler folds every leading axis into it)."""
+    import numpy as np
+
+    jax = _jax()
+    forward, _ = training_sites(spec)
+    out = jax.ShapeDtypeStruct(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    lse = jax.ShapeDtypeStruct(_lse_shape(spec, q), np.float32)
+    call = jax.ffi.ffi_call(TARGET_LSE, (out, lse), vmap_method="broadcast_all")
+    return call(q, k, v, mask, bias, factor, site=np.int64(forward._handle.value),
+                roles=np.int64(_roles(spec)))
+
+
+def _call_grad(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any, bias: Any,
+               factor: Any, out: Any, lse: Any, grad: Any) -> Any:
+    """Kiln's backward: (dq, dk, dv). Its workspace (one f32 a row) is a
+    result, so that under vmap it grows with the batch as the rows do."""
+    import numpy as np
+
+    jax = _jax()
+    _, backward = training_sites(spec)
+    rows = int(math.prod(_lse_shape(spec, q)))
+    workspace = jax.ShapeDtypeStruct((max(backward.grad_workspace_bytes(1, 1, rows), 16),),
+                                     np.uint8)
+    call = jax.ffi.ffi_call(
+        TARGET_GRAD, (jax.ShapeDtypeStruct(q.shape, q.dtype),
+                      jax.ShapeDtypeStruct(k.shape, q.dtype),
+                      jax.ShapeDtypeStruct(v.shape, q.dtype), workspace),
+        vmap_method="broadcast_all")
+    dq, dk, dv, _ = call(q, k, v, mask, bias, factor, out, lse, grad.astype(q.dtype),
+                         site=np.int64(backward._handle.value),
+                         roles=np.int64(_roles(spec)))
+    return dq, dk, dv
 
 
 def _fold(x: Any, batched: bool, size: int) -> Any:
@@ -283,10 +375,14 @@ def _fold_term(x: Any, batched: bool, size: int, batch: int) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def _mapped(spec: SiteSpec) -> Any:
+def _mapped(spec: SiteSpec, backward: str = "reference") -> Any:
     """The call of `spec`, with a vmap rule that merges the mapped axis into
-    the batch (one launch) and a VJP from the reference attention."""
+    the batch (one launch) and a VJP: the reference attention's, or with
+    `backward` "kiln" Kiln's training kernels where only q, k and v are
+    differentiated."""
     jax = _jax()
+    if backward == "kiln":
+        return _trained(spec, jax)
 
     @jax.custom_batching.custom_vmap
     def run(q, k, v, mask, bias, factor):
@@ -323,11 +419,46 @@ def _mapped(spec: SiteSpec) -> Any:
     return call
 
 
+def _trained(spec: SiteSpec, jax: Any) -> Any:
+    """The call of `spec` differentiated by Kiln's backward kernels: the
+    forward keeps its log-sum-exp; a call whose mask, bias or scale factor
+    is differentiated takes the reference backward (symbolic zeros say
+    which inputs are)."""
+    from jax.custom_derivatives import SymbolicZero
+
+    plain = _mapped(spec, "reference")
+
+    @jax.custom_vjp
+    def call(q, k, v, mask, bias, factor):
+        return plain(q, k, v, mask, bias, factor)
+
+    def forward(q, k, v, mask, bias, factor):
+        values = tuple(x.value for x in (q, k, v, mask, bias, factor))
+        if any(x.perturbed for x in (mask, bias, factor)):
+            return plain(*values), (values, None, None)
+        out, lse = _call_lse(spec, *values)
+        return out, (values, out, lse)
+
+    def backward(saved, grad):
+        values, out, lse = saved
+        if isinstance(grad, SymbolicZero):
+            return (None,) * 6
+        if lse is None:
+            _, pullback = jax.vjp(lambda *args: reference(spec, *args), *values)
+            return pullback(grad)
+        dq, dk, dv = _call_grad(spec, *values, out, lse, grad)
+        return dq, dk, dv, None, None, None
+
+    call.defvjp(forward, backward, symbolic_zeros=True)
+    return call
+
+
 def attention(q: Any, k: Any, v: Any, *, mask: Any = None, bias: Any = None,
               scale: Optional[float] = None, scale_factor: Any = None,
               causal: bool = False, window: Optional[int] = None,
               window_right: Optional[int] = None, softcap: Optional[float] = None,
-              masked_score: Optional[float] = None, layout: str = "bshd") -> Any:
+              masked_score: Optional[float] = None, layout: str = "bshd",
+              backward: str = "reference") -> Any:
     """Attention by a Kiln kernel, callable inside ``jax.jit``.
 
     `q` ``[B, Sq, Hq, D]``, `k` ``[B, Sk, Hkv, D]``, `v` ``[B, Sk, Hkv, Dv]``
@@ -340,16 +471,24 @@ def attention(q: Any, k: Any, v: Any, *, mask: Any = None, bias: Any = None,
     `causal` is aligned bottom-right (``kiln.attention``'s semantics, see
     docs/jax.md), `window`/`window_right` hide keys outside a band, `softcap`
     caps the scores, `masked_score` is the fill of hidden keys. bf16, f16 or
-    f32; the result has q's dtype."""
+    f32; the result has q's dtype. `backward`: "reference" (the default:
+    the reference attention's VJP, scores materialised) or "kiln" (Kiln's
+    backward kernels for dQ, dK, dV; the spec's head dims must be
+    multiples of 32 up to 128)."""
     spec = spec_of(q, k, v, mask, bias, scale_factor, scale=scale, causal=causal,
                    window=window, window_right=window_right, softcap=softcap,
                    masked_score=masked_score, layout=layout)
-    return call_spec(spec, q, k, v, mask, bias, scale_factor)
+    return call_spec(spec, q, k, v, mask, bias, scale_factor, backward=backward)
 
 
 def call_spec(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any = None,
-              bias: Any = None, scale_factor: Any = None) -> Any:
+              bias: Any = None, scale_factor: Any = None,
+              backward: str = "reference") -> Any:
     """`spec`'s site on these operands (kiln.jax.jit's rewrite calls it)."""
+    if backward not in ("reference", "kiln"):
+        raise KilnError(Status.INVALID_ARGUMENT,
+                        f"kiln.jax.attention: backward must be 'reference' or "
+                        f"'kiln', not {backward!r}")
     import jax.numpy as jnp
 
     def given(array: Any, dtype: Any) -> Any:
@@ -357,8 +496,8 @@ def call_spec(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any = None,
         return jnp.zeros((1,), dtype) if array is None else array
 
     factor = None if scale_factor is None else jnp.reshape(scale_factor, (1,))
-    return _mapped(spec)(q, k, v, given(mask, q.dtype), given(bias, q.dtype),
-                         given(factor, jnp.float32))
+    return _mapped(spec, backward)(q, k, v, given(mask, q.dtype), given(bias, q.dtype),
+                                   given(factor, jnp.float32))
 
 
 def reference(spec: SiteSpec, q: Any, k: Any, v: Any, mask: Any = None,
