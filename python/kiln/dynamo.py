@@ -2001,6 +2001,8 @@ def explain(model: Any, *example_inputs: Any) -> str:
         lines.append(f"graph {number}: {len(report['sites'])} sites fused, "
                      f"{len(entry['rewritten'])} rewritten"
                      + (f" ({entry['export']})" if entry.get("export") else "")
+                     + (f" (ONNX by {entry['onnx']})" if str(entry.get("onnx", "kiln"))
+                        .startswith("torch (") else "")
                      + (f" ({entry['fallback']})" if entry["fallback"] else "")
                      + (f", {entry['verified']}" if entry.get("verified") else ""))
         sources = entry.get("source_lines", {})
