@@ -291,9 +291,15 @@ def _report_for(key: str, program: Any, options: Dict[str, Any],
         if meanwhile is not None:
             meanwhile()
 
+    stamp = _cache._compiler_stamp()
     if cached.exists():
-        run_meanwhile()
-        return json.loads(cached.read_text())
+        report = json.loads(cached.read_text())
+        # A report another kilnc wrote (an older build, another wheel) is
+        # made again where a kilnc is at hand: its fusion may differ.
+        if stamp is None or report.pop("kilnc", None) == stamp:
+            report.pop("kilnc", None)
+            run_meanwhile()
+            return report
     directory.mkdir(parents=True, exist_ok=True)
     onnx_path = directory / f"{key}.onnx"
     if not onnx_path.exists():
@@ -320,7 +326,7 @@ def _report_for(key: str, program: Any, options: Dict[str, Any],
         overlapped = record.setdefault("overlapped", {})
         overlapped["kilnc"] = round(overlapped.get("kilnc", 0.0) + run.seconds, 3)
     scratch = directory / f".{key}.{os.getpid()}.json"
-    scratch.write_text(json.dumps(report))
+    scratch.write_text(json.dumps({**report, "kilnc": stamp}))
     os.replace(scratch, cached)
     if os.environ.get("KILN_KEEP_GRAPHS", "") in ("", "0"):
         onnx_path.unlink(missing_ok=True)
@@ -339,7 +345,8 @@ def compile_pending(options: Optional[Dict[str, Any]] = None) -> int:
         for site in report["sites"]:
             if _unrewritable(site) is None:
                 _cache.site_from_source(site_source(site), _site_label(site))
-        (onnx_path.parent / f"{key}.report.json").write_text(json.dumps(report))
+        (onnx_path.parent / f"{key}.report.json").write_text(
+            json.dumps({**report, "kilnc": _cache._compiler_stamp()}))
         onnx_path.unlink()
         count += 1
     return count

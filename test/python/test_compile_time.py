@@ -132,6 +132,19 @@ def test_kilnc_runs_while_the_process_prepares(fake_kilnc) -> None:
     assert not (kd._graphs_directory() / "graph0.onnx").exists()
 
 
+def test_a_report_another_kilnc_wrote_is_made_again(fake_kilnc) -> None:
+    """A cached report records the kilnc that wrote it: a process with
+    another kilnc (a rebuilt one, another wheel's) runs its own."""
+    runs = fake_kilnc(0.0)
+    assert kd._report_for("graph2", FakeProgram(), {}) == REPORT
+    cached = kd._graphs_directory() / "graph2.report.json"
+    stored = json.loads(cached.read_text())
+    assert stored["kilnc"] and runs.read_text().count("run") == 1
+    cached.write_text(json.dumps({**stored, "kilnc": "/elsewhere/kilnc 1 2"}))
+    assert kd._report_for("graph2", FakeProgram(), {}) == REPORT
+    assert runs.read_text().count("run") == 2
+
+
 def test_a_failing_kilnc_says_why(fake_kilnc) -> None:
     fake_kilnc(0.0, status=1)
     with pytest.raises(KilnError, match="an error"):
