@@ -412,7 +412,8 @@ def run_case(name: str, module: nn.Module, make: Callable, sites: int,
         row.update(fused=fused, rewritten=rewritten, rel_err=error,
                    eager_rel_err=eager_error,
                    kiln_vs_eager=relative_error(got, want),
-                   inductor_sdpa=sdpa, reasons=reasons, unfused=unfused)
+                   inductor_sdpa=sdpa, reasons=reasons, unfused=unfused,
+                   onnx=sorted({str(e.get("onnx")) for e in entries if e.get("onnx")}))
         row["ok"] = rewritten == sites and error < 2e-2
         if timing:
             row["eager_ms"] = time_ms(lambda: module(*inputs))
@@ -514,6 +515,7 @@ def main() -> int:
             f"sites {row['sites']} fused {row['fused']} rewritten {row['rewritten']} "
             f"rel_err {row['rel_err']:.2e} (eager bf16 {row['eager_rel_err']:.2e}) "
             f"inductor_sdpa {row['inductor_sdpa']}"
+            + (f" onnx {row['onnx']}" if row.get("onnx") else "")
             + (f" reasons {row['reasons']}" if row["reasons"] else "")
             + (f" unfused {row['unfused']}" if row["unfused"] else ""))
         row["wall_s"] = time.perf_counter() - began
