@@ -702,16 +702,16 @@ class _SiteKernels:
         #: log-sum-exp and its backward (site_cache.training_sites_for),
         #: and its handle pairs them (torch_ops.register_training).
         self.training = training
-        self.compile = compile or (_training_pair if training else _cache.site_from_source)
+        self.compile = compile or _cache.site_from_source
         self.handle = handle
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-site")
         self.futures: Dict[Tuple[str, str], Any] = {}
         self.busy = 0.0
 
-    def _build(self, source: str, label: str) -> Any:
+    def _build(self, work: Callable[[], Any]) -> Any:
         start = time.perf_counter()
         try:
-            return self.compile(source, label)
+            return work()
         finally:
             self.busy += time.perf_counter() - start
 
@@ -720,11 +720,14 @@ class _SiteKernels:
         same source has; returns a callable giving its op handle. It raises
         KilnError ("no kernel (...)") where the package cannot be built."""
         key = (site_source(site), _site_label(site))  # KilnError: no kernel
-        if self.training:
-            key = (json.dumps(site, sort_keys=True), _site_label(site))
         future = self.futures.get(key)
         if future is None:
-            future = self.futures[key] = self.pool.submit(self._build, *key)
+            if self.training:
+                spec = SiteSpec.from_report(site)
+                work = lambda: _cache.training_sites_for(spec)  # noqa: E731
+            else:
+                work = lambda: self.compile(*key)  # noqa: E731
+            future = self.futures[key] = self.pool.submit(self._build, work)
 
         def wait() -> Any:
             with _step(self.entry, "site kernels"):
@@ -757,12 +760,6 @@ class _SiteKernels:
             overlapped = self.entry.setdefault("overlapped", {})
             overlapped["site kernels"] = round(
                 overlapped.get("site kernels", 0.0) + self.busy, 3)
-
-
-def _training_pair(report_site: str, label: str) -> Tuple[Any, Any]:
-    """The training sites (forward keeping its log-sum-exp, backward) of a
-    report's site, given as JSON (the _SiteKernels key)."""
-    return _cache.training_sites_for(SiteSpec.from_report(json.loads(report_site)))
 
 
 def _needing_grad(graph: Any, names: Sequence[str]) -> set:

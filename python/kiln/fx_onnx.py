@@ -258,13 +258,13 @@ class _Writer:
             raise Unsupported(f"{node.name} has no tensor value")
         return node.name
 
-    def finish(self, node: Any, name: str, op: str = "Identity") -> None:
+    def finish(self, node: Any, name: str) -> None:
         """Gives `name` the node's own name and dtype."""
         dtype, _ = out_type(node)
-        self.emit("Cast" if self.types.get(name, (dtype,))[0] != dtype else op,
-                  [name], [node.name],
-                  **({"to": _ELEMENT[dtype]}
-                     if self.types.get(name, (dtype,))[0] != dtype else {}))
+        if self.types.get(name, (dtype,))[0] != dtype:
+            self.emit("Cast", [name], [node.name], to=_ELEMENT[dtype])
+        else:
+            self.emit("Identity", [name], [node.name])
 
 
 def _as(value: Any, dtype: str) -> Any:
@@ -903,13 +903,13 @@ def write(graph: Any, lifted: Optional[Dict[str, Any]] = None,
             if not _is_tensor(value):
                 raise Unsupported(f"the input {node.name} is not a tensor")
             dtype, shape = out_type(node)
+            if dtype not in _ELEMENT:
+                raise Unsupported(f"the input {node.name} is {dtype}")
+            w.types[node.name] = (dtype, shape)
             data = lifted.get(node.name)
             if data is not None and _numel(shape) <= MOST_CONSTANT_ELEMENTS:
                 w.initializers.append(_tensor_proto(node.name, data, dtype, shape))
-                w.types[node.name] = (dtype, shape)
                 continue
-            w.declare(node.name, dtype, shape)
-            w.value_info.pop()
             inputs.append(helper.make_tensor_value_info(node.name, _ELEMENT[dtype], shape))
             if data is None:
                 input_names.append(node.name)

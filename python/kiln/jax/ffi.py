@@ -52,8 +52,8 @@ _MASK, _BIAS, _SCALE_FACTOR = 1, 2, 4
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "bool": "i1"}
 
 _lock = threading.Lock()
-_registered = False
-_registered_training = False
+#: The handler libraries registered in this process.
+_registered: set = set()
 _prepared: Dict[int, bool] = {}
 
 
@@ -115,49 +115,42 @@ def _handler_library(name: str = "kiln_xla") -> Path:
     return library
 
 
-def _register() -> None:
-    """Builds (once) and registers the handler as the CUDA FFI target."""
-    global _registered
-    if _registered:
-        return
-    with _lock:
-        if _registered:
-            return
-        jax = _jax()
-        # libkilnrt first, by the path kiln's ctypes layer uses, so that the
-        # handler binds to the same library (and its package handles).
-        from ..capi import load_library
-        load_library()
-        handler = ctypes.CDLL(str(_handler_library()))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(handler.KilnAttention),
-                                    platform="CUDA")
-        _registered = True
+#: Each handler library's FFI targets: target -> the handler's symbol.
+_LIBRARIES = {
+    "kiln_xla": {TARGET: "KilnAttention"},
+    "kiln_xla_train": {TARGET_LSE: "KilnAttentionLse", TARGET_GRAD: "KilnAttentionGrad"},
+}
 
 
-def _register_training() -> None:
-    """Builds (once) and registers the training handlers (forward with the
-    log-sum-exp, backward) as CUDA FFI targets."""
-    global _registered_training
-    if _registered_training:
+def _register(name: str = "kiln_xla") -> None:
+    """Builds (once) and registers handler library `name`'s targets for
+    CUDA (the training library after the forward's, so that both bind to
+    the same libkilnrt)."""
+    if name in _registered:
         return
-    _register()
+    if name != "kiln_xla":
+        _register()
     with _lock:
-        if _registered_training:
+        if name in _registered:
             return
         jax = _jax()
-        handler = ctypes.CDLL(str(_handler_library("kiln_xla_train")))
-        jax.ffi.register_ffi_target(TARGET_LSE, jax.ffi.pycapsule(handler.KilnAttentionLse),
-                                    platform="CUDA")
-        jax.ffi.register_ffi_target(TARGET_GRAD,
-                                    jax.ffi.pycapsule(handler.KilnAttentionGrad),
-                                    platform="CUDA")
-        _registered_training = True
+        if name == "kiln_xla":
+            # libkilnrt first, by the path kiln's ctypes layer uses, so that
+            # the handler binds to the same library (and its package
+            # handles).
+            from ..capi import load_library
+            load_library()
+        handler = ctypes.CDLL(str(_handler_library(name)))
+        for target, symbol in _LIBRARIES[name].items():
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(handler, symbol)),
+                                        platform="CUDA")
+        _registered.add(name)
 
 
 def training_sites(spec: SiteSpec) -> Any:
     """The training sites of `spec` (forward keeping its log-sum-exp,
     backward), their handlers registered and their module loaded."""
-    _register_training()
+    _register("kiln_xla_train")
     forward, backward = training_sites_for(spec)
     _prepare(forward)
     return forward, backward

@@ -35,8 +35,9 @@ ffi::Error attention(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
                      int64_t roles) {
   auto *site = reinterpret_cast<const kiln_site *>(siteAddress);
   kiln_attention_args args;
+  kiln_site_info info;
   ffi::Error filled = fillForward(site, "kiln.jax.attention", q, k, v, mask, bias,
-                                  scaleFactor, *out, roles, args);
+                                  scaleFactor, *out, roles, args, info);
   if (filled.failure())
     return filled;
   if (workspace->size_bytes() > 0) {
@@ -51,14 +52,7 @@ ffi::Error attention(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
 } // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KilnAttention, attention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<void *>>()
-                                  .Arg<ffi::AnyBuffer>() // q
-                                  .Arg<ffi::AnyBuffer>() // k
-                                  .Arg<ffi::AnyBuffer>() // v
-                                  .Arg<ffi::AnyBuffer>() // mask
-                                  .Arg<ffi::AnyBuffer>() // bias
-                                  .Arg<ffi::AnyBuffer>() // scale_factor
+                              bindForwardOperands()
                                   .Ret<ffi::AnyBuffer>() // out
                                   .Ret<ffi::AnyBuffer>() // workspace
                                   .Attr<int64_t>("site")

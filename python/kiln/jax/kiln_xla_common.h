@@ -109,21 +109,34 @@ inline ffi::Error kilnError(const char *what) {
                         kiln_last_error());
 }
 
+/// The binding every handler starts with: XLA's stream, then the forward's
+/// operands q, k, v, mask, bias and scale_factor (fillForward's order).
+inline auto bindForwardOperands() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<void *>>()
+      .Arg<ffi::AnyBuffer>() // q
+      .Arg<ffi::AnyBuffer>() // k
+      .Arg<ffi::AnyBuffer>() // v
+      .Arg<ffi::AnyBuffer>() // mask
+      .Arg<ffi::AnyBuffer>() // bias
+      .Arg<ffi::AnyBuffer>(); // scale_factor
+}
+
 /// The forward's launch arguments from a call's buffers (q, k, v, the
 /// output, and the mask, bias and scale factor that `roles` marks real), in
-/// the layout of `site`. `what` names the call in errors.
+/// the layout of `site` (its info, in `info`). `what` names the call in
+/// errors.
 inline ffi::Error fillForward(const kiln_site *site, const char *what,
                               const ffi::AnyBuffer &q, const ffi::AnyBuffer &k,
                               const ffi::AnyBuffer &v, const ffi::AnyBuffer &mask,
                               const ffi::AnyBuffer &bias,
                               const ffi::AnyBuffer &scaleFactor,
                               ffi::AnyBuffer &out, int64_t roles,
-                              kiln_attention_args &args) {
+                              kiln_attention_args &args, kiln_site_info &info) {
   auto fail = [&](const std::string &message) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       std::string(what) + ": " + message);
   };
-  kiln_site_info info;
   if (kiln_site_get_info(site, &info) != KILN_OK)
     return kilnError("the site");
   kiln_attention_args_init(&args);

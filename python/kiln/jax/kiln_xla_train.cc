@@ -36,8 +36,10 @@ ffi::Error attentionLse(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
                         int64_t roles) {
   auto *site = reinterpret_cast<const kiln_site *>(siteAddress);
   kiln_attention_args args;
+  kiln_site_info info;
   ffi::Error filled = fillForward(site, "kiln.jax.attention (training)", q, k,
-                                  v, mask, bias, scaleFactor, *out, roles, args);
+                                  v, mask, bias, scaleFactor, *out, roles, args,
+                                  info);
   if (filled.failure())
     return filled;
   int64_t rows = args.batch * args.q_heads * args.q_len;
@@ -64,17 +66,14 @@ ffi::Error attentionGrad(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
                          int64_t siteAddress, int64_t roles) {
   auto *site = reinterpret_cast<const kiln_site *>(siteAddress);
   kiln_attention_grad_args args;
+  kiln_site_info info;
   // The forward's arguments as its launch took them: `out` is read here.
   ffi::Error filled = fillForward(site, "kiln.jax.attention (backward)", q, k,
                                   v, mask, bias, scaleFactor, out, roles,
-                                  args.forward);
+                                  args.forward, info);
   if (filled.failure())
     return filled;
-  kiln_attention_args &forward = args.forward;
-  forward.lse = static_cast<float *>(lse.untyped_data());
-  kiln_site_info info;
-  if (kiln_site_get_info(site, &info) != KILN_OK)
-    return kilnError("the site");
+  args.forward.lse = static_cast<float *>(lse.untyped_data());
   // The gradients are dense and shaped as the tensors they belong to.
   int64_t qDims[4], kDims[4], vDims[4], outDims[4];
   if (!qkvDims(*gradQ, info.layout, qDims) ||
@@ -106,14 +105,7 @@ ffi::Error attentionGrad(void *stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
 } // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KilnAttentionLse, attentionLse,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<void *>>()
-                                  .Arg<ffi::AnyBuffer>() // q
-                                  .Arg<ffi::AnyBuffer>() // k
-                                  .Arg<ffi::AnyBuffer>() // v
-                                  .Arg<ffi::AnyBuffer>() // mask
-                                  .Arg<ffi::AnyBuffer>() // bias
-                                  .Arg<ffi::AnyBuffer>() // scale_factor
+                              bindForwardOperands()
                                   .Ret<ffi::AnyBuffer>() // out
                                   .Ret<ffi::AnyBuffer>() // lse
                                   .Attr<int64_t>("site")
@@ -121,14 +113,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KilnAttentionLse, attentionLse,
                               {ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KilnAttentionGrad, attentionGrad,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<void *>>()
-                                  .Arg<ffi::AnyBuffer>() // q
-                                  .Arg<ffi::AnyBuffer>() // k
-                                  .Arg<ffi::AnyBuffer>() // v
-                                  .Arg<ffi::AnyBuffer>() // mask
-                                  .Arg<ffi::AnyBuffer>() // bias
-                                  .Arg<ffi::AnyBuffer>() // scale_factor
+                              bindForwardOperands()
                                   .Arg<ffi::AnyBuffer>() // out
                                   .Arg<ffi::AnyBuffer>() // lse
                                   .Arg<ffi::AnyBuffer>() // grad_out
