@@ -67,6 +67,7 @@ def relative(a, b) -> float:
 
 def check(package) -> List[Dict[str, Any]]:
     rows = []
+    counts = kops.launch_counts()
     # kilnc names a package's sites attention_N in the order of the source.
     causal, masked, scaled = (package.site(f"attention_{n}") for n in range(3))
     for batch, q_len, kv_len in ((2, 77, 77), (1, 300, 300), (3, 1, 8192), (1, 129, 4000)):
@@ -100,6 +101,14 @@ def check(package) -> List[Dict[str, Any]]:
                        ok=max(errors) < 2e-2 and equal)
             print(json.dumps(row))
             rows.append(row)
+    # The second call of each signature is launched by the C kernel where
+    # it is registered: the bit-equality above then checks it.
+    planned, checked = (a - b for a, b in zip(kops.launch_counts(), counts))
+    row = dict(check="C kernel", registered=kops._c_kernel is not None,
+               planned=planned, checked=checked,
+               ok=kops._c_kernel is None or planned > 0)
+    print(json.dumps(row))
+    rows.append(row)
     return rows
 
 
@@ -124,19 +133,50 @@ def host_cost(package) -> List[Dict[str, Any]]:
     k = torch.randn(1, 2, 16, 64, device=DEVICE, dtype=torch.bfloat16)
     v = torch.randn_like(k)
     kk, vv = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+    launcher = kops._launcher(index)
+    torch.ops.kiln.attention(q, k, v, None, None, None, index, 0)  # plans it
+    args, out = site.attention_args(q, k, v)
+    stream = kops._raw_stream(q.device.index)
+    noop = _noop_op()
     variants = {
         "Site.attention": lambda: site.attention(q, k, v),
         "torch.ops.kiln.attention": lambda: torch.ops.kiln.attention(
             q, k, v, None, None, None, index, 0),
+        # The Python launch the C kernel hands unplanned calls to (and the
+        # op's only kernel under KILN_TORCH_LAUNCH=python).
+        "torch.ops.kiln.attention_checked (Python launch)":
+            lambda: torch.ops.kiln.attention_checked(q, k, v, None, None, None,
+                                                     index, 0),
+        # The parts of the op's call, to see where its time goes.
+        "_Launcher.attention (no dispatcher)": lambda: launcher.attention(
+            q, k, v, None, None, None, 0, None),
+        "Site.launch (ctypes and the C launch)": lambda: site.launch(args, stream),
+        "dispatcher to a Python op doing nothing": lambda: noop(q, k, v, None, None,
+                                                              None, index, 0),
         "sdpa": lambda: F.scaled_dot_product_attention(q, kk, vv, is_causal=True),
         "empty (allocation only)": lambda: torch.empty_like(q),
     }
     rows = []
     for name, function in variants.items():
+        before = kops.launch_counts()
         row = dict(host=name, us_per_call=round(per_call_us(function), 2))
+        after = kops.launch_counts()
+        row["c_kernel_planned"] = after[0] - before[0]
+        row["c_kernel_checked"] = after[1] - before[1]
         print(json.dumps(row))
         rows.append(row)
     return rows
+
+
+def _noop_op():
+    """An op with kiln::attention's schema whose Python kernel returns its
+    query: the dispatcher's own hop into Python, measured apart."""
+    library = torch.library.Library("kilnbench", "FRAGMENT")
+    library.define("noop(Tensor q, Tensor k, Tensor v, Tensor? mask, Tensor? bias, "
+                   "Tensor? workspace, int site, int num_splits) -> Tensor")
+    library.impl("noop", lambda q, k, v, mask, bias, workspace, site, splits: q, "CUDA")
+    _noop_op.library = library  # lives as long as the process
+    return torch.ops.kilnbench.noop
 
 
 class Causal(torch.nn.Module):

@@ -8,8 +8,9 @@ difference that the exported graph itself costs, apart from Kiln's sites.
         [--tokens 4096] [--top 12] [--keep DIR]
 
 For each model and variant: the forward's time (the median of 7 rounds of
-about 20 ms, as bench_torch_compile.py) and the kernels taking the most GPU
-time in one profiled call, then the host calls taking the most CPU time.
+about 20 ms, every variant in each round, as bench_torch_compile.py) and
+(unless --no-profile) the kernels taking the most GPU time in one profiled
+call, then the host calls taking the most CPU time.
 With --keep, each graph's report, FX code and ONNX without its weights,
 and a chrome trace of each variant, are kept in DIR.
 """
@@ -17,6 +18,7 @@ and a chrome trace of each variant, are kept in DIR.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
@@ -58,6 +60,8 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--no-profile", action="store_true",
+                        help="time the variants in turns, profile none")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy each graph's report, FX code and weightless "
                              "ONNX, and a chrome trace of each variant, here")
@@ -76,32 +80,43 @@ def main() -> int:
         inputs = bench.model_inputs(name, batch, options.seq)
         every = {"kiln": {"choose": "kiln"}}
         variants = {
-            "inductor": lambda model=model: torch.compile(model),
-            "kiln (every site)": lambda model=model: torch.compile(
+            "inductor": lambda model: torch.compile(model),
+            "kiln (every site)": lambda model: torch.compile(
                 model, backend="kiln", options=every),
-            "kiln (default: timed)": lambda model=model: torch.compile(
+            "kiln (default: timed)": lambda model: torch.compile(
                 model, backend="kiln"),
-            "exported, not rewritten": lambda model=model: torch.compile(
+            "exported, not rewritten": lambda model: torch.compile(
                 model, backend="kiln", options=every),
         }
+        compiled, choices = {}, {}
         with torch.no_grad():
+            torch._dynamo.reset()
             for variant, make in variants.items():
+                # Each variant on its own copy of the model: Dynamo keeps one
+                # compiled frame per module object, so all stay compiled and
+                # are timed in turns below.
+                copy_of = copy.deepcopy(model)
                 kiln.dynamo._rewrite = unrewritten if variant.startswith("exported") else rewrite
-                torch._dynamo.reset()
-                compiled = make()
-                compiled(*inputs)
+                compiled[variant] = make(copy_of)
+                compiled[variant](*inputs)
                 kiln.dynamo._rewrite = rewrite
-                ms = bench.time_interleaved({"v": lambda: compiled(*inputs)})["v"]
                 entry = kiln.dynamo.reports[-1] if kiln.dynamo.reports else {}
-                print(f"== {name} b{batch} s{options.seq} {variant}: {ms:.3f} ms "
-                      f"{entry.get('graph_choice') or ''} {entry.get('fallback') or ''}",
+                choices[variant] = (f"{entry.get('graph_choice') or ''} "
+                                    f"{entry.get('fallback') or ''}")
+            times = bench.time_interleaved(
+                {variant: (lambda f=f: f(*inputs)) for variant, f in compiled.items()})
+            for variant, function in compiled.items():
+                print(f"== {name} b{batch} s{options.seq} {variant}: "
+                      f"{times[variant]:.3f} ms (timed in turns) {choices[variant]}",
                       flush=True)
+                if options.no_profile:
+                    continue
                 trace = None
                 if options.keep:
                     options.keep.mkdir(parents=True, exist_ok=True)
                     trace = options.keep / (f"{name}-" + "".join(
                         c if c.isalnum() else "-" for c in variant) + ".trace.json")
-                print(top_kernels(lambda: compiled(*inputs), options.top, trace),
+                print(top_kernels(lambda: function(*inputs), options.top, trace),
                       flush=True)
         if options.keep:
             keep_graphs(options.keep, name)

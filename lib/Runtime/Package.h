@@ -14,6 +14,7 @@
 #include "ModuleCache.h"
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 struct kiln_site {
@@ -26,5 +27,13 @@ struct kiln_package {
   std::vector<kiln_site> sites;
   kiln::rt::ModuleCache modules{manifest};
 };
+
+namespace kiln {
+namespace rt {
+/// Sets the calling thread's kiln_last_error() (Runtime.cpp), for C entry
+/// points defined in other units.
+void setLastError(std::string message);
+} // namespace rt
+} // namespace kiln
 
 #endif // KILN_LIB_RUNTIME_PACKAGE_H

@@ -63,6 +63,10 @@ template <typename Fn> kiln_status guarded(const char *function, Fn &&body) {
 
 } // namespace
 
+void kiln::rt::setLastError(std::string message) {
+  lastError = std::move(message);
+}
+
 extern "C" {
 
 const char *kiln_last_error(void) { return lastError.c_str(); }

@@ -556,6 +556,18 @@ def _declare(lib: ctypes.CDLL) -> None:
             ],
         ),
     }
+    signatures.update({
+        "kiln_torch_register_attention": (
+            c_status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]),
+        "kiln_torch_bind_site": (c_status, [ctypes.c_int64, site_p]),
+        "kiln_torch_add_plan": (
+            c_status,
+            [ctypes.c_int64, ctypes.POINTER(AttentionArgs), ctypes.c_int64,
+             ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]),
+        "kiln_torch_set_error": (None, [ctypes.c_char_p]),
+        "kiln_torch_counts": (
+            None, [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
+    })
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
         function.restype = restype

@@ -34,8 +34,14 @@ from .site import SiteSpec
 __all__ = ["Choice", "SCORES_TIMED", "choose", "largest_value"]
 
 #: Above this many score elements (batch x heads x queries x keys) a site
-#: is rewritten without timing (1 GiB of bf16 scores).
-SCORES_TIMED = 1 << 29
+#: is rewritten without timing. Inductor's code for such a site moves at
+#: least 8 bytes a score (the scores written in bf16, read and written by the
+#: softmax, read by the second matmul): at 2^25 scores that is 268 MB, some
+#: 60-80 us of memory traffic on an H100 or H200 before any launch, more than
+#: a Kiln call's host cost (about 35 us measured) and its kernel together;
+#: timing such a site costs the first call 0.5-1 s and, where the whole
+#: graph is near host-bound, measures the host's noise (docs/design.md).
+SCORES_TIMED = 1 << 25
 
 #: Decisions of this process, by key.
 _decisions: Dict[str, Dict[str, Any]] = {}

@@ -27,16 +27,25 @@ caching allocator, freed when the op returns, so that nothing the op
 allocated outlives it (CUDA graphs, and Inductor's CUDA-graph trees, capture
 it like any temporary). A call checks its tensors fully the first time
 their sizes, strides and dtypes are seen and then only sets pointers (see
-_Launcher). Needs torch 2.4 or later (``torch.library.register_fake``).
+_Launcher). On CUDA that later launch runs no Python at all: libkilnrt's C
+kernel of ``kiln::attention`` (kiln-c/Torch.h) launches every call whose
+signature the checked launch (``kiln::attention_checked``, Python) has
+planned; ``KILN_TORCH_LAUNCH=python`` keeps the Python kernel. Needs torch
+2.4 or later (``torch.library.register_fake``).
 """
 
+import ctypes
 import threading
-from typing import Any, List
+import warnings
+from pathlib import Path
+from typing import Any, List, Tuple
 
+from .capi import _check, load_library
 from .runtime import TRANSIENT_WORKSPACE, KilnError, Package, Site, Status
 
-__all__ = ["attention", "attention_trainable", "bind", "define", "handle", "reserve",
-           "paged_attention", "register", "register_training"]
+__all__ = ["attention", "attention_trainable", "bind", "define", "handle",
+           "launch_counts", "reserve", "paged_attention", "register",
+           "register_training"]
 
 _lock = threading.Lock()
 _sites: List[Site] = []
@@ -56,6 +65,11 @@ _SCHEMAS = {
     "attention": "attention(Tensor q, Tensor k, Tensor v, Tensor? mask, "
                  "Tensor? bias, Tensor? workspace, int site, int num_splits, "
                  "Tensor? scale_factor=None) -> Tensor",
+    # kiln::attention's launch through every check (see _register_c_kernel).
+    "attention_checked": "attention_checked(Tensor q, Tensor k, Tensor v, "
+                         "Tensor? mask, Tensor? bias, Tensor? workspace, "
+                         "int site, int num_splits, Tensor? scale_factor=None) "
+                         "-> Tensor",
     "attention_lse": "attention_lse(Tensor q, Tensor k, Tensor v, "
                      "Tensor? mask, Tensor? bias, int site, "
                      "Tensor? scale_factor=None) -> (Tensor, Tensor)",
@@ -99,6 +113,25 @@ def _define() -> None:
             return _launcher(site).attention(q, k, v, mask, bias, workspace,
                                              num_splits, scale_factor)
 
+        def attention_checked_op(q, k, v, mask, bias, workspace, site,
+                                 num_splits, scale_factor=None):
+            # What the C kernel hands over: launched with every check, the
+            # plan filed for the call's signature, an error's text kept for
+            # the C kernel to raise (the dispatcher's C shim drops it).
+            try:
+                launcher = _launcher(site)
+                if _c_kernel is None:
+                    return launcher.attention(q, k, v, mask, bias, workspace,
+                                              num_splits, scale_factor)
+                _check(_c_kernel.kiln_torch_bind_site(site, launcher.site._handle))
+                return launcher.attention(q, k, v, mask, bias, workspace,
+                                          num_splits, scale_factor, file_as=site)
+            except Exception as error:
+                if _c_kernel is not None:
+                    _c_kernel.kiln_torch_set_error(
+                        f"{type(error).__name__}: {error}".encode("utf-8", "replace"))
+                raise
+
         def paged_attention_op(q, key_cache, value_cache, page_table, kv_lens,
                                workspace, site, num_splits, total_kv_len=0,
                                k_scale=None, v_scale=None, q_offsets=None,
@@ -122,8 +155,12 @@ def _define() -> None:
 
         # CPU too: a CPU tensor reaches the site's own check, which names
         # it, rather than the dispatcher's "no kernel" error.
+        global _c_kernel
+        _c_kernel = _register_c_kernel(torch)
         for device in ("CUDA", "CPU"):
-            library.impl("attention", attention_op, device)
+            if device == "CPU" or _c_kernel is None:
+                library.impl("attention", attention_op, device)
+            library.impl("attention_checked", attention_checked_op, device)
             library.impl("attention_lse", attention_lse_op, device)
             library.impl("attention_backward", attention_backward_op, device)
             library.impl("paged_attention", paged_attention_op, device)
@@ -176,6 +213,8 @@ def _define() -> None:
                                         setup_context=setup_context,
                                         lib=library)
         torch.library.register_fake("kiln::attention", attention_fake, lib=library)
+        torch.library.register_fake("kiln::attention_checked", attention_fake,
+                                    lib=library)
         torch.library.register_fake("kiln::paged_attention", paged_attention_fake,
                                     lib=library)
         _library = library  # the definitions last as long as it does
@@ -199,7 +238,11 @@ class _Launcher:
         self._local = threading.local()
 
     def attention(self, q: Any, k: Any, v: Any, mask: Any, bias: Any,
-                  workspace: Any, num_splits: int, scale_factor: Any) -> Any:
+                  workspace: Any, num_splits: int, scale_factor: Any,
+                  file_as: int = -1) -> Any:
+        """The launch; with `file_as` (the op's site handle), its plan is
+        also filed with libkilnrt's C kernel (kiln_torch_add_plan), which
+        launches later calls of the signature without Python."""
         import torch
 
         if workspace is not None or not q.is_cuda:
@@ -219,7 +262,11 @@ class _Launcher:
         if plan is None:
             out, plans[key] = self._first(q, k, v, mask, bias, num_splits,
                                           scale_factor)
+            if file_as >= 0:
+                _file_plan(file_as, plans[key])
             return out
+        if file_as >= 0:
+            _file_plan(file_as, plan)
         args, out_shape, workspace_bytes = plan
         out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
         if args.batch == 0:
@@ -267,6 +314,55 @@ class _Launcher:
                  args.kv_len, args.v_head_dim or args.head_dim))
             site.launch(args, stream.handle)
         return out, (args, tuple(out.shape), int(args.workspace_bytes))
+
+
+#: libkilnrt when its C kernel serves kiln::attention on CUDA, else None.
+_c_kernel: Any = None
+
+
+def _register_c_kernel(torch: Any) -> Any:
+    """Registers libkilnrt's C kernel of kiln::attention for CUDA
+    (kiln-c/Torch.h: planned calls launch without Python, others go to
+    kiln::attention_checked), unless KILN_TORCH_LAUNCH=python; returns the
+    library, or None where the kernel cannot be registered (the Python
+    kernel then serves CUDA too)."""
+    import os
+
+    if os.environ.get("KILN_TORCH_LAUNCH", "c") == "python":
+        return None
+    try:
+        lib = load_library()
+    except (KilnError, OSError):
+        return None
+    directory = Path(torch.__file__).resolve().parent / "lib"
+    status = lib.kiln_torch_register_attention(
+        str(directory / "libtorch_cpu.so").encode(),
+        str(directory / "libtorch_cuda.so").encode(),
+        b"kiln::attention_checked")
+    if status != Status.OK:
+        warnings.warn("kiln: torch.ops.kiln.attention launches through Python: "
+                      + lib.kiln_last_error().decode("utf-8", "replace"))
+        return None
+    return lib
+
+
+def _file_plan(index: int, plan: Any) -> None:
+    """Files a launch's plan with the C kernel, under the signature of the
+    call it handed to kiln::attention_checked (a no-op for other calls)."""
+    args, out_shape, workspace_bytes = plan
+    sizes = (ctypes.c_int64 * len(out_shape))(*out_shape)
+    _check(_c_kernel.kiln_torch_add_plan(index, ctypes.byref(args), len(out_shape),
+                                         sizes, workspace_bytes))
+
+
+def launch_counts() -> Tuple[int, int]:
+    """(calls the C kernel launched from a plan, calls it handed to the
+    checked Python launch) in this process; (0, 0) without the C kernel."""
+    if _c_kernel is None:
+        return 0, 0
+    planned, checked = ctypes.c_int64(), ctypes.c_int64()
+    _c_kernel.kiln_torch_counts(ctypes.byref(planned), ctypes.byref(checked))
+    return planned.value, checked.value
 
 
 def _rows(q: Any, site: int) -> Any:
