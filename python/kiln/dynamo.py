@@ -1332,7 +1332,9 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     Inductor), ``choose`` ("timed", the default: each
     site is timed on the model's first inputs against Inductor's own code
     for it, kiln.choice, and takes the faster; "kiln": every site Kiln can
-    take is rewritten); every other option goes to Inductor. Graphs with
+    take is rewritten), ``training`` ("inductor", the default: a graph that
+    needs gradients is Inductor's; "kiln": its sites run Kiln's forward and
+    backward kernels); every other option goes to Inductor. Graphs with
     dynamic sizes (``dynamic=True``, ``mark_dynamic``) are exported with
     those sizes symbolic, so new lengths reuse the same sites and code."""
     import torch
@@ -1346,13 +1348,14 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
         options = {**torch._inductor.list_mode_options(mode), **options}
     # Kiln's own options also at the top of `options` (kiln.optimize passes
     # its keyword arguments there).
-    for name in ("padded_rows", "dense_bias", "choose"):
+    for name in ("padded_rows", "dense_bias", "choose", "training"):
         if name in options:
             kiln_options[name] = options.pop(name)
         if name in kwargs:
             kiln_options[name] = kwargs[name]
     for name, allowed in (("dense_bias", ("inductor", "kiln")),
-                          ("choose", ("timed", "kiln"))):
+                          ("choose", ("timed", "kiln")),
+                          ("training", ("inductor", "kiln"))):
         if name in kiln_options and kiln_options[name] not in allowed:
             raise KilnError(Status.INVALID_ARGUMENT,
                             f"{name} must be one of {', '.join(map(repr, allowed))}, "

@@ -404,10 +404,25 @@ def _narrow(w: _Writer, node: Any) -> None:
                      w.ints([start + length]), w.ints([dim])], [node.name])
 
 
+def _take(w: _Writer, source: str, dim: int, index: int, name: str) -> None:
+    """Element `index` of `source` along `dim`, the axis dropped: a Slice
+    and a Squeeze, which kilnc follows back to `source` (with a Gather of a
+    scalar index the operand's sources were lost)."""
+    piece = w.fresh(name)
+    w.emit("Slice", [source, w.ints([index]), w.ints([index + 1]), w.ints([dim])],
+           [piece])
+    w.emit("Squeeze", [piece, w.ints([dim])], [name])
+
+
 @_handles("aten.select.int")
 def _select(w: _Writer, node: Any) -> None:
-    w.emit("Gather", [w.name_of(node.args[0]), w.constant([int(node.args[2])], "int64")],
-           [node.name], axis=int(node.args[1]))
+    source = w.name_of(node.args[0])
+    shape = w.types[source][1]
+    dim = int(node.args[1]) % max(len(shape), 1)
+    index = int(node.args[2])
+    if index < 0:
+        index += int(shape[dim])
+    _take(w, source, dim, index, node.name)
 
 
 @_handles("aten.cat.default", "aten.concat.default")
@@ -429,7 +444,7 @@ def _pieces(w: _Writer, node: Any, values: Sequence[Any], dim: int, squeeze: boo
         size = 1 if squeeze else _static_shape(value)[dim]
         name = f"{node.name}__{number}"
         if squeeze:
-            w.emit("Gather", [source, w.constant([start], "int64")], [name], axis=dim)
+            _take(w, source, dim, start, name)
         else:
             w.emit("Slice", [source, w.ints([start]), w.ints([start + size]),
                              w.ints([dim])], [name])

@@ -308,3 +308,49 @@ def test_einsum_in_capitals_and_ellipses_fuses_and_verifies(tmp_path: Path) -> N
     assert [n.op_type for n in written.model.graph.node if n.name == "mul"] == ["And"]
     [site] = report_of(g, tmp_path, verify=True)["sites"]
     assert site["output"]["value"] == "einsum_1"
+
+
+@pytest.mark.parametrize("split", ["unbind", "select"])
+def test_fused_qkv_split_by_unbind_or_select_keeps_graph_sources(
+        tmp_path: Path, split: str) -> None:
+    """One projection viewed as [B, S, 3, H, D] and permuted, its three
+    heads taken by unbind (`q, k, v = qkv`) or by select (`qkv[0]`): every
+    operand has a source the graph names (the permute, with the slice the
+    rewrite replays). A Gather of a scalar index lost them all. In f32:
+    the projection of unit-normal inputs makes scores so large that bf16
+    rounding alone moves the softmax, which --verify would not accept."""
+    g = Graph()
+    x = g.input("x", (B, S, H * D), "float32")
+    weight = g.input("w", (H * D, 3 * H * D), "float32")
+    linear = g.call("linear", "aten.matmul.default", (x, weight),
+                    shape=(B, S, 3 * H * D), dtype="float32")
+    view = g.call("view", "aten.view.default", (linear, [B, S, 3, H, D]),
+                  shape=(B, S, 3, H, D), dtype="float32")
+    permute = g.call("permute", "aten.permute.default", (view, [2, 0, 3, 1, 4]),
+                     shape=(3, B, H, S, D), dtype="float32")
+    if split == "unbind":
+        pieces = g.call("unbind", "aten.unbind.int", (permute,),
+                        val=tuple(Val((B, H, S, D), "float32") for _ in range(3)))
+        q, k, v = (g.call(f"getitem_{i}" if i else "getitem", "getitem", (pieces, i),
+                          shape=(B, H, S, D), dtype="float32") for i in range(3))
+    else:
+        q, k, v = (g.call(f"select_{i}", "aten.select.int", (permute, 0, i - 3 if i == 2 else i),
+                          shape=(B, H, S, D), dtype="float32") for i in range(3))
+    key_t = g.call("transpose", "aten.transpose.int", (k, -2, -1),
+                   shape=(B, H, D, S), dtype="float32")
+    scores = g.call("matmul", "aten.matmul.default", (q, key_t),
+                    shape=(B, H, S, S), dtype="float32")
+    scaled = g.call("div", "aten.div.Tensor", (scores, math.sqrt(D)),
+                    shape=(B, H, S, S), dtype="float32")
+    probs = g.call("softmax", "aten.softmax.int", (scaled, -1),
+                   shape=(B, H, S, S), dtype="float32")
+    out = g.call("matmul_1", "aten.matmul.default", (probs, v),
+                 shape=(B, H, S, D), dtype="float32")
+    g.output(out)
+    report = report_of(g, tmp_path, verify=True)
+    [site] = report["sites"]
+    names = {node.name for node in g.nodes}
+    for role in ("query", "key", "value"):
+        sources = [s["value"] for s in site["operands"][role]["sources"]]
+        assert names & set(sources), (role, sources)
+    assert site["output"]["value"] == "matmul_1"
