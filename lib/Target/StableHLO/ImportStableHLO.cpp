@@ -235,6 +235,11 @@ static std::optional<AxisRepeat> asAxisRepeat(Value value) {
 }
 
 Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
+  // No move at all: the value itself, whose op may carry a graph value's
+  // name (re-creating it would drop that name; Flax's attention output is
+  // a transpose that the next dot_general reads in place).
+  if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+    return value;
   // A transpose of a repeat is the repeat of the transpose: the repeat is
   // moved after it, where the fusion reads a KV-head repeat (GQA written
   // with jnp.repeat in [B, S, H, D] order).
@@ -1051,15 +1056,23 @@ static std::optional<StringRef> locationName(Location loc) {
 }
 
 /// An op JAX writes for another op's operand under that op's location: a
-/// constant, or the broadcast of a scalar (`1.0 - x` broadcasts its 1.0).
-/// It names no value of its own.
+/// constant, the broadcast of a scalar (`1.0 - x` broadcasts its 1.0), or
+/// a broadcast used only by ops of its own location (`x + bias` broadcasts
+/// the bias under the add's). It names no value of its own.
 static bool isHelper(Operation &op) {
   if (op.hasTrait<OpTrait::ConstantLike>() || opName(&op) == "constant")
     return true;
   if (opName(&op) != "broadcast_in_dim" || op.getNumOperands() != 1)
     return false;
   auto type = dyn_cast<ShapedType>(op.getOperand(0).getType());
-  return type && type.hasRank() && type.getRank() == 0;
+  if (type && type.hasRank() && type.getRank() == 0)
+    return true;
+  std::optional<StringRef> name = locationName(op.getLoc());
+  if (!name || op.getResult(0).use_empty())
+    return false;
+  return llvm::all_of(op.getResult(0).getUsers(), [&](Operation *user) {
+    return locationName(user->getLoc()) == name;
+  });
 }
 
 void Importer::countNames(Block &body) {
