@@ -6,6 +6,9 @@ sources and why the rewrite can or cannot take it. For finding why a site
 is not rewritten on a machine with JAX.
 
     python3 utils/dump_jax_sites.py CASE[,CASE...] OUT_DIR
+
+A CASE `bench:NAME:SEQ` is bench/bench_jax.py's model NAME at batch 1 and
+SEQ tokens instead.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "utils"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import jax  # noqa: E402
 
@@ -30,7 +34,14 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     table = save_stablehlo.cases()
     for name in names:
-        function, args = table[name]()
+        if name.startswith("bench:"):
+            import bench_jax
+
+            _, model, seq = name.split(":")
+            function, args = bench_jax.model(model, 1, int(seq))
+            name = f"{model}-{seq}"
+        else:
+            function, args = table[name]()
         flat, tree = jax.tree_util.tree_flatten(args)
 
         def flat_function(*leaves, function=function, tree=tree):
