@@ -7,8 +7,8 @@ is not rewritten on a machine with JAX.
 
     python3 utils/dump_jax_sites.py CASE[,CASE...] OUT_DIR
 
-A CASE `bench:NAME:SEQ` is bench/bench_jax.py's model NAME at batch 1 and
-SEQ tokens instead.
+A CASE `bench:NAME:SEQ[:BATCH]` is bench/bench_jax.py's model NAME at SEQ
+tokens (and BATCH sequences, default 1) instead.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def main() -> int:
         if name.startswith("bench:"):
             import bench_jax
 
-            _, model, seq = name.split(":")
-            function, args = bench_jax.model(model, 1, int(seq))
-            name = f"{model}-{seq}"
+            _, model, seq, *batch = name.split(":")
+            batch = int(batch[0]) if batch else 1
+            function, args = bench_jax.model(model, batch, int(seq))
+            name = f"{model}-{seq}-b{batch}"
         else:
             function, args = table[name]()
         flat, tree = jax.tree_util.tree_flatten(args)
