@@ -952,11 +952,35 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
     int64_t rank = ranked.getRank();
     return std::pair(ranked.getDimSize(rank - 2), ranked.getDimSize(rank - 1));
   };
-  while (auto reshape = value.getDefiningOp<tosa::ReshapeOp>()) {
-    auto in = lastTwo(reshape.getInput1().getType());
-    if (!in || in != lastTwo(reshape.getOutput().getType()))
-      return std::nullopt;
-    value = reshape.getInput1();
+  // Through reshapes, negations and a boolean written as numbers and
+  // compared with zero (`where(mask, s, -big)` on a float mask compares it
+  // with 0: Flax's make_causal_mask), each negation swapping what the
+  // comparison says.
+  auto isBoolean = [](Value v) {
+    auto type = dyn_cast<RankedTensorType>(v.getType());
+    return type && type.getElementType().isInteger(1);
+  };
+  for (;;) {
+    if (auto reshape = value.getDefiningOp<tosa::ReshapeOp>()) {
+      auto in = lastTwo(reshape.getInput1().getType());
+      if (!in || in != lastTwo(reshape.getOutput().getType()))
+        return std::nullopt;
+      value = reshape.getInput1();
+    } else if (auto negation = value.getDefiningOp<tosa::LogicalNotOp>()) {
+      value = negation.getInput1();
+      hides = !hides;
+    } else if (auto equal = value.getDefiningOp<tosa::EqualOp>()) {
+      Value numbers = equal.getInput1(), zero = equal.getInput2();
+      if (getSplatFloat(numbers) == 0.0)
+        std::swap(numbers, zero);
+      auto cast = numbers.getDefiningOp<tosa::CastOp>();
+      if (getSplatFloat(zero) != 0.0 || !cast || !isBoolean(cast.getInput()))
+        return std::nullopt;
+      value = cast.getInput(); // `b == 0` is `not b`
+      hides = !hides;
+    } else {
+      break;
+    }
   }
   Operation *compare = value.getDefiningOp();
   if (!compare || !isa<tosa::GreaterEqualOp, tosa::GreaterOp>(compare) ||
