@@ -65,14 +65,18 @@ bool registered = false;
 std::atomic<int64_t> plannedCount{0}, checkedCount{0};
 
 /// A signature's launch: the arguments (data pointers aside), the output's
-/// sizes and the workspace's bytes.
-struct Plan {
-  std::vector<int64_t> signature;
+/// sizes and dtype and the workspace's bytes.
+struct Launch {
   kiln_attention_args args;
   int64_t outRank = 0;
   std::array<int64_t, 4> outSizes{};
   int32_t outDtype = 0;
   int64_t workspaceBytes = 0;
+};
+
+struct Plan {
+  std::vector<int64_t> signature;
+  Launch launch;
 };
 
 struct SiteEntry {
@@ -210,7 +214,7 @@ void handToChecked(StableIValue *stack, const std::vector<int64_t> *signature,
 
 /// Launches a planned call; frees the stack's arguments and returns the
 /// output (whose handle the caller gives PyTorch).
-AtenTensorHandle launchPlanned(StableIValue *stack, Plan &plan,
+AtenTensorHandle launchPlanned(StableIValue *stack, Launch &plan,
                                const kiln_site *site, int32_t deviceType,
                                int32_t deviceIndex) {
   Owned owned{stack};
@@ -286,7 +290,7 @@ void attentionKernel(StableIValue *stack, uint64_t arguments,
   int32_t deviceIndex = static_cast<int32_t>(signature[2 + 2 * qRank + 2]);
 
   const kiln_site *site = nullptr;
-  Plan plan;
+  Launch plan;
   bool found = false;
   if (stack[Workspace] == 0 && deviceType == shim.deviceTypeCuda()) {
     std::lock_guard<std::mutex> lock(tableMutex);
@@ -294,7 +298,7 @@ void attentionKernel(StableIValue *stack, uint64_t arguments,
       site = table[handle].site;
       for (const Plan &candidate : table[handle].plans)
         if (candidate.signature == signature) {
-          plan = candidate;
+          plan = candidate.launch;
           found = true;
           break;
         }
@@ -401,13 +405,13 @@ kiln_status kiln_torch_add_plan(int64_t handle, const kiln_attention_args *args,
   }
   Plan plan;
   plan.signature = *pendingSignature;
-  plan.args = *args;
-  plan.outRank = outRank;
-  std::copy(outSizes, outSizes + outRank, plan.outSizes.begin());
+  plan.launch.args = *args;
+  plan.launch.outRank = outRank;
+  std::copy(outSizes, outSizes + outRank, plan.launch.outSizes.begin());
   // The output has q's dtype: the dtype entry of q's part of the signature.
   int64_t qRank = plan.signature[1];
-  plan.outDtype = static_cast<int32_t>(plan.signature[2 + 2 * qRank]);
-  plan.workspaceBytes = workspaceBytes;
+  plan.launch.outDtype = static_cast<int32_t>(plan.signature[2 + 2 * qRank]);
+  plan.launch.workspaceBytes = workspaceBytes;
   std::lock_guard<std::mutex> lock(tableMutex);
   if (static_cast<size_t>(handle) >= table.size() || !table[handle].site)
     return KILN_OK;
