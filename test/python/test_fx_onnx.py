@@ -73,6 +73,17 @@ def qkv(g: Graph, dtype: str = "bfloat16"):
     return [g.input(name, (B, H, S, D), dtype) for name in ("q", "k", "v")]
 
 
+def attend(g: Graph, scores: Node, v: Node, dtype: str) -> Node:
+    """softmax over the keys of `scores` (the graph's [B, H, S, S]), then
+    the product with `v`, written as the graph's output `matmul_1`."""
+    probs = g.call("softmax", "aten.softmax.int", (scores, -1),
+                   shape=(B, H, S, S), dtype=dtype)
+    out = g.call("matmul_1", "aten.matmul.default", (probs, v),
+                 shape=(B, H, S, D), dtype=dtype)
+    g.output(out)
+    return out
+
+
 def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
     """einsum scores / sqrt(d), masked_fill where a tril of ones is 0,
     softmax, einsum with V: one causal site whose operands and output are
@@ -158,11 +169,7 @@ def test_alibi_slopes_from_ops_and_a_learned_temperature(tmp_path: Path) -> None
                   shape=(H, S, S), dtype="float32")
     biased = g.call("add", "aten.add.Tensor", (tempered, bias),
                     shape=(B, H, S, S), dtype="float32")
-    probs = g.call("softmax", "aten.softmax.int", (biased, -1),
-                   shape=(B, H, S, S), dtype="float32")
-    out = g.call("matmul_1", "aten.matmul.default", (probs, v),
-                 shape=(B, H, S, D), dtype="float32")
-    g.output(out)
+    attend(g, biased, v, "float32")
     [site] = report_of(g, tmp_path, verify=True)["sites"]
     assert site["operands"]["scale_factor"]["value"] == "tau"
     assert site["output"]["value"] == "matmul_1"
@@ -342,11 +349,7 @@ def test_fused_qkv_split_by_unbind_or_select_keeps_graph_sources(
                     shape=(B, H, S, S), dtype="float32")
     scaled = g.call("div", "aten.div.Tensor", (scores, math.sqrt(D)),
                     shape=(B, H, S, S), dtype="float32")
-    probs = g.call("softmax", "aten.softmax.int", (scaled, -1),
-                   shape=(B, H, S, S), dtype="float32")
-    out = g.call("matmul_1", "aten.matmul.default", (probs, v),
-                 shape=(B, H, S, D), dtype="float32")
-    g.output(out)
+    attend(g, scaled, v, "float32")
     report = report_of(g, tmp_path, verify=True)
     [site] = report["sites"]
     names = {node.name for node in g.nodes}
