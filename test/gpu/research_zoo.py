@@ -335,6 +335,27 @@ class KthSparseMlp(Projections):
         return y + self.down(h * (h.float() >= threshold).to(h.dtype))
 
 
+class FusedQkvUnbind(nn.Module):
+    """timm's ViT attention: one qkv projection reshaped to [B, S, 3, H, D],
+    permuted to [3, B, H, S, D] and taken apart by `unbind(0)` (or by
+    indexing, `qkv[0]`), q scaled before the product, no mask."""
+
+    def __init__(self, hidden: int, heads: int, index: bool = False):
+        super().__init__()
+        self.heads, self.index = heads, index
+        self.scale = (hidden // heads) ** -0.5
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        b, s, c = x.shape
+        qkv = self.qkv(x).reshape(b, s, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (qkv[0], qkv[1], qkv[2]) if self.index else qkv.unbind(0)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        out = attn.softmax(dim=-1) @ v
+        return self.proj(out.transpose(1, 2).reshape(b, s, c))
+
+
 def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
     """The research zoo at `batch` × `seq`: (name, module, inputs, sites)."""
     hidden, heads = 1024, 16
@@ -364,4 +385,6 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("sdpa-scale-causal", SdpaScaleCausal(hidden, heads), tokens, 1),
         ("complex-rope", ComplexRope(hidden, heads), tokens, 1),
         ("kth-sparse-mlp", KthSparseMlp(hidden, heads), tokens, 1),
+        ("timm-qkv-unbind", FusedQkvUnbind(hidden, heads), tokens, 1),
+        ("timm-qkv-index", FusedQkvUnbind(hidden, heads, index=True), tokens, 1),
     ]
