@@ -9,6 +9,7 @@ import pytest
 
 import kiln
 import kiln.jax as kjax
+from kiln.jax.report import user_lines, where
 
 INPUTS = Path(__file__).resolve().parents[1] / "Target" / "StableHLO" / "Inputs"
 
@@ -178,3 +179,18 @@ def test_arguments_renamed_whatever_their_locations():
     renamed = _named_arguments(text)
     assert renamed.count('loc("kiln.a') == 3 and 'loc("kiln.a1")' in renamed
     assert {_argument_names(renamed)[f"kiln.a{k}"] for k in range(3)} == {0, 1, 2}
+
+
+def test_sites_are_placed_at_the_users_lines_not_kilns():
+    """kiln.jax.jit's lowering records the frame of Kiln's own rewrite that
+    lowered the function; ALiBi's site lists it first. The site is placed
+    at the user's line (the saved text's Kiln lines name this package's
+    modules, wherever it was installed)."""
+    site, = kjax.explain_text(text("alibi_steps_f32")).sites
+    assert site["source"][0].endswith("kiln/jax/rewrite.py:453")
+    place = where(site)
+    assert "kiln/jax/" not in place and place.startswith(
+        site["source"][1].rsplit(":", 1)[0])
+    assert place in str(kjax.explain_text(text("alibi_steps_f32")))
+    assert user_lines(["/elsewhere/kiln/jax/rewrite.py:1"]) == [
+        "/elsewhere/kiln/jax/rewrite.py:1"]  # all Kiln's: kept

@@ -20,7 +20,7 @@ from typing import Any, Dict, List
 
 from ..compiler import compile as _compile_file
 from ..runtime import KilnError, Package, Status
-from .report import run_report as _run_report
+from .report import run_report as _run_report, where
 
 __all__ = ["Explanation", "analysed_text", "attention", "compile", "compile_text",
            "explain", "explain_text", "jit", "stablehlo_text"]
@@ -49,18 +49,12 @@ class Explanation:
                 form.append(f"mask={site['mask']}")
             if site.get("bias"):
                 form.append("bias")
-            lines.append(f"  site {index}: {' '.join(form)} at {_where(site)}")
+            lines.append(f"  site {index}: {' '.join(form)} at {where(site)}")
         for entry in self.unfused:
-            lines.append(f"  not fused at {_where(entry)}: {entry['reason']}")
+            lines.append(f"  not fused at {where(entry)}: {entry['reason']}")
         return "\n".join(lines)
 
 
-def _where(entry: Dict[str, Any]) -> str:
-    source = entry.get("source") or []
-    if source:
-        return source[0] + (f" (+{len(source) - 1} lines)" if len(source) > 1 else "")
-    nodes = entry.get("nodes") or ([entry["node"]] if entry.get("node") else [])
-    return nodes[0] if nodes else "<unknown>"
 
 
 def stablehlo_text(function: Any, *args: Any) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..capi import KilnError, Status
 from ..compiler import operand_sources, replayable
 from ..site import SiteSpec
+from .report import where
 
 __all__ = ["jit", "KilnJitted"]
 
@@ -366,14 +367,13 @@ class Compiled:
                  f"{len(self.sites)} attention sites rewritten, "
                  f"{len(self.report.get('unfused', []))} softmaxes left unfused"]
         for index, site in enumerate(self.sites):
-            where = (site.report.get("source") or ["<unknown>"])[0]
+            place = where(site.report)
             state = "rewritten" if site.why_not is None else f"not rewritten: {site.why_not}"
             if site.loop_body:
                 state += " (in a loop body)"
-            lines.append(f"  site {index} at {where}: {state}")
+            lines.append(f"  site {index} at {place}: {state}")
         for entry in self.report.get("unfused", []):
-            where = (entry.get("source") or [entry.get("node", "<unknown>")])[0]
-            lines.append(f"  softmax at {where} not fused: {entry.get('reason')}")
+            lines.append(f"  softmax at {where(entry)} not fused: {entry.get('reason')}")
         if self.fallback:
             lines.append(f"  this signature runs as jax.jit(f): {self.fallback}")
         elif self.error is not None:
