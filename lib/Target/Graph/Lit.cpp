@@ -8,6 +8,9 @@
 
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/APInt.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::kiln::graph;
@@ -37,9 +40,15 @@ static int64_t wrapToIntType(int64_t value, IntegerType type) {
 
 void Lit::normalize() {
   if (auto ft = dyn_cast<FloatType>(elementType)) {
-    if (!ft.isF64())
+    if (ft.isF32()) {
+      // The machine's own rounding (to nearest, ties to even), as APFloat's;
+      // folded masks and biases hold millions of elements.
+      for (double &v : floats)
+        v = static_cast<double>(static_cast<float>(v));
+    } else if (!ft.isF64()) {
       for (double &v : floats)
         v = roundToFloatType(v, ft);
+    }
     return;
   }
   if (auto it = dyn_cast<IntegerType>(elementType))
@@ -63,6 +72,17 @@ std::optional<Lit> Lit::fromAttr(DenseElementsAttr attr) {
       lit.floats.assign(n, v.convertToDouble());
       return lit;
     }
+    // f32 and f64 read natively: no APFloat per element.
+    if (lit.elementType.isF32()) {
+      for (float v : attr.getValues<float>())
+        lit.floats.push_back(v);
+      return lit;
+    }
+    if (lit.elementType.isF64()) {
+      for (double v : attr.getValues<double>())
+        lit.floats.push_back(v);
+      return lit;
+    }
     for (APFloat v : attr.getValues<APFloat>()) {
       bool losesInfo;
       v.convert(llvm::APFloat::IEEEdouble(),
@@ -84,6 +104,16 @@ std::optional<Lit> Lit::fromAttr(DenseElementsAttr attr) {
     return lit;
   }
   lit.ints.reserve(n);
+  if (intType.getWidth() == 64 && !intType.isUnsigned()) {
+    for (int64_t v : attr.getValues<int64_t>())
+      lit.ints.push_back(v);
+    return lit;
+  }
+  if (intType.getWidth() == 32 && !intType.isUnsigned()) {
+    for (int32_t v : attr.getValues<int32_t>())
+      lit.ints.push_back(v);
+    return lit;
+  }
   for (APInt v : attr.getValues<APInt>())
     lit.ints.push_back(toInt(v));
   return lit;
@@ -93,6 +123,14 @@ DenseElementsAttr Lit::toAttr() const {
   auto type = RankedTensorType::get(shape, elementType);
   if (auto ft = dyn_cast<FloatType>(elementType)) {
     bool splat = !floats.empty() && llvm::all_equal(floats);
+    if (ft.isF32() || ft.isF64()) {  // natively, as fromAttr reads them
+      auto given = splat ? llvm::ArrayRef<double>(floats).take_front(1)
+                         : llvm::ArrayRef<double>(floats);
+      if (ft.isF64())
+        return DenseElementsAttr::get(type, given);
+      std::vector<float> narrow(given.begin(), given.end());
+      return DenseElementsAttr::get(type, llvm::ArrayRef<float>(narrow));
+    }
     llvm::SmallVector<APFloat> values;
     for (double v : splat ? llvm::ArrayRef<double>(floats).take_front(1)
                           : llvm::ArrayRef<double>(floats)) {
@@ -106,6 +144,20 @@ DenseElementsAttr Lit::toAttr() const {
   }
   auto it = cast<IntegerType>(elementType);
   bool splat = !ints.empty() && llvm::all_equal(ints);
+  auto given = splat ? llvm::ArrayRef<int64_t>(ints).take_front(1)
+                     : llvm::ArrayRef<int64_t>(ints);
+  if (it.getWidth() == 64 && !it.isUnsigned())
+    return DenseElementsAttr::get(type, given);
+  if (it.getWidth() == 32 && !it.isUnsigned()) {
+    std::vector<int32_t> narrow(given.begin(), given.end());
+    return DenseElementsAttr::get(type, llvm::ArrayRef<int32_t>(narrow));
+  }
+  if (it.getWidth() == 1) {
+    llvm::SmallVector<bool> truth(given.size());
+    for (size_t k = 0; k < given.size(); ++k)
+      truth[k] = given[k] != 0;
+    return DenseElementsAttr::get(type, llvm::ArrayRef<bool>(truth));
+  }
   llvm::SmallVector<APInt> values;
   for (int64_t v : splat ? llvm::ArrayRef<int64_t>(ints).take_front(1)
                          : llvm::ArrayRef<int64_t>(ints))
