@@ -223,13 +223,15 @@ protected:
 
   /// Calls the kernel as the dispatcher would; returns the output.
   FakeTensor *call(std::vector<int64_t> qStrides = {8192, 1024, 64, 1},
-                   FakeTensor *workspace = nullptr) {
+                   FakeTensor *workspace = nullptr, int32_t device = 0) {
+    FakeTensor *q = newTensor({2, 8, 16, 64}, qStrides);
+    FakeTensor *k = newTensor({2, 2, 16, 64}, {2048, 1024, 64, 1});
+    FakeTensor *v = newTensor({2, 2, 16, 64}, {2048, 1024, 64, 1});
+    q->deviceIndex = k->deviceIndex = v->deviceIndex = device;
     StableIValue stack[9] = {
-        reinterpret_cast<StableIValue>(newTensor({2, 8, 16, 64}, qStrides)),
-        reinterpret_cast<StableIValue>(
-            newTensor({2, 2, 16, 64}, {2048, 1024, 64, 1})),
-        reinterpret_cast<StableIValue>(
-            newTensor({2, 2, 16, 64}, {2048, 1024, 64, 1})),
+        reinterpret_cast<StableIValue>(q),
+        reinterpret_cast<StableIValue>(k),
+        reinterpret_cast<StableIValue>(v),
         0,
         0,
         boxed(workspace),
@@ -294,6 +296,22 @@ TEST_F(TorchOpTest, CallersWorkspaceIsNeverPlanned) {
   EXPECT_EQ(checkedCalls, 2);
   EXPECT_EQ(fake().launches, 0);
   EXPECT_EQ(live.size(), 2u);
+}
+
+TEST_F(TorchOpTest, AnotherCurrentDeviceIsChecked) {
+  // The stand-in driver's current context is on device 0: a planned call
+  // on device 1 goes to the checked launch (which switches device), and
+  // files nothing more.
+  handle = 8;
+  call({8192, 1024, 64, 1}, nullptr, 1);
+  call({8192, 1024, 64, 1}, nullptr, 1);
+  EXPECT_EQ(checkedCalls, 2);
+  EXPECT_EQ(fake().launches, 0);
+  call();  // device 0: planned on its first call, launched on its second
+  call();
+  EXPECT_EQ(checkedCalls, 3);
+  EXPECT_EQ(fake().launches, 1);
+  EXPECT_EQ(live.size(), 4u);
 }
 
 TEST_F(TorchOpTest, CheckedFailureRaisesItsMessage) {
