@@ -18,6 +18,10 @@ using namespace mlir::kiln::graph;
 static double roundToFloatType(double value, FloatType type) {
   if (type.isF64())
     return value;
+  // The machine's own rounding (to nearest, ties to even), as APFloat's:
+  // folded masks and biases hold millions of f32 elements.
+  if (type.isF32())
+    return static_cast<double>(static_cast<float>(value));
   llvm::APFloat f(value);
   bool losesInfo = false;
   f.convert(type.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven,
@@ -40,15 +44,9 @@ static int64_t wrapToIntType(int64_t value, IntegerType type) {
 
 void Lit::normalize() {
   if (auto ft = dyn_cast<FloatType>(elementType)) {
-    if (ft.isF32()) {
-      // The machine's own rounding (to nearest, ties to even), as APFloat's;
-      // folded masks and biases hold millions of elements.
-      for (double &v : floats)
-        v = static_cast<double>(static_cast<float>(v));
-    } else if (!ft.isF64()) {
+    if (!ft.isF64())
       for (double &v : floats)
         v = roundToFloatType(v, ft);
-    }
     return;
   }
   if (auto it = dyn_cast<IntegerType>(elementType))
