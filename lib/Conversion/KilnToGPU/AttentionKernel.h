@@ -609,12 +609,17 @@ std::unique_ptr<AttentionKernelBuilder>
 createScalarKernel(const KernelSpec &spec, int64_t kvBlockSize,
                    int64_t rowsPerWarp);
 
-/// kiln.attention_grad's passes on f32 FMAs (KernelVariant::pass): any
-/// element type, head dims multiples of 32 up to 128.
+/// kiln.attention_grad's passes (KernelVariant::pass): on mma.sync tensor
+/// cores where the spec takes them (variant.tensorCores: f16/bf16, head
+/// dims multiples of 16 up to 128), else on f32 FMAs (any element type,
+/// head dims multiples of 32 up to 128).
 std::unique_ptr<AttentionKernelBuilder>
 createBackwardKernel(const KernelSpec &spec);
-/// Whether the backward kernels support these head dims.
+/// Whether the FMA backward kernels support these head dims.
 bool backwardKernelSupports(int64_t headDim, int64_t valueHeadDim);
+/// Whether the tensor-core backward kernels support these.
+bool mmaBackwardKernelSupports(Type elementType, int64_t headDim,
+                               int64_t valueHeadDim);
 
 /// The TF32 tensor-core kernel for f32 sites (KernelVariant::tf32).
 std::unique_ptr<AttentionKernelBuilder>

@@ -274,8 +274,11 @@ LogicalResult attentionSpec(AttentionOp op,
 }
 
 /// The kernels of a kiln.attention_grad site: both passes of the backward
-/// kernels; `spec` is the query pass's.
-LogicalResult gradSpec(AttentionGradOp op, KernelSpec &spec) {
+/// kernels, on tensor cores where they take the site; `spec` is the query
+/// pass's.
+LogicalResult gradSpec(AttentionGradOp op,
+                       const ConvertKilnToGPUOptions &options,
+                       KernelSpec &spec) {
   int64_t headDim = op.getHeadDim(), valueHeadDim = op.getValueHeadDim();
   if (ShapedType::isDynamic(headDim) || ShapedType::isDynamic(valueHeadDim))
     return op.emitOpError("GPU lowering needs static head dims");
@@ -285,11 +288,17 @@ LogicalResult gradSpec(AttentionGradOp op, KernelSpec &spec) {
   if (op.getBiasGrad())
     return op.emitOpError("the bias gradient has no GPU kernel yet (the "
                           "CPU lowering computes it)");
-  if (!backwardKernelSupports(headDim, valueHeadDim))
+  Type elementType = op.getElementType();
+  bool tensorCores = options.tensorCores &&
+                     mmaBackwardKernelSupports(elementType, headDim,
+                                               valueHeadDim);
+  if (!tensorCores && !backwardKernelSupports(headDim, valueHeadDim))
     return op.emitOpError("the backward kernels take head dims that are "
-                          "multiples of 32 up to 128, got ")
+                          "multiples of 16 up to 128 (f16/bf16) or of 32 up "
+                          "to 128 (others), got ")
            << headDim << "/" << valueHeadDim;
   fillProblem(op, spec.problem);
+  spec.variant.tensorCores = tensorCores;
   spec.problem.lse = true;
   spec.variant.pass = KernelVariant::Pass::GradQuery;
   return success();
@@ -625,16 +634,19 @@ mlir::kiln::detail::selectKernel(Operation *op,
   KernelSpec &spec = choice.spec;
   SmallVector<std::string> &why = choice.why;
   if (auto grad = dyn_cast<AttentionGradOp>(op)) {
-    if (failed(gradSpec(grad, spec)))
+    if (failed(gradSpec(grad, options, spec)))
       return failure();
     choice.family = KernelFamily::Backward;
     choice.gradKeyValue = spec;
     choice.gradKeyValue->variant.pass = KernelVariant::Pass::GradKeyValue;
-    why.push_back(llvm::formatv("the backward kernels: {0} on f32 FMAs, a "
-                                "query pass (dQ and D) then a key pass (dK "
-                                "and dV, summed over each group by one warp "
-                                "a key: deterministic)",
-                                describeProblem(spec.problem))
+    why.push_back(llvm::formatv("the backward kernels: {0} on {1}, a query "
+                                "pass (dQ and D) then a key pass (dK and dV, "
+                                "summed over each group by one warp a key: "
+                                "deterministic)",
+                                describeProblem(spec.problem),
+                                spec.variant.tensorCores
+                                    ? "mma.sync tensor cores"
+                                    : "f32 FMAs")
                       .str());
     std::unique_ptr<AttentionKernelBuilder> kernel = choice.createKernel();
     choice.rowsPerBlock = kernel->rowsPerBlock();

@@ -25,7 +25,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "AttentionKernel.h"
+#include "Schedules/Backward/BackwardKernel.h"
 #include "Products/Products.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -39,6 +39,7 @@
 
 using namespace mlir;
 using namespace mlir::kiln::detail;
+using namespace mlir::kiln::detail::backward;
 
 namespace {
 
@@ -46,18 +47,12 @@ namespace {
 constexpr int64_t kRowsPerWarp = 2;
 /// Keys (query pass) or queries (key pass) a tile stages: one a lane.
 constexpr int64_t kTileRows = 32;
-/// Tensors the backward adds to the forward's arguments, in ABI order.
-constexpr const char *kGradTensors[] = {"grad_out", "grad_q", "grad_k",
-                                        "grad_v"};
 
-class BackwardKernel : public AttentionKernelBuilder {
+/// The FMA passes' tiles, staged as f32, and their products.
+class BackwardKernel : public GradKernelBase {
 public:
   explicit BackwardKernel(const KernelSpec &spec)
-      : AttentionKernelBuilder(spec), headDim(spec.problem.headDim),
-        valueDim(spec.problem.valueDim()), keyProduct(headDim),
-        valueProduct(valueDim) {
-    assert(spec.problem.lse && "the backward reads the forward's lse");
-  }
+      : GradKernelBase(spec), keyProduct(headDim), valueProduct(valueDim) {}
 
   int64_t rowsPerBlock() const override { return kRowsPerWarp * kWarpsPerBlock; }
   int64_t kvBlockSize() const override { return kTileRows; }
@@ -66,21 +61,6 @@ public:
     // (padded by one column).
     return 4 * (rowsPerBlock() * (headDim + valueDim) +
                 kTileRows * (headDim + 1 + valueDim + 1));
-  }
-
-  SmallVector<std::string> argumentNames() const override {
-    SmallVector<std::string> names = AttentionKernelBuilder::argumentNames();
-    names.append({"grad_out", "delta", "grad_q", "grad_k", "grad_v"});
-    for (const char *tensor : kGradTensors)
-      for (const char *axis : {"batch", "head", "seq"})
-        names.push_back((llvm::Twine(tensor) + "_stride_" + axis).str());
-    return names;
-  }
-  SmallVector<std::string> argumentKinds() const override {
-    SmallVector<std::string> kinds = AttentionKernelBuilder::argumentKinds();
-    kinds.append(5, "pointer");
-    kinds.append(12, "i64");
-    return kinds;
   }
 
 protected:
@@ -98,21 +78,11 @@ protected:
             tile(kTileRows, headDim + 1), tile(kTileRows, valueDim + 1)};
   }
 
+
   /// Binds the arguments after the forward's, and returns the block's
   /// shared tiles: its own rows of the two tensors, then the staged tiles.
-  std::array<Value, 4> bindGradArguments(gpu::GPUFuncOp func) {
-    ValueRange args = func.getArguments();
-    unsigned next = AttentionKernelBuilder::argumentNames().size();
-    gradOut = args[next++];
-    delta = args[next++];
-    gradQ = args[next++];
-    gradK = args[next++];
-    gradV = args[next++];
-    for (SmallVector<Value> *strides :
-         {&gradOutStrides, &gradQStrides, &gradKStrides, &gradVStrides}) {
-      strides->assign(args.begin() + next, args.begin() + next + 3);
-      next += 3;
-    }
+  std::array<Value, 4> bindArgumentsAndTiles(gpu::GPUFuncOp func) {
+    bindGradArguments(func);
     auto tiles = func.getWorkgroupAttributions();
     return {tiles[0], tiles[1], tiles[2], tiles[3]};
   }
@@ -151,85 +121,6 @@ protected:
     }
   }
 
-  /// Element `offset` (i64) of an f32 global tensor.
-  Value loadF32(Value pointer, Value offset) {
-    auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
-    Value address = LLVM::GEPOp::create(*b, ptrType, b->getF32Type(), pointer,
-                                        ValueRange{offset});
-    return LLVM::LoadOp::create(*b, b->getF32Type(), address);
-  }
-  void storeF32(Value pointer, Value offset, Value value) {
-    auto ptrType = LLVM::LLVMPointerType::get(b->getContext(), 1);
-    Value address = LLVM::GEPOp::create(*b, ptrType, b->getF32Type(), pointer,
-                                        ValueRange{offset});
-    LLVM::StoreOp::create(*b, value, address);
-  }
-
-  /// A row's log-sum-exp in log2 units (kept finite for a finite lse) and
-  /// its D, from the query's place in the [B, Hq, Sq] tensors.
-  std::pair<Value, Value> rowStatistics(Value rowHead, Value query) {
-    Value offset = lseOffset(rowHead, query);
-    return {toLog2Saturated(loadF32(lsePtr, offset)), loadF32(delta, offset)};
-  }
-
-  /// One score's probability and the gradient of the loss with respect to
-  /// its dot product, from the dot product Q·K, dP = dO·V, the row's lse
-  /// (log2 units) and D.
-  struct ScoreGradient {
-    Value probability, dot;
-  };
-  ScoreGradient scoreGradient(Value dot, Value dp, Value query, Value key,
-                              Value rowMaskBase, Value rowBiasBase,
-                              Value lseLog2, Value rowDelta) {
-    const float inf = std::numeric_limits<float>::infinity();
-    Value visible;
-    Value score = finishScore(dot, query, key, rowMaskBase, rowBiasBase,
-                              /*raw=*/false, {}, /*bounds=*/true, &visible);
-    Value zero = constF32(0.0f);
-    Value noKeys = arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ,
-                                         lseLog2, constF32(-inf));
-    Value p = exp2(arith::SubFOp::create(*b, score, lseLog2));
-    p = arith::SelectOp::create(*b, noKeys, zero, p);
-    const AttentionProblem &problem = spec.problem;
-    if (problem.addsToScores() ||
-        (problem.maskedScore &&
-         std::fabs(saturatedLog2(*problem.maskedScore)) >= 0x1p22f)) {
-      // A score that saturated in log2 units (a fill or an additive term as
-      // large as finfo.min): the forward weighs such keys uniformly in a row
-      // where every score saturated, and not at all beside a finite score,
-      // and their scores are constants. The row's lse (the fill, its ln Sk
-      // lost to rounding) gives weight 1, so the weight is capped at 1/Sk.
-      Value saturated = arith::AndIOp::create(
-          *b,
-          arith::CmpFOp::create(*b, arith::CmpFPredicate::OLE, score,
-                                constF32(std::numeric_limits<float>::lowest())),
-          arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, key, kvLen));
-      Value uniform = arith::DivFOp::create(
-          *b, constF32(1.0f),
-          arith::UIToFPOp::create(*b, b->getF32Type(), toI32(kvLen)));
-      p = arith::SelectOp::create(*b, saturated,
-                                  arith::MinimumFOp::create(*b, p, uniform),
-                                  p);
-      visible = arith::AndIOp::create(
-          *b, visible,
-          arith::XOrIOp::create(
-              *b, saturated,
-              arith::ConstantIntOp::create(*b, b->getI1Type(), 1)));
-    }
-    // dS = P·(dP - D); a hidden key's score is a constant.
-    Value ds = fmul(p, arith::SubFOp::create(*b, dp, rowDelta));
-    ds = arith::SelectOp::create(*b, visible, ds, zero);
-    // Through the score function: the scale, and softcap·tanh(x / softcap)
-    // whose derivative is 1 - tanh².
-    Value factor = scaleNatural;
-    if (std::optional<float> cap = spec.problem.softcap) {
-      Value t = tanh(fmul(fmul(dot, scaleNatural), constF32(1.0f / *cap)));
-      factor = fmul(factor, arith::SubFOp::create(*b, constF32(1.0f),
-                                                  fmul(t, t)));
-    }
-    return {p, fmul(ds, factor)};
-  }
-
   /// Stores the f32 `values` (D/32 a row, the lane's columns lane + 32·d)
   /// of row `row` of a gradient whose (batch, head) starts at `base`.
   void storeRow(Value pointer, Value base, Value rowStride, Value row,
@@ -244,12 +135,9 @@ protected:
     return SmallVector<Value>(count, constF32(0.0f));
   }
 
-  int64_t headDim, valueDim;
   /// Products over the head dim (Q·K, dX·K, dX·Q) and the value head dim
   /// (dO·V, P·dO).
   ScalarProduct keyProduct, valueProduct;
-  Value gradOut, delta, gradQ, gradK, gradV;
-  SmallVector<Value> gradOutStrides, gradQStrides, gradKStrides, gradVStrides;
 };
 
 /// dQ and D, by query blocks of one head.
@@ -260,7 +148,7 @@ public:
 protected:
   void buildBody(gpu::GPUFuncOp func) override {
     ImplicitLocOpBuilder &builder = *b;
-    auto [qRows, dORows, kTile, vTile] = bindGradArguments(func);
+    auto [qRows, dORows, kTile, vTile] = bindArgumentsAndTiles(func);
     Value gradOutBase = tensorBase(gradOutStrides, head);
     stageRows(qRows, q, qBase, qStrides[2], firstQuery, qLen, rowsPerBlock(),
               headDim);
@@ -346,7 +234,7 @@ public:
 protected:
   void buildBody(gpu::GPUFuncOp func) override {
     ImplicitLocOpBuilder &builder = *b;
-    auto [kRows, vRows, qTile, dOTile] = bindGradArguments(func);
+    auto [kRows, vRows, qTile, dOTile] = bindArgumentsAndTiles(func);
     // Grid x is the key block (the prologue's query block is unused).
     Value keyBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
     Value firstKey = mul(keyBlock, constIndex(rowsPerBlock()));
@@ -470,6 +358,8 @@ bool mlir::kiln::detail::backwardKernelSupports(int64_t headDim,
 
 std::unique_ptr<AttentionKernelBuilder>
 mlir::kiln::detail::createBackwardKernel(const KernelSpec &spec) {
+  if (spec.variant.tensorCores)
+    return createMmaBackwardKernel(spec);
   if (spec.variant.pass == KernelVariant::Pass::GradQuery)
     return std::make_unique<GradQueryKernel>(spec);
   assert(spec.variant.pass == KernelVariant::Pass::GradKeyValue &&

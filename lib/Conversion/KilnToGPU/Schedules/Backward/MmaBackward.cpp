@@ -1,0 +1,589 @@
+//===- MmaBackward.cpp - kiln.attention_grad on mma.sync ------------------===//
+//
+// The backward passes of f16/bf16 sites on m16n8k16 tensor cores. Both
+// passes have the forward's shape: a block's 64 rows (16 a warp) stay in
+// shared memory and are the A operand of every product, and tiles of
+// columns stream past them.
+//
+// - The query pass (rows: queries; column tiles: 64 keys of K and V):
+//   S = Q·Kᵀ and dP = dO·Vᵀ, then per score dS = P·(dP - D) through the
+//   score function (GradKernelBase::scoreGradient, which recomputes the
+//   forward's score and its masks), and dQ += dS·K with dS from registers.
+//   It first computes each row's D = Σ dO·O and stores it to `delta`.
+// - The key pass (rows: the block's 64 keys of one KV head; column tiles:
+//   queries of every query head of its group): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ,
+//   then dV += Pᵀ·dO and dK += dSᵀ·Q. Each key is summed by the one warp
+//   that owns it: deterministic, and GQA/MQA groups summed without copies.
+//
+// dQ is a pass of its own rather than atomics into an f32 buffer: the two
+// passes recompute S and dP (seven products where atomics need five) but
+// need no workspace and give the same bits on every run. P and dS are
+// rounded to the element type for their products, as in the forward's P·V.
+//
+// Tiles are copied 16 bytes a thread where every row is 16-byte aligned,
+// element by element otherwise; the products read them with ldmatrix (PTX
+// ISA, "Matrix Fragments for mma.m16n8k16").
+//
+//===----------------------------------------------------------------------===//
+
+#include "Schedules/Backward/BackwardKernel.h"
+#include "Products/Products.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::kiln::detail;
+using namespace mlir::kiln::detail::backward;
+
+namespace {
+
+/// Rows a warp owns: the M of one mma.
+constexpr int64_t kWarpRows = 16;
+/// Rows a block owns.
+constexpr int64_t kBlockRows = kWarpRows * kWarpsPerBlock;
+/// Elements of padding per shared row: the eight 16-byte rows an ldmatrix
+/// reads then fall in different bank groups.
+constexpr int64_t kRowPadding = 8;
+/// Elements a 16-byte copy moves.
+constexpr int64_t kChunk = 8;
+
+/// A tile of 16-bit elements in dynamic shared memory.
+struct SharedTile {
+  int64_t offset = 0; ///< bytes from the start
+  int64_t rows = 0;
+  int64_t rowElements = 0; ///< the head dim plus kRowPadding
+};
+
+class MmaBackwardKernel : public GradKernelBase {
+public:
+  explicit MmaBackwardKernel(const KernelSpec &spec)
+      : GradKernelBase(spec), product(spec.problem.elementType),
+        keyPass(spec.variant.pass == KernelVariant::Pass::GradKeyValue),
+        // The key pass holds dK and dV accumulators beside the tile's
+        // scores: past head dim 64 its tiles take 32 queries.
+        columns(keyPass && std::max(headDim, valueDim) > 64 ? 32 : 64) {
+    int64_t offset = 0;
+    auto place = [&](int64_t rows, int64_t dim) {
+      SharedTile tile{offset, rows, dim + kRowPadding};
+      offset += rows * tile.rowElements * 2;
+      return tile;
+    };
+    // Query pass: Q and dO rows, K and V tiles. Key pass: K and V rows, Q
+    // and dO tiles.
+    rowsOfKeyDim = place(kBlockRows, headDim);
+    rowsOfValueDim = place(kBlockRows, valueDim);
+    tileOfKeyDim = place(columns, headDim);
+    tileOfValueDim = place(columns, valueDim);
+    // Query pass: the rows' D. Key pass: the tile's lse (log2 units) and D.
+    statsOffset = offset;
+    bytes = offset + 4 * std::max(kBlockRows, 2 * columns);
+  }
+
+  int64_t rowsPerBlock() const override { return kBlockRows; }
+  int64_t kvBlockSize() const override { return columns; }
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override { return bytes; }
+
+protected:
+  void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
+    declareDynamicShared(moduleBuilder, loc);
+  }
+
+  void buildBody(gpu::GPUFuncOp func) override {
+    bindGradArguments(func);
+    shared = dynamicShared();
+    zero = constF32(0.0f);
+    Value laneIndex = lane;
+    laneGroup = divU32(laneIndex, constIndex(4));
+    quadLane = remU32(laneIndex, constIndex(4));
+    matrixRow = remU32(laneIndex, constIndex(8));
+    Value matrix = divU32(laneIndex, constIndex(8));
+    matrixLow = remU32(matrix, constIndex(2));
+    matrixHigh = divU32(matrix, constIndex(2));
+    warpRow = mul(warp, constIndex(kWarpRows));
+    aligned = checkAlignment();
+    if (keyPass)
+      buildKeyPass();
+    else
+      buildQueryPass();
+  }
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Shared memory and copies.
+  //===--------------------------------------------------------------------===//
+
+  Type i32() { return b->getI32Type(); }
+  Type sharedPointer() {
+    return LLVM::LLVMPointerType::get(b->getContext(), 3);
+  }
+  Type globalPointer() {
+    return LLVM::LLVMPointerType::get(b->getContext(), 1);
+  }
+  /// The shared byte `byteOffset` (index) past the dynamic shared memory.
+  Value sharedAt(Value byteOffset) {
+    return LLVM::GEPOp::create(*b, sharedPointer(), b->getI8Type(), shared,
+                               ValueRange{toI32(byteOffset)});
+  }
+  /// Address of element (row, column) of a tile.
+  Value tileAddress(const SharedTile &tile, Value row, Value column) {
+    Value element = add(mul(row, constIndex(tile.rowElements)), column);
+    return sharedAt(add(constIndex(tile.offset), mul(element, constIndex(2))));
+  }
+  /// f32 slot `index` of the statistics.
+  Value statAddress(Value index) {
+    return sharedAt(add(constIndex(statsOffset), mul(index, constIndex(4))));
+  }
+  Value loadStat(Value index) {
+    return LLVM::LoadOp::create(*b, b->getF32Type(), statAddress(index));
+  }
+  void storeStat(Value index, Value value) {
+    LLVM::StoreOp::create(*b, value, statAddress(index));
+  }
+
+  /// Whether every row the passes copy is 16-byte aligned (i1): the
+  /// tensors' addresses and every stride (two bytes an element).
+  Value checkAlignment() {
+    Type i64 = b->getI64Type();
+    Value bits = arith::ConstantIntOp::create(*b, i64, 0);
+    for (Value pointer : {q, k, v, gradOut})
+      bits = arith::OrIOp::create(*b, bits,
+                                  LLVM::PtrToIntOp::create(*b, i64, pointer));
+    for (ArrayRef<Value> strides : {ArrayRef<Value>(qStrides),
+                                    ArrayRef<Value>(kStrides),
+                                    ArrayRef<Value>(vStrides),
+                                    ArrayRef<Value>(gradOutStrides)})
+      for (Value stride : strides)
+        bits = arith::OrIOp::create(
+            *b, bits,
+            arith::ShLIOp::create(*b, stride,
+                                  arith::ConstantIntOp::create(*b, i64, 1)));
+    Value low = arith::AndIOp::create(*b, bits,
+                                      arith::ConstantIntOp::create(*b, i64, 15));
+    return arith::CmpIOp::create(*b, arith::CmpIPredicate::eq, low,
+                                 arith::ConstantIntOp::create(*b, i64, 0));
+  }
+
+  /// Eight elements from element `offset` (i64) of a global 16-bit tensor,
+  /// as four i32: one 16-byte load where `aligned`, else eight.
+  Value loadChunk(Value pointer, Value offset) {
+    auto chunkType = VectorType::get({4}, i32());
+    Type i16 = b->getI16Type();
+    return ifElse(
+        aligned, chunkType,
+        [&]() -> SmallVector<Value> {
+          Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
+                                              pointer, ValueRange{offset});
+          return {LLVM::LoadOp::create(*b, chunkType, address, 16)};
+        },
+        [&]() -> SmallVector<Value> {
+          Value chunk = LLVM::PoisonOp::create(*b, chunkType);
+          for (int64_t pair = 0; pair < 4; ++pair) {
+            Value halves[2];
+            for (int64_t e = 0; e < 2; ++e) {
+              Value at = arith::AddIOp::create(
+                  *b, offset,
+                  arith::ConstantIntOp::create(*b, b->getI64Type(),
+                                               2 * pair + e));
+              Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
+                                                  pointer, ValueRange{at});
+              halves[e] = arith::ExtUIOp::create(
+                  *b, i32(), LLVM::LoadOp::create(*b, i16, address));
+            }
+            Value word = arith::OrIOp::create(
+                *b, halves[0],
+                arith::ShLIOp::create(*b, halves[1],
+                                      arith::ConstantIntOp::create(*b, i32(),
+                                                                   16)));
+            chunk = LLVM::InsertElementOp::create(
+                *b, chunk, word,
+                arith::ConstantIntOp::create(*b, i32(), pair));
+          }
+          return {chunk};
+        })[0];
+  }
+
+  /// Copies rows [firstRow, firstRow + tile.rows) of a [*, dim] tensor
+  /// (`pointer` at element `base`, rows `rowStride` apart) into `tile`;
+  /// rows at or past `numRows` are zeros. The block's threads take 16-byte
+  /// chunks in order, so that a warp reads whole rows.
+  void copyRows(const SharedTile &tile, Value pointer, Value base,
+                Value rowStride, Value firstRow, Value numRows, int64_t dim) {
+    int64_t chunks = dim / kChunk;
+    int64_t total = tile.rows * chunks;
+    auto chunkType = VectorType::get({4}, i32());
+    Value zeros = LLVM::ZeroOp::create(*b, chunkType);
+    Value lastRow = arith::MaxSIOp::create(*b, sub(numRows, constIndex(1)),
+                                           constIndex(0));
+    for (int64_t first = 0; first < total; first += kThreadsPerBlock) {
+      Value linear = add(threadId, constIndex(first));
+      auto copyOne = [&] {
+        Value row = divU32(linear, constIndex(chunks));
+        Value column = mul(remU32(linear, constIndex(chunks)),
+                           constIndex(kChunk));
+        Value globalRow = add(firstRow, row);
+        Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                               globalRow, numRows);
+        // Rows past the end read the last row, then are replaced by zeros.
+        Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
+        Value offset =
+            add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+        Value chunk = arith::SelectOp::create(
+            *b, inBounds, loadChunk(pointer, offset), zeros);
+        LLVM::StoreOp::create(*b, chunk, tileAddress(tile, row, column), 16);
+      };
+      if (first + kThreadsPerBlock > total)
+        ifBelow(linear, total, copyOne);
+      else
+        copyOne();
+    }
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Fragments and products.
+  //===--------------------------------------------------------------------===//
+
+  /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
+  /// l % 8 of matrix l / 8.
+  SmallVector<Value> loadMatrices(Value address, bool transpose) {
+    MLIRContext *ctx = b->getContext();
+    Type i32Type = i32();
+    auto structType = LLVM::LLVMStructType::getLiteral(
+        ctx, {i32Type, i32Type, i32Type, i32Type});
+    Value result = NVVM::LdMatrixOp::create(
+        *b, structType, address, /*num=*/4,
+        transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+        NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
+        NVVM::LdStMatrixEltType::B16);
+    SmallVector<Value> registers;
+    for (int64_t i = 0; i < 4; ++i)
+      registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
+    return registers;
+  }
+  /// The address this lane gives ldmatrix.x4 for the 16 × 16 block at
+  /// (row, column) of a tile: matrix m covers rows row + 8·rowHalf(m) and
+  /// columns column + 8·columnHalf(m).
+  Value blockAddress(const SharedTile &tile, Value row, int64_t column,
+                     Value rowHalf, Value columnHalf) {
+    return tileAddress(
+        tile, add(row, add(mul(rowHalf, constIndex(8)), matrixRow)),
+        add(constIndex(column), mul(columnHalf, constIndex(8))));
+  }
+
+  /// The warp's rows times the tile's rows transposed, over `dim`: for
+  /// each 8-column block of the tile, the four accumulators of the m16n8
+  /// layout (rows g and g + 8 of the warp, columns 2t and 2t + 1).
+  SmallVector<Value> rowsTimesTileRows(const SharedTile &rowTile,
+                                    const SharedTile &tile, int64_t dim) {
+    int64_t blocks = tile.rows / 8;
+    SmallVector<Value> acc(4 * blocks, zero);
+    for (int64_t c = 0; c < dim / 16; ++c) {
+      // A: the warp's 16 rows, columns 16c on (matrices: rows by the low
+      // bit, columns by the high).
+      SmallVector<Value> a = loadMatrices(
+          blockAddress(rowTile, warpRow, 16 * c, matrixLow, matrixHigh),
+          /*transpose=*/false);
+      for (int64_t pair = 0; pair < blocks / 2; ++pair) {
+        // B: tile rows 16·pair on as columns of two blocks (matrices: rows
+        // by the high bit, columns by the low).
+        SmallVector<Value> bFragments = loadMatrices(
+            blockAddress(tile, constIndex(16 * pair), 16 * c, matrixHigh,
+                         matrixLow),
+            /*transpose=*/false);
+        product.scores(*b, MutableArrayRef<Value>(&acc[4 * (2 * pair)], 4), a,
+                       {bFragments[0], bFragments[1]});
+        product.scores(*b, MutableArrayRef<Value>(&acc[4 * (2 * pair + 1)], 4),
+                       a, {bFragments[2], bFragments[3]});
+      }
+    }
+    return acc;
+  }
+
+  /// acc += X·tile over the tile's rows: `x` the warp's A fragments (four
+  /// registers for each 16 rows of the tile, packAFragments'), `acc` four
+  /// accumulators for each 8 of the tile's `dim` columns.
+  void accumulateTile(MutableArrayRef<Value> acc, ArrayRef<Value> x,
+                      const SharedTile &tile, int64_t dim) {
+    for (int64_t j = 0; j < static_cast<int64_t>(x.size()) / 4; ++j) {
+      ArrayRef<Value> a = x.slice(4 * j, 4);
+      for (int64_t pair = 0; pair < dim / 16; ++pair) {
+        // Transposed matrices: tile rows 16j + 0-7 / 8-15 (low bit), columns
+        // 16·pair + 0-7 / 8-15 (high bit): B fragments of two blocks.
+        SmallVector<Value> bFragments = loadMatrices(
+            blockAddress(tile, constIndex(16 * j), 16 * pair, matrixLow,
+                         matrixHigh),
+            /*transpose=*/true);
+        product.values(*b, acc.slice(4 * (2 * pair), 4), a,
+                       {bFragments[0], bFragments[1]});
+        product.values(*b, acc.slice(4 * (2 * pair + 1), 4), a,
+                       {bFragments[2], bFragments[3]});
+      }
+    }
+  }
+
+  /// The column of accumulator `e` of 8-column block `block` (2t or 2t + 1).
+  Value accColumn(int64_t block, int64_t e) {
+    return add(constIndex(8 * block + (e & 1)), mul(quadLane, constIndex(2)));
+  }
+  /// The warp-relative row of accumulator `e` (g or g + 8).
+  Value accRow(int64_t e) {
+    return add(warpRow, add(laneGroup, constIndex(e < 2 ? 0 : 8)));
+  }
+
+  /// Stores accumulators (four for each 8 of `dim` columns) of this
+  /// thread's rows `rows` (g and g + 8; stored where `inBounds`) of a
+  /// gradient whose (batch, head) starts at `base`.
+  void storeRows(Value pointer, Value base, Value rowStride,
+                 ArrayRef<Value> acc, const Value rows[2],
+                 const Value inBounds[2]) {
+    for (int64_t r = 0; r < 2; ++r)
+      ifThen(inBounds[r], [&] {
+        Value rowOffset = add(base, mul(toI64(rows[r]), rowStride));
+        for (int64_t block = 0; block < static_cast<int64_t>(acc.size()) / 4;
+             ++block)
+          for (int64_t e = 2 * r; e < 2 * r + 2; ++e)
+            storeElement(pointer, acc[4 * block + e],
+                         add(rowOffset, toI64(accColumn(block, e))));
+      });
+  }
+
+  //===--------------------------------------------------------------------===//
+  // The passes.
+  //===--------------------------------------------------------------------===//
+
+  void buildQueryPass() {
+    ImplicitLocOpBuilder &builder = *b;
+    Value gradOutBase = tensorBase(gradOutStrides, head);
+    copyRows(rowsOfKeyDim, q, qBase, qStrides[2], firstQuery, qLen, headDim);
+    copyRows(rowsOfValueDim, gradOut, gradOutBase, gradOutStrides[2],
+             firstQuery, qLen, valueDim);
+
+    // D = Σ dO·O of the block's rows: two threads a row, half the value
+    // dims each; stored to `delta` and kept for the block.
+    {
+      Value row = divU32(threadId, constIndex(2));
+      Value half = remU32(threadId, constIndex(2));
+      Value query = add(firstQuery, row);
+      Value safeQuery =
+          arith::MinSIOp::create(builder, query, sub(qLen, constIndex(1)));
+      Value dORow = add(gradOutBase, mul(toI64(safeQuery), gradOutStrides[2]));
+      Value oRow = add(outBase, mul(toI64(safeQuery), outStrides[2]));
+      int64_t halfDim = valueDim / 2;
+      Value first = mul(half, constIndex(halfDim));
+      scf::ForOp loop = forLoop(
+          first, add(first, constIndex(halfDim)), constIndex(1), {zero},
+          [&](Value column, ValueRange sum) -> SmallVector<Value> {
+            Value dO = loadGlobalAsF32(gradOut, spec.problem.elementType,
+                                       add(dORow, toI64(column)));
+            Value o = loadGlobalAsF32(out, spec.problem.elementType,
+                                      add(oRow, toI64(column)));
+            return {LLVM::FMAOp::create(*b, dO, o, sum[0])};
+          });
+      Value sum = butterfly(loop.getResult(0), /*isMax=*/false, 1);
+      storeStat(row, sum);
+      Value writes = arith::AndIOp::create(
+          builder,
+          arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, half,
+                                constIndex(0)),
+          arith::CmpIOp::create(builder, arith::CmpIPredicate::slt, query,
+                                qLen));
+      ifThen(writes, [&] { storeF32(delta, lseOffset(head, query), sum); });
+    }
+    gpu::BarrierOp::create(builder);
+
+    Value queries[2], safeQueries[2], inBounds[2], lseLog2[2], rowDelta[2];
+    for (int64_t r = 0; r < 2; ++r) {
+      Value rowInBlock = accRow(2 * r);
+      queries[r] = add(firstQuery, rowInBlock);
+      inBounds[r] = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                          queries[r], qLen);
+      safeQueries[r] = arith::MinSIOp::create(builder, queries[r],
+                                              sub(qLen, constIndex(1)));
+      lseLog2[r] = toLog2Saturated(
+          loadF32(lsePtr, lseOffset(head, safeQueries[r])));
+      rowDelta[r] = loadStat(rowInBlock);
+    }
+
+    int64_t keyBlocks = columns / 8;
+    scf::ForOp loop = forLoop(
+        kvBegin, kvEnd, constIndex(columns), zeros(headDim / 2),
+        [&](Value kvStart, ValueRange carried) {
+          ImplicitLocOpBuilder &ib = *b;
+          gpu::BarrierOp::create(ib);
+          copyRows(tileOfKeyDim, k, kBase, kStrides[2], kvStart, kvLen,
+                   headDim);
+          copyRows(tileOfValueDim, v, vBase, vStrides[2], kvStart, kvLen,
+                   valueDim);
+          gpu::BarrierOp::create(ib);
+          SmallVector<Value> dots =
+              rowsTimesTileRows(rowsOfKeyDim, tileOfKeyDim, headDim);
+          SmallVector<Value> dps =
+              rowsTimesTileRows(rowsOfValueDim, tileOfValueDim, valueDim);
+          SmallVector<Value> ds;
+          for (int64_t block = 0; block < keyBlocks; ++block)
+            for (int64_t e = 0; e < 4; ++e) {
+              int64_t r = e / 2, i = 4 * block + e;
+              ds.push_back(scoreGradient(dots[i], dps[i], safeQueries[r],
+                                         add(kvStart, accColumn(block, e)),
+                                         maskBase, biasBase, lseLog2[r],
+                                         rowDelta[r])
+                               .dot);
+            }
+          // dQ += dS·K, dS rounded to the element type.
+          SmallVector<Value> acc(carried.begin(), carried.end());
+          accumulateTile(acc, packAFragments(ds, spec.problem.elementType),
+                         tileOfKeyDim, headDim);
+          return acc;
+        });
+
+    storeRows(gradQ, tensorBase(gradQStrides, head), gradQStrides[2],
+              SmallVector<Value>(loop.getResults()), queries, inBounds);
+  }
+
+  void buildKeyPass() {
+    ImplicitLocOpBuilder &builder = *b;
+    // Grid x is the key block (the prologue's query block is unused).
+    Value keyBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
+    Value firstKey = mul(keyBlock, constIndex(kBlockRows));
+    copyRows(rowsOfKeyDim, k, kBase, kStrides[2], firstKey, kvLen, headDim);
+    copyRows(rowsOfValueDim, v, vBase, vStrides[2], firstKey, kvLen,
+             valueDim);
+
+    // The queries that can see the block's keys (as the FMA pass): key <=
+    // query + kv_len - q_len + right and key > query + kv_len - q_len -
+    // window. With masked_score every query does.
+    Value queryBegin = constIndex(0), queryEnd = qLen;
+    const AttentionProblem &problem = spec.problem;
+    if (!problem.maskedScore) {
+      if (std::optional<int64_t> right = problem.rightBound())
+        queryBegin = arith::MaxSIOp::create(
+            builder, sub(sub(firstKey, kvOffset), constIndex(*right)),
+            constIndex(0));
+      if (problem.window) {
+        Value lastKey = add(firstKey, constIndex(kBlockRows - 1));
+        Value end = add(sub(lastKey, kvOffset), constIndex(*problem.window));
+        queryEnd = arith::MinSIOp::create(
+            builder, arith::MaxSIOp::create(builder, end, constIndex(0)),
+            qLen);
+      }
+      queryBegin = arith::MinSIOp::create(builder, queryBegin, queryEnd);
+    }
+
+    Value keys[2], inBounds[2];
+    for (int64_t r = 0; r < 2; ++r) {
+      keys[r] = add(firstKey, accRow(2 * r));
+      inBounds[r] = arith::CmpIOp::create(builder, arith::CmpIPredicate::slt,
+                                          keys[r], kvLen);
+    }
+    int64_t keyAccs = headDim / 2, valueAccs = valueDim / 2;
+    int64_t queryBlocks = columns / 8;
+    Value lastQuery = sub(qLen, constIndex(1));
+    // Each query head of the KV head's group, then its query tiles.
+    scf::ForOp heads = forLoop(
+        constIndex(0), group, constIndex(1), zeros(keyAccs + valueAccs),
+        [&](Value member, ValueRange carried) {
+          Value rowHead = add(mul(kvHead, group), member);
+          Value rowQBase = tensorBase(qStrides, rowHead);
+          Value rowGradOutBase = tensorBase(gradOutStrides, rowHead);
+          Value rowMaskBase =
+              problem.maskType ? tensorBase(maskStrides, rowHead) : Value();
+          Value rowBiasBase =
+              problem.biasType ? tensorBase(biasStrides, rowHead) : Value();
+          scf::ForOp tiles = forLoop(
+              queryBegin, queryEnd, constIndex(columns),
+              SmallVector<Value>(carried.begin(), carried.end()),
+              [&](Value tileStart, ValueRange carriedAcc) {
+                ImplicitLocOpBuilder &ib = *b;
+                gpu::BarrierOp::create(ib);
+                copyRows(tileOfKeyDim, q, rowQBase, qStrides[2], tileStart,
+                         qLen, headDim);
+                copyRows(tileOfValueDim, gradOut, rowGradOutBase,
+                         gradOutStrides[2], tileStart, qLen, valueDim);
+                // The tile's lse (log2 units) and D, a thread a query.
+                ifBelow(threadId, columns, [&] {
+                  Value query = arith::MinSIOp::create(
+                      *b, add(tileStart, threadId), lastQuery);
+                  auto [lse, rowDelta] = rowStatistics(rowHead, query);
+                  storeStat(threadId, lse);
+                  storeStat(add(threadId, constIndex(columns)), rowDelta);
+                });
+                gpu::BarrierOp::create(ib);
+
+                SmallVector<Value> dots =
+                    rowsTimesTileRows(rowsOfKeyDim, tileOfKeyDim, headDim);
+                SmallVector<Value> dps =
+                    rowsTimesTileRows(rowsOfValueDim, tileOfValueDim, valueDim);
+                SmallVector<Value> p, ds;
+                for (int64_t block = 0; block < queryBlocks; ++block)
+                  for (int64_t e = 0; e < 4; ++e) {
+                    int64_t i = 4 * block + e;
+                    Value column = accColumn(block, e);
+                    Value query = add(tileStart, column);
+                    Value valid = arith::CmpIOp::create(
+                        ib, arith::CmpIPredicate::slt, query, queryEnd);
+                    Value safeQuery =
+                        arith::MinSIOp::create(ib, query, lastQuery);
+                    ScoreGradient g = scoreGradient(
+                        dots[i], dps[i], safeQuery, keys[e / 2], rowMaskBase,
+                        rowBiasBase, loadStat(column),
+                        loadStat(add(column, constIndex(columns))));
+                    p.push_back(
+                        arith::SelectOp::create(ib, valid, g.probability, zero));
+                    ds.push_back(arith::SelectOp::create(ib, valid, g.dot, zero));
+                  }
+                // dK += dSᵀ·Q and dV += Pᵀ·dO, rounded to the element type.
+                SmallVector<Value> acc(carriedAcc.begin(), carriedAcc.end());
+                MutableArrayRef<Value> all(acc);
+                accumulateTile(all.take_front(keyAccs),
+                               packAFragments(ds, spec.problem.elementType),
+                               tileOfKeyDim, headDim);
+                accumulateTile(all.drop_front(keyAccs),
+                               packAFragments(p, spec.problem.elementType),
+                               tileOfValueDim, valueDim);
+                return acc;
+              });
+          return SmallVector<Value>(tiles.getResults());
+        });
+
+    ValueRange results = heads.getResults();
+    storeRows(gradK, tensorBase(gradKStrides, kvHead), gradKStrides[2],
+              SmallVector<Value>(results.take_front(keyAccs)), keys, inBounds);
+    storeRows(gradV, tensorBase(gradVStrides, kvHead), gradVStrides[2],
+              SmallVector<Value>(results.drop_front(keyAccs)), keys, inBounds);
+  }
+
+  MmaSyncProduct product;
+  bool keyPass;
+  /// Columns of a streamed tile (keys in the query pass, queries in the
+  /// key pass).
+  int64_t columns;
+  SharedTile rowsOfKeyDim, rowsOfValueDim, tileOfKeyDim, tileOfValueDim;
+  int64_t statsOffset = 0, bytes = 0;
+
+  // Bound by buildBody.
+  Value shared, zero, aligned;
+  /// lane = 4·laneGroup + quadLane; the warp's first row in the block; the
+  /// lane's row in its ldmatrix matrix and that matrix's two bits.
+  Value laneGroup, quadLane, warpRow, matrixRow, matrixLow, matrixHigh;
+};
+
+} // namespace
+
+std::unique_ptr<AttentionKernelBuilder>
+mlir::kiln::detail::backward::createMmaBackwardKernel(const KernelSpec &spec) {
+  return std::make_unique<MmaBackwardKernel>(spec);
+}
+
+bool mlir::kiln::detail::mmaBackwardKernelSupports(Type elementType,
+                                                   int64_t headDim,
+                                                   int64_t valueHeadDim) {
+  auto fits = [](int64_t dim) { return dim > 0 && dim % 16 == 0 && dim <= 128; };
+  return (elementType.isF16() || elementType.isBF16()) && fits(headDim) &&
+         fits(valueHeadDim);
+}
