@@ -176,7 +176,7 @@ protected:
       }
       rowDelta.push_back(butterfly(sum, /*isMax=*/false, kWarpSize / 2));
       Value offset = lseOffset(head, query);
-      lseLog2.push_back(toLog2Saturated(loadF32(lsePtr, offset)));
+      lseLog2.push_back(weightLse(loadF32(lsePtr, offset)));
       Value writes = arith::AndIOp::create(
           builder,
           arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, lane,

@@ -83,31 +83,50 @@ protected:
     LLVM::StoreOp::create(*b, value, address);
   }
 
-  /// A row's log-sum-exp in log2 units (kept finite for a finite lse) and
-  /// its D, from the query's place in the [B, Hq, Sq] tensors.
+  /// A row's log-sum-exp as scoreGradient takes it: in log2 units (kept
+  /// finite for a finite lse), and +inf for a row that saw no key, so that
+  /// every weight 2^(score - lse) of such a row is 0.
+  Value weightLse(Value lse) {
+    Value log2 = toLog2Saturated(lse);
+    Value noKeys = arith::CmpFOp::create(
+        *b, arith::CmpFPredicate::OEQ, log2,
+        constF32(-std::numeric_limits<float>::infinity()));
+    return arith::SelectOp::create(
+        *b, noKeys, constF32(std::numeric_limits<float>::infinity()), log2);
+  }
+  /// A row's weightLse and its D, from the query's place in the
+  /// [B, Hq, Sq] tensors.
   std::pair<Value, Value> rowStatistics(Value rowHead, Value query) {
     Value offset = lseOffset(rowHead, query);
-    return {toLog2Saturated(loadF32(lsePtr, offset)), loadF32(delta, offset)};
+    return {weightLse(loadF32(lsePtr, offset)), loadF32(delta, offset)};
   }
 
   /// One score's probability and the gradient of the loss with respect to
-  /// its dot product, from the dot product Q·K, dP = dO·V, the row's lse
-  /// (log2 units) and D.
+  /// its dot product, from the dot product Q·K, dP = dO·V, the row's
+  /// weightLse and D. Without `bounds`, the key is known inside kv_len and
+  /// the row's band (tileNeedsMask's tiles): only the score function and
+  /// the terms are applied.
   struct ScoreGradient {
     Value probability, dot;
   };
+  /// Whether scoreGradient needs the bounds whatever the tile: a key that a
+  /// boolean mask hides scores a finite fill, and only the bounds' visibility
+  /// tells it from a visible key's score.
+  bool gradientNeedsBounds() const {
+    return spec.problem.maskType && spec.problem.maskType.isInteger(1) &&
+           spec.problem.maskedScore;
+  }
   ScoreGradient scoreGradient(Value dot, Value dp, Value query, Value key,
                               Value rowMaskBase, Value rowBiasBase,
-                              Value lseLog2, Value rowDelta) {
-    const float inf = std::numeric_limits<float>::infinity();
+                              Value lseLog2, Value rowDelta,
+                              bool bounds = true) {
+    bounds = bounds || gradientNeedsBounds();
     Value visible;
     Value score = finishScore(dot, query, key, rowMaskBase, rowBiasBase,
-                              /*raw=*/false, {}, /*bounds=*/true, &visible);
+                              /*raw=*/false, {}, bounds,
+                              bounds ? &visible : nullptr);
     Value zero = constF32(0.0f);
-    Value noKeys = arith::CmpFOp::create(*b, arith::CmpFPredicate::OEQ,
-                                         lseLog2, constF32(-inf));
     Value p = exp2(arith::SubFOp::create(*b, score, lseLog2));
-    p = arith::SelectOp::create(*b, noKeys, zero, p);
     const AttentionProblem &problem = spec.problem;
     if (problem.addsToScores() ||
         (problem.maskedScore &&
@@ -128,15 +147,17 @@ protected:
       p = arith::SelectOp::create(*b, saturated,
                                   arith::MinimumFOp::create(*b, p, uniform),
                                   p);
-      visible = arith::AndIOp::create(
-          *b, visible,
-          arith::XOrIOp::create(
-              *b, saturated,
-              arith::ConstantIntOp::create(*b, b->getI1Type(), 1)));
+      Value unsaturated = arith::XOrIOp::create(
+          *b, saturated, arith::ConstantIntOp::create(*b, b->getI1Type(), 1));
+      visible = visible ? arith::AndIOp::create(*b, visible, unsaturated)
+                              .getResult()
+                        : unsaturated;
     }
-    // dS = P·(dP - D); a hidden key's score is a constant.
+    // dS = P·(dP - D); a hidden key's score is a constant. (Without the
+    // bounds, a hidden key scores -inf and has P = 0.)
     Value ds = fmul(p, arith::SubFOp::create(*b, dp, rowDelta));
-    ds = arith::SelectOp::create(*b, visible, ds, zero);
+    if (visible)
+      ds = arith::SelectOp::create(*b, visible, ds, zero);
     // Through the score function: the scale, and softcap·tanh(x / softcap)
     // whose derivative is 1 - tanh².
     Value factor = scaleNatural;

@@ -58,6 +58,13 @@ struct SharedTile {
   int64_t offset = 0; ///< bytes from the start
   int64_t rows = 0;
   int64_t rowElements = 0; ///< the head dim plus kRowPadding
+  /// Bytes further on (index), for a tile of a pipeline's stage; null: none.
+  Value shift;
+  SharedTile shifted(Value bytes) const {
+    SharedTile tile = *this;
+    tile.shift = bytes;
+    return tile;
+  }
 };
 
 class MmaBackwardKernel : public GradKernelBase {
@@ -74,15 +81,20 @@ public:
       offset += rows * tile.rowElements * 2;
       return tile;
     };
-    // Query pass: Q and dO rows, K and V tiles. Key pass: K and V rows, Q
-    // and dO tiles.
+    // Query pass: Q and dO rows, the rows' D, then two stages of K and V
+    // tiles. Key pass: K and V rows, then two stages of Q and dO tiles
+    // with their queries' lse and D.
     rowsOfKeyDim = place(kBlockRows, headDim);
     rowsOfValueDim = place(kBlockRows, valueDim);
+    rowDeltaOffset = offset;
+    offset += keyPass ? 0 : 4 * kBlockRows;
+    int64_t stageStart = offset;
     tileOfKeyDim = place(columns, headDim);
     tileOfValueDim = place(columns, valueDim);
-    // Query pass: the rows' D. Key pass: the tile's lse (log2 units) and D.
     statsOffset = offset;
-    bytes = offset + 4 * std::max(kBlockRows, 2 * columns);
+    offset += keyPass ? 2 * 4 * columns : 0;
+    stageBytes = offset - stageStart;
+    bytes = offset + stageBytes;
   }
 
   int64_t rowsPerBlock() const override { return kBlockRows; }
@@ -134,17 +146,29 @@ private:
   /// Address of element (row, column) of a tile.
   Value tileAddress(const SharedTile &tile, Value row, Value column) {
     Value element = add(mul(row, constIndex(tile.rowElements)), column);
-    return sharedAt(add(constIndex(tile.offset), mul(element, constIndex(2))));
+    Value offset = add(constIndex(tile.offset), mul(element, constIndex(2)));
+    return sharedAt(tile.shift ? add(offset, tile.shift) : offset);
   }
-  /// f32 slot `index` of the statistics.
-  Value statAddress(Value index) {
-    return sharedAt(add(constIndex(statsOffset), mul(index, constIndex(4))));
+  /// f32 slot `index` of an array at `offset` bytes (index).
+  Value f32Address(Value offset, Value index) {
+    return sharedAt(add(offset, mul(index, constIndex(4))));
   }
-  Value loadStat(Value index) {
-    return LLVM::LoadOp::create(*b, b->getF32Type(), statAddress(index));
+  Value loadShared(Value offset, Value index) {
+    return LLVM::LoadOp::create(*b, b->getF32Type(), f32Address(offset, index));
   }
-  void storeStat(Value index, Value value) {
-    LLVM::StoreOp::create(*b, value, statAddress(index));
+  void storeShared(Value offset, Value index, Value value) {
+    LLVM::StoreOp::create(*b, value, f32Address(offset, index));
+  }
+  /// The stage of pipeline step `step` (index): its bytes past the first
+  /// stage's.
+  Value stageShift(Value step) {
+    return mul(remU32(step, constIndex(2)), constIndex(stageBytes));
+  }
+  /// Waits for the copies of every committed group but the last, then for
+  /// the block (whose other threads copied the rest of the tiles).
+  void waitForStage() {
+    NVVM::CpAsyncWaitGroupOp::create(*b, 1);
+    gpu::BarrierOp::create(*b);
   }
 
   /// Whether every row the passes copy is 16-byte aligned (i1): the
@@ -171,18 +195,12 @@ private:
   }
 
   /// Eight elements from element `offset` (i64) of a global 16-bit tensor,
-  /// as four i32: one 16-byte load where `aligned`, else eight.
-  Value loadChunk(Value pointer, Value offset) {
+  /// as four i32: one 16-byte load where `aligned` (and `vector`), else
+  /// eight.
+  Value loadChunk(Value pointer, Value offset, bool vector = true) {
     auto chunkType = VectorType::get({4}, i32());
     Type i16 = b->getI16Type();
-    return ifElse(
-        aligned, chunkType,
-        [&]() -> SmallVector<Value> {
-          Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
-                                              pointer, ValueRange{offset});
-          return {LLVM::LoadOp::create(*b, chunkType, address, 16)};
-        },
-        [&]() -> SmallVector<Value> {
+    auto elements = [&]() -> SmallVector<Value> {
           Value chunk = LLVM::PoisonOp::create(*b, chunkType);
           for (int64_t pair = 0; pair < 4; ++pair) {
             Value halves[2];
@@ -206,15 +224,28 @@ private:
                 arith::ConstantIntOp::create(*b, i32(), pair));
           }
           return {chunk};
-        })[0];
+    };
+    if (!vector)
+      return elements()[0];
+    return ifElse(
+        aligned, chunkType,
+        [&]() -> SmallVector<Value> {
+          Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
+                                              pointer, ValueRange{offset});
+          return {LLVM::LoadOp::create(*b, chunkType, address, 16)};
+        },
+        elements)[0];
   }
 
   /// Copies rows [firstRow, firstRow + tile.rows) of a [*, dim] tensor
   /// (`pointer` at element `base`, rows `rowStride` apart) into `tile`;
   /// rows at or past `numRows` are zeros. The block's threads take 16-byte
-  /// chunks in order, so that a warp reads whole rows.
+  /// chunks in order, so that a warp reads whole rows. Aligned rows are
+  /// copied with cp.async (awaited with waitForStage) where `async`, others
+  /// element by element, done when the next barrier is.
   void copyRows(const SharedTile &tile, Value pointer, Value base,
-                Value rowStride, Value firstRow, Value numRows, int64_t dim) {
+                Value rowStride, Value firstRow, Value numRows, int64_t dim,
+                bool async) {
     int64_t chunks = dim / kChunk;
     int64_t total = tile.rows * chunks;
     auto chunkType = VectorType::get({4}, i32());
@@ -234,9 +265,29 @@ private:
         Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
         Value offset =
             add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+        Value target = tileAddress(tile, row, column);
+        if (async) {
+          auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
+          OpBuilder::InsertionGuard guard(*b);
+          b->setInsertionPointToStart(&ifOp.getThenRegion().front());
+          Value source = LLVM::GEPOp::create(
+              *b, globalPointer(), b->getI16Type(), pointer, ValueRange{offset});
+          // Source size 0 fills the 16 bytes with zeros.
+          Value size = arith::SelectOp::create(
+              *b, inBounds, arith::ConstantIntOp::create(*b, i32(), 16),
+              arith::ConstantIntOp::create(*b, i32(), 0));
+          NVVM::CpAsyncOp::create(*b, target, source, /*size=*/16,
+                                  NVVM::LoadCacheModifierKind::CG, size);
+          b->setInsertionPointToStart(&ifOp.getElseRegion().front());
+          Value chunk = arith::SelectOp::create(
+              *b, inBounds, loadChunk(pointer, offset, /*vector=*/false),
+              zeros);
+          LLVM::StoreOp::create(*b, chunk, target, 16);
+          return;
+        }
         Value chunk = arith::SelectOp::create(
             *b, inBounds, loadChunk(pointer, offset), zeros);
-        LLVM::StoreOp::create(*b, chunk, tileAddress(tile, row, column), 16);
+        LLVM::StoreOp::create(*b, chunk, target, 16);
       };
       if (first + kThreadsPerBlock > total)
         ifBelow(linear, total, copyOne);
@@ -357,15 +408,55 @@ private:
   // The passes.
   //===--------------------------------------------------------------------===//
 
+  /// The tile's gradients: for each of this thread's scores (in the
+  /// accumulator layout of `dots` and `dps`), its probability and dS
+  /// through the score function, from `gradient(i, bounds)`. Tiles that
+  /// `needsMask` takes the bounds; the others only the score function.
+  std::pair<SmallVector<Value>, SmallVector<Value>> tileGradients(
+      Value needsMask, size_t count,
+      llvm::function_ref<ScoreGradient(size_t, bool)> gradient) {
+    auto finish = [&](bool bounds) {
+      SmallVector<Value> p, ds;
+      for (size_t i = 0; i < count; ++i) {
+        ScoreGradient g = gradient(i, bounds);
+        p.push_back(g.probability);
+        ds.push_back(g.dot);
+      }
+      p.append(ds);
+      return p;
+    };
+    SmallVector<Value> both = gradientNeedsBounds()
+                                  ? finish(true)
+                                  : finishIf(needsMask, 2 * count, finish);
+    return {SmallVector<Value>(ArrayRef<Value>(both).take_front(count)),
+            SmallVector<Value>(ArrayRef<Value>(both).drop_front(count))};
+  }
+
   void buildQueryPass() {
     ImplicitLocOpBuilder &builder = *b;
     Value gradOutBase = tensorBase(gradOutStrides, head);
-    copyRows(rowsOfKeyDim, q, qBase, qStrides[2], firstQuery, qLen, headDim);
+    Value numTiles = ceilDivU32(sub(kvEnd, kvBegin), constIndex(columns));
+    // The first K and V tiles load while the block's rows and D do.
+    auto issueTile = [&](Value step) {
+      Value kvStart = add(kvBegin, mul(step, constIndex(columns)));
+      Value shift = stageShift(step);
+      copyRows(tileOfKeyDim.shifted(shift), k, kBase, kStrides[2], kvStart,
+               kvLen, headDim, /*async=*/true);
+      copyRows(tileOfValueDim.shifted(shift), v, vBase, vStrides[2], kvStart,
+               kvLen, valueDim, /*async=*/true);
+    };
+    ifThen(arith::CmpIOp::create(builder, arith::CmpIPredicate::sgt, numTiles,
+                                 constIndex(0)),
+           [&] { issueTile(constIndex(0)); });
+    NVVM::CpAsyncCommitGroupOp::create(builder);
+    copyRows(rowsOfKeyDim, q, qBase, qStrides[2], firstQuery, qLen, headDim,
+             /*async=*/false);
     copyRows(rowsOfValueDim, gradOut, gradOutBase, gradOutStrides[2],
-             firstQuery, qLen, valueDim);
+             firstQuery, qLen, valueDim, /*async=*/false);
 
     // D = Σ dO·O of the block's rows: two threads a row, half the value
     // dims each; stored to `delta` and kept for the block.
+    Value rowDeltas = constIndex(rowDeltaOffset);
     {
       Value row = divU32(threadId, constIndex(2));
       Value half = remU32(threadId, constIndex(2));
@@ -386,7 +477,7 @@ private:
             return {LLVM::FMAOp::create(*b, dO, o, sum[0])};
           });
       Value sum = butterfly(loop.getResult(0), /*isMax=*/false, 1);
-      storeStat(row, sum);
+      storeShared(rowDeltas, row, sum);
       Value writes = arith::AndIOp::create(
           builder,
           arith::CmpIOp::create(builder, arith::CmpIPredicate::eq, half,
@@ -405,40 +496,51 @@ private:
                                           queries[r], qLen);
       safeQueries[r] = arith::MinSIOp::create(builder, queries[r],
                                               sub(qLen, constIndex(1)));
-      lseLog2[r] = toLog2Saturated(
-          loadF32(lsePtr, lseOffset(head, safeQueries[r])));
-      rowDelta[r] = loadStat(rowInBlock);
+      lseLog2[r] =
+          weightLse(loadF32(lsePtr, lseOffset(head, safeQueries[r])));
+      rowDelta[r] = loadShared(rowDeltas, rowInBlock);
     }
+    // The rows' causal diagonals (kv_offset + query), for the tiles' masks.
+    Value firstDiagonal = add(firstQuery, kvOffset);
+    Value lastDiagonal = add(firstDiagonal, constIndex(kBlockRows - 1));
 
     int64_t keyBlocks = columns / 8;
     scf::ForOp loop = forLoop(
-        kvBegin, kvEnd, constIndex(columns), zeros(headDim / 2),
-        [&](Value kvStart, ValueRange carried) {
+        constIndex(0), numTiles, constIndex(1), zeros(headDim / 2),
+        [&](Value step, ValueRange carried) {
           ImplicitLocOpBuilder &ib = *b;
+          Value kvStart = add(kvBegin, mul(step, constIndex(columns)));
+          // Every warp is done with the stage the next tile loads into.
           gpu::BarrierOp::create(ib);
-          copyRows(tileOfKeyDim, k, kBase, kStrides[2], kvStart, kvLen,
-                   headDim);
-          copyRows(tileOfValueDim, v, vBase, vStrides[2], kvStart, kvLen,
-                   valueDim);
-          gpu::BarrierOp::create(ib);
+          Value next = add(step, constIndex(1));
+          ifThen(arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, next,
+                                       numTiles),
+                 [&] { issueTile(next); });
+          NVVM::CpAsyncCommitGroupOp::create(ib);
+          waitForStage();
+          Value shift = stageShift(step);
+          SharedTile keys = tileOfKeyDim.shifted(shift);
+          SharedTile values = tileOfValueDim.shifted(shift);
           SmallVector<Value> dots =
-              rowsTimesTileRows(rowsOfKeyDim, tileOfKeyDim, headDim);
+              rowsTimesTileRows(rowsOfKeyDim, keys, headDim);
           SmallVector<Value> dps =
-              rowsTimesTileRows(rowsOfValueDim, tileOfValueDim, valueDim);
-          SmallVector<Value> ds;
-          for (int64_t block = 0; block < keyBlocks; ++block)
-            for (int64_t e = 0; e < 4; ++e) {
-              int64_t r = e / 2, i = 4 * block + e;
-              ds.push_back(scoreGradient(dots[i], dps[i], safeQueries[r],
-                                         add(kvStart, accColumn(block, e)),
-                                         maskBase, biasBase, lseLog2[r],
-                                         rowDelta[r])
-                               .dot);
-            }
+              rowsTimesTileRows(rowsOfValueDim, values, valueDim);
+          Value needsMask = tileNeedsMask(kvStart, columns, firstDiagonal,
+                                          [&] { return lastDiagonal; });
+          SmallVector<Value> ds =
+              tileGradients(needsMask, 4 * keyBlocks,
+                            [&](size_t i, bool bounds) {
+                              int64_t block = i / 4, e = i % 4, r = e / 2;
+                              return scoreGradient(
+                                  dots[i], dps[i], safeQueries[r],
+                                  add(kvStart, accColumn(block, e)), maskBase,
+                                  biasBase, lseLog2[r], rowDelta[r], bounds);
+                            })
+                  .second;
           // dQ += dS·K, dS rounded to the element type.
           SmallVector<Value> acc(carried.begin(), carried.end());
           accumulateTile(acc, packAFragments(ds, spec.problem.elementType),
-                         tileOfKeyDim, headDim);
+                         keys, headDim);
           return acc;
         });
 
@@ -451,22 +553,20 @@ private:
     // Grid x is the key block (the prologue's query block is unused).
     Value keyBlock = gpu::BlockIdOp::create(builder, gpu::Dimension::x);
     Value firstKey = mul(keyBlock, constIndex(kBlockRows));
-    copyRows(rowsOfKeyDim, k, kBase, kStrides[2], firstKey, kvLen, headDim);
-    copyRows(rowsOfValueDim, v, vBase, vStrides[2], firstKey, kvLen,
-             valueDim);
+    Value lastKey = add(firstKey, constIndex(kBlockRows - 1));
 
     // The queries that can see the block's keys (as the FMA pass): key <=
     // query + kv_len - q_len + right and key > query + kv_len - q_len -
     // window. With masked_score every query does.
     Value queryBegin = constIndex(0), queryEnd = qLen;
     const AttentionProblem &problem = spec.problem;
+    std::optional<int64_t> right = problem.rightBound();
     if (!problem.maskedScore) {
-      if (std::optional<int64_t> right = problem.rightBound())
+      if (right)
         queryBegin = arith::MaxSIOp::create(
             builder, sub(sub(firstKey, kvOffset), constIndex(*right)),
             constIndex(0));
       if (problem.window) {
-        Value lastKey = add(firstKey, constIndex(kBlockRows - 1));
         Value end = add(sub(lastKey, kvOffset), constIndex(*problem.window));
         queryEnd = arith::MinSIOp::create(
             builder, arith::MaxSIOp::create(builder, end, constIndex(0)),
@@ -474,6 +574,51 @@ private:
       }
       queryBegin = arith::MinSIOp::create(builder, queryBegin, queryEnd);
     }
+
+    // One pipeline over (query head of the group, query tile) steps.
+    Value tilesPerHead =
+        ceilDivU32(sub(queryEnd, queryBegin), constIndex(columns));
+    Value numSteps = mul(group, tilesPerHead);
+    Value lastQuery = sub(qLen, constIndex(1));
+    auto stepPlace = [&](Value step) {
+      Value member = divU32(step, tilesPerHead);
+      Value tileStart = add(
+          queryBegin, mul(remU32(step, tilesPerHead), constIndex(columns)));
+      return std::make_pair(add(mul(kvHead, group), member), tileStart);
+    };
+    auto issueStep = [&](Value step) {
+      auto [rowHead, tileStart] = stepPlace(step);
+      Value shift = stageShift(step);
+      copyRows(tileOfKeyDim.shifted(shift), q, tensorBase(qStrides, rowHead),
+               qStrides[2], tileStart, qLen, headDim, /*async=*/true);
+      copyRows(tileOfValueDim.shifted(shift), gradOut,
+               tensorBase(gradOutStrides, rowHead), gradOutStrides[2],
+               tileStart, qLen, valueDim, /*async=*/true);
+      // The tile's lse and D (4 bytes each, a thread a query), as stored.
+      Value stats = add(constIndex(statsOffset), shift);
+      ifBelow(threadId, 2 * columns, [&] {
+        Value isDelta = arith::CmpIOp::create(
+            *b, arith::CmpIPredicate::sge, threadId, constIndex(columns));
+        Value column = remU32(threadId, constIndex(columns));
+        Value query =
+            arith::MinSIOp::create(*b, add(tileStart, column), lastQuery);
+        Value source = LLVM::GEPOp::create(
+            *b, globalPointer(), b->getF32Type(),
+            arith::SelectOp::create(*b, isDelta, delta, lsePtr),
+            ValueRange{lseOffset(rowHead, query)});
+        NVVM::CpAsyncOp::create(*b, f32Address(stats, threadId), source,
+                                /*size=*/4, NVVM::LoadCacheModifierKind::CA,
+                                Value());
+      });
+    };
+    ifThen(arith::CmpIOp::create(builder, arith::CmpIPredicate::sgt, numSteps,
+                                 constIndex(0)),
+           [&] { issueStep(constIndex(0)); });
+    NVVM::CpAsyncCommitGroupOp::create(builder);
+    copyRows(rowsOfKeyDim, k, kBase, kStrides[2], firstKey, kvLen, headDim,
+             /*async=*/false);
+    copyRows(rowsOfValueDim, v, vBase, vStrides[2], firstKey, kvLen, valueDim,
+             /*async=*/false);
 
     Value keys[2], inBounds[2];
     for (int64_t r = 0; r < 2; ++r) {
@@ -483,75 +628,94 @@ private:
     }
     int64_t keyAccs = headDim / 2, valueAccs = valueDim / 2;
     int64_t queryBlocks = columns / 8;
-    Value lastQuery = sub(qLen, constIndex(1));
-    // Each query head of the KV head's group, then its query tiles.
-    scf::ForOp heads = forLoop(
-        constIndex(0), group, constIndex(1), zeros(keyAccs + valueAccs),
-        [&](Value member, ValueRange carried) {
-          Value rowHead = add(mul(kvHead, group), member);
-          Value rowQBase = tensorBase(qStrides, rowHead);
-          Value rowGradOutBase = tensorBase(gradOutStrides, rowHead);
+    scf::ForOp loop = forLoop(
+        constIndex(0), numSteps, constIndex(1), zeros(keyAccs + valueAccs),
+        [&](Value step, ValueRange carried) {
+          ImplicitLocOpBuilder &ib = *b;
+          auto [rowHead, tileStart] = stepPlace(step);
+          // Every warp is done with the stage the next step loads into.
+          gpu::BarrierOp::create(ib);
+          Value next = add(step, constIndex(1));
+          ifThen(arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, next,
+                                       numSteps),
+                 [&] { issueStep(next); });
+          NVVM::CpAsyncCommitGroupOp::create(ib);
+          waitForStage();
+
+          Value shift = stageShift(step);
+          SharedTile queries = tileOfKeyDim.shifted(shift);
+          SharedTile gradOuts = tileOfValueDim.shifted(shift);
+          Value stats = add(constIndex(statsOffset), shift);
           Value rowMaskBase =
               problem.maskType ? tensorBase(maskStrides, rowHead) : Value();
           Value rowBiasBase =
               problem.biasType ? tensorBase(biasStrides, rowHead) : Value();
-          scf::ForOp tiles = forLoop(
-              queryBegin, queryEnd, constIndex(columns),
-              SmallVector<Value>(carried.begin(), carried.end()),
-              [&](Value tileStart, ValueRange carriedAcc) {
-                ImplicitLocOpBuilder &ib = *b;
-                gpu::BarrierOp::create(ib);
-                copyRows(tileOfKeyDim, q, rowQBase, qStrides[2], tileStart,
-                         qLen, headDim);
-                copyRows(tileOfValueDim, gradOut, rowGradOutBase,
-                         gradOutStrides[2], tileStart, qLen, valueDim);
-                // The tile's lse (log2 units) and D, a thread a query.
-                ifBelow(threadId, columns, [&] {
-                  Value query = arith::MinSIOp::create(
-                      *b, add(tileStart, threadId), lastQuery);
-                  auto [lse, rowDelta] = rowStatistics(rowHead, query);
-                  storeStat(threadId, lse);
-                  storeStat(add(threadId, constIndex(columns)), rowDelta);
-                });
-                gpu::BarrierOp::create(ib);
-
-                SmallVector<Value> dots =
-                    rowsTimesTileRows(rowsOfKeyDim, tileOfKeyDim, headDim);
-                SmallVector<Value> dps =
-                    rowsTimesTileRows(rowsOfValueDim, tileOfValueDim, valueDim);
-                SmallVector<Value> p, ds;
-                for (int64_t block = 0; block < queryBlocks; ++block)
-                  for (int64_t e = 0; e < 4; ++e) {
-                    int64_t i = 4 * block + e;
-                    Value column = accColumn(block, e);
-                    Value query = add(tileStart, column);
-                    Value valid = arith::CmpIOp::create(
-                        ib, arith::CmpIPredicate::slt, query, queryEnd);
-                    Value safeQuery =
-                        arith::MinSIOp::create(ib, query, lastQuery);
-                    ScoreGradient g = scoreGradient(
-                        dots[i], dps[i], safeQuery, keys[e / 2], rowMaskBase,
-                        rowBiasBase, loadStat(column),
-                        loadStat(add(column, constIndex(columns))));
-                    p.push_back(
-                        arith::SelectOp::create(ib, valid, g.probability, zero));
-                    ds.push_back(arith::SelectOp::create(ib, valid, g.dot, zero));
-                  }
-                // dK += dSᵀ·Q and dV += Pᵀ·dO, rounded to the element type.
-                SmallVector<Value> acc(carriedAcc.begin(), carriedAcc.end());
-                MutableArrayRef<Value> all(acc);
-                accumulateTile(all.take_front(keyAccs),
-                               packAFragments(ds, spec.problem.elementType),
-                               tileOfKeyDim, headDim);
-                accumulateTile(all.drop_front(keyAccs),
-                               packAFragments(p, spec.problem.elementType),
-                               tileOfValueDim, valueDim);
-                return acc;
+          SmallVector<Value> dots =
+              rowsTimesTileRows(rowsOfKeyDim, queries, headDim);
+          SmallVector<Value> dps =
+              rowsTimesTileRows(rowsOfValueDim, gradOuts, valueDim);
+          // The tile needs the bounds where a key of the block is past
+          // kv_len, or a (query, key) pair is outside the band: the last key
+          // past the first query's diagonal, or (window) the first key at or
+          // before the last query's window. Queries past the range are
+          // dropped below.
+          Value needsMask = arith::CmpIOp::create(
+              ib, arith::CmpIPredicate::sgt, add(lastKey, constIndex(1)),
+              kvLen);
+          if (right) {
+            Value firstDiagonal = add(tileStart, kvOffset);
+            needsMask = arith::OrIOp::create(
+                ib, needsMask,
+                arith::CmpIOp::create(ib, arith::CmpIPredicate::sgt, lastKey,
+                                      add(firstDiagonal, constIndex(*right))));
+            if (problem.window) {
+              Value lastDiagonal =
+                  add(firstDiagonal, constIndex(columns - 1));
+              needsMask = arith::OrIOp::create(
+                  ib, needsMask,
+                  arith::CmpIOp::create(
+                      ib, arith::CmpIPredicate::sle, firstKey,
+                      sub(lastDiagonal, constIndex(*problem.window))));
+            }
+          }
+          SmallVector<Value> columnLse, columnDelta, valid;
+          for (int64_t block = 0; block < queryBlocks; ++block)
+            for (int64_t e = 0; e < 2; ++e) {
+              Value column = accColumn(block, e);
+              columnLse.push_back(weightLse(loadShared(stats, column)));
+              columnDelta.push_back(
+                  loadShared(stats, add(column, constIndex(columns))));
+              valid.push_back(arith::CmpIOp::create(
+                  ib, arith::CmpIPredicate::slt, add(tileStart, column),
+                  queryEnd));
+            }
+          auto [p, ds] = tileGradients(
+              needsMask, 4 * queryBlocks, [&](size_t i, bool bounds) {
+                int64_t block = i / 4, e = i % 4, c = 2 * block + (e & 1);
+                Value query = arith::MinSIOp::create(
+                    *b, add(tileStart, accColumn(block, e)), lastQuery);
+                return scoreGradient(dots[i], dps[i], query, keys[e / 2],
+                                     rowMaskBase, rowBiasBase, columnLse[c],
+                                     columnDelta[c], bounds);
               });
-          return SmallVector<Value>(tiles.getResults());
+          for (size_t i = 0; i < p.size(); ++i) {
+            Value isValid = valid[2 * (i / 4) + (i % 2)];
+            p[i] = arith::SelectOp::create(ib, isValid, p[i], zero);
+            ds[i] = arith::SelectOp::create(ib, isValid, ds[i], zero);
+          }
+          // dK += dSᵀ·Q and dV += Pᵀ·dO, rounded to the element type.
+          SmallVector<Value> acc(carried.begin(), carried.end());
+          MutableArrayRef<Value> all(acc);
+          accumulateTile(all.take_front(keyAccs),
+                         packAFragments(ds, spec.problem.elementType), queries,
+                         headDim);
+          accumulateTile(all.drop_front(keyAccs),
+                         packAFragments(p, spec.problem.elementType), gradOuts,
+                         valueDim);
+          return acc;
         });
 
-    ValueRange results = heads.getResults();
+    ValueRange results = loop.getResults();
     storeRows(gradK, tensorBase(gradKStrides, kvHead), gradKStrides[2],
               SmallVector<Value>(results.take_front(keyAccs)), keys, inBounds);
     storeRows(gradV, tensorBase(gradVStrides, kvHead), gradVStrides[2],
@@ -564,7 +728,9 @@ private:
   /// key pass).
   int64_t columns;
   SharedTile rowsOfKeyDim, rowsOfValueDim, tileOfKeyDim, tileOfValueDim;
-  int64_t statsOffset = 0, bytes = 0;
+  /// Byte offsets: the query pass's row D, the key pass's lse and D of a
+  /// stage; a stage's bytes, and the whole.
+  int64_t rowDeltaOffset = 0, statsOffset = 0, stageBytes = 0, bytes = 0;
 
   // Bound by buildBody.
   Value shared, zero, aligned;
