@@ -620,6 +620,9 @@ bool backwardKernelSupports(int64_t headDim, int64_t valueHeadDim);
 /// Whether the tensor-core backward kernels support these.
 bool mmaBackwardKernelSupports(Type elementType, int64_t headDim,
                                int64_t valueHeadDim);
+/// Whether their sm_90a variant (wgmma) takes these head dims: whole
+/// 128-byte rows of the swizzled slabs.
+bool mmaBackwardWgmmaSupports(int64_t headDim, int64_t valueHeadDim);
 
 /// The TF32 tensor-core kernel for f32 sites (KernelVariant::tf32).
 std::unique_ptr<AttentionKernelBuilder>

@@ -636,6 +636,10 @@ mlir::kiln::detail::selectKernel(Operation *op,
   if (auto grad = dyn_cast<AttentionGradOp>(op)) {
     if (failed(gradSpec(grad, options, spec)))
       return failure();
+    spec.variant.wgmma =
+        target.hopper && spec.variant.tensorCores &&
+        mmaBackwardWgmmaSupports(spec.problem.headDim,
+                                 spec.problem.valueDim());
     choice.family = KernelFamily::Backward;
     choice.gradKeyValue = spec;
     choice.gradKeyValue->variant.pass = KernelVariant::Pass::GradKeyValue;
@@ -644,7 +648,8 @@ mlir::kiln::detail::selectKernel(Operation *op,
                                 "summed over each group by one warp a key: "
                                 "deterministic)",
                                 describeProblem(spec.problem),
-                                spec.variant.tensorCores
+                                spec.variant.wgmma ? "wgmma tensor cores"
+                                : spec.variant.tensorCores
                                     ? "mma.sync tensor cores"
                                     : "f32 FMAs")
                       .str());

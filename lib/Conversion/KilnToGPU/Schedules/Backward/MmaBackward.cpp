@@ -28,6 +28,7 @@
 
 #include "Schedules/Backward/BackwardKernel.h"
 #include "Products/Products.h"
+#include "Products/Wgmma.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -71,13 +72,40 @@ class MmaBackwardKernel : public GradKernelBase {
 public:
   explicit MmaBackwardKernel(const KernelSpec &spec)
       : GradKernelBase(spec), product(spec.problem.elementType),
+        wgmmaProduct(spec.problem.elementType),
         keyPass(spec.variant.pass == KernelVariant::Pass::GradKeyValue),
+        wgmma(spec.variant.wgmma),
         // The key pass holds dK and dV accumulators beside the tile's
         // scores: past head dim 64 its tiles take 32 queries.
         columns(keyPass && std::max(headDim, valueDim) > 64 ? 32 : 64) {
+    layOut(wgmma);
+    // One manifest describes the kernel on every target: the larger of the
+    // two layouts where the site has both.
+    sharedLimit = bytes;
+    if (mmaBackwardWgmmaSupports(headDim, valueDim)) {
+      layOut(!wgmma);
+      sharedLimit = std::max(sharedLimit, bytes);
+      layOut(wgmma);
+    }
+  }
+
+  int64_t rowsPerBlock() const override { return kBlockRows; }
+  int64_t kvBlockSize() const override { return columns; }
+  int64_t sharedBytes() const override { return 0; }
+  int64_t dynamicSharedBytes() const override { return sharedLimit; }
+
+protected:
+  /// Places the tiles: padded rows for ldmatrix, or (`swizzled`) wgmma's
+  /// 128-byte-swizzled slabs, each tile on a 1024-byte boundary.
+  void layOut(bool swizzled) {
     int64_t offset = 0;
+    auto align = [&] {
+      if (swizzled)
+        offset = llvm::alignTo(offset, 1024);
+    };
     auto place = [&](int64_t rows, int64_t dim) {
-      SharedTile tile{offset, rows, dim + kRowPadding};
+      align();
+      SharedTile tile{offset, rows, swizzled ? dim : dim + kRowPadding};
       offset += rows * tile.rowElements * 2;
       return tile;
     };
@@ -88,21 +116,17 @@ public:
     rowsOfValueDim = place(kBlockRows, valueDim);
     rowDeltaOffset = offset;
     offset += keyPass ? 0 : 4 * kBlockRows;
+    align();
     int64_t stageStart = offset;
     tileOfKeyDim = place(columns, headDim);
     tileOfValueDim = place(columns, valueDim);
     statsOffset = offset;
     offset += keyPass ? 2 * 4 * columns : 0;
+    align();
     stageBytes = offset - stageStart;
     bytes = offset + stageBytes;
   }
 
-  int64_t rowsPerBlock() const override { return kBlockRows; }
-  int64_t kvBlockSize() const override { return columns; }
-  int64_t sharedBytes() const override { return 0; }
-  int64_t dynamicSharedBytes() const override { return bytes; }
-
-protected:
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
     declareDynamicShared(moduleBuilder, loc);
   }
@@ -144,10 +168,34 @@ private:
                                ValueRange{toI32(byteOffset)});
   }
   /// Address of element (row, column) of a tile.
+  /// Address of element (row, column) of a tile; with wgmma, `column` is a
+  /// multiple of 8 (every access is a whole 16-byte chunk).
   Value tileAddress(const SharedTile &tile, Value row, Value column) {
-    Value element = add(mul(row, constIndex(tile.rowElements)), column);
-    Value offset = add(constIndex(tile.offset), mul(element, constIndex(2)));
-    return sharedAt(tile.shift ? add(offset, tile.shift) : offset);
+    Value within =
+        wgmma ? swizzledOffset(*b, tile.rows, row, column)
+              : mul(add(mul(row, constIndex(tile.rowElements)), column),
+                    constIndex(2));
+    return sharedAt(add(tileStart(tile), within));
+  }
+  /// A tile's first byte (index).
+  Value tileStart(const SharedTile &tile) {
+    Value offset = constIndex(tile.offset);
+    return tile.shift ? add(offset, tile.shift) : offset;
+  }
+  /// The wgmma descriptor of a tile's matrix at byte `offset` into it.
+  Value descriptor(const SharedTile &tile, int64_t offset, int64_t leading,
+                   int64_t stride) {
+    return wgmmaDescriptor(*b, sharedAt(tileStart(tile)), offset, leading,
+                           stride);
+  }
+  /// With wgmma: orders this thread's generic-proxy writes of shared memory
+  /// (stores, cp.async) before wgmma's reads that follow the next barrier.
+  void asyncProxyFence() {
+    if (wgmma)
+      NVVM::FenceProxyOp::create(
+          *b, NVVM::ProxyKind::async_shared,
+          NVVM::SharedSpaceAttr::get(b->getContext(),
+                                     NVVM::SharedSpace::shared_cta));
   }
   /// f32 slot `index` of an array at `offset` bytes (index).
   Value f32Address(Value offset, Value index) {
@@ -168,6 +216,7 @@ private:
   /// the block (whose other threads copied the rest of the tiles).
   void waitForStage() {
     NVVM::CpAsyncWaitGroupOp::create(*b, 1);
+    asyncProxyFence();
     gpu::BarrierOp::create(*b);
   }
 
@@ -334,6 +383,23 @@ private:
                                     const SharedTile &tile, int64_t dim) {
     int64_t blocks = tile.rows / 8;
     SmallVector<Value> acc(4 * blocks, zero);
+    if (wgmma) {
+      // The warpgroup's 64 rows times the tile's rows, 16 dims an
+      // instruction, both K-major: 8-row groups 1024 bytes apart, a 16-dim
+      // step 32 bytes along a swizzled row, a 64-dim step one slab.
+      NVVM::WgmmaFenceAlignedOp::create(*b);
+      for (int64_t c = 0; c < dim / 16; ++c) {
+        auto at = [&](const SharedTile &t) {
+          return (16 * c / kSwizzleElements) * t.rows * 128 +
+                 (16 * c % kSwizzleElements) * 2;
+        };
+        wgmmaProduct.scores(*b, acc, descriptor(rowTile, at(rowTile), 16, 1024),
+                            descriptor(tile, at(tile), 16, 1024));
+      }
+      NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+      NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
+      return acc;
+    }
     for (int64_t c = 0; c < dim / 16; ++c) {
       // A: the warp's 16 rows, columns 16c on (matrices: rows by the low
       // bit, columns by the high).
@@ -361,6 +427,18 @@ private:
   /// accumulators for each 8 of the tile's `dim` columns.
   void accumulateTile(MutableArrayRef<Value> acc, ArrayRef<Value> x,
                       const SharedTile &tile, int64_t dim) {
+    if (wgmma) {
+      // B MN-major: 16 tile rows a step (2 kB of a slab), slabs of 64
+      // columns tile.rows·128 bytes apart.
+      NVVM::WgmmaFenceAlignedOp::create(*b);
+      for (int64_t j = 0; j < static_cast<int64_t>(x.size()) / 4; ++j)
+        wgmmaProduct.values(*b, acc, x.slice(4 * j, 4),
+                            descriptor(tile, 16 * j * 128, tile.rows * 128,
+                                       1024));
+      NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+      NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
+      return;
+    }
     for (int64_t j = 0; j < static_cast<int64_t>(x.size()) / 4; ++j) {
       ArrayRef<Value> a = x.slice(4 * j, 4);
       for (int64_t pair = 0; pair < dim / 16; ++pair) {
@@ -453,6 +531,7 @@ private:
              /*async=*/false);
     copyRows(rowsOfValueDim, gradOut, gradOutBase, gradOutStrides[2],
              firstQuery, qLen, valueDim, /*async=*/false);
+    asyncProxyFence();
 
     // D = Σ dO·O of the block's rows: two threads a row, half the value
     // dims each; stored to `delta` and kept for the block.
@@ -619,6 +698,7 @@ private:
              /*async=*/false);
     copyRows(rowsOfValueDim, v, vBase, vStrides[2], firstKey, kvLen, valueDim,
              /*async=*/false);
+    asyncProxyFence();
 
     Value keys[2], inBounds[2];
     for (int64_t r = 0; r < 2; ++r) {
@@ -723,7 +803,10 @@ private:
   }
 
   MmaSyncProduct product;
+  WgmmaProduct wgmmaProduct;
   bool keyPass;
+  /// The sm_90a variant: swizzled tiles, wgmma products.
+  bool wgmma;
   /// Columns of a streamed tile (keys in the query pass, queries in the
   /// key pass).
   int64_t columns;
@@ -731,6 +814,8 @@ private:
   /// Byte offsets: the query pass's row D, the key pass's lse and D of a
   /// stage; a stage's bytes, and the whole.
   int64_t rowDeltaOffset = 0, statsOffset = 0, stageBytes = 0, bytes = 0;
+  /// The dynamic shared memory the manifest states: the larger layout.
+  int64_t sharedLimit = 0;
 
   // Bound by buildBody.
   Value shared, zero, aligned;
@@ -744,6 +829,12 @@ private:
 std::unique_ptr<AttentionKernelBuilder>
 mlir::kiln::detail::backward::createMmaBackwardKernel(const KernelSpec &spec) {
   return std::make_unique<MmaBackwardKernel>(spec);
+}
+
+bool mlir::kiln::detail::mmaBackwardWgmmaSupports(int64_t headDim,
+                                                  int64_t valueHeadDim) {
+  return headDim % kSwizzleElements == 0 &&
+         valueHeadDim % kSwizzleElements == 0;
 }
 
 bool mlir::kiln::detail::mmaBackwardKernelSupports(Type elementType,
