@@ -881,6 +881,18 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         kernels.close()
 
 
+def _fma_backward(site: Dict[str, Any]) -> Optional[str]:
+    """Why the backward of `site` (a kilnc report's) has no tensor-core
+    kernel (f16/bf16, head dims multiples of 16 up to 128), or None."""
+    if site.get("dtype") not in ("f16", "bf16"):
+        return f"the site is {site.get('dtype')}"
+    for key in ("head_dim", "v_head_dim"):
+        dim = site.get(key) or site.get("head_dim")
+        if not isinstance(dim, int) or dim % 16 or dim > 128:
+            return f"its head dim is {dim}"
+    return None
+
+
 def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
                    choose: Optional["_Timed"], nodes: Dict[str, Any], dense_bias: str,
                    kernels: _SiteKernels) -> int:
@@ -894,6 +906,13 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         grad = _needing_grad(graph, entry.get("needs_grad", []))
         for index, (why, chosen, handle) in enumerate(plans):
             if why is not None:
+                continue
+            slow = _fma_backward(report["sites"][index])
+            if slow and entry.get("training_mode", "auto") == "auto":
+                plans[index] = (f"{slow}: Kiln's backward for it runs on f32 "
+                                "FMAs, slower than Inductor's "
+                                "(options={'training': 'kiln'} takes it)",
+                                chosen, None)
                 continue
             for role in ("mask", "bias", "scale_factor"):
                 source = chosen.get(role)
@@ -1355,7 +1374,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
             kiln_options[name] = kwargs[name]
     for name, allowed in (("dense_bias", ("inductor", "kiln")),
                           ("choose", ("timed", "kiln")),
-                          ("training", ("inductor", "kiln"))):
+                          ("training", ("auto", "inductor", "kiln"))):
         if name in kiln_options and kiln_options[name] not in allowed:
             raise KilnError(Status.INVALID_ARGUMENT,
                             f"{name} must be one of {', '.join(map(repr, allowed))}, "
@@ -1418,15 +1437,17 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
     try:
         if torch.is_grad_enabled() and any(
                 x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)):
-            if kiln_options.get("training", "inductor") != "kiln":
+            training = kiln_options.get("training", "auto")
+            if training == "inductor":
                 raise _Fallback(
-                    "the graph needs gradients: left to Inductor, whose training "
-                    "step Kiln's backward kernels do not yet beat "
-                    "(options={'training': 'kiln'} rewrites its sites with them)")
+                    "the graph needs gradients and options={'training': "
+                    "'inductor'} leaves such graphs to Inductor")
             # Training: each site runs Kiln's forward keeping its log-sum-exp
             # and differentiates through Kiln's backward kernels. A forward
-            # timing would not measure a training step: every site is taken.
+            # timing would not measure a training step: every site is taken
+            # ("auto": every site whose backward runs on tensor cores).
             entry["training"] = True
+            entry["training_mode"] = training
             kiln_options = {**kiln_options, "choose": "kiln"}
         entry["dense_bias"] = kiln_options.get("dense_bias", "kiln")
         entry["choose"] = kiln_options.get("choose", "timed")

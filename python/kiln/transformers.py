@@ -16,8 +16,12 @@ aligned causal, so decoding one token sees the whole cache), or a boolean
 ``[B, 1|H, Sq, Sk]`` mask (causal, sliding window and padding already in it).
 Soft-capping (Gemma 2) runs on Kiln's `softcap`; a sliding window whose
 mask is exactly causal with the window (no padding) on Kiln's `window`.
-Calls Kiln cannot serve (a head dim without a kernel, dropout while
-training, a dtype other than f16/bf16/f32) run PyTorch SDPA instead,
+A call whose inputs need gradients (a module training) runs Kiln's
+training sites, the forward keeping its log-sum-exp and autograd going
+through Kiln's tensor-core backward (f16/bf16, head dims multiples of 16 up
+to 128; no gradient reaches the mask). Calls Kiln cannot serve (a head dim
+without a kernel, dropout while training, training where the backward has no
+tensor-core kernel, a dtype other than f16/bf16/f32) run PyTorch SDPA instead,
 counted in ``fallbacks``; over a ``PagedKVCache`` (left-padded batches and
 sliding windows included, see its docstring) they raise, as SDPA cannot read
 its pages.
@@ -48,7 +52,7 @@ from .paged_cache import (_boolean_mask, _ragged_unavailable,  # noqa: F401
                           paged_cache_class)
 from .site_cache import (_compiler_stamp, _sites, _training_sites,  # noqa: F401
                          _packages_by_digest, cache_directory, site_for,
-                         site_from_source)
+                         site_from_source, training_sites_for)
 
 __all__ = ["PagedKVCache", "attention_forward", "cache_directory", "fallbacks",
            "precompile", "register", "site_for"]
@@ -169,6 +173,23 @@ def attention_forward(module, query, key, value, attention_mask,
     # torch.compile it runs (and builds the SiteSpec) outside the trace.
     facts = (dtype, head_dim, value_dim, scale, bool(causal), mask is not None,
              window, softcap)
+    if torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value)):
+        if (dtype not in ("f16", "bf16") or head_dim % 16 or value_dim % 16
+                or max(head_dim, value_dim) > 128):
+            return _fallback(f"training a {dtype} site of head dim "
+                             f"{head_dim}/{value_dim} (Kiln's backward for it "
+                             f"runs on f32 FMAs)", module, query, key, value,
+                             attention_mask, dropout, scaling,
+                             is_causal=is_causal, **kwargs)
+        index = _training_handle(*facts)
+        if index < 0:
+            return _fallback(f"no training kernels ({_site_error(*facts)})",
+                             module, query, key, value, attention_mask, dropout,
+                             scaling, is_causal=is_causal, **kwargs)
+        out, _ = torch.ops.kiln.attention_lse(query, key, value, mask, None,
+                                              index, None)
+        return out.transpose(1, 2).contiguous(), None
     index = _site_handle(*facts)
     if index < 0:
         return _fallback(f"no kernel ({_site_error(*facts)})", module, query,
@@ -200,6 +221,19 @@ def _site_handle(*facts: Any) -> int:
     spec = _dense_spec(*facts)
     try:
         return kops.handle(site_for(spec))
+    except KilnError as error:
+        _site_errors[spec] = str(error)
+        return -1
+
+
+@_assume_constant_result
+def _training_handle(*facts: Any) -> int:
+    """The torch-op handle of the training sites of a call's facts (the
+    forward keeping its log-sum-exp, paired with its backward), or -1 (the
+    reason in _site_errors), as _site_handle."""
+    spec = _dense_spec(*facts)
+    try:
+        return kops.register_training(*training_sites_for(spec))
     except KilnError as error:
         _site_errors[spec] = str(error)
         return -1
