@@ -387,3 +387,15 @@ def test_values_computed_from_inputs_that_need_gradients() -> None:
     marked = kd._needing_grad(graph, ["x", "tau"])
     assert {n.name for n in marked} == {"x", "tau", "scores", "scaled"}
     assert bias not in marked
+
+
+def test_training_sites_without_a_tensor_core_backward() -> None:
+    """The training default ("auto") rewrites a site only where Kiln's
+    backward runs on tensor cores (f16/bf16, head dims multiples of 16 up
+    to 128): _fma_backward names what keeps the others in Inductor."""
+    site = {"dtype": "bf16", "head_dim": 64, "v_head_dim": 64}
+    assert kd._fma_backward(site) is None
+    assert kd._fma_backward({**site, "head_dim": 128, "v_head_dim": None}) is None
+    assert kd._fma_backward({**site, "dtype": "f32"}) == "the site is f32"
+    assert kd._fma_backward({**site, "head_dim": 256}) == "its head dim is 256"
+    assert kd._fma_backward({**site, "v_head_dim": 40}) == "its head dim is 40"
