@@ -75,8 +75,11 @@ public:
   explicit WgmmaProduct(Type elementType) : elementType(elementType) {}
 
   /// acc += Q·Kᵀ over 16 head dims: Q and K from K-major descriptors.
+  /// With `overwrite`, acc = Q·Kᵀ (scale-d 0): `acc` is not read, and may
+  /// be poison, so that no register of another product in flight is.
   void scores(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
-              Value qDescriptor, Value kDescriptor) const;
+              Value qDescriptor, Value kDescriptor,
+              bool overwrite = false) const;
   /// acc += P·V over 16 keys: P from registers (each warp's m16n8k16 A
   /// fragment of its 16 rows), V from an MN-major descriptor.
   void values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
@@ -87,8 +90,8 @@ private:
   /// from registers; B from `bDescriptor`, K-major or, with `transposeB`,
   /// MN-major.
   void product(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc, Value a,
-               ArrayRef<Value> aFragment, Value bDescriptor,
-               bool transposeB) const;
+               ArrayRef<Value> aFragment, Value bDescriptor, bool transposeB,
+               bool overwrite = false) const;
 
   Type elementType;
 };

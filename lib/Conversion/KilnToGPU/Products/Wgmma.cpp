@@ -56,8 +56,10 @@ Value mlir::kiln::detail::wgmmaDescriptor(ImplicitLocOpBuilder &b, Value tile,
 }
 
 void WgmmaProduct::scores(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
-                          Value qDescriptor, Value kDescriptor) const {
-  product(b, acc, qDescriptor, {}, kDescriptor, /*transposeB=*/false);
+                          Value qDescriptor, Value kDescriptor,
+                          bool overwrite) const {
+  product(b, acc, qDescriptor, {}, kDescriptor, /*transposeB=*/false,
+          overwrite);
 }
 
 void WgmmaProduct::values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
@@ -67,7 +69,8 @@ void WgmmaProduct::values(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
 
 void WgmmaProduct::product(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
                            Value a, ArrayRef<Value> aFragment,
-                           Value bDescriptor, bool transposeB) const {
+                           Value bDescriptor, bool transposeB,
+                           bool overwrite) const {
   MLIRContext *ctx = b.getContext();
   // One accumulator a thread per (row, column) pair: N = 2·count.
   int64_t count = acc.size();
@@ -113,7 +116,8 @@ void WgmmaProduct::product(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
   else
     operands.append(aFragment.begin(), aFragment.end());
   operands.push_back(bDescriptor);
-  operands.push_back(arith::ConstantIntOp::create(b, b.getI32Type(), 1));
+  operands.push_back(
+      arith::ConstantIntOp::create(b, b.getI32Type(), overwrite ? 0 : 1));
   auto structType = LLVM::LLVMStructType::getLiteral(
       ctx, SmallVector<Type>(count, b.getF32Type()));
   auto asmOp = LLVM::InlineAsmOp::create(

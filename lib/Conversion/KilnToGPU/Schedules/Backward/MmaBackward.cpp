@@ -379,25 +379,31 @@ private:
   /// The warp's rows times the tile's rows transposed, over `dim`: for
   /// each 8-column block of the tile, the four accumulators of the m16n8
   /// layout (rows g and g + 8 of the warp, columns 2t and 2t + 1).
+  /// With wgmma the products are issued only: awaitProducts() commits and
+  /// waits for every product issued since the last wait (the two products
+  /// of a tile's scores, or of its gradients, in one group).
   SmallVector<Value> rowsTimesTileRows(const SharedTile &rowTile,
-                                    const SharedTile &tile, int64_t dim) {
+                                       const SharedTile &tile, int64_t dim) {
     int64_t blocks = tile.rows / 8;
     SmallVector<Value> acc(4 * blocks, zero);
     if (wgmma) {
       // The warpgroup's 64 rows times the tile's rows, 16 dims an
       // instruction, both K-major: 8-row groups 1024 bytes apart, a 16-dim
       // step 32 bytes along a swizzled row, a 64-dim step one slab.
+      // The first instruction overwrites the accumulators (poison until
+      // then: zeros would be registers another product in flight may hold).
       NVVM::WgmmaFenceAlignedOp::create(*b);
+      Value poison = LLVM::PoisonOp::create(*b, b->getF32Type());
+      std::fill(acc.begin(), acc.end(), poison);
       for (int64_t c = 0; c < dim / 16; ++c) {
         auto at = [&](const SharedTile &t) {
           return (16 * c / kSwizzleElements) * t.rows * 128 +
                  (16 * c % kSwizzleElements) * 2;
         };
         wgmmaProduct.scores(*b, acc, descriptor(rowTile, at(rowTile), 16, 1024),
-                            descriptor(tile, at(tile), 16, 1024));
+                            descriptor(tile, at(tile), 16, 1024),
+                            /*overwrite=*/c == 0);
       }
-      NVVM::WgmmaGroupSyncAlignedOp::create(*b);
-      NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
       return acc;
     }
     for (int64_t c = 0; c < dim / 16; ++c) {
@@ -435,8 +441,6 @@ private:
         wgmmaProduct.values(*b, acc, x.slice(4 * j, 4),
                             descriptor(tile, 16 * j * 128, tile.rows * 128,
                                        1024));
-      NVVM::WgmmaGroupSyncAlignedOp::create(*b);
-      NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
       return;
     }
     for (int64_t j = 0; j < static_cast<int64_t>(x.size()) / 4; ++j) {
@@ -454,6 +458,15 @@ private:
                        {bFragments[2], bFragments[3]});
       }
     }
+  }
+
+  /// Waits for the wgmma products issued since the last wait (nothing on
+  /// mma.sync, whose products are done when their results are read).
+  void awaitProducts() {
+    if (!wgmma)
+      return;
+    NVVM::WgmmaGroupSyncAlignedOp::create(*b);
+    NVVM::WgmmaWaitGroupSyncOp::create(*b, 0);
   }
 
   /// The column of accumulator `e` of 8-column block `block` (2t or 2t + 1).
@@ -604,6 +617,7 @@ private:
               rowsTimesTileRows(rowsOfKeyDim, keys, headDim);
           SmallVector<Value> dps =
               rowsTimesTileRows(rowsOfValueDim, values, valueDim);
+          awaitProducts();
           Value needsMask = tileNeedsMask(kvStart, columns, firstDiagonal,
                                           [&] { return lastDiagonal; });
           SmallVector<Value> ds =
@@ -620,6 +634,7 @@ private:
           SmallVector<Value> acc(carried.begin(), carried.end());
           accumulateTile(acc, packAFragments(ds, spec.problem.elementType),
                          keys, headDim);
+          awaitProducts();
           return acc;
         });
 
@@ -734,6 +749,7 @@ private:
               rowsTimesTileRows(rowsOfKeyDim, queries, headDim);
           SmallVector<Value> dps =
               rowsTimesTileRows(rowsOfValueDim, gradOuts, valueDim);
+          awaitProducts();
           // The tile needs the bounds where a key of the block is past
           // kv_len, or a (query, key) pair is outside the band: the last key
           // past the first query's diagonal, or (window) the first key at or
@@ -784,14 +800,19 @@ private:
             ds[i] = arith::SelectOp::create(ib, isValid, ds[i], zero);
           }
           // dK += dSᵀ·Q and dV += Pᵀ·dO, rounded to the element type.
+          // (Both packed before either is issued: no register of an
+          // issued wgmma is touched before the wait.)
+          SmallVector<Value> dsFragments =
+              packAFragments(ds, spec.problem.elementType);
+          SmallVector<Value> pFragments =
+              packAFragments(p, spec.problem.elementType);
           SmallVector<Value> acc(carried.begin(), carried.end());
           MutableArrayRef<Value> all(acc);
-          accumulateTile(all.take_front(keyAccs),
-                         packAFragments(ds, spec.problem.elementType), queries,
+          accumulateTile(all.take_front(keyAccs), dsFragments, queries,
                          headDim);
-          accumulateTile(all.drop_front(keyAccs),
-                         packAFragments(p, spec.problem.elementType), gradOuts,
+          accumulateTile(all.drop_front(keyAccs), pFragments, gradOuts,
                          valueDim);
+          awaitProducts();
           return acc;
         });
 
