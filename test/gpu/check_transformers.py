@@ -110,14 +110,21 @@ def pair(config, cls, dtype):
     return eager, kiln
 
 
-def check_logits(name, config, cls, side, length=37):
-    eager, kiln = pair(config, cls, torch.bfloat16)
+def padded_batch(side, length):
+    """Two sequences of `length` random tokens, the second padded by 5 on
+    `side`, and their attention mask."""
     ids = torch.randint(0, 1000, (2, length), device="cuda")
     mask = torch.ones_like(ids)
     if side == "left":
         mask[1, :5] = 0
     else:
         mask[1, -5:] = 0
+    return ids, mask
+
+
+def check_logits(name, config, cls, side, length=37):
+    eager, kiln = pair(config, cls, torch.bfloat16)
+    ids, mask = padded_batch(side, length)
     with torch.no_grad():
         a = eager(input_ids=ids, attention_mask=mask).logits.float()
         b = kiln(input_ids=ids, attention_mask=mask).logits.float()
@@ -144,12 +151,7 @@ def check_training(name, config, cls, side, length=37):
     eager, kiln = pair(config, cls, torch.bfloat16)
     eager.train()
     kiln.train()
-    ids = torch.randint(0, 1000, (2, length), device="cuda")
-    mask = torch.ones_like(ids)
-    if side == "left":
-        mask[1, :5] = 0
-    else:
-        mask[1, -5:] = 0
+    ids, mask = padded_batch(side, length)
     before = dict(kt.fallbacks)
     grads = []
     for model in (eager, kiln):

@@ -34,6 +34,22 @@ void mlir::kiln::detail::mmaSync(ImplicitLocOpBuilder &b, ArrayRef<Value> a,
     acc[i] = LLVM::ExtractValueOp::create(b, result, i);
 }
 
+SmallVector<Value> mlir::kiln::detail::ldmatrixX4(ImplicitLocOpBuilder &b,
+                                                  Value address,
+                                                  bool transpose) {
+  MLIRContext *ctx = b.getContext();
+  Type i32 = b.getI32Type();
+  auto structType = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32, i32, i32});
+  Value result = NVVM::LdMatrixOp::create(
+      b, structType, address, /*num=*/4,
+      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
+      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+  SmallVector<Value> registers;
+  for (int64_t i = 0; i < 4; ++i)
+    registers.push_back(LLVM::ExtractValueOp::create(b, result, i));
+  return registers;
+}
+
 namespace {
 /// acc += a·b on one m16n8k16 mma of `elementType` registers.
 void mma16(ImplicitLocOpBuilder &b, Type elementType, ArrayRef<Value> a,

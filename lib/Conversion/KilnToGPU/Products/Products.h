@@ -43,6 +43,12 @@ void mmaSync(ImplicitLocOpBuilder &b, ArrayRef<Value> a,
              ArrayRef<Value> bFragment, MutableArrayRef<Value> acc, int64_t k,
              NVVM::MMATypes type);
 
+/// ldmatrix.x4 of 16-bit elements (optionally transposed) from a shared
+/// `address`, lane l giving that of row l % 8 of matrix l / 8: the four i32
+/// registers of the lane's share of the four 8 × 8 matrices.
+SmallVector<Value> ldmatrixX4(ImplicitLocOpBuilder &b, Value address,
+                              bool transpose);
+
 /// f16/bf16 products on mma.sync.m16n8k16, a warp's 16 rows by 8 columns
 /// (PTX ISA, "Matrix Fragments for mma.m16n8k16"): the operands are i32
 /// registers of two packed elements, an A fragment four (rows g and g + 8),

@@ -102,13 +102,8 @@ protected:
       Value linear = add(threadId, constIndex(first));
       Value row = divU32(linear, constIndex(columns));
       Value column = remU32(linear, constIndex(columns));
-      Value globalRow = add(firstRow, row);
-      Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                             globalRow, numRows);
-      // Rows past the end read the last row, then are replaced by zeros.
-      Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
-      Value offset =
-          add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+      auto [offset, inBounds] = rowElement(base, rowStride, firstRow, row,
+                                           numRows, lastRow, column);
       Value value =
           loadGlobalAsF32(pointer, spec.problem.elementType, offset);
       value = arith::SelectOp::create(*b, inBounds, value, zero);

@@ -170,6 +170,21 @@ protected:
   }
 
 
+  /// The element offset (i64) of column `column` of row `firstRow + row`
+  /// of a [*, D] tensor at `base` (rows `rowStride` apart), and whether that
+  /// row is below `numRows`: rows past the end read the last one
+  /// (`lastRow`), for the caller to replace by zeros.
+  std::pair<Value, Value> rowElement(Value base, Value rowStride,
+                                     Value firstRow, Value row, Value numRows,
+                                     Value lastRow, Value column) {
+    Value globalRow = add(firstRow, row);
+    Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
+                                           globalRow, numRows);
+    Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
+    return {add(base, add(mul(toI64(clamped), rowStride), toI64(column))),
+            inBounds};
+  }
+
   SmallVector<Value> zeros(int64_t count) {
     return SmallVector<Value>(count, constF32(0.0f));
   }

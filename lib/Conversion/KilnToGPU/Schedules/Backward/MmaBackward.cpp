@@ -212,9 +212,19 @@ private:
   Value stageShift(Value step) {
     return mul(remU32(step, constIndex(2)), constIndex(stageBytes));
   }
-  /// Waits for the copies of every committed group but the last, then for
-  /// the block (whose other threads copied the rest of the tiles).
-  void waitForStage() {
+  /// The start of pipeline step `step` of `numSteps`: once every warp is
+  /// done with the stage step + 1 loads into (the previous step's),
+  /// `issue(step + 1)` starts its copies where there is such a step; then
+  /// waits for this step's copies and for the block (whose other threads
+  /// copied the rest of the tiles).
+  void advancePipeline(Value step, Value numSteps,
+                       llvm::function_ref<void(Value)> issue) {
+    gpu::BarrierOp::create(*b);
+    Value next = add(step, constIndex(1));
+    ifThen(arith::CmpIOp::create(*b, arith::CmpIPredicate::slt, next,
+                                 numSteps),
+           [&] { issue(next); });
+    NVVM::CpAsyncCommitGroupOp::create(*b);
     NVVM::CpAsyncWaitGroupOp::create(*b, 1);
     asyncProxyFence();
     gpu::BarrierOp::create(*b);
@@ -290,7 +300,7 @@ private:
   /// (`pointer` at element `base`, rows `rowStride` apart) into `tile`;
   /// rows at or past `numRows` are zeros. The block's threads take 16-byte
   /// chunks in order, so that a warp reads whole rows. Aligned rows are
-  /// copied with cp.async (awaited with waitForStage) where `async`, others
+  /// copied with cp.async (awaited by advancePipeline) where `async`, others
   /// element by element, done when the next barrier is.
   void copyRows(const SharedTile &tile, Value pointer, Value base,
                 Value rowStride, Value firstRow, Value numRows, int64_t dim,
@@ -307,13 +317,8 @@ private:
         Value row = divU32(linear, constIndex(chunks));
         Value column = mul(remU32(linear, constIndex(chunks)),
                            constIndex(kChunk));
-        Value globalRow = add(firstRow, row);
-        Value inBounds = arith::CmpIOp::create(*b, arith::CmpIPredicate::slt,
-                                               globalRow, numRows);
-        // Rows past the end read the last row, then are replaced by zeros.
-        Value clamped = arith::MinSIOp::create(*b, globalRow, lastRow);
-        Value offset =
-            add(base, add(mul(toI64(clamped), rowStride), toI64(column)));
+        auto [offset, inBounds] = rowElement(base, rowStride, firstRow, row,
+                                             numRows, lastRow, column);
         Value target = tileAddress(tile, row, column);
         if (async) {
           auto ifOp = scf::IfOp::create(*b, aligned, /*withElse=*/true);
@@ -349,22 +354,8 @@ private:
   // Fragments and products.
   //===--------------------------------------------------------------------===//
 
-  /// ldmatrix.x4 (optionally transposed): lane l gives the address of row
-  /// l % 8 of matrix l / 8.
   SmallVector<Value> loadMatrices(Value address, bool transpose) {
-    MLIRContext *ctx = b->getContext();
-    Type i32Type = i32();
-    auto structType = LLVM::LLVMStructType::getLiteral(
-        ctx, {i32Type, i32Type, i32Type, i32Type});
-    Value result = NVVM::LdMatrixOp::create(
-        *b, structType, address, /*num=*/4,
-        transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
-        NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8),
-        NVVM::LdStMatrixEltType::B16);
-    SmallVector<Value> registers;
-    for (int64_t i = 0; i < 4; ++i)
-      registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
-    return registers;
+    return ldmatrixX4(*b, address, transpose);
   }
   /// The address this lane gives ldmatrix.x4 for the 16 × 16 block at
   /// (row, column) of a tile: matrix m covers rows row + 8·rowHalf(m) and
@@ -600,16 +591,8 @@ private:
     scf::ForOp loop = forLoop(
         constIndex(0), numTiles, constIndex(1), zeros(headDim / 2),
         [&](Value step, ValueRange carried) {
-          ImplicitLocOpBuilder &ib = *b;
           Value kvStart = add(kvBegin, mul(step, constIndex(columns)));
-          // Every warp is done with the stage the next tile loads into.
-          gpu::BarrierOp::create(ib);
-          Value next = add(step, constIndex(1));
-          ifThen(arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, next,
-                                       numTiles),
-                 [&] { issueTile(next); });
-          NVVM::CpAsyncCommitGroupOp::create(ib);
-          waitForStage();
+          advancePipeline(step, numTiles, issueTile);
           Value shift = stageShift(step);
           SharedTile keys = tileOfKeyDim.shifted(shift);
           SharedTile values = tileOfValueDim.shifted(shift);
@@ -728,14 +711,7 @@ private:
         [&](Value step, ValueRange carried) {
           ImplicitLocOpBuilder &ib = *b;
           auto [rowHead, tileStart] = stepPlace(step);
-          // Every warp is done with the stage the next step loads into.
-          gpu::BarrierOp::create(ib);
-          Value next = add(step, constIndex(1));
-          ifThen(arith::CmpIOp::create(ib, arith::CmpIPredicate::slt, next,
-                                       numSteps),
-                 [&] { issueStep(next); });
-          NVVM::CpAsyncCommitGroupOp::create(ib);
-          waitForStage();
+          advancePipeline(step, numSteps, issueStep);
 
           Value shift = stageShift(step);
           SharedTile queries = tileOfKeyDim.shifted(shift);

@@ -16,18 +16,7 @@ using namespace mlir::kiln::detail;
 using namespace mlir::kiln::detail::mma;
 
 SmallVector<Value> MmaKernel::loadMatrices(Value address, bool transpose) {
-  MLIRContext *ctx = b->getContext();
-  Type i32Type = i32();
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      ctx, {i32Type, i32Type, i32Type, i32Type});
-  Value result = NVVM::LdMatrixOp::create(
-      *b, structType, address, /*num=*/4,
-      transpose ? NVVM::MMALayout::col : NVVM::MMALayout::row,
-      NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
-  SmallVector<Value> registers;
-  for (int64_t i = 0; i < 4; ++i)
-    registers.push_back(LLVM::ExtractValueOp::create(*b, result, i));
-  return registers;
+  return ldmatrixX4(*b, address, transpose);
 }
 
 Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
