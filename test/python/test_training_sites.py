@@ -72,8 +72,8 @@ def test_backward_launch_is_checked(cache: Path) -> None:
     g.workspace_bytes = backward.grad_workspace_bytes(2, 8, 100)
     assert g.workspace_bytes == 2 * 8 * 100 * 4
     query_pass, key_pass = backward.check_grad(g)
-    assert query_pass.grid == (13, 8, 2)  # 8 query rows a block
-    assert key_pass.grid == (13, 2, 2)    # 8 keys a block, KV heads
+    assert query_pass.grid == (2, 8, 2)  # 64 query rows a block (tensor cores)
+    assert key_pass.grid == (2, 2, 2)    # 64 keys a block, KV heads
     g.grad_k_strides[1] = 0
     with pytest.raises(kiln.KilnError, match="grad_k has a zero head stride"):
         backward.check_grad(g)
