@@ -883,14 +883,11 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
 
 def _fma_backward(site: Dict[str, Any]) -> Optional[str]:
     """Why the backward of `site` (a kilnc report's) has no tensor-core
-    kernel (f16/bf16, head dims multiples of 16 up to 128), or None."""
-    if site.get("dtype") not in ("f16", "bf16"):
-        return f"the site is {site.get('dtype')}"
-    for key in ("head_dim", "v_head_dim"):
-        dim = site.get(key) or site.get("head_dim")
-        if not isinstance(dim, int) or dim % 16 or dim > 128:
-            return f"its head dim is {dim}"
-    return None
+    kernel (kiln.site.fma_backward_reason), or None."""
+    from .site import fma_backward_reason
+
+    return fma_backward_reason(site.get("dtype"), site.get("head_dim"),
+                               site.get("v_head_dim") or site.get("head_dim"))
 
 
 def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],

@@ -208,6 +208,18 @@ def package_source(spec: SiteSpec) -> str:
             f"{', '.join(types)} -> {out}\n  return %o : {out}\n}}\n")
 
 
+def fma_backward_reason(dtype: Any, head_dim: Any, value_dim: Any) -> Optional[str]:
+    """Why Kiln's backward of a site with this dtype and these head dims
+    runs on f32 FMAs rather than tensor cores (which take f16/bf16 with head
+    dims that are multiples of 16 up to 128), or None."""
+    if dtype not in ("f16", "bf16"):
+        return f"the site is {dtype}"
+    for dim in (head_dim, value_dim):
+        if not isinstance(dim, int) or dim % 16 or dim > 128:
+            return f"its head dim is {dim}"
+    return None
+
+
 def training_source(spec: SiteSpec) -> str:
     """The MLIR source of a package for training `spec`'s (dense) site:
     ``@attention`` runs the forward keeping its log-sum-exp (site

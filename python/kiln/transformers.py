@@ -44,7 +44,7 @@ except ImportError:  # the site cache works without torch (kilnc only)
 
 from . import torch_ops as kops
 from .runtime import KilnError, Status
-from .site import TORCH_DTYPES, SiteSpec
+from .site import TORCH_DTYPES, SiteSpec, fma_backward_reason
 
 # The site cache and PagedKVCache live in modules of their own; their names
 # stay importable from here (public ones, and the tables tests clear).
@@ -175,8 +175,7 @@ def attention_forward(module, query, key, value, attention_mask,
              window, softcap)
     if torch.is_grad_enabled() and any(
             t.requires_grad for t in (query, key, value)):
-        if (dtype not in ("f16", "bf16") or head_dim % 16 or value_dim % 16
-                or max(head_dim, value_dim) > 128):
+        if fma_backward_reason(dtype, head_dim, value_dim):
             return _fallback(f"training a {dtype} site of head dim "
                              f"{head_dim}/{value_dim} (Kiln's backward for it "
                              f"runs on f32 FMAs)", module, query, key, value,

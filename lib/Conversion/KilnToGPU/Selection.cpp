@@ -278,7 +278,7 @@ LogicalResult attentionSpec(AttentionOp op,
 /// pass's.
 LogicalResult gradSpec(AttentionGradOp op,
                        const ConvertKilnToGPUOptions &options,
-                       KernelSpec &spec) {
+                       KernelTarget target, KernelSpec &spec) {
   int64_t headDim = op.getHeadDim(), valueHeadDim = op.getValueHeadDim();
   if (ShapedType::isDynamic(headDim) || ShapedType::isDynamic(valueHeadDim))
     return op.emitOpError("GPU lowering needs static head dims");
@@ -299,6 +299,8 @@ LogicalResult gradSpec(AttentionGradOp op,
            << headDim << "/" << valueHeadDim;
   fillProblem(op, spec.problem);
   spec.variant.tensorCores = tensorCores;
+  spec.variant.wgmma = target.hopper && tensorCores &&
+                       mmaBackwardWgmmaSupports(headDim, valueHeadDim);
   spec.problem.lse = true;
   spec.variant.pass = KernelVariant::Pass::GradQuery;
   return success();
@@ -634,12 +636,8 @@ mlir::kiln::detail::selectKernel(Operation *op,
   KernelSpec &spec = choice.spec;
   SmallVector<std::string> &why = choice.why;
   if (auto grad = dyn_cast<AttentionGradOp>(op)) {
-    if (failed(gradSpec(grad, options, spec)))
+    if (failed(gradSpec(grad, options, target, spec)))
       return failure();
-    spec.variant.wgmma =
-        target.hopper && spec.variant.tensorCores &&
-        mmaBackwardWgmmaSupports(spec.problem.headDim,
-                                 spec.problem.valueDim());
     choice.family = KernelFamily::Backward;
     choice.gradKeyValue = spec;
     choice.gradKeyValue->variant.pass = KernelVariant::Pass::GradKeyValue;

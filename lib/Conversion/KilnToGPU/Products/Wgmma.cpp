@@ -55,6 +55,12 @@ Value mlir::kiln::detail::wgmmaDescriptor(ImplicitLocOpBuilder &b, Value tile,
   return arith::OrIOp::create(b, start, constI64(fixed));
 }
 
+void mlir::kiln::detail::fenceSharedForAsyncProxy(ImplicitLocOpBuilder &b) {
+  NVVM::FenceProxyOp::create(
+      b, NVVM::ProxyKind::async_shared,
+      NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+}
+
 void WgmmaProduct::scores(ImplicitLocOpBuilder &b, MutableArrayRef<Value> acc,
                           Value qDescriptor, Value kDescriptor,
                           bool overwrite) const {

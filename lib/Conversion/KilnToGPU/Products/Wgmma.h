@@ -29,6 +29,11 @@ Value swizzledOffset(ImplicitLocOpBuilder &b, int64_t rows, Value row,
 Value wgmmaDescriptor(ImplicitLocOpBuilder &b, Value tile, int64_t offset,
                       int64_t leading, int64_t stride);
 
+/// fence.proxy.async for CTA shared memory: orders this thread's generic-
+/// proxy writes of shared memory (stores, cp.async) before the async
+/// proxy's reads (wgmma's) that follow the next barrier.
+void fenceSharedForAsyncProxy(ImplicitLocOpBuilder &b);
+
 } // namespace mlir::kiln::detail
 
 #endif // KILN_LIB_CONVERSION_KILNTOGPU_PRODUCTS_WGMMA_H

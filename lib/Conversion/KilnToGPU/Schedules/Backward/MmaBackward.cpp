@@ -78,15 +78,11 @@ public:
         // The key pass holds dK and dV accumulators beside the tile's
         // scores: past head dim 64 its tiles take 32 queries.
         columns(keyPass && std::max(headDim, valueDim) > 64 ? 32 : 64) {
-    layOut(wgmma);
     // One manifest describes the kernel on every target: the larger of the
-    // two layouts where the site has both.
-    sharedLimit = bytes;
-    if (mmaBackwardWgmmaSupports(headDim, valueDim)) {
-      layOut(!wgmma);
-      sharedLimit = std::max(sharedLimit, bytes);
-      layOut(wgmma);
-    }
+    // two layouts where the site has both (this target's laid out last).
+    if (mmaBackwardWgmmaSupports(headDim, valueDim))
+      sharedLimit = layOut(!wgmma);
+    sharedLimit = std::max(sharedLimit, layOut(wgmma));
   }
 
   int64_t rowsPerBlock() const override { return kBlockRows; }
@@ -96,8 +92,9 @@ public:
 
 protected:
   /// Places the tiles: padded rows for ldmatrix, or (`swizzled`) wgmma's
-  /// 128-byte-swizzled slabs, each tile on a 1024-byte boundary.
-  void layOut(bool swizzled) {
+  /// 128-byte-swizzled slabs, each tile on a 1024-byte boundary. Returns
+  /// the dynamic shared memory it takes.
+  int64_t layOut(bool swizzled) {
     int64_t offset = 0;
     auto align = [&] {
       if (swizzled)
@@ -124,7 +121,7 @@ protected:
     offset += keyPass ? 2 * 4 * columns : 0;
     align();
     stageBytes = offset - stageStart;
-    bytes = offset + stageBytes;
+    return offset + stageBytes;
   }
 
   void declareGlobals(OpBuilder &moduleBuilder, Location loc) override {
@@ -167,7 +164,6 @@ private:
     return LLVM::GEPOp::create(*b, sharedPointer(), b->getI8Type(), shared,
                                ValueRange{toI32(byteOffset)});
   }
-  /// Address of element (row, column) of a tile.
   /// Address of element (row, column) of a tile; with wgmma, `column` is a
   /// multiple of 8 (every access is a whole 16-byte chunk).
   Value tileAddress(const SharedTile &tile, Value row, Value column) {
@@ -192,10 +188,7 @@ private:
   /// (stores, cp.async) before wgmma's reads that follow the next barrier.
   void asyncProxyFence() {
     if (wgmma)
-      NVVM::FenceProxyOp::create(
-          *b, NVVM::ProxyKind::async_shared,
-          NVVM::SharedSpaceAttr::get(b->getContext(),
-                                     NVVM::SharedSpace::shared_cta));
+      fenceSharedForAsyncProxy(*b);
   }
   /// f32 slot `index` of an array at `offset` bytes (index).
   Value f32Address(Value offset, Value index) {
@@ -211,6 +204,14 @@ private:
   /// stage's.
   Value stageShift(Value step) {
     return mul(remU32(step, constIndex(2)), constIndex(stageBytes));
+  }
+  /// Starts a pipeline of `numSteps` steps: `issue(0)` copies the first
+  /// step's tiles into the first stage where there is a step.
+  void startPipeline(Value numSteps, llvm::function_ref<void(Value)> issue) {
+    ifThen(arith::CmpIOp::create(*b, arith::CmpIPredicate::sgt, numSteps,
+                                 constIndex(0)),
+           [&] { issue(constIndex(0)); });
+    NVVM::CpAsyncCommitGroupOp::create(*b);
   }
   /// The start of pipeline step `step` of `numSteps`: once every warp is
   /// done with the stage step + 1 loads into (the previous step's),
@@ -260,29 +261,29 @@ private:
     auto chunkType = VectorType::get({4}, i32());
     Type i16 = b->getI16Type();
     auto elements = [&]() -> SmallVector<Value> {
-          Value chunk = LLVM::PoisonOp::create(*b, chunkType);
-          for (int64_t pair = 0; pair < 4; ++pair) {
-            Value halves[2];
-            for (int64_t e = 0; e < 2; ++e) {
-              Value at = arith::AddIOp::create(
-                  *b, offset,
-                  arith::ConstantIntOp::create(*b, b->getI64Type(),
-                                               2 * pair + e));
-              Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
-                                                  pointer, ValueRange{at});
-              halves[e] = arith::ExtUIOp::create(
-                  *b, i32(), LLVM::LoadOp::create(*b, i16, address));
-            }
-            Value word = arith::OrIOp::create(
-                *b, halves[0],
-                arith::ShLIOp::create(*b, halves[1],
-                                      arith::ConstantIntOp::create(*b, i32(),
-                                                                   16)));
-            chunk = LLVM::InsertElementOp::create(
-                *b, chunk, word,
-                arith::ConstantIntOp::create(*b, i32(), pair));
-          }
-          return {chunk};
+      Value chunk = LLVM::PoisonOp::create(*b, chunkType);
+      for (int64_t pair = 0; pair < 4; ++pair) {
+        Value halves[2];
+        for (int64_t e = 0; e < 2; ++e) {
+          Value at = arith::AddIOp::create(
+              *b, offset,
+              arith::ConstantIntOp::create(*b, b->getI64Type(),
+                                           2 * pair + e));
+          Value address = LLVM::GEPOp::create(*b, globalPointer(), i16,
+                                              pointer, ValueRange{at});
+          halves[e] = arith::ExtUIOp::create(
+              *b, i32(), LLVM::LoadOp::create(*b, i16, address));
+        }
+        Value word = arith::OrIOp::create(
+            *b, halves[0],
+            arith::ShLIOp::create(*b, halves[1],
+                                  arith::ConstantIntOp::create(*b, i32(),
+                                                               16)));
+        chunk = LLVM::InsertElementOp::create(
+            *b, chunk, word,
+            arith::ConstantIntOp::create(*b, i32(), pair));
+      }
+      return {chunk};
     };
     if (!vector)
       return elements()[0];
@@ -527,10 +528,7 @@ private:
       copyRows(tileOfValueDim.shifted(shift), v, vBase, vStrides[2], kvStart,
                kvLen, valueDim, /*async=*/true);
     };
-    ifThen(arith::CmpIOp::create(builder, arith::CmpIPredicate::sgt, numTiles,
-                                 constIndex(0)),
-           [&] { issueTile(constIndex(0)); });
-    NVVM::CpAsyncCommitGroupOp::create(builder);
+    startPipeline(numTiles, issueTile);
     copyRows(rowsOfKeyDim, q, qBase, qStrides[2], firstQuery, qLen, headDim,
              /*async=*/false);
     copyRows(rowsOfValueDim, gradOut, gradOutBase, gradOutStrides[2],
@@ -688,10 +686,7 @@ private:
                                 Value());
       });
     };
-    ifThen(arith::CmpIOp::create(builder, arith::CmpIPredicate::sgt, numSteps,
-                                 constIndex(0)),
-           [&] { issueStep(constIndex(0)); });
-    NVVM::CpAsyncCommitGroupOp::create(builder);
+    startPipeline(numSteps, issueStep);
     copyRows(rowsOfKeyDim, k, kBase, kStrides[2], firstKey, kvLen, headDim,
              /*async=*/false);
     copyRows(rowsOfValueDim, v, vBase, vStrides[2], firstKey, kvLen, valueDim,
@@ -809,8 +804,8 @@ private:
   int64_t columns;
   SharedTile rowsOfKeyDim, rowsOfValueDim, tileOfKeyDim, tileOfValueDim;
   /// Byte offsets: the query pass's row D, the key pass's lse and D of a
-  /// stage; a stage's bytes, and the whole.
-  int64_t rowDeltaOffset = 0, statsOffset = 0, stageBytes = 0, bytes = 0;
+  /// stage; a stage's bytes.
+  int64_t rowDeltaOffset = 0, statsOffset = 0, stageBytes = 0;
   /// The dynamic shared memory the manifest states: the larger layout.
   int64_t sharedLimit = 0;
 

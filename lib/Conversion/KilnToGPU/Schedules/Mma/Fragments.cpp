@@ -28,8 +28,5 @@ Value MmaKernel::blockAddress(Value tile, Value firstRow, int64_t firstColumn,
 
 void MmaKernel::asyncProxyFence() {
   if (wgmma)
-    NVVM::FenceProxyOp::create(
-        *b, NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(b->getContext(),
-                                   NVVM::SharedSpace::shared_cta));
+    fenceSharedForAsyncProxy(*b);
 }
