@@ -38,7 +38,7 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.kiln_tools_dir, config.llvm_tools_dir]
-tools = ["kiln-opt", "kilnc", "kiln-translate", "kiln-cpu-runner", "not", "count", "split-file"]
+tools = ["kiln-opt", "kilnc", "kiln-translate", "kiln-cpu-runner", "kiln-ptx-parts", "not", "count", "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
 # ptxas assembles every PTX the tests emit; without it those tests are

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 namespace kiln {
 namespace rt {
@@ -40,25 +41,6 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
   }
   const Target &target = manifest.targets[targetIndex];
 
-  std::vector<char> errorLog(16384, '\0');
-  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
-                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void *optionValues[] = {
-      errorLog.data(),
-      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
-  CUmodule module = nullptr;
-  result = driver.cuModuleLoadDataEx(&module, target.ptx.c_str(), 2, options,
-                                     optionValues);
-  if (result != CUDA_SUCCESS) {
-    std::string log(errorLog.data());
-    return {KILN_CUDA_ERROR,
-            fmt::format("{} loading {} ({}) on a compute capability {}.{} "
-                        "device{}{}",
-                        describeCudaError(driver, "cuModuleLoadDataEx", result),
-                        target.ptxFile, target.chip, major, minor,
-                        log.empty() ? "" : "; JIT log:\n", log)};
-  }
-
   // Check the shared memory of every kernel before anything launches.
   int sharedOptIn = 0;
   driver.cuDeviceGetAttribute(
@@ -68,20 +50,21 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
     if (!kernel.inTarget(target.chip))
       continue;
     int64_t shared = kernel.staticSharedBytes + kernel.dynamicSharedBytes;
-    if (sharedOptIn > 0 && shared > sharedOptIn) {
-      driver.cuModuleUnload(module);
+    if (sharedOptIn > 0 && shared > sharedOptIn)
       return {KILN_UNSUPPORTED,
               fmt::format("kernel \"{}\" needs {} bytes of shared memory; the "
                           "device allows {}",
                           kernel.name, shared, sharedOptIn)};
-    }
   }
   modules.push_back({});
   loaded = &modules.back();
   loaded->contextId = contextId;
   loaded->context = context;
-  loaded->module = module;
+  loaded->targetIndex = static_cast<size_t>(targetIndex);
   loaded->chip = target.chip;
+  loaded->major = major;
+  loaded->minor = minor;
+  loaded->parts.assign(partsOf(loaded->targetIndex).texts.size(), nullptr);
   loaded->gridDependency = target.gridDependency;
   loaded->attentionGridDependency = target.attentionGridDependency;
   loaded->clusterSplits = target.clusterSplits;
@@ -90,35 +73,109 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
   return Error::ok();
 }
 
-Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
-                               CUstream stream, CUfunction &function,
-                               Residency *residency, LoadedModule **module) {
+const PtxParts &ModuleCache::partsOf(size_t targetIndex) {
+  if (targetParts.size() < manifest.targets.size())
+    targetParts.resize(manifest.targets.size());
+  std::optional<PtxParts> &parts = targetParts[targetIndex];
+  if (!parts) {
+    const Target &target = manifest.targets[targetIndex];
+    std::vector<std::string> names;
+    for (const Kernel &kernel : manifest.kernels)
+      if (kernel.inTarget(target.chip))
+        names.push_back(kernel.name);
+    parts = splitPtxByKernel(target.ptx, names);
+  }
+  return *parts;
+}
+
+/// The module of kernel `kernelIndex` in `parts` (whose kernels are those of
+/// `manifest` in `chip`, in order).
+static size_t partOfKernel(const Manifest &manifest, const PtxParts &parts,
+                           const std::string &chip, size_t kernelIndex) {
+  size_t position = 0;
+  for (size_t i = 0; i < kernelIndex; ++i)
+    if (manifest.kernels[i].inTarget(chip))
+      ++position;
+  return parts.partOfKernel[position];
+}
+
+Error ModuleCache::compilePart(const CudaDriver &driver, LoadedModule &loaded,
+                               size_t part,
+                               std::unique_lock<std::mutex> &lock) {
+  if (loaded.parts[part])
+    return Error::ok();
+  const Target &target = manifest.targets[loaded.targetIndex];
+  const std::string &ptx = partsOf(loaded.targetIndex).texts[part];
+  lock.unlock();
+  std::vector<char> errorLog(16384, '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
+                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *optionValues[] = {
+      errorLog.data(),
+      reinterpret_cast<void *>(static_cast<uintptr_t>(errorLog.size() - 1))};
+  CUmodule module = nullptr;
+  CUresult result = driver.cuModuleLoadDataEx(&module, ptx.c_str(), 2, options,
+                                              optionValues);
+  lock.lock();
+  if (result != CUDA_SUCCESS) {
+    std::string log(errorLog.data());
+    return {KILN_CUDA_ERROR,
+            fmt::format("{} loading {} ({}) on a compute capability {}.{} "
+                        "device{}{}",
+                        describeCudaError(driver, "cuModuleLoadDataEx", result),
+                        target.ptxFile, target.chip, loaded.major, loaded.minor,
+                        log.empty() ? "" : "; JIT log:\n", log)};
+  }
+  if (loaded.parts[part]) // another thread compiled it meanwhile
+    driver.cuModuleUnload(module);
+  else
+    loaded.parts[part] = module;
+  return Error::ok();
+}
+
+Error ModuleCache::loadedIn(const CudaDriver &driver, CUstream stream,
+                            LoadedModule *&loaded) {
   CUcontext context = nullptr;
   if (Error error = currentContext(driver, stream, context))
     return error;
-  CUresult result;
   unsigned long long contextId = contextIdOf(driver, context);
-
-  std::lock_guard<std::mutex> lock(mutex);
-  LoadedModule *loaded = nullptr;
+  loaded = nullptr;
   for (LoadedModule &candidate : modules)
     if (candidate.contextId == contextId && candidate.context == context)
       loaded = &candidate;
   if (!loaded)
-    if (Error error = load(driver, context, contextId, loaded))
-      return error;
+    return load(driver, context, contextId, loaded);
+  return Error::ok();
+}
+
+Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
+                               CUstream stream, CUfunction &function,
+                               Residency *residency, LoadedModule **module) {
+  std::unique_lock<std::mutex> lock(mutex);
+  LoadedModule *loaded = nullptr;
+  if (Error error = loadedIn(driver, stream, loaded))
+    return error;
   if (kernelIndex >= loaded->functions.size())
     return Error::ok();
   if (!manifest.kernels[kernelIndex].inTarget(loaded->chip)) {
     function = nullptr;
     return Error::ok();
   }
+  CUresult result;
+  if (!loaded->functions[kernelIndex]) {
+    size_t part = partOfKernel(manifest, partsOf(loaded->targetIndex),
+                               loaded->chip, kernelIndex);
+    if (Error error = compilePart(driver, *loaded, part, lock))
+      return error;
+  }
   CUfunction &cached = loaded->functions[kernelIndex];
   if (!cached) {
     const Kernel &kernel = manifest.kernels[kernelIndex];
+    size_t part = partOfKernel(manifest, partsOf(loaded->targetIndex),
+                               loaded->chip, kernelIndex);
     CUfunction found = nullptr;
-    result =
-        driver.cuModuleGetFunction(&found, loaded->module, kernel.name.c_str());
+    result = driver.cuModuleGetFunction(&found, loaded->parts[part],
+                                        kernel.name.c_str());
     if (result != CUDA_SUCCESS)
       return {
           KILN_CUDA_ERROR,
@@ -220,14 +277,69 @@ Error ModuleCache::clusterOfSplits(const CudaDriver &driver, size_t kernelIndex,
   return Error::ok();
 }
 
+Error ModuleCache::prepare(const CudaDriver &driver) {
+  std::vector<size_t> kernels; // one kernel of each module left to compile
+  CUcontext context = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    LoadedModule *loaded = nullptr;
+    if (Error error = loadedIn(driver, nullptr, loaded))
+      return error;
+    context = loaded->context;
+    const PtxParts &parts = partsOf(loaded->targetIndex);
+    std::vector<bool> taken(parts.texts.size(), false);
+    for (size_t i = 0; i < manifest.kernels.size(); ++i) {
+      if (!manifest.kernels[i].inTarget(loaded->chip))
+        continue;
+      size_t part = partOfKernel(manifest, parts, loaded->chip, i);
+      if (!loaded->parts[part] && !taken[part]) {
+        taken[part] = true;
+        kernels.push_back(i);
+      }
+    }
+  }
+  // The driver compiles modules of one context in parallel; each thread
+  // makes the caller's context its own.
+  std::vector<Error> errors(kernels.size(), Error::ok());
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < kernels.size(); ++k)
+    threads.emplace_back([&, k] {
+      CUresult result = driver.cuCtxSetCurrent(context);
+      CUfunction function = nullptr;
+      errors[k] = result != CUDA_SUCCESS
+                      ? Error{KILN_CUDA_ERROR,
+                              describeCudaError(driver, "cuCtxSetCurrent",
+                                                result)}
+                      : getFunction(driver, kernels[k], nullptr, function);
+    });
+  if (!kernels.empty()) {
+    CUfunction function = nullptr;
+    errors[0] = getFunction(driver, kernels[0], nullptr, function);
+  }
+  for (std::thread &thread : threads)
+    thread.join();
+  for (Error &error : errors)
+    if (error)
+      return std::move(error);
+  // The rest of the kernels' functions, from modules now compiled.
+  for (size_t i = 0; i < manifest.kernels.size(); ++i) {
+    CUfunction function = nullptr;
+    if (Error error = getFunction(driver, i, nullptr, function))
+      return error;
+  }
+  return Error::ok();
+}
+
 void ModuleCache::unloadAll() {
   if (modules.empty())
     return;
   const CudaDriver *driver = nullptr;
   if (!getCudaDriver(driver))
     for (LoadedModule &loaded : modules)
-      driver->cuModuleUnload(loaded.module); // fails harmlessly if the
-                                             // context is gone
+      for (CUmodule module : loaded.parts)
+        if (module)
+          driver->cuModuleUnload(module); // fails harmlessly if the context
+                                          // is gone
 }
 
 } // namespace rt

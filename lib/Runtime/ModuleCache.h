@@ -1,9 +1,10 @@
 //===- ModuleCache.h - A package's PTX modules per CUDA context -*- C++ -*-===//
 //
-// A package's PTX is JIT-loaded once per CUDA context it is launched in (the
-// target chosen for that context's device), and each loaded module caches
-// what launches ask of it: functions, occupancy, and the clusters of split
-// kernels the device holds at once.
+// A package's PTX is loaded in each CUDA context it is launched in (the
+// target chosen for that context's device), each kernel from a module of its
+// own (PtxParts.h) JIT-compiled when the kernel is first needed, and each
+// context's modules cache what launches ask of them: functions, occupancy,
+// and the clusters of split kernels the device holds at once.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,10 +13,12 @@
 
 #include "CudaDriver.h"
 #include "Manifest.h"
+#include "PtxParts.h"
 
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,13 +34,20 @@ namespace rt {
 /// take a second block while others idle.
 constexpr int64_t kMaxClusterBlocks = 4;
 
-/// One module loaded in one CUDA context, with the functions looked up so far.
+/// A package's target loaded in one CUDA context: its modules compiled and
+/// functions looked up so far.
 struct LoadedModule {
   unsigned long long contextId = 0;
   CUcontext context = nullptr;
-  CUmodule module = nullptr;
-  /// The target whose PTX the module holds ("sm_90a").
+  /// The target loaded (an index of Manifest::targets), and its chip
+  /// ("sm_90a").
+  size_t targetIndex = 0;
   std::string chip;
+  /// The device's compute capability.
+  int major = 0, minor = 0;
+  /// Per module of the target's PTX (ModuleCache::partsOf), the module
+  /// JIT-compiled in this context; null until a kernel in it is needed.
+  std::vector<CUmodule> parts;
   /// That target's combine kernels wait for their split kernel (see
   /// Target::gridDependency).
   bool gridDependency = false;
@@ -75,8 +85,8 @@ public:
   ModuleCache &operator=(const ModuleCache &) = delete;
 
   /// The function of `kernelIndex` in the current context (or, when none is
-  /// current, `stream`'s), loading the module the first time; null when the
-  /// loaded target's PTX does not have the kernel. With `residency`, also
+  /// current, `stream`'s), compiling its module the first time; null when
+  /// the loaded target's PTX does not have the kernel. With `residency`, also
   /// where the kernel's blocks live on the device; with `module`, the
   /// loaded module.
   Error getFunction(const CudaDriver &driver, size_t kernelIndex,
@@ -96,16 +106,35 @@ public:
                         const kiln_launch_config &launchConfig, CUstream stream,
                         int64_t splits, int64_t &cluster);
 
+  /// Compiles every kernel of the target the current context loads, their
+  /// modules in parallel (one thread each), before anything launches.
+  Error prepare(const CudaDriver &driver);
+
   /// Unloads every module loaded so far (each fails harmlessly where its
   /// context is gone). Only for a package being closed: nothing may use the
   /// cache concurrently.
   void unloadAll();
 
 private:
-  /// Loads the package's PTX in the current context. Called with `mutex`
-  /// held.
+  /// Chooses the target the current context's device loads and checks its
+  /// kernels' shared memory; compiles nothing. Called with `mutex` held.
   Error load(const CudaDriver &driver, CUcontext context,
              unsigned long long contextId, LoadedModule *&loaded);
+
+  /// The context's loaded target (loaded first where it is not). Called with
+  /// `mutex` held.
+  Error loadedIn(const CudaDriver &driver, CUstream stream,
+                 LoadedModule *&loaded);
+
+  /// The modules target `targetIndex`'s PTX is cut into (made on first
+  /// need). Called with `mutex` held.
+  const PtxParts &partsOf(size_t targetIndex);
+
+  /// Compiles module `part` of `loaded`'s target in the current context
+  /// unless it is already; takes `lock` (held on entry and on return) off
+  /// while the driver compiles, so that other kernels compile meanwhile.
+  Error compilePart(const CudaDriver &driver, LoadedModule &loaded,
+                    size_t part, std::unique_lock<std::mutex> &lock);
 
   const Manifest &manifest;
   /// Guards `modules` and every cache inside them (functions, occupancy,
@@ -114,6 +143,8 @@ private:
   /// A deque: a module's address stays valid while other threads load the
   /// package into other contexts.
   std::deque<LoadedModule> modules;
+  /// Per target, its PTX cut into modules (made on first need).
+  std::vector<std::optional<PtxParts>> targetParts;
 };
 
 } // namespace rt

@@ -275,13 +275,9 @@ kiln_status kiln_package_prepare(kiln_package *package) {
     const CudaDriver *driver = nullptr;
     if (Error error = getCudaDriver(driver))
       return fail(error);
-    // (Kernels that the loaded target's PTX lacks are skipped.)
-    for (size_t i = 0; i < package->manifest.kernels.size(); ++i) {
-      CUfunction function = nullptr;
-      if (Error error =
-              package->modules.getFunction(*driver, i, nullptr, function))
-        return fail(error);
-    }
+    // Every module of the loaded target compiled, in parallel.
+    if (Error error = package->modules.prepare(*driver))
+      return fail(error);
     return KILN_OK;
   });
 }

@@ -682,6 +682,36 @@ def like_strides(result: Any, strides: Sequence[int]) -> Any:
     return out
 
 
+def _current_cuda_device() -> Optional[int]:
+    """The CUDA device the caller's thread uses, where torch has started
+    CUDA (None otherwise: nothing is loaded ahead then)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.cuda.current_device()
+    except Exception:  # noqa: BLE001 (no CUDA: nothing to load ahead)
+        pass
+    return None
+
+
+def _prepare_on(device: int, built: Any) -> None:
+    """Compiles the kernels of the sites `built` (a site, or a forward and
+    its backward) for `device` in this thread: the driver JIT-compiles each
+    kernel's PTX once per context, and a site's first launch (the check of
+    the rewritten graph) otherwise waits for it. A failure is left for that
+    launch to report."""
+    import torch
+
+    sites = built if isinstance(built, tuple) else (built,)
+    try:
+        torch.cuda.set_device(device)
+        for package in {id(site.package): site.package for site in sites}.values():
+            package.prepare()
+    except Exception:  # noqa: BLE001 (reported where the site launches)
+        pass
+
+
 class _SiteKernels:
     """The one-site packages of a report's sites, compiled by kilnc in a
     background thread (one at a time, each source once) while the main
@@ -707,11 +737,18 @@ class _SiteKernels:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-site")
         self.futures: Dict[Tuple[str, str], Any] = {}
         self.busy = 0.0
+        #: The GPU the graph runs on: each package's kernels are compiled
+        #: for it (the driver's JIT) right after the package, here in the
+        #: background, not at the site's first launch.
+        self.device = _current_cuda_device()
 
     def _build(self, work: Callable[[], Any]) -> Any:
         start = time.perf_counter()
         try:
-            return work()
+            built = work()
+            if self.device is not None:
+                _prepare_on(self.device, built)
+            return built
         finally:
             self.busy += time.perf_counter() - start
 

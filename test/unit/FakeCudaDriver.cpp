@@ -11,10 +11,12 @@
 #include "FakeCudaDriver.h"
 
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace {
 FakeCudaState state;
+std::mutex moduleMutex;
 
 CUcontext fakeContext(uintptr_t id) {
   return reinterpret_cast<CUcontext>(0x1000 + id);
@@ -95,8 +97,11 @@ cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice) {
 __attribute__((visibility("default"))) CUresult
 cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int count,
                    CUjit_option *options, void **values) {
+  // kiln_package_prepare compiles modules from several threads.
+  std::lock_guard<std::mutex> lock(moduleMutex);
   ++state.moduleLoads;
   state.loadedPtx = static_cast<const char *>(image);
+  state.modulePtx.push_back(state.loadedPtx);
   if (state.loadedPtx.find("INVALID") != std::string::npos) {
     for (unsigned i = 0; i < count; ++i)
       if (options[i] == CU_JIT_ERROR_LOG_BUFFER)
@@ -112,8 +117,11 @@ __attribute__((visibility("default"))) CUresult cuModuleUnload(CUmodule) {
   return CUDA_SUCCESS;
 }
 __attribute__((visibility("default"))) CUresult
-cuModuleGetFunction(CUfunction *function, CUmodule, const char *name) {
-  if (state.loadedPtx.find(name) == std::string::npos)
+cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  std::lock_guard<std::mutex> lock(moduleMutex);
+  size_t index = reinterpret_cast<uintptr_t>(module) - 0x2001;
+  if (index >= state.modulePtx.size() ||
+      state.modulePtx[index].find(name) == std::string::npos)
     return CUDA_ERROR_NOT_FOUND;
   *function = reinterpret_cast<CUfunction>(0x3000 + std::strlen(name));
   return CUDA_SUCCESS;

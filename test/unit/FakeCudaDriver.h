@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 constexpr int kFakeMaxParams = 64;
 
@@ -39,7 +40,10 @@ struct FakeCudaState {
   int initCalls = 0;
   int moduleLoads = 0;
   int moduleUnloads = 0;
+  /// The PTX of the last module loaded, and of each in the order loaded
+  /// (module handle 0x2001 is the first).
   std::string loadedPtx;
+  std::vector<std::string> modulePtx;
   int maxDynamicShared = 0;
   int expectedParams = 0;
   int launches = 0;

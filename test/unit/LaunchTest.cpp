@@ -232,6 +232,82 @@ TEST_F(LaunchTest, LoadsTheDevicesPtxOncePerContext) {
   EXPECT_EQ(fake().moduleUnloads, 2);
 }
 
+TEST_F(LaunchTest, CompilesEachKernelsModuleWhenFirstNeeded) {
+  // PTX laid out as kilnc writes it: declarations, then one entry a kernel.
+  json manifest = validManifest();
+  writePackage(manifest);
+  for (const json &target : manifest["targets"]) {
+    std::string text = "//\n// Generated\n//\n\n.version 8.0\n.target " +
+                       target["chip"].get<std::string>() +
+                       "\n.address_size 64\n\n.extern .shared .align 16 "
+                       ".b8 kiln_dynamic_shared[];\n";
+    for (const json &kernel : manifest["kernels"])
+      text += "\t// .globl\t" + kernel["name"].get<std::string>() +
+              "\n.visible .entry " + kernel["name"].get<std::string>() +
+              "(\n\t.param .u64 q\n)\n.reqntid 128, 1, 1\n{\n\tret; /* } */\n}\n";
+    writeFile(target["ptx"].get<std::string>(), text);
+  }
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  const kiln_site *site = nullptr;
+  ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+  kiln_attention_args a = args(site, 1, 8, 2, 16, 16);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK)
+      << kiln_last_error();
+  // Only the launched kernel's module is compiled, with the declarations.
+  EXPECT_EQ(fake().moduleLoads, 1);
+  EXPECT_THAT(fake().loadedPtx,
+              HasSubstr(".visible .entry kiln_attention_bf16_d64_causal("));
+  EXPECT_THAT(fake().loadedPtx, HasSubstr("kiln_dynamic_shared[];"));
+  EXPECT_THAT(fake().loadedPtx, HasSubstr(".target sm_90a"));
+  EXPECT_EQ(fake().loadedPtx.find("kiln_attention_f16_d128_mask"),
+            std::string::npos);
+  // Preparing compiles the rest; a second launch compiles nothing.
+  ASSERT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(fake().moduleLoads, 2);
+  EXPECT_THAT(fake().modulePtx[1],
+              HasSubstr(".visible .entry kiln_attention_f16_d128_mask("));
+  ASSERT_EQ(kiln_package_prepare(package), KILN_OK);
+  ASSERT_EQ(kiln_site_launch_attention(site, &a, nullptr), KILN_OK);
+  EXPECT_EQ(fake().moduleLoads, 2);
+  kiln_package_close(package);
+  package = nullptr;
+  EXPECT_EQ(fake().moduleUnloads, 2);
+}
+
+TEST_F(LaunchTest, PreparesEveryModuleInParallel) {
+  // Four kernels (the warp-specialised one sm_90a only): prepare compiles
+  // each in its own module, once.
+  json manifest = warpSpecializedManifest();
+  manifest["kernels"].push_back(attentionKernel(
+      "kiln_attention_f16_d64", "f16", 64, false));
+  writePackage(manifest);
+  for (const json &target : manifest["targets"]) {
+    std::string chip = target["chip"].get<std::string>();
+    std::string text = ".version 8.0\n.target " + chip + "\n.address_size 64\n";
+    for (const json &kernel : manifest["kernels"]) {
+      if (kernel.contains("targets") && kernel["targets"][0] != chip)
+        continue;
+      text += ".visible .entry " + kernel["name"].get<std::string>() +
+              "(\n)\n{\n\tret;\n}\n";
+    }
+    writeFile(target["ptx"].get<std::string>(), text);
+  }
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  ASSERT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(fake().moduleLoads, 4);
+  std::vector<std::string> modules = fake().modulePtx;
+  std::sort(modules.begin(), modules.end());
+  for (size_t i = 0; i < modules.size(); ++i)
+    EXPECT_EQ(std::count(modules[i].begin(), modules[i].end(), '{'), 1)
+        << modules[i];
+  EXPECT_EQ(std::adjacent_find(modules.begin(), modules.end()), modules.end());
+  // On an 8.0 device (another context), the sm_80 PTX's three.
+  fake().currentContext = 2;
+  fake().major = 8;
+  ASSERT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(fake().moduleLoads, 7);
+}
+
 TEST_F(LaunchTest, UsesTheStreamsContextWhenNoneIsCurrent) {
   writeNamedPtx(validManifest());
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();

@@ -575,8 +575,14 @@ private:
   // The prologue's parts (Parts/Prologue.cpp, Parts/KeyRange.cpp).
   /// The gpu.func with the kernel's argument types and launch attributes.
   gpu::GPUFuncOp createFunction(OpBuilder &moduleBuilder, Location loc);
-  /// Binds the arguments by ABI position, and the scale in log2 units.
+  /// Binds the arguments by ABI position, and the scale in log2 units
+  /// unless the site takes a run-time factor (bindScaleFactor binds it).
   void bindArguments(ValueRange args);
+  /// Reads the run-time scale_factor (where the site has one) and binds the
+  /// scale times it; placed after the wait for the grids before.
+  void bindScaleFactor();
+  /// Binds `scale` and the scale in log2 units.
+  void bindScale(Value scale);
   /// The block's query block and grid-y head index: causal grids run their
   /// heaviest blocks first; split-KV grids take the split and the sequence
   /// from grid z. Binds batch, splitIndex and clustered.

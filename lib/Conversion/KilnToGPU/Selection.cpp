@@ -446,10 +446,10 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
   SmallVector<std::string> &why = choice.warpSpecializedWhy;
   if (!target.hopper || !siteSpec.variant.tensorCores)
     return success();
-  // The warp-specialised kernel folds the scale into its exponents' FMAs,
-  // which takes a positive scale (a row's largest score then comes from its
-  // largest dot product): one known when the kernel is built, so not a
-  // run-time scale_factor, whose sign is the graph's.
+  // The warp-specialised kernel folds a static scale into its exponents'
+  // FMAs, which takes a positive scale (a row's largest score then comes
+  // from its largest dot product); a run-time scale_factor, whose sign is
+  // the graph's, is applied to each score before the row's maximum.
   auto attention = dyn_cast<AttentionOp>(op);
   if (!options.warpSpecialize) {
     why.push_back("no warp-specialised kernel: --warp-specialize=0");
@@ -461,11 +461,6 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
   }
   if (attention.getLse()) {
     why.push_back("no warp-specialised kernel: it writes no log-sum-exp");
-    return success();
-  }
-  if (attention.getScaleFactor()) {
-    why.push_back("no warp-specialised kernel: it folds the scale into its "
-                  "exponents, so takes no run-time scale_factor");
     return success();
   }
   if (!(attention.getScale().convertToFloat() > 0.0f)) {

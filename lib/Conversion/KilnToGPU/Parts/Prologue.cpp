@@ -135,12 +135,22 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
   }
   scaleFactorPtr = spec.problem.scaleFactor ? args[next++] : Value();
   lsePtr = spec.problem.lse ? args[next++] : Value();
-  // A run-time factor multiplies the scale once, here: every later use of
-  // the scale (scores, exponents, FP8 descales) sees the product.
-  if (scaleFactorPtr)
-    scale = fmul(scale, LLVM::LoadOp::create(builder, builder.getF32Type(),
-                                             scaleFactorPtr));
+  scaleNatural = scale;
+  if (!scaleFactorPtr)
+    bindScale(scale);
+}
 
+void AttentionKernelBuilder::bindScaleFactor() {
+  // A run-time factor multiplies the scale once, here: every later use of
+  // the scale (scores, exponents, FP8 descales) sees the product. It is
+  // global memory, which the grid before may still be writing (a graph
+  // computes the factor just before): read after griddepcontrol.wait.
+  if (scaleFactorPtr)
+    bindScale(fmul(scaleNatural, LLVM::LoadOp::create(*b, b->getF32Type(),
+                                                      scaleFactorPtr)));
+}
+
+void AttentionKernelBuilder::bindScale(Value scale) {
   const float log2e = 1.4426950408889634f;
   scaleNatural = scale;
   scaleLog2 = fmul(scale, constF32(log2e));
@@ -432,6 +442,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // Nothing above reads global memory (the parameters are constants).
   if (spec.launch.waitForGrid)
     NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
+  bindScaleFactor();
   if (spec.problem.ragged) {
     queryBlock = bindPlanItem(keyCount);
   } else if (spec.problem.paged) {

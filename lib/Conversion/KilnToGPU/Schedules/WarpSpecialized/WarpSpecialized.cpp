@@ -910,11 +910,12 @@ WarpSpecializedKernel::buildConsumerLoop(Value shared, Value sharedBase,
   firstDiagonal = add(add(firstQuery, groupRow), kvOffset);
   lastDiagonal = add(firstDiagonal, constIndex(kConsumerRows - 1));
 
-  // Without a softcap, additive terms or masked_score the scores stay raw
-  // dot products until the softmax step folds the scale into its
-  // exponents' FMAs (the site's scale is positive: see ConvertKilnToGPU).
+  // Without a softcap, additive terms, masked_score or a run-time
+  // scale_factor (of either sign) the scores stay raw dot products until
+  // the softmax step folds the scale into its exponents' FMAs (the site's
+  // scale is positive: see ConvertKilnToGPU).
   foldScale = !spec.problem.softcap && !spec.problem.addsToScores() &&
-              !spec.problem.maskedScore;
+              !spec.problem.maskedScore && !spec.problem.scaleFactor;
   softmaxScale = foldScale ? scaleLog2 : Value();
 
   SmallVector<Value> initState = {negInf, negInf, zero, zero};

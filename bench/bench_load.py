@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""What loading a package costs on the GPU: the driver's JIT of its PTX.
+
+    python3 bench/bench_load.py PKG [PKG ...] [--out rows.json]
+
+For each package (compiled elsewhere: no kilnc is needed here), each
+measurement in a fresh process with the driver's JIT cache off
+(CUDA_CACHE_DISABLE=1), so every load compiles:
+- ``whole``: the target's PTX loaded as one module (cuModuleLoadDataEx), as
+  the runtime loaded a package before it cut the PTX per kernel;
+- ``first``: ``Package.prepare()``'s work for one kernel alone: the first
+  launch of the package's first site (its kernel compiled, nothing else);
+- ``prepare``: ``Package.prepare()``: every kernel's module, compiled in
+  parallel (one thread each).
+Prints one row per package with the three times in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _target_ptx(package: Path) -> bytes:
+    """The PTX this GPU loads (sm_90a where the package has it)."""
+    import torch
+
+    manifest = json.loads((package / "manifest.json").read_text())
+    major, minor = torch.cuda.get_device_capability()
+    chips = {t["chip"]: t["ptx"] for t in manifest["targets"]}
+    chip = f"sm_{major}{minor}a" if f"sm_{major}{minor}a" in chips else next(
+        c for c in chips if int(c[3:5]) <= major * 10 + minor)
+    return (package / chips[chip]).read_bytes() + b"\0"
+
+
+def _measure(mode: str, package: Path) -> float:
+    """One measurement in this process (CUDA started first, not timed)."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    if mode == "whole":
+        cuda = ctypes.CDLL("libcuda.so.1")
+        ptx = _target_ptx(package)
+        module = ctypes.c_void_p()
+        start = time.perf_counter()
+        status = cuda.cuModuleLoadDataEx(ctypes.byref(module), ptx, 0, None, None)
+        seconds = time.perf_counter() - start
+        if status != 0:
+            raise RuntimeError(f"cuModuleLoadDataEx: {status}")
+        return seconds
+    sys.path.insert(0, str(ROOT / "python"))
+    import kiln
+
+    opened = kiln.Package(str(package))
+    if mode == "prepare":
+        start = time.perf_counter()
+        opened.prepare()
+        return time.perf_counter() - start
+    # first: the first site's kernel alone, through the lazy path.
+    site = opened.sites[0]
+    start = time.perf_counter()
+    _first_launch(site)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _first_launch(site: Any) -> None:
+    """One small launch of `site` (its dims where static, else small)."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16,
+             "f32": torch.float32}[site.dtype]
+    heads, kv_heads = site.q_heads or 4, site.kv_heads or site.q_heads or 4
+    dim = site.head_dim
+    q = torch.randn(1, heads, 128, dim, device="cuda", dtype=dtype)
+    k = torch.randn(1, kv_heads, 128, dim, device="cuda", dtype=dtype)
+    v = torch.randn(1, kv_heads, 128, site.v_head_dim or dim, device="cuda",
+                    dtype=dtype)
+    extra: Dict[str, Any] = {}
+    if getattr(site, "scale_factor", False):
+        extra["scale_factor"] = torch.ones((), device="cuda")
+    site.attention(q, k, v, **extra)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("packages", nargs="+")
+    parser.add_argument("--out")
+    parser.add_argument("--one", nargs=2, metavar=("MODE", "PKG"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=3)
+    args, _ = parser.parse_known_args()
+    if args.one:
+        print(json.dumps(_measure(args.one[0], Path(args.one[1]))))
+        return 0
+    env = dict(os.environ, CUDA_CACHE_DISABLE="1")
+    rows: List[Dict[str, Any]] = []
+    for package in args.packages:
+        row: Dict[str, Any] = {"package": package}
+        for mode in ("whole", "first", "prepare"):
+            times = []
+            for _ in range(args.repeats):
+                done = subprocess.run(
+                    [sys.executable, __file__, "x", "--one", mode, package],
+                    env=env, capture_output=True, text=True)
+                if done.returncode != 0:
+                    times = None
+                    row[f"{mode}_error"] = done.stderr.strip().splitlines()[-1:]
+                    break
+                times.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            row[mode] = min(times) if times else None
+        rows.append(row)
+        print(f"{package}: whole {row['whole']}, first kernel {row['first']}, "
+              f"prepare (parallel) {row['prepare']}"
+              + "".join(f"; {k}: {v}" for k, v in row.items() if k.endswith("_error")),
+              flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
