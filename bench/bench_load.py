@@ -8,8 +8,9 @@ measurement in a fresh process with the driver's JIT cache off
 (CUDA_CACHE_DISABLE=1), so every load compiles:
 - ``whole``: the target's PTX loaded as one module (cuModuleLoadDataEx), as
   the runtime loaded a package before it cut the PTX per kernel;
-- ``first``: ``Package.prepare()``'s work for one kernel alone: the first
-  launch of the package's first site (its kernel compiled, nothing else);
+- ``site``: ``Site.prepare()`` of the package's first site: the kernels its
+  prefill launches take (the warp-specialised one on sm_90a; a backward
+  site's two passes), which is what the torch.compile backend compiles;
 - ``prepare``: ``Package.prepare()``: every kernel's module, compiled in
   parallel (one thread each).
 Prints one row per package with the three times in seconds.
@@ -66,30 +67,10 @@ def _measure(mode: str, package: Path) -> float:
         start = time.perf_counter()
         opened.prepare()
         return time.perf_counter() - start
-    # first: the first site's kernel alone, through the lazy path.
-    site = opened.sites[0]
+    # site: the first site's own kernels.
     start = time.perf_counter()
-    _first_launch(site)
-    torch.cuda.synchronize()
+    opened.sites[0].prepare()
     return time.perf_counter() - start
-
-
-def _first_launch(site: Any) -> None:
-    """One small launch of `site` (its dims where static, else small)."""
-    import torch
-
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16,
-             "f32": torch.float32}[site.dtype]
-    heads, kv_heads = site.q_heads or 4, site.kv_heads or site.q_heads or 4
-    dim = site.head_dim
-    q = torch.randn(1, heads, 128, dim, device="cuda", dtype=dtype)
-    k = torch.randn(1, kv_heads, 128, dim, device="cuda", dtype=dtype)
-    v = torch.randn(1, kv_heads, 128, site.v_head_dim or dim, device="cuda",
-                    dtype=dtype)
-    extra: Dict[str, Any] = {}
-    if getattr(site, "scale_factor", False):
-        extra["scale_factor"] = torch.ones((), device="cuda")
-    site.attention(q, k, v, **extra)
 
 
 def main() -> int:
@@ -98,7 +79,7 @@ def main() -> int:
     parser.add_argument("--out")
     parser.add_argument("--one", nargs=2, metavar=("MODE", "PKG"),
                         help=argparse.SUPPRESS)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1)
     args, _ = parser.parse_known_args()
     if args.one:
         print(json.dumps(_measure(args.one[0], Path(args.one[1]))))
@@ -107,7 +88,7 @@ def main() -> int:
     rows: List[Dict[str, Any]] = []
     for package in args.packages:
         row: Dict[str, Any] = {"package": package}
-        for mode in ("whole", "first", "prepare"):
+        for mode in ("whole", "site", "prepare"):
             times = []
             for _ in range(args.repeats):
                 done = subprocess.run(
@@ -120,7 +101,7 @@ def main() -> int:
                 times.append(json.loads(done.stdout.strip().splitlines()[-1]))
             row[mode] = min(times) if times else None
         rows.append(row)
-        print(f"{package}: whole {row['whole']}, first kernel {row['first']}, "
+        print(f"{package}: whole {row['whole']}, site {row['site']}, "
               f"prepare (parallel) {row['prepare']}"
               + "".join(f"; {k}: {v}" for k, v in row.items() if k.endswith("_error")),
               flush=True)

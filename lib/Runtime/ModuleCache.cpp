@@ -277,7 +277,20 @@ Error ModuleCache::clusterOfSplits(const CudaDriver &driver, size_t kernelIndex,
   return Error::ok();
 }
 
-Error ModuleCache::prepare(const CudaDriver &driver) {
+Error ModuleCache::loadedChip(const CudaDriver &driver, std::string &chip) {
+  std::unique_lock<std::mutex> lock(mutex);
+  LoadedModule *loaded = nullptr;
+  if (Error error = loadedIn(driver, nullptr, loaded))
+    return error;
+  chip = loaded->chip;
+  return Error::ok();
+}
+
+Error ModuleCache::prepare(const CudaDriver &driver,
+                           const std::vector<size_t> *only) {
+  auto wanted = [&](size_t kernel) {
+    return !only || std::find(only->begin(), only->end(), kernel) != only->end();
+  };
   std::vector<size_t> kernels; // one kernel of each module left to compile
   CUcontext context = nullptr;
   {
@@ -289,7 +302,7 @@ Error ModuleCache::prepare(const CudaDriver &driver) {
     const PtxParts &parts = partsOf(loaded->targetIndex);
     std::vector<bool> taken(parts.texts.size(), false);
     for (size_t i = 0; i < manifest.kernels.size(); ++i) {
-      if (!manifest.kernels[i].inTarget(loaded->chip))
+      if (!wanted(i) || !manifest.kernels[i].inTarget(loaded->chip))
         continue;
       size_t part = partOfKernel(manifest, parts, loaded->chip, i);
       if (!loaded->parts[part] && !taken[part]) {
@@ -323,6 +336,8 @@ Error ModuleCache::prepare(const CudaDriver &driver) {
       return std::move(error);
   // The rest of the kernels' functions, from modules now compiled.
   for (size_t i = 0; i < manifest.kernels.size(); ++i) {
+    if (!wanted(i))
+      continue;
     CUfunction function = nullptr;
     if (Error error = getFunction(driver, i, nullptr, function))
       return error;

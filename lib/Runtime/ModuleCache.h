@@ -106,9 +106,14 @@ public:
                         const kiln_launch_config &launchConfig, CUstream stream,
                         int64_t splits, int64_t &cluster);
 
-  /// Compiles every kernel of the target the current context loads, their
-  /// modules in parallel (one thread each), before anything launches.
-  Error prepare(const CudaDriver &driver);
+  /// Compiles the kernels of the target the current context loads (those of
+  /// `only` where given, else every one), their modules in parallel (one
+  /// thread each), before anything launches.
+  Error prepare(const CudaDriver &driver,
+                const std::vector<size_t> *only = nullptr);
+
+  /// The chip of the target the current context loads ("sm_90a").
+  Error loadedChip(const CudaDriver &driver, std::string &chip);
 
   /// Unloads every module loaded so far (each fails harmlessly where its
   /// context is gone). Only for a package being closed: nothing may use the

@@ -282,6 +282,39 @@ kiln_status kiln_package_prepare(kiln_package *package) {
   });
 }
 
+kiln_status kiln_site_prepare(const kiln_site *site) {
+  return guarded("kiln_site_prepare", [&] {
+    if (!site)
+      return fail(KILN_INVALID_ARGUMENT, "kiln_site_prepare: NULL site");
+    const CudaDriver *driver = nullptr;
+    if (Error error = getCudaDriver(driver))
+      return fail(error);
+    kiln_package &package = *site->package;
+    const Manifest &manifest = package.manifest;
+    const Site &s = manifest.sites[site->index];
+    std::string chip;
+    if (Error error = package.modules.loadedChip(*driver, chip))
+      return fail(error);
+    // Prefill launches take the warp-specialised kernel where the device's
+    // target has one; others the site's kernel, its combine kernel where it
+    // splits keys, and a backward site's key pass.
+    std::vector<size_t> kernels;
+    if (s.warpSpecializedIndex &&
+        manifest.kernels[*s.warpSpecializedIndex].inTarget(chip)) {
+      kernels.push_back(*s.warpSpecializedIndex);
+    } else {
+      kernels.push_back(s.kernelIndex);
+      if (manifest.kernels[s.kernelIndex].combineIndex)
+        kernels.push_back(*manifest.kernels[s.kernelIndex].combineIndex);
+    }
+    if (s.keyPassIndex)
+      kernels.push_back(*s.keyPassIndex);
+    if (Error error = package.modules.prepare(*driver, &kernels))
+      return fail(error);
+    return KILN_OK;
+  });
+}
+
 kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
   return guarded("kiln_site_get_info", [&] {
     if (!site || !info)

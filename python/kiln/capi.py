@@ -444,6 +444,7 @@ def _declare(lib: ctypes.CDLL) -> None:
             [pkg_p, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p)],
         ),
         "kiln_package_prepare": (c_status, [pkg_p]),
+        "kiln_site_prepare": (c_status, [site_p]),
         "kiln_site_get_info": (c_status, [site_p, ctypes.POINTER(_SiteInfo)]),
         "kiln_attention_args_init": (None, [ctypes.POINTER(AttentionArgs)]),
         "kiln_contiguous_strides": (
@@ -783,6 +784,13 @@ class SiteHandle:
         """The package this site belongs to."""
         return self._package
 
+    def prepare(self) -> None:
+        """Compiles the kernels this site's prefill launches take into the
+        current CUDA context now (the warp-specialised kernel where the GPU
+        has one; a backward site's two passes); the package's other kernels
+        compile when first needed."""
+        _check(self._package._lib.kiln_site_prepare(self._handle))
+
     def __repr__(self) -> str:
         return (
             f"Site({self.name!r}, dtype={self.dtype}, head_dim={self.head_dim}, "
@@ -1088,8 +1096,8 @@ class PackageHandle:
         return _text(chip.value)
 
     def prepare(self) -> None:
-        """Loads the kernels into the current CUDA context now (do this before
-        capturing launches in a CUDA graph)."""
+        """Compiles every kernel into the current CUDA context now, in
+        parallel (do this before capturing launches in a CUDA graph)."""
         _check(self._lib.kiln_package_prepare(self._live()))
 
     def __repr__(self) -> str:

@@ -706,8 +706,8 @@ def _prepare_on(device: int, built: Any) -> None:
     sites = built if isinstance(built, tuple) else (built,)
     try:
         torch.cuda.set_device(device)
-        for package in {id(site.package): site.package for site in sites}.values():
-            package.prepare()
+        for site in sites:
+            site.prepare()  # its launch's kernels, not the package's others
     except Exception:  # noqa: BLE001 (reported where the site launches)
         pass
 

@@ -40,10 +40,8 @@ struct FakeCudaState {
   int initCalls = 0;
   int moduleLoads = 0;
   int moduleUnloads = 0;
-  /// The PTX of the last module loaded, and of each in the order loaded
-  /// (module handle 0x2001 is the first).
+  /// The PTX of the last module loaded (each one's: modulePtx).
   std::string loadedPtx;
-  std::vector<std::string> modulePtx;
   int maxDynamicShared = 0;
   int expectedParams = 0;
   int launches = 0;
@@ -70,6 +68,9 @@ struct FakeCudaState {
     cuuint32_t box[5];
     CUtensorMapSwizzle swizzle;
   } tensorMapCalls[5] = {};
+  /// The PTX of each module in the order loaded (module handle 0x2001 is
+  /// the first). Last: launch_fp8_fake_driver.py mirrors the fields above.
+  std::vector<std::string> modulePtx;
 };
 
 extern "C" FakeCudaState *fakeCudaState();

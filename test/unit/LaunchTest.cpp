@@ -274,7 +274,7 @@ TEST_F(LaunchTest, CompilesEachKernelsModuleWhenFirstNeeded) {
   EXPECT_EQ(fake().moduleUnloads, 2);
 }
 
-TEST_F(LaunchTest, PreparesEveryModuleInParallel) {
+TEST_F(LaunchTest, PreparesASitesKernelOrEveryModuleInParallel) {
   // Four kernels (the warp-specialised one sm_90a only): prepare compiles
   // each in its own module, once.
   json manifest = warpSpecializedManifest();
@@ -293,6 +293,13 @@ TEST_F(LaunchTest, PreparesEveryModuleInParallel) {
     writeFile(target["ptx"].get<std::string>(), text);
   }
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  // A site prepares only the kernel its prefill launches take on sm_90a.
+  const kiln_site *site = nullptr;
+  ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
+  ASSERT_EQ(kiln_site_prepare(site), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(fake().moduleLoads, 1);
+  EXPECT_THAT(fake().loadedPtx,
+              HasSubstr(".entry kiln_attention_ws_bf16_d64_causal("));
   ASSERT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
   EXPECT_EQ(fake().moduleLoads, 4);
   std::vector<std::string> modules = fake().modulePtx;
@@ -301,9 +308,14 @@ TEST_F(LaunchTest, PreparesEveryModuleInParallel) {
     EXPECT_EQ(std::count(modules[i].begin(), modules[i].end(), '{'), 1)
         << modules[i];
   EXPECT_EQ(std::adjacent_find(modules.begin(), modules.end()), modules.end());
-  // On an 8.0 device (another context), the sm_80 PTX's three.
+  // On an 8.0 device (another context), the site's portable kernel, then
+  // the rest of the sm_80 PTX's three.
   fake().currentContext = 2;
   fake().major = 8;
+  ASSERT_EQ(kiln_site_prepare(site), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(fake().moduleLoads, 5);
+  EXPECT_THAT(fake().loadedPtx,
+              HasSubstr(".entry kiln_attention_bf16_d64_causal("));
   ASSERT_EQ(kiln_package_prepare(package), KILN_OK) << kiln_last_error();
   EXPECT_EQ(fake().moduleLoads, 7);
 }
