@@ -50,6 +50,31 @@ protected:
     }
   }
 
+  /// Writes a package whose PTX reads as kilnc writes it: the module's
+  /// directives and a shared declaration, then an entry for each kernel of
+  /// the target (a brace in a comment of its body).
+  void writeEntryPtx(const json &manifest) {
+    writePackage(manifest);
+    for (const json &target : manifest["targets"]) {
+      std::string chip = target["chip"].get<std::string>();
+      std::string text = "//\n// Generated\n//\n\n.version 8.0\n.target " +
+                         chip +
+                         "\n.address_size 64\n\n.extern .shared .align 16 "
+                         ".b8 kiln_dynamic_shared[];\n";
+      for (const json &kernel : manifest["kernels"]) {
+        if (kernel.contains("targets") &&
+            std::find(kernel["targets"].begin(), kernel["targets"].end(),
+                      chip) == kernel["targets"].end())
+          continue;
+        std::string name = kernel["name"].get<std::string>();
+        text += "\t// .globl\t" + name + "\n.visible .entry " + name +
+                "(\n\t.param .u64 q\n)\n.reqntid 128, 1, 1\n{\n\tret; /* } "
+                "*/\n}\n";
+      }
+      writeFile(target["ptx"].get<std::string>(), text);
+    }
+  }
+
   /// Writes `manifest` with named PTX, opens it and returns site `name`.
   const kiln_site *openNamedSite(const json &manifest, const char *name) {
     writeNamedPtx(manifest);
@@ -234,19 +259,7 @@ TEST_F(LaunchTest, LoadsTheDevicesPtxOncePerContext) {
 
 TEST_F(LaunchTest, CompilesEachKernelsModuleWhenFirstNeeded) {
   // PTX laid out as kilnc writes it: declarations, then one entry a kernel.
-  json manifest = validManifest();
-  writePackage(manifest);
-  for (const json &target : manifest["targets"]) {
-    std::string text = "//\n// Generated\n//\n\n.version 8.0\n.target " +
-                       target["chip"].get<std::string>() +
-                       "\n.address_size 64\n\n.extern .shared .align 16 "
-                       ".b8 kiln_dynamic_shared[];\n";
-    for (const json &kernel : manifest["kernels"])
-      text += "\t// .globl\t" + kernel["name"].get<std::string>() +
-              "\n.visible .entry " + kernel["name"].get<std::string>() +
-              "(\n\t.param .u64 q\n)\n.reqntid 128, 1, 1\n{\n\tret; /* } */\n}\n";
-    writeFile(target["ptx"].get<std::string>(), text);
-  }
+  writeEntryPtx(validManifest());
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
   const kiln_site *site = nullptr;
   ASSERT_EQ(kiln_package_find_site(package, "attention_0", &site), KILN_OK);
@@ -280,18 +293,7 @@ TEST_F(LaunchTest, PreparesASitesKernelOrEveryModuleInParallel) {
   json manifest = warpSpecializedManifest();
   manifest["kernels"].push_back(attentionKernel(
       "kiln_attention_f16_d64", "f16", 64, false));
-  writePackage(manifest);
-  for (const json &target : manifest["targets"]) {
-    std::string chip = target["chip"].get<std::string>();
-    std::string text = ".version 8.0\n.target " + chip + "\n.address_size 64\n";
-    for (const json &kernel : manifest["kernels"]) {
-      if (kernel.contains("targets") && kernel["targets"][0] != chip)
-        continue;
-      text += ".visible .entry " + kernel["name"].get<std::string>() +
-              "(\n)\n{\n\tret;\n}\n";
-    }
-    writeFile(target["ptx"].get<std::string>(), text);
-  }
+  writeEntryPtx(manifest);
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
   // A site prepares only the kernel its prefill launches take on sm_90a.
   const kiln_site *site = nullptr;
