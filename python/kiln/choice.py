@@ -31,7 +31,7 @@ from . import site_cache as _cache
 from .regions import copy_into, graph_module, walk_up
 from .site import SiteSpec
 
-__all__ = ["Choice", "SCORES_TIMED", "choose", "largest_value"]
+__all__ = ["Choice", "SCORES_TIMED", "choose", "fused_already", "largest_value"]
 
 #: Above this many score elements (batch x heads x queries x keys) a site
 #: is rewritten without timing. Inductor's code for such a site moves at
@@ -42,6 +42,32 @@ __all__ = ["Choice", "SCORES_TIMED", "choose", "largest_value"]
 #: timing such a site costs the first call 0.5-1 s and, where the whole
 #: graph is near host-bound, measures the host's noise (docs/design.md).
 SCORES_TIMED = 1 << 25
+
+#: Ops that only view or pick their input. A site whose code is one fused
+#: attention call (an SDPA op, which Inductor calls as it is) and these is
+#: timed as the graph stands, without compiling either path with Inductor
+#: first: Inductor would have nothing to fuse in it, and its two compiles
+#: were most of such a site's timing (0.8 s of a 1.8 s first call).
+_VIEWS = frozenset({
+    "view", "_unsafe_view", "reshape", "permute", "transpose", "expand",
+    "unsqueeze", "squeeze", "slice", "select", "alias", "t", "detach",
+    "getitem"})
+
+
+def fused_already(body: Sequence[Any]) -> bool:
+    """Whether `body` (a site's nodes) is one SDPA call and views."""
+    attention = 0
+    for node in body:
+        if node.op != "call_function":
+            continue
+        name = getattr(node.target, "_opname", None) or getattr(
+            node.target, "__name__", str(node.target))
+        if "scaled_dot_product" in name:
+            attention += 1
+        elif name not in _VIEWS:
+            return False
+    return attention == 1
+
 
 #: Decisions of this process, by key.
 _decisions: Dict[str, Dict[str, Any]] = {}
@@ -217,12 +243,14 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     # Raises first if Kiln cannot take the site; Inductor's path is then
     # compiled while the site's package may still be in the making.
     graph_module(leaves, lambda graph, env: choice.probe(graph, operands(env)))
+    as_written = fused_already(body)
+    compile = (lambda module, inputs: module) if as_written else choice.compile
     try:
         with torch.no_grad():
-            inductor = choice.compile(graph_module(leaves, graph_as_written), values)
+            inductor = compile(graph_module(leaves, graph_as_written), values)
             with_kiln = graph_module(
                 leaves, lambda graph, env: choice.build(graph, operands(env)))
-            kiln = choice.compile(with_kiln, values)
+            kiln = compile(with_kiln, values)
             inductor_s = seconds(inductor, values)
             kiln_s = seconds(kiln, values)
     except torch.cuda.OutOfMemoryError:
@@ -232,6 +260,8 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     decision = {"path": path, "kiln_us": round(kiln_s * 1e6, 2),
                 "inductor_us": round(inductor_s * 1e6, 2),
                 "why": (f"timed: Kiln {kiln_s * 1e6:.1f} us, Inductor "
-                        f"{inductor_s * 1e6:.1f} us a call")}
+                        f"{inductor_s * 1e6:.1f} us a call"
+                        + (" (one SDPA call, timed as written)" if as_written
+                           else ""))}
     _remember(key, decision)
     return decision

@@ -66,3 +66,36 @@ def test_an_untimed_site_with_a_dense_term_keeps_the_graph_timing():
                                            "dense": "bias"}}}
     assert kd.sites_saving_us(e) is None
     assert kd.graph_choice_from_sites(e) is None
+
+
+class _Op:
+    """An ATen overload as FX shows it: its op name."""
+
+    def __init__(self, name):
+        self._opname = name
+
+
+class _Node:
+    def __init__(self, target, op="call_function"):
+        self.op, self.target = op, target
+
+
+def test_one_sdpa_call_and_views_is_timed_as_written():
+    import operator
+
+    from kiln.choice import fused_already
+
+    body = [_Node(_Op("expand")), _Node(_Op("_scaled_dot_product_efficient_attention")),
+            _Node(operator.getitem), _Node(_Op("transpose"))]
+    assert fused_already(body)
+
+
+def test_code_inductor_would_fuse_is_compiled_before_timing():
+    from kiln.choice import fused_already
+
+    sdpa = _Node(_Op("_scaled_dot_product_flash_attention"))
+    # A softmax written out, or anything computed beside the SDPA call.
+    assert not fused_already([_Node(_Op("bmm")), _Node(_Op("_softmax")), _Node(_Op("bmm"))])
+    assert not fused_already([_Node(_Op("logical_not")), sdpa])
+    assert not fused_already([_Node(_Op("view"))])
+    assert not fused_already([sdpa, _Node(_Op("_scaled_dot_product_flash_attention"))])
