@@ -267,7 +267,8 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
         sites = sum(len(e["report"]["sites"]) for e in entries if e["report"])
         fused = sum(len(e["rewritten"]) for e in entries)
         notes = sorted({e["fallback"] for e in entries if e["fallback"]}
-                       | {r for e in entries for r in e["skipped"].values()})
+                       | {r for e in entries for r in e["skipped"].values()}
+                       | {n for e in entries for n in e.get("notes", [])})
         unfused = sorted({u["reason"] for e in entries if e["report"]
                           for u in e["report"]["unfused"]})
         kiln_error = relative_error(got, against)

@@ -695,21 +695,26 @@ def _current_cuda_device() -> Optional[int]:
     return None
 
 
-def _prepare_on(device: int, built: Any) -> None:
+def _prepare_on(device: int, built: Any) -> Optional[str]:
     """Compiles the kernels of the sites `built` (a site, or a forward and
     its backward) for `device` in this thread: the driver JIT-compiles each
     kernel's PTX once per context, and a site's first launch (the check of
     the rewritten graph) otherwise waits for it. A failure is left for that
-    launch to report."""
+    launch to report; returned, it says why nothing was compiled ahead."""
     import torch
 
     sites = built if isinstance(built, tuple) else (built,)
     try:
+        # set_device alone binds no context to a new thread where the device
+        # is already the thread's current one (device 0); a runtime call
+        # that needs the context does.
         torch.cuda.set_device(device)
+        torch.cuda.mem_get_info(device)
         for site in sites:
             site.prepare()  # its launch's kernels, not the package's others
-    except Exception:  # noqa: BLE001 (reported where the site launches)
-        pass
+    except Exception as error:  # noqa: BLE001 (reported where the site launches)
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 class _SiteKernels:
@@ -747,7 +752,10 @@ class _SiteKernels:
         try:
             built = work()
             if self.device is not None:
-                _prepare_on(self.device, built)
+                failure = _prepare_on(self.device, built)
+                if failure:
+                    self.entry.setdefault("notes", []).append(
+                        f"kernels not compiled ahead: {failure}")
             return built
         finally:
             self.busy += time.perf_counter() - start
@@ -1385,9 +1393,11 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
     Inductor), ``choose`` ("timed", the default: each
     site is timed on the model's first inputs against Inductor's own code
     for it, kiln.choice, and takes the faster; "kiln": every site Kiln can
-    take is rewritten), ``training`` ("inductor", the default: a graph that
-    needs gradients is Inductor's; "kiln": its sites run Kiln's forward and
-    backward kernels); every other option goes to Inductor. Graphs with
+    take is rewritten), ``training`` ("auto", the default: in a graph that
+    needs gradients, the sites whose backward runs on tensor cores run
+    Kiln's forward and backward kernels and the others stay Inductor's;
+    "kiln": every site Kiln can take; "inductor": such a graph is
+    Inductor's); every other option goes to Inductor. Graphs with
     dynamic sizes (``dynamic=True``, ``mark_dynamic``) are exported with
     those sizes symbolic, so new lengths reuse the same sites and code."""
     import torch
