@@ -11,8 +11,8 @@ measurement in a fresh process with the driver's JIT cache off
 - ``site``: ``Site.prepare()`` of the package's first site: the kernels its
   prefill launches take (the warp-specialised one on sm_90a; a backward
   site's two passes), which is what the torch.compile backend compiles;
-- ``prepare``: ``Package.prepare()``: every kernel's module, compiled in
-  parallel (one thread each).
+- ``prepare``: ``Package.prepare()``: every kernel's module (compiled in
+  parallel threads when measured on 2026-12-06; one after another since).
 Prints one row per package with the three times in seconds.
 """
 
@@ -102,7 +102,7 @@ def main() -> int:
             row[mode] = min(times) if times else None
         rows.append(row)
         print(f"{package}: whole {row['whole']}, site {row['site']}, "
-              f"prepare (parallel) {row['prepare']}"
+              f"prepare {row['prepare']}"
               + "".join(f"; {k}: {v}" for k, v in row.items() if k.endswith("_error")),
               flush=True)
     if args.out:

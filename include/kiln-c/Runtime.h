@@ -481,9 +481,9 @@ KILN_RT_API kiln_status kiln_package_select_target(const kiln_package *package,
                                                    int32_t major,
                                                    int32_t minor,
                                                    const char **chip);
-/// Compiles every kernel of the package for the current CUDA context now,
-/// in parallel (launches otherwise compile each kernel's module when it is
-/// first needed). Call it before capturing launches in a CUDA graph.
+/// Compiles every kernel of the package for the current CUDA context now
+/// (launches otherwise compile each kernel's module when it is first
+/// needed). Call it before capturing launches in a CUDA graph.
 KILN_RT_API kiln_status kiln_package_prepare(kiln_package *package);
 /// Compiles, for the current CUDA context, the kernels a prefill launch of
 /// `site` takes: the warp-specialised kernel where the device's target has

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <thread>
 
 namespace kiln {
 namespace rt {
@@ -64,7 +63,8 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
   loaded->chip = target.chip;
   loaded->major = major;
   loaded->minor = minor;
-  loaded->parts.assign(partsOf(loaded->targetIndex).texts.size(), nullptr);
+  loaded->parts.assign(partsOf(loaded->targetIndex).parts.texts.size(),
+                       nullptr);
   loaded->gridDependency = target.gridDependency;
   loaded->attentionGridDependency = target.attentionGridDependency;
   loaded->clusterSplits = target.clusterSplits;
@@ -73,30 +73,25 @@ Error ModuleCache::load(const CudaDriver &driver, CUcontext context,
   return Error::ok();
 }
 
-const PtxParts &ModuleCache::partsOf(size_t targetIndex) {
+const ModuleCache::TargetParts &ModuleCache::partsOf(size_t targetIndex) {
   if (targetParts.size() < manifest.targets.size())
     targetParts.resize(manifest.targets.size());
-  std::optional<PtxParts> &parts = targetParts[targetIndex];
-  if (!parts) {
+  std::optional<TargetParts> &cut = targetParts[targetIndex];
+  if (!cut) {
     const Target &target = manifest.targets[targetIndex];
     std::vector<std::string> names;
     for (const Kernel &kernel : manifest.kernels)
       if (kernel.inTarget(target.chip))
         names.push_back(kernel.name);
-    parts = splitPtxByKernel(target.ptx, names);
+    cut.emplace();
+    cut->parts = splitPtxByKernel(target.ptx, names);
+    cut->partOfKernel.assign(manifest.kernels.size(), 0);
+    size_t position = 0;
+    for (size_t i = 0; i < manifest.kernels.size(); ++i)
+      if (manifest.kernels[i].inTarget(target.chip))
+        cut->partOfKernel[i] = cut->parts.partOfKernel[position++];
   }
-  return *parts;
-}
-
-/// The module of kernel `kernelIndex` in `parts` (whose kernels are those of
-/// `manifest` in `chip`, in order).
-static size_t partOfKernel(const Manifest &manifest, const PtxParts &parts,
-                           const std::string &chip, size_t kernelIndex) {
-  size_t position = 0;
-  for (size_t i = 0; i < kernelIndex; ++i)
-    if (manifest.kernels[i].inTarget(chip))
-      ++position;
-  return parts.partOfKernel[position];
+  return *cut;
 }
 
 Error ModuleCache::compilePart(const CudaDriver &driver, LoadedModule &loaded,
@@ -105,7 +100,7 @@ Error ModuleCache::compilePart(const CudaDriver &driver, LoadedModule &loaded,
   if (loaded.parts[part])
     return Error::ok();
   const Target &target = manifest.targets[loaded.targetIndex];
-  const std::string &ptx = partsOf(loaded.targetIndex).texts[part];
+  const std::string &ptx = partsOf(loaded.targetIndex).parts.texts[part];
   lock.unlock();
   std::vector<char> errorLog(16384, '\0');
   CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER,
@@ -162,17 +157,12 @@ Error ModuleCache::getFunction(const CudaDriver &driver, size_t kernelIndex,
     return Error::ok();
   }
   CUresult result;
-  if (!loaded->functions[kernelIndex]) {
-    size_t part = partOfKernel(manifest, partsOf(loaded->targetIndex),
-                               loaded->chip, kernelIndex);
-    if (Error error = compilePart(driver, *loaded, part, lock))
-      return error;
-  }
   CUfunction &cached = loaded->functions[kernelIndex];
   if (!cached) {
     const Kernel &kernel = manifest.kernels[kernelIndex];
-    size_t part = partOfKernel(manifest, partsOf(loaded->targetIndex),
-                               loaded->chip, kernelIndex);
+    size_t part = partsOf(loaded->targetIndex).partOfKernel[kernelIndex];
+    if (Error error = compilePart(driver, *loaded, part, lock))
+      return error;
     CUfunction found = nullptr;
     result = driver.cuModuleGetFunction(&found, loaded->parts[part],
                                         kernel.name.c_str());
@@ -291,54 +281,12 @@ Error ModuleCache::prepare(const CudaDriver &driver,
   auto wanted = [&](size_t kernel) {
     return !only || std::find(only->begin(), only->end(), kernel) != only->end();
   };
-  std::vector<size_t> kernels; // one kernel of each module left to compile
-  CUcontext context = nullptr;
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    LoadedModule *loaded = nullptr;
-    if (Error error = loadedIn(driver, nullptr, loaded))
-      return error;
-    context = loaded->context;
-    const PtxParts &parts = partsOf(loaded->targetIndex);
-    std::vector<bool> taken(parts.texts.size(), false);
-    for (size_t i = 0; i < manifest.kernels.size(); ++i) {
-      if (!wanted(i) || !manifest.kernels[i].inTarget(loaded->chip))
-        continue;
-      size_t part = partOfKernel(manifest, parts, loaded->chip, i);
-      if (!loaded->parts[part] && !taken[part]) {
-        taken[part] = true;
-        kernels.push_back(i);
-      }
-    }
-  }
-  // The driver compiles modules of one context in parallel; each thread
-  // makes the caller's context its own.
-  std::vector<Error> errors(kernels.size(), Error::ok());
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < kernels.size(); ++k)
-    threads.emplace_back([&, k] {
-      CUresult result = driver.cuCtxSetCurrent(context);
-      CUfunction function = nullptr;
-      errors[k] = result != CUDA_SUCCESS
-                      ? Error{KILN_CUDA_ERROR,
-                              describeCudaError(driver, "cuCtxSetCurrent",
-                                                result)}
-                      : getFunction(driver, kernels[k], nullptr, function);
-    });
-  if (!kernels.empty()) {
-    CUfunction function = nullptr;
-    errors[0] = getFunction(driver, kernels[0], nullptr, function);
-  }
-  for (std::thread &thread : threads)
-    thread.join();
-  for (Error &error : errors)
-    if (error)
-      return std::move(error);
-  // The rest of the kernels' functions, from modules now compiled.
+  // One module after another: the driver compiles one module at a time in a
+  // process (docs/design.md), so threads would gain nothing.
   for (size_t i = 0; i < manifest.kernels.size(); ++i) {
     if (!wanted(i))
       continue;
-    CUfunction function = nullptr;
+    CUfunction function = nullptr; // stays null for a kernel the target lacks
     if (Error error = getFunction(driver, i, nullptr, function))
       return error;
   }

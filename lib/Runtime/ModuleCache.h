@@ -107,8 +107,7 @@ public:
                         int64_t splits, int64_t &cluster);
 
   /// Compiles the kernels of the target the current context loads (those of
-  /// `only` where given, else every one), their modules in parallel (one
-  /// thread each), before anything launches.
+  /// `only` where given, else every one) before anything launches.
   Error prepare(const CudaDriver &driver,
                 const std::vector<size_t> *only = nullptr);
 
@@ -131,9 +130,15 @@ private:
   Error loadedIn(const CudaDriver &driver, CUstream stream,
                  LoadedModule *&loaded);
 
-  /// The modules target `targetIndex`'s PTX is cut into (made on first
-  /// need). Called with `mutex` held.
-  const PtxParts &partsOf(size_t targetIndex);
+  /// Target `targetIndex`'s PTX cut into modules, and the module of each
+  /// kernel of the manifest (made on first need). Called with `mutex` held.
+  struct TargetParts {
+    PtxParts parts;
+    /// Per manifest kernel, its module's index in parts.texts (meaningless
+    /// for a kernel the target lacks).
+    std::vector<size_t> partOfKernel;
+  };
+  const TargetParts &partsOf(size_t targetIndex);
 
   /// Compiles module `part` of `loaded`'s target in the current context
   /// unless it is already; takes `lock` (held on entry and on return) off
@@ -149,7 +154,7 @@ private:
   /// package into other contexts.
   std::deque<LoadedModule> modules;
   /// Per target, its PTX cut into modules (made on first need).
-  std::vector<std::optional<PtxParts>> targetParts;
+  std::vector<std::optional<TargetParts>> targetParts;
 };
 
 } // namespace rt

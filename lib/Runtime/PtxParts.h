@@ -5,7 +5,7 @@
 // attention kernel, split-KV combines, backward passes. A launch needs one of
 // them, so the runtime loads each kernel from a module of its own (the PTX's
 // declarations and that kernel's entry), compiled when the kernel is first
-// needed, or all of them at once, in parallel, by kiln_package_prepare.
+// needed, or all of them at once by kiln_package_prepare.
 //
 //===----------------------------------------------------------------------===//
 

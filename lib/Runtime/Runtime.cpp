@@ -275,7 +275,7 @@ kiln_status kiln_package_prepare(kiln_package *package) {
     const CudaDriver *driver = nullptr;
     if (Error error = getCudaDriver(driver))
       return fail(error);
-    // Every module of the loaded target compiled, in parallel.
+    // Every module of the loaded target compiled.
     if (Error error = package->modules.prepare(*driver))
       return fail(error);
     return KILN_OK;

@@ -1096,8 +1096,8 @@ class PackageHandle:
         return _text(chip.value)
 
     def prepare(self) -> None:
-        """Compiles every kernel into the current CUDA context now, in
-        parallel (do this before capturing launches in a CUDA graph)."""
+        """Compiles every kernel into the current CUDA context now (do this
+        before capturing launches in a CUDA graph)."""
         _check(self._lib.kiln_package_prepare(self._live()))
 
     def __repr__(self) -> str:

@@ -97,7 +97,8 @@ cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice) {
 __attribute__((visibility("default"))) CUresult
 cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int count,
                    CUjit_option *options, void **values) {
-  // kiln_package_prepare compiles modules from several threads.
+  // The runtime compiles modules without its cache's lock held, so launches
+  // from several threads may load at once.
   std::lock_guard<std::mutex> lock(moduleMutex);
   ++state.moduleLoads;
   state.loadedPtx = static_cast<const char *>(image);

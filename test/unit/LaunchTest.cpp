@@ -287,7 +287,7 @@ TEST_F(LaunchTest, CompilesEachKernelsModuleWhenFirstNeeded) {
   EXPECT_EQ(fake().moduleUnloads, 2);
 }
 
-TEST_F(LaunchTest, PreparesASitesKernelOrEveryModuleInParallel) {
+TEST_F(LaunchTest, PreparesASitesKernelOrEveryModule) {
   // Four kernels (the warp-specialised one sm_90a only): prepare compiles
   // each in its own module, once.
   json manifest = warpSpecializedManifest();
