@@ -62,9 +62,8 @@ void mlir::kiln::buildPTXPipeline(OpPassManager &pm,
   gpuPm.addPass(createCanonicalizerPass());
   gpuPm.addPass(createCSEPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
-  GpuModuleToBinaryPassOptions binaryOptions;
-  binaryOptions.compilationTarget = "isa";
-  pm.addPass(createGpuModuleToBinaryPass(binaryOptions));
+  // Each kernel compiled by the NVPTX back end apart, all at once.
+  pm.addPass(kiln::createSerializeKernels());
 }
 
 void mlir::kiln::buildGPUPipeline(OpPassManager &pm,

@@ -17,7 +17,10 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <optional>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -63,6 +66,12 @@ static cl::opt<bool> verify(
 static cl::opt<uint64_t> seed("seed",
                               cl::desc("Seed of --verify's random inputs"),
                               cl::init(0), cl::cat(kilncCategory));
+
+static cl::opt<unsigned> jobs(
+    "jobs",
+    cl::desc("Threads that compile kernels (and run passes) at once: 0 for "
+             "every core the process may use, 1 for the main thread alone"),
+    cl::init(0), cl::cat(kilncCategory));
 
 static cl::list<std::string> bindDims(
     "bind-dims",
@@ -153,7 +162,15 @@ int main(int argc, char **argv) {
   kiln::initializeTargets();
   DialectRegistry registry;
   kiln::registerAllDialects(registry);
-  MLIRContext context(registry);
+  // The context's own pool takes every core; a pool is made here (before
+  // the context, which must not outlive it) only to take fewer.
+  std::optional<llvm::DefaultThreadPool> threadPool;
+  if (jobs > 1)
+    threadPool.emplace(llvm::hardware_concurrency(jobs));
+  MLIRContext context(registry, jobs == 0 ? MLIRContext::Threading::ENABLED
+                                             : MLIRContext::Threading::DISABLED);
+  if (threadPool)
+    context.setThreadPool(*threadPool);
   context.loadAllAvailableDialects();
   // Diagnostics name the place; dumping whole ops helps nobody reading them.
   context.printOpOnDiagnostic(false);

@@ -73,4 +73,22 @@ def MarkTensorMapArguments
   ];
 }
 
+def SerializeKernels : Pass<"kiln-serialize-kernels", "::mlir::ModuleOp"> {
+  let summary = "Serialise each gpu.module to PTX, one kernel per LLVM module, "
+                "compiled in parallel";
+  let description = [{
+    Replaces every `gpu.module` (lowered to the LLVM and NVVM dialects, with
+    `#nvvm.target`s attached) by a `gpu.binary` of the same name holding one
+    PTX object per target, as `gpu-module-to-binary` with `format=isa`
+    does, but the NVPTX back end compiles each kernel from a module of its
+    own (the kernel and the symbols it uses), the kernels of all targets in
+    parallel (the context's threads), and each target's PTX is the kernels'
+    modules joined: the header once, each declaration once, the entries in
+    the module's order. Where the back end's texts do not join as expected
+    (a device function, a multi-line declaration, one name declared two
+    ways), that target's PTX is compiled from the whole module instead.
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 #endif // KILN_CONVERSION_PASSES_TD
