@@ -108,24 +108,28 @@ HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
 
 def zoo_names() -> List[str]:
     """The hand-written modules: check_torch_compile's zoo, then the
-    research zoo's (test/gpu/research_zoo.py)."""
+    research zoo's and the wild zoo's (test/gpu/research_zoo.py,
+    wild_zoo.py)."""
     import check_torch_compile as zoo
     import research_zoo
+    import wild_zoo
 
-    research = [c[0] for c in research_zoo.zoo(1, 64, "meta", DTYPE)]
-    return list(zoo.NAMES) + research
+    others = research_zoo.zoo(1, 64, "meta", DTYPE) + wild_zoo.zoo(1, 64, "meta", DTYPE)
+    return list(zoo.NAMES) + [c[0] for c in others]
 
 
 def zoo_case(name: str, batch: int, seq: int) -> Any:
-    """A hand-written module's (name, module, inputs, sites), from either zoo."""
+    """A hand-written module's (name, module, inputs, sites), from any zoo."""
     import check_torch_compile as zoo
     import research_zoo
+    import wild_zoo
 
     if name in zoo.NAMES:
         return zoo.case(name, batch, seq)
-    for case in research_zoo.zoo(batch, seq, DEVICE, DTYPE):
-        if case[0] == name:
-            return case
+    for build in (research_zoo.zoo, wild_zoo.zoo):
+        for case in build(batch, seq, DEVICE, DTYPE):
+            if case[0] == name:
+                return case
     raise SystemExit(f"unknown model {name}")
 
 

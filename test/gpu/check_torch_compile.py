@@ -473,9 +473,10 @@ def main() -> int:
     parser.add_argument("--no-inductor", action="store_true",
                         help="skip torch.compile default (its SDPA count)")
     parser.add_argument("--only", help="comma-separated module names")
-    parser.add_argument("--zoo", choices=("hand", "research", "all"), default="hand",
+    parser.add_argument("--zoo", choices=("hand", "research", "wild", "all"), default="hand",
                         help="hand: this file's zoo; research: research_zoo.py's "
-                        "(forms this zoo does not hold); all: both")
+                        "(forms this zoo does not hold); wild: wild_zoo.py's "
+                        "(forms neither holds, some Kiln must leave alone); all: the three")
     parser.add_argument("--dynamic", default="causal-tril,bert-padding,alibi-baddbmm,"
                         "gqa-expand,latent-values,cross-attention",
                         help="modules also run under dynamic=True at three lengths "
@@ -488,9 +489,12 @@ def main() -> int:
     assert [c[0] for c in cases] == NAMES, "NAMES is not the zoo's names"
     if options.zoo != "hand":
         import research_zoo
+        import wild_zoo
 
-        research = research_zoo.zoo(options.batch, options.seq, DEVICE, DTYPE)
-        cases = research if options.zoo == "research" else cases + research
+        others = {"research": research_zoo.zoo(options.batch, options.seq, DEVICE, DTYPE),
+                  "wild": wild_zoo.zoo(options.batch, options.seq, DEVICE, DTYPE)}
+        cases = (others[options.zoo] if options.zoo in others
+                 else cases + others["research"] + others["wild"])
     only = set(options.only.split(",")) if options.only else None
     dynamic = [name for name in options.dynamic.split(",") if name and name != "none"]
     unknown = sorted(set(dynamic) - set(NAMES))

@@ -1,0 +1,224 @@
+"""Attention as public model code writes it, in forms neither of the other
+zoos (check_torch_compile.zoo, research_zoo) holds: a third zoo for the
+torch.compile backend. Each module is one attention layer with its
+projections (research_zoo.Projections). Some forms are attention Kiln must
+not fuse (the probabilities also returned, heads mixed before the softmax,
+a per-head factor after it): their expected count of rewritten sites is 0,
+and the check is that the graph still computes what it wrote.
+
+Imported by test/gpu/check_torch_compile.py (--zoo wild) and
+bench/bench_torch_compile.py; nothing here runs by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from research_zoo import Case, Projections
+
+
+class LengthsMask(Projections):
+    """Key padding from each sequence's length (`arange < lengths`), filled
+    with -inf through `masked_fill` of the inverted mask."""
+
+    def forward(self, x, lengths):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        keep = torch.arange(s, device=x.device)[None, :] < lengths[:, None]
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        return self.merge(scores.softmax(-1) @ v)
+
+
+class FinfoMinWhere(Projections):
+    """A causal mask applied with `torch.where` and the dtype's most negative
+    finite value; the softmax taken in float32 and cast back (Hugging Face's
+    newer eager attention)."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.head_dim ** -0.5
+        scores = torch.where(causal, scores, torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        return self.merge(torch.matmul(probs, v))
+
+
+class TriuFiniteFill(Projections):
+    """Q scaled before the product, the future filled with -1e9 (a finite
+    value) from a `triu` of booleans."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        q = q * (1.0 / math.sqrt(self.head_dim))
+        future = torch.triu(torch.ones(s, s, dtype=torch.bool, device=x.device), 1)
+        scores = (q @ k.transpose(-1, -2)).masked_fill(future, -1e9)
+        return self.merge(scores.softmax(-1) @ v)
+
+
+class BaddbmmFloatMask(Projections):
+    """GPT-NeoX's form: heads merged into the batch, `baddbmm` over zeros
+    with `alpha = 1/sqrt(d)`, then a float causal mask (a buffer of -inf
+    above the diagonal, sliced to the length) added."""
+
+    def __init__(self, hidden: int, heads: int, max_len: int):
+        super().__init__(hidden, heads)
+        self.register_buffer(
+            "bias", torch.full((max_len, max_len), float("-inf")).triu(1), persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        b, h, s, d = q.shape
+        zeros = torch.zeros(b * h, s, s, dtype=q.dtype, device=q.device)
+        scores = torch.baddbmm(zeros, q.reshape(b * h, s, d),
+                               k.reshape(b * h, s, d).transpose(1, 2),
+                               beta=1.0, alpha=1.0 / math.sqrt(d))
+        scores = scores.view(b, h, s, s) + self.bias[:s, :s].to(q.dtype)
+        return self.merge(torch.softmax(scores, dim=-1) @ v)
+
+
+class MqaUnsqueeze(Projections):
+    """Multi-query attention with K and V of no head axis ([B, S, D]),
+    broadcast over the heads by `unsqueeze(1)` inside the matmuls."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads, kv_heads=1)
+
+    def forward(self, x):
+        q = self.split(self.q(x), self.heads)
+        k, v = self.k(x), self.v(x)
+        scores = q @ k.unsqueeze(1).transpose(-1, -2) / math.sqrt(self.head_dim)
+        return self.merge(scores.softmax(-1) @ v.unsqueeze(1))
+
+
+class BshdFloatSoftmax(Projections):
+    """Q, K, V kept as [B, S, H, D]; einsum to [B, H, Sq, Sk], a causal mask
+    from a float `tril`, the softmax in float32, einsum back to
+    [B, S, H, D]."""
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, -1)
+        k = self.k(x).view(b, s, self.heads, -1)
+        v = self.v(x).view(b, s, self.heads, -1)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * self.head_dim ** -0.5
+        keep = torch.ones(s, s, device=x.device).tril().bool()
+        scores = scores.masked_fill(~keep, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(v.dtype)
+        out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+        return self.o(out.reshape(b, s, -1))
+
+
+class CosineAttention(Projections):
+    """Swin-v2's cosine attention: Q and K normalised, the scores multiplied
+    by a learned per-head logit scale, clamped and exponentiated."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        scores = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        scale = torch.clamp(self.logit_scale, max=math.log(1.0 / 0.01)).exp()
+        return self.merge((scores * scale).softmax(-1) @ v)
+
+
+class RelativeTable(Projections):
+    """A learned relative-position table ([2S-1, H]) gathered by an index
+    buffer into a dense [H, S, S] bias (Swin's and many ViTs' form)."""
+
+    def __init__(self, hidden: int, heads: int, seq: int):
+        super().__init__(hidden, heads)
+        self.table = nn.Parameter(0.02 * torch.randn(2 * seq - 1, heads))
+        positions = torch.arange(seq)
+        self.register_buffer("index", positions[:, None] - positions[None, :] + seq - 1,
+                             persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        bias = self.table[self.index[:s, :s].reshape(-1)].view(s, s, -1).permute(2, 0, 1)
+        scores = q @ k.transpose(-2, -1) * self.head_dim ** -0.5 + bias.unsqueeze(0)
+        return self.merge(scores.softmax(-1) @ v)
+
+
+class ReturnsWeights(Projections):
+    """The attention probabilities are used beside the output (their mean
+    over heads added to the result, as code that also returns them for
+    inspection does): the scores must be materialised, so Kiln must leave
+    the site as it is."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        probs = (q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)).softmax(-1)
+        out = self.merge(probs @ v)
+        return out + probs.mean(dim=1).sum(dim=-1, keepdim=True).to(out.dtype)
+
+
+class HeadMask(Projections):
+    """Hugging Face's `head_mask`: the probabilities multiplied by a per-head
+    factor after the softmax (one head switched off)."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        mask = torch.ones(heads)
+        mask[1] = 0.0
+        self.register_buffer("head_mask", mask, persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        probs = (q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)).softmax(-1)
+        probs = probs * self.head_mask[None, :, None, None].to(probs.dtype)
+        return self.merge(probs @ v)
+
+
+class TalkingHeads(Projections):
+    """Talking-heads attention: the scores of all heads mixed by a learned
+    [H, H] matrix before the softmax. No head's softmax reads its own
+    head's scores alone, so this is no attention site Kiln can take."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.mix = nn.Parameter(torch.eye(heads) + 0.05 * torch.randn(heads, heads))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.head_dim)
+        scores = torch.einsum("bhqk,hg->bgqk", scores, self.mix.to(scores.dtype))
+        return self.merge(scores.softmax(-1) @ v)
+
+
+def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
+    """The wild zoo at `batch` × `seq`: (name, module, inputs, sites
+    expected rewritten)."""
+    hidden, heads = 1024, 16
+
+    def tokens():
+        return (torch.randn(batch, seq, hidden, device=device, dtype=dtype),)
+
+    def with_lengths():
+        lengths = torch.full((batch,), seq, device=device, dtype=torch.long)
+        lengths[0] = max(1, seq * 3 // 4)
+        return tokens() + (lengths,)
+
+    return [
+        ("lengths-mask", LengthsMask(hidden, heads), with_lengths, 1),
+        ("finfo-min-where", FinfoMinWhere(hidden, heads), tokens, 1),
+        ("triu-finite-fill", TriuFiniteFill(hidden, heads), tokens, 1),
+        ("baddbmm-float-mask", BaddbmmFloatMask(hidden, heads, max(seq, 64)), tokens, 1),
+        ("mqa-unsqueeze", MqaUnsqueeze(hidden, heads), tokens, 1),
+        ("bshd-float-softmax", BshdFloatSoftmax(hidden, heads), tokens, 1),
+        ("cosine-attention", CosineAttention(hidden, heads), tokens, 1),
+        ("relative-table", RelativeTable(hidden, heads, max(seq, 64)), tokens, 1),
+        ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
+        ("head-mask", HeadMask(hidden, heads), tokens, 0),
+        ("talking-heads", TalkingHeads(hidden, heads), tokens, 0),
+    ]
