@@ -293,6 +293,14 @@ void parseArg(const Node &node, const Kernel &kernel, KernelArg &arg) {
   case ArgSource::Softcap:
     expectKinds(arg.kind == ArgKind::F32, "\"f32\"");
     break;
+  case ArgSource::Lse:
+  case ArgSource::GradPointer:
+    expectKinds(arg.kind == ArgKind::Pointer, "\"pointer\"");
+    break;
+  case ArgSource::GradStride:
+    expectKinds(arg.kind == ArgKind::I32 || arg.kind == ArgKind::I64,
+                "\"i32\" or \"i64\"");
+    break;
   case ArgSource::PagedPointer:
   case ArgSource::PagedDim:
   case ArgSource::PageTableStride: {

@@ -356,6 +356,19 @@ const Corruption corruptions[] = {
      [](json &m) { m["kernels"][0]["args"][9]["kind"] = "i32"; },
      KILN_FORMAT_ERROR,
      {"argument \"scale\" must be \"f32\""}},
+    {"LseAsInteger",
+     [](json &m) {
+       m["kernels"][0]["args"].push_back({{"name", "lse"}, {"kind", "i32"}});
+     },
+     KILN_FORMAT_ERROR,
+     {"argument \"lse\" must be \"pointer\""}},
+    {"GradStrideAsFloat",
+     [](json &m) {
+       m["kernels"][0]["args"].push_back(
+           {{"name", "grad_q_stride_seq"}, {"kind", "f32"}});
+     },
+     KILN_FORMAT_ERROR,
+     {"argument \"grad_q_stride_seq\" must be \"i32\" or \"i64\""}},
     {"DuplicateArg",
      [](json &m) { m["kernels"][0]["args"][1]["name"] = "q"; },
      KILN_FORMAT_ERROR,
