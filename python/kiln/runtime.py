@@ -175,6 +175,29 @@ class Site(SiteHandle):
         args.k_scale, args.v_scale = k_scale.data_ptr(), v_scale.data_ptr()
         args.num_kv_scales = int(k_scale.numel())
 
+    def _runs_unsplit(self, args: Any, stream: "_Stream") -> bool:
+        """Whether the attention launch `args` (its split count the
+        launch's choice) runs without splitting its keys however large a
+        workspace it is given: the warp-specialised kernel takes it, or the
+        kernel's split model gives it one split. Asked before a call's own
+        workspace is sized, since the size query compiles the portable
+        kernel (its occupancy) for launches the warp-specialised kernel
+        takes, which would run nothing of it: that JIT was most of a
+        torch.compile graph's first run on sm_90a."""
+        if not isinstance(args, AttentionArgs):
+            return False
+        saved = args.workspace, args.workspace_bytes
+        # The split model reads the workspace's presence and size only:
+        # any aligned address and a size no launch needs.
+        args.workspace, args.workspace_bytes = 256, 1 << 62
+        try:
+            with _torch_device(stream.device):
+                return self.splits(args) == 1
+        except KilnError:
+            return False  # the launch itself reports what is wrong
+        finally:
+            args.workspace, args.workspace_bytes = saved
+
     def _set_workspace(
         self, args: Any, workspace: Any, num_splits: int, stream: "_Stream",
         shape: Tuple[int, int, int, int, int, int],
@@ -185,6 +208,9 @@ class Site(SiteHandle):
         keep = workspace is not TRANSIENT_WORKSPACE
         if not keep:
             workspace = None
+            if num_splits == 0 and self._runs_unsplit(args, stream):
+                args.workspace, args.workspace_bytes = None, 0
+                return
         if workspace is None:
             batch, q_heads, kv_heads, q_len, max_kv_len, value_dim = shape
             # The size query walks every smaller launch: remember its answer
