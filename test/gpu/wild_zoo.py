@@ -196,6 +196,63 @@ class TalkingHeads(Projections):
         return self.merge(scores.softmax(-1) @ v)
 
 
+class ManualSoftmax(Projections):
+    """The softmax written out: the row's maximum subtracted, exp, divided
+    by the row's sum; a causal mask from comparing two `arange`s."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        positions = torch.arange(s, device=x.device)
+        causal = positions[:, None] >= positions[None, :]
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        scores = scores.masked_fill(~causal, float("-inf"))
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+        return self.merge((weights / weights.sum(dim=-1, keepdim=True)) @ v)
+
+
+class UpcastScores(Projections):
+    """Q and K upcast to float32 before their product (numerics-minded
+    research code), the softmax in float32, the probabilities cast back to
+    bf16 for the product with V."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(self.head_dim)
+        return self.merge(torch.matmul(scores.softmax(-1).to(v.dtype), v))
+
+
+class TorchMultiheadAttention(nn.Module):
+    """`nn.MultiheadAttention` as written most often: the default
+    `need_weights=True` (its averaged weights discarded by the caller), a
+    boolean causal `attn_mask`."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(hidden, heads, batch_first=True)
+
+    def forward(self, x):
+        s = x.shape[1]
+        future = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        out, _ = self.attention(x, x, x, attn_mask=future)
+        return out
+
+
+class TorchEncoderLayer(nn.Module):
+    """`nn.TransformerEncoderLayer` (pre-norm, batch first) with a causal
+    float mask from `nn.Transformer.generate_square_subsequent_mask`."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, dropout=0.1,
+                                                batch_first=True, norm_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(
+            x.shape[1], device=x.device, dtype=x.dtype)
+        return self.layer(x, src_mask=mask, is_causal=True)
+
+
 def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
     """The wild zoo at `batch` × `seq`: (name, module, inputs, sites
     expected rewritten)."""
@@ -218,6 +275,10 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("bshd-float-softmax", BshdFloatSoftmax(hidden, heads), tokens, 1),
         ("cosine-attention", CosineAttention(hidden, heads), tokens, 1),
         ("relative-table", RelativeTable(hidden, heads, max(seq, 64)), tokens, 1),
+        ("manual-softmax", ManualSoftmax(hidden, heads), tokens, 1),
+        ("upcast-scores", UpcastScores(hidden, heads), tokens, 1),
+        ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
+        ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
         ("head-mask", HeadMask(hidden, heads), tokens, 0),
         ("talking-heads", TalkingHeads(hidden, heads), tokens, 0),
