@@ -1085,7 +1085,7 @@ func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v
   %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
   %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
   %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
-  // expected-remark @above {{softmax not fused: the scale is neither a splat constant nor a one-element tensor}}
+  // expected-remark @above {{softmax not fused: the scale is a tensor of 2 values (shape 1x2x1x1), not one value: a scale per head or per query is not fused}}
   %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
   %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
   %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>

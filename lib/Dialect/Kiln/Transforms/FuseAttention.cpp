@@ -868,6 +868,19 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         bool rhsScores = reachesMatmul(mul.getInput2());
         Value factorValue = lhsScores ? mul.getInput2() : mul.getInput1();
         auto factorType = getRankedType(factorValue);
+        // A factor per head or per query (Swin-v2's learned logit scale,
+        // [H, 1, 1]): named with its shape, which the user wrote.
+        if (lhsScores != rhsScores && factorType &&
+            factorType.hasStaticShape() && factorType.getNumElements() > 1 &&
+            isa<FloatType>(factorType.getElementType())) {
+          std::string shape;
+          llvm::raw_string_ostream os(shape);
+          llvm::interleave(factorType.getShape(), os, "x");
+          return fail("the scale is a tensor of " +
+                      Twine(factorType.getNumElements()) + " values (shape " +
+                      shape + "), not one value: a scale per head or per "
+                              "query is not fused");
+        }
         if (lhsScores == rhsScores || !factorType ||
             !factorType.hasStaticShape() || factorType.getNumElements() != 1 ||
             !isa<FloatType>(factorType.getElementType()))
