@@ -580,6 +580,45 @@ func.func @bf16_softmax_upcast(%q: tensor<1x2x16x8xbf16>, %k: tensor<1x2x16x8xbf
 
 // -----
 
+// Q and K widened to f32 before their product, V left in bf16 (so P is rounded to bf16 for P·V): the widening is exact and one bf16 op reads Q and K as they were.
+// CHECK-LABEL: func.func @bf16_qk_widened
+// CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x2x16x8xbf16>, %[[K:[^:]+]]: tensor<1x2x16x8xbf16>, %[[V:[^:]+]]: tensor<1x2x16x8xbf16>
+// CHECK-NOT:     tosa.cast
+// CHECK:         kiln.attention %[[Q]], %[[K]], %[[V]] {scale = 0.353553385 : f32} : tensor<1x2x16x8xbf16>
+func.func @bf16_qk_widened(%q: tensor<1x2x16x8xbf16>, %k: tensor<1x2x16x8xbf16>, %v: tensor<1x2x16x8xbf16>) -> (tensor<1x2x16x8xbf16>) {
+  %qf = tosa.cast %q : (tensor<1x2x16x8xbf16>) -> tensor<1x2x16x8xf32>
+  %kf = tosa.cast %k : (tensor<1x2x16x8xbf16>) -> tensor<1x2x16x8xf32>
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %qf, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %kf {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %zp_bf16 = "tosa.const"() {values = dense<0.0> : tensor<1xbf16>} : () -> tensor<1xbf16>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %scale = "tosa.const"() {values = dense<0.35355339> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v15 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v18 = tosa.reciprocal %v17 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.mul %v16, %v18, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %v20 = tosa.cast %v19 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xbf16>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xbf16>, !tosa.shape<3>) -> tensor<2x16x16xbf16>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xbf16>, !tosa.shape<3>) -> tensor<2x16x8xbf16>
+  %v24 = tosa.matmul %v22, %v23, %zp_bf16, %zp_bf16 : (tensor<2x16x16xbf16>, tensor<2x16x8xbf16>, tensor<1xbf16>, tensor<1xbf16>) -> tensor<2x16x8xbf16>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xbf16>, !tosa.shape<4>) -> tensor<1x2x16x8xbf16>
+  return %v26 : tensor<1x2x16x8xbf16>
+}
+
+// -----
+
 // GQA written as reshape [B,Hkv,1,S,D] → tile G → reshape [B,Hq,S,D]: head h reads KV head h / G, so K and V stay unexpanded.
 // CHECK-LABEL: func.func @gqa
 // CHECK-SAME:    %[[Q:[^:]+]]: tensor<1x4x16x8xf32>, %[[K:[^:]+]]: tensor<1x2x16x8xf32>, %[[V:[^:]+]]: tensor<1x2x16x8xf32>

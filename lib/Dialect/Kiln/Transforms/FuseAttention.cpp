@@ -1685,6 +1685,19 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     return fail("the KV-head repeat does not divide the query heads");
   int64_t numKvHeads = groups > 1 ? numHeads / groups : numHeads;
 
+  // Q and K widened to f32 from V's 16-bit type before their product
+  // (`q.float() @ k.float().T`, V left in bf16, so the probabilities are
+  // rounded to bf16 for P·V): the widening is exact, and the product of
+  // widened values is the 16-bit product accumulated in f32, which is what
+  // the 16-bit kernels compute. The op takes the values before the cast.
+  Type valueType = getElementTypeOrSelf(match.value.base);
+  if (isa<Float16Type, BFloat16Type>(valueType))
+    for (OperandSource *source : {&match.query, &match.key})
+      if (auto widen = source->base.getDefiningOp<tosa::CastOp>())
+        if (getElementTypeOrSelf(widen.getInput()) == valueType &&
+            getElementTypeOrSelf(widen.getOutput()).isF32())
+          source->base = widen.getInput();
+
   Type elementType = getElementTypeOrSelf(match.query.base);
   for (Value base : {match.key.base, match.value.base})
     if (getElementTypeOrSelf(base) != elementType)
