@@ -176,8 +176,9 @@ bool isKernel(Operation &op) {
 
 /// A module placed after `gpuModule`, with its attributes, holding the
 /// kernel `kernel`, the module's ops that are no symbols, and the symbols
-/// these use (directly or through other symbols), in `gpuModule`'s order. Copying only those keeps the work
-/// linear in the module's size, however many kernels it holds.
+/// these use (directly or through other symbols), in `gpuModule`'s order.
+/// Copying only those keeps the work linear in the module's size, however
+/// many kernels it holds.
 gpu::GPUModuleOp kernelModule(gpu::GPUModuleOp gpuModule,
                               SymbolTable &symbols, Operation *kernel,
                               size_t kernelIndex, OpBuilder &builder) {
@@ -252,7 +253,7 @@ struct SerializeKernelsPass
       for (auto [index, kernel] : llvm::enumerate(kernels))
         parts.push_back(kernelModule(gpuModule, symbols, kernel, index, builder));
     }
-    auto eraseParts = llvm::make_scope_exit([&] {
+    llvm::scope_exit eraseParts([&] {
       for (gpu::GPUModuleOp part : parts)
         part.erase();
     });

@@ -868,11 +868,12 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         bool rhsScores = reachesMatmul(mul.getInput2());
         Value factorValue = lhsScores ? mul.getInput2() : mul.getInput1();
         auto factorType = getRankedType(factorValue);
+        bool staticFloat = factorType && factorType.hasStaticShape() &&
+                           isa<FloatType>(factorType.getElementType());
         // A factor per head or per query (Swin-v2's learned logit scale,
         // [H, 1, 1]): named with its shape, which the user wrote.
-        if (lhsScores != rhsScores && factorType &&
-            factorType.hasStaticShape() && factorType.getNumElements() > 1 &&
-            isa<FloatType>(factorType.getElementType())) {
+        if (lhsScores != rhsScores && staticFloat &&
+            factorType.getNumElements() > 1) {
           std::string shape;
           llvm::raw_string_ostream os(shape);
           llvm::interleave(factorType.getShape(), os, "x");
@@ -881,9 +882,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
                       shape + "), not one value: a scale per head or per "
                               "query is not fused");
         }
-        if (lhsScores == rhsScores || !factorType ||
-            !factorType.hasStaticShape() || factorType.getNumElements() != 1 ||
-            !isa<FloatType>(factorType.getElementType()))
+        if (lhsScores == rhsScores || !staticFloat ||
+            factorType.getNumElements() != 1)
           return fail("the scale is neither a splat constant nor a "
                       "one-element tensor");
         if (match.scaleFactor)
