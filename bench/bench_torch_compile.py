@@ -35,7 +35,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
@@ -219,8 +219,23 @@ def steps_of(entries: List[Dict[str, Any]], field: str = "seconds") -> Dict[str,
     return steps
 
 
+def write_profile(profiler: Any, path: Path) -> None:
+    """The profile of a first call: the 40 functions of most cumulative
+    time, then the 40 of most time of their own."""
+    import io
+    import pstats
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(40)
+    path.write_text(text.getvalue())
+
+
 def bench(name: str, seq: int, tokens: int, timing: bool,
-          cold: bool = True, kiln_first: bool = False) -> List[Dict[str, Any]]:
+          cold: bool = True, kiln_first: bool = False,
+          profile: Optional[str] = None) -> List[Dict[str, Any]]:
     from torch._dynamo.utils import counters
 
     batch = max(tokens // seq, 1)
@@ -251,9 +266,18 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
                 cold_caches()
             start = len(kiln.dynamo.reports)
             compiled = torch.compile(model, backend=backend)
+            profiler = None
+            if profile and backend == "kiln":
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
             began = time.perf_counter()
             got = tensor_of(compiled(*inputs))
             torch.cuda.synchronize()
+            if profiler is not None:
+                profiler.disable()
+                write_profile(profiler, Path(profile) / f"{name}-s{seq}.txt")
             first[backend] = dict(compiled=compiled, seconds=time.perf_counter() - began,
                                   got=got, start=start,
                                   sdpa=int(counters["inductor"].get("fuse_attention", 0)))
@@ -317,6 +341,9 @@ def main() -> int:
     parser.add_argument("--kiln-first", action="store_true",
                         help="Kiln's first call before Inductor's (so that Kiln's, "
                              "not Inductor's, pays the process's one-time costs)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="profile Kiln's first call of each case (cProfile; "
+                             "DIR/<model>-s<seq>.txt)")
     parser.add_argument("--out")
     options = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
@@ -325,7 +352,8 @@ def main() -> int:
         for name in options.models.split(","):
             try:
                 new = bench(name, seq, options.tokens, not options.no_time,
-                            cold=not options.warm, kiln_first=options.kiln_first)
+                            cold=not options.warm, kiln_first=options.kiln_first,
+                            profile=options.profile)
             except Exception as error:  # noqa: BLE001
                 lines = f"{type(error).__name__}: {error}".strip().splitlines()
                 message = " | ".join(lines[:2] + lines[-3:])[:1500]

@@ -85,14 +85,17 @@ class Choice:
     still be in the making (the site's compiled package), raising where
     `build` would refuse the site: the site is then refused before anything
     is compiled, and Inductor's path is compiled while the package is
-    finished."""
+    finished. `dense` names the site's dense per-head term ("bias" or
+    "mask"), where it reads one."""
 
     def __init__(self, build: Callable[[Any, Dict[str, Any]], Any],
                  compile: Callable[[Any, Sequence[Any]], Callable],
-                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None) -> None:
+                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None,
+                 dense: Optional[str] = None) -> None:
         self.build = build
         self.compile = compile
         self.probe = probe or build
+        self.dense = dense
 
 
 def _directory() -> Path:
@@ -207,6 +210,83 @@ def largest_value(body: Sequence[Any]) -> Optional[int]:
     return max(sizes) if sizes else None
 
 
+#: Bytes each score costs Inductor's code at the least where it
+#: materialises the scores: written by the first matmul, read and written by
+#: the softmax, read by the second matmul, each in a 16-bit type.
+SCORE_BYTES = 8
+
+
+def dram_bytes_per_s(device: Any) -> Optional[float]:
+    """The device's peak DRAM bandwidth (the driver's memory clock and bus
+    width, through Triton), or None where it cannot be read."""
+    try:
+        from triton.testing import get_dram_gbps
+
+        import torch
+
+        with torch.cuda.device(device):
+            gbps = float(get_dram_gbps())
+    except Exception:  # noqa: BLE001 (no bound then: the caller times)
+        return None
+    return gbps * 1e9 if gbps > 0 else None
+
+
+def _against_bound(untimed: Dict[str, Any], elements: int, body: Sequence[Any],
+                   leaves: Sequence[Any], site: Dict[str, Any], output: Any,
+                   sources: Dict[str, Any], value_of: Callable[[Any], Any],
+                   choice: Choice) -> Dict[str, Any]:
+    """The decision of a site too large to time both ways that reads a
+    dense per-head term (`untimed`, the size's decision, with "dense"):
+    Kiln's path alone is timed (as the graph stands, no Inductor compile)
+    against the least time Inductor's code can take, its scores' traffic
+    (SCORE_BYTES each) and the term's read at the device's peak bandwidth.
+    "inductor_bound_us" is kept where measured: the backend then needs no
+    timing of the whole graph where Kiln's time is well under the bound
+    (dynamo.sites_saving_us). Kiln's kernel reads such a term at memory
+    speed where it stages it beside K, but at a few hundred GB/s where it
+    reads it score by score (keys strided, an unaligned view, a device
+    without TMA): only a time shows which."""
+    import torch
+
+    untimed = {**untimed, "dense": choice.dense}
+    values = [value_of(leaf) for leaf in leaves]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return untimed
+    devices = {v.device for v in values if v.device.type == "cuda"}
+    if len(devices) != 1:
+        return untimed
+    device = devices.pop()
+    bandwidth = dram_bytes_per_s(device)
+    if bandwidth is None:
+        return untimed
+    key = _structure(body, leaves, values, site, device) + "-bound"
+    decision = _recall(key)
+    if decision is not None:
+        return {**decision, "cached": True}
+    term_bytes = max((v.numel() * v.element_size() for v in values
+                      if v.dim() == 4), default=0)
+    bound_s = (elements * SCORE_BYTES + term_bytes) / bandwidth
+
+    def operands(env: Dict[Any, Any]) -> Dict[str, Any]:
+        return {role: env[node] for role, node in sources.items() if role != "output"}
+
+    try:
+        with torch.no_grad():
+            kiln = graph_module(leaves, lambda graph, env: choice.build(graph, operands(env)))
+            kiln_s = seconds(kiln, values)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return untimed
+    decision = {**untimed, "kiln_us": round(kiln_s * 1e6, 2),
+                "inductor_bound_us": round(bound_s * 1e6, 2),
+                "why": (f"{untimed['why']}; Kiln {kiln_s * 1e6:.1f} us a call "
+                        f"with its {choice.dense}, Inductor at least "
+                        f"{bound_s * 1e6:.1f} us (its scores' traffic at the "
+                        f"device's peak bandwidth)")}
+    _remember(key, decision)
+    return decision
+
+
 def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
            value_of: Callable[[Any], Any], choice: Choice) -> Dict[str, Any]:
     """Which path a site takes: {"path": "kiln" | "inductor", "why": ...,
@@ -219,9 +299,13 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     body, leaves = _subgraph(output, stops)
     elements = largest_value(body)
     if elements is not None and elements > SCORES_TIMED:
-        return {"path": "kiln", "untimed": "size",
-                "why": f"not timed: a value of {elements} elements "
-                       f"(the scores Inductor would materialise)"}
+        untimed = {"path": "kiln", "untimed": "size",
+                   "why": f"not timed: a value of {elements} elements "
+                          f"(the scores Inductor would materialise)"}
+        if choice.dense is None:
+            return untimed
+        return _against_bound(untimed, elements, body, leaves, site, output,
+                              sources, value_of, choice)
     values = [value_of(leaf) for leaf in leaves]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}

@@ -880,8 +880,8 @@ class _Timed:
 
     def __call__(self, site: Dict[str, Any], output: Any, sources: Dict[str, Any],
                  build: Callable[[Any, Dict[str, Any]], Any],
-                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None
-                 ) -> Dict[str, Any]:
+                 probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None,
+                 dense: Optional[str] = None) -> Dict[str, Any]:
         from . import choice
 
         try:
@@ -891,7 +891,7 @@ class _Timed:
                 return choice.choose(site, output, sources, self.value, choice.Choice(
                     build, lambda module, inputs: _inductor(module, inputs,
                                                             self.options),
-                    probe=probe))
+                    probe=probe, dense=dense))
         except KilnError:
             raise  # the site cannot be rewritten (the rewrite says why)
         except Exception as error:  # noqa: BLE001 (timing never breaks the model)
@@ -987,15 +987,12 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         before = set(graph.nodes)
         try:
             if choose is not None:
+                # Too large to time both ways, a site reading a dense term is
+                # timed against Inductor's least time (see sites_saving_us).
+                dense = dense_term(site, {role: _shape_of(node)
+                                          for role, node in sources.items()})
                 with _step(entry, "site timing"):
-                    decision = choose(site, output, sources, build, probe)
-                if decision.get("untimed") == "size":
-                    # Too large to time: Kiln's path is taken, but a dense
-                    # term keeps the graph's own timing (see sites_saving_us).
-                    dense = dense_term(site, {role: _shape_of(node)
-                                              for role, node in sources.items()})
-                    if dense:
-                        decision = {**decision, "dense": dense}
+                    decision = choose(site, output, sources, build, probe, dense)
                 entry.setdefault("choices", {})[index] = decision
                 if decision["path"] != "kiln":
                     entry["skipped"][index] = (
@@ -1631,8 +1628,10 @@ def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
     rewritten untimed for its size (its scores alone would cost Inductor
     more than any margin) unless it reads a dense per-head term (Kiln's
     kernel may then read that term slower than Inductor computes it: T5's
-    strided position bias ran 0.65x); None when a rewritten site has no
-    timing at all (the saving is unknown)."""
+    strided position bias ran 0.65x); such a site counts the least it
+    saves, Inductor's bound less Kiln's time, where Kiln's path alone was
+    timed under that bound (choice's "inductor_bound_us"). None when a
+    rewritten site has no timing at all (the saving is unknown)."""
     choices = entry.get("choices", {})
     total = 0.0
     for index in entry.get("rewritten", []):
@@ -1641,6 +1640,10 @@ def sites_saving_us(entry: Dict[str, Any]) -> Optional[float]:
             return None
         if "kiln_us" in decision and "inductor_us" in decision:
             total += decision["inductor_us"] - decision["kiln_us"]
+        elif "kiln_us" in decision and "inductor_bound_us" in decision:
+            if decision["kiln_us"] >= decision["inductor_bound_us"]:
+                return None  # the bound proves nothing: the graph is timed
+            total += decision["inductor_bound_us"] - decision["kiln_us"]
         elif decision.get("untimed") == "size" and not decision.get("dense"):
             return float("inf")
         else:

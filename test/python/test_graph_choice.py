@@ -68,6 +68,33 @@ def test_an_untimed_site_with_a_dense_term_keeps_the_graph_timing():
     assert kd.graph_choice_from_sites(e) is None
 
 
+def test_a_dense_site_timed_under_inductors_bound_counts_the_difference():
+    """Kiln's path alone timed under the least time Inductor's code can take
+    (its scores' traffic at peak bandwidth): the site saves at least the
+    difference, which decides the graph above the margin."""
+    big = {"rewritten": [0], "choices": {0: {
+        "path": "kiln", "untimed": "size", "dense": "bias",
+        "kiln_us": 1200.0, "inductor_bound_us": 2560.0}}}
+    assert kd.sites_saving_us(big) == 1360.0
+    assert kd.graph_choice_from_sites(big)["path"] == "kiln"
+    near = {"rewritten": [0], "choices": {0: {
+        "path": "kiln", "untimed": "size", "dense": "bias",
+        "kiln_us": 110.0, "inductor_bound_us": 160.0}}}
+    assert kd.sites_saving_us(near) == 50.0
+    assert kd.graph_choice_from_sites(near) is None
+
+
+def test_a_dense_site_slower_than_the_bound_keeps_the_graph_timing():
+    """Read score by score (a strided term), Kiln's path may take longer
+    than Inductor's bound: the bound shows nothing, the graph is timed."""
+    slow = {"rewritten": [0, 1], "choices": {
+        0: {"path": "kiln", "kiln_us": 10.0, "inductor_us": 900.0},
+        1: {"path": "kiln", "untimed": "size", "dense": "bias",
+            "kiln_us": 3460.0, "inductor_bound_us": 2560.0}}}
+    assert kd.sites_saving_us(slow) is None
+    assert kd.graph_choice_from_sites(slow) is None
+
+
 class _Op:
     """An ATen overload as FX shows it: its op name."""
 
