@@ -66,6 +66,13 @@ _ELEMENT = {
     "float8_e5m2fnuz": 20,
 }
 
+#: Complex dtypes, each written as its real pairs (torch.view_as_real's
+#: layout: the real type, one more axis of 2). Values of these types are
+#: never translated, only carried between opaque nodes (RoPE through
+#: `view_as_complex`, a polar table, `view_as_real`): kilnc reads them as
+#: values computed elsewhere, as it does every opaque result.
+_COMPLEX = {"complex64": "float32", "complex128": "float64", "complex32": "float16"}
+
 _FLOATS = ("float64", "float32", "float16", "bfloat16")
 _INTS = ("int64", "int32", "int16", "int8", "uint8")
 
@@ -200,6 +207,8 @@ class _Writer:
         return f"{base}__k{self.counter}"
 
     def declare(self, name: str, dtype: str, shape: List[int]) -> None:
+        if dtype in _COMPLEX:
+            dtype, shape = _COMPLEX[dtype], list(shape) + [2]
         if dtype not in _ELEMENT:
             raise Unsupported(f"element type {dtype}")
         self.types[name] = (dtype, shape)
@@ -918,10 +927,17 @@ def write(graph: Any, lifted: Optional[Dict[str, Any]] = None,
             if not _is_tensor(value):
                 raise Unsupported(f"the input {node.name} is not a tensor")
             dtype, shape = out_type(node)
+            data = lifted.get(node.name)
+            if dtype in _COMPLEX:
+                # A complex table (RoPE's `freqs_cis`) as its real pairs.
+                dtype, shape = _COMPLEX[dtype], shape + [2]
+                if data is not None:
+                    import torch
+
+                    data = torch.view_as_real(data.detach())
             if dtype not in _ELEMENT:
                 raise Unsupported(f"the input {node.name} is {dtype}")
             w.types[node.name] = (dtype, shape)
-            data = lifted.get(node.name)
             if data is not None and _numel(shape) <= MOST_CONSTANT_ELEMENTS:
                 w.initializers.append(_tensor_proto(node.name, data, dtype, shape))
                 continue
@@ -974,11 +990,28 @@ def mutates(target: Any) -> bool:
             and not parts[1].startswith("_"))
 
 
+def _is_complex(value: Any) -> bool:
+    return _is_tensor(value) and dtype_name(value.dtype) in _COMPLEX
+
+
+def _touches_complex(node: Any) -> bool:
+    """Whether `node` computes or reads a complex value: it is then written
+    opaque (no handler translates complex arithmetic)."""
+    if _is_complex(_value(node)):
+        return True
+    for x in list(node.args) + list(node.kwargs.values()):
+        for y in (x if isinstance(x, (list, tuple)) else [x]):
+            if _is_node(y) and _is_complex(_value(y)):
+                return True
+    return False
+
+
 def _write_node(w: _Writer, node: Any) -> None:
     if mutates(node.target):
         raise InPlace(f"{node.name} writes in place ({_target_name(node.target)})")
     value = _value(node)
-    handler = _HANDLERS.get(_target_name(node.target))
+    handler = (None if _touches_complex(node)
+               else _HANDLERS.get(_target_name(node.target)))
     if handler is not None:
         marks = len(w.nodes), len(w.value_info), set(w.types)
         try:

@@ -176,6 +176,61 @@ def test_alibi_slopes_from_ops_and_a_learned_temperature(tmp_path: Path) -> None
     assert site["operands"]["key"]["value"] == "k"
 
 
+def test_complex_rope_is_carried_opaque_as_real_pairs(tmp_path: Path) -> None:
+    """Rotary embeddings through complex numbers, as Meta's Llama writes
+    them: Q and K to float, viewed as complex pairs, times a complex table
+    (a polar of angles, and a user input `freqs_cis`), viewed back as real
+    and flattened. Every node that computes or reads a complex value is
+    written opaque, its complex type as the real pairs; the site's query
+    and key are the rotated graph nodes, and the graph is written whole
+    (not left to torch's exporter for its complex64 values)."""
+    g = Graph()
+    q, k, v = qkv(g)
+    angles = g.input("angles", (S, D // 2), "float32")
+    freqs = g.input("freqs_cis", (S, D // 2), "complex64")
+    ones = g.call("ones_like", "aten.ones_like.default", (angles,),
+                  shape=(S, D // 2), dtype="float32")
+    polar = g.call("polar", "aten.polar.default", (ones, angles),
+                   shape=(S, D // 2), dtype="complex64")
+    table = g.call("mul_t", "aten.mul.Tensor", (polar, freqs),
+                   shape=(S, D // 2), dtype="complex64")
+    rotated = []
+    for t in (q, k):
+        wide = g.call(f"float_{t.name}", "aten._to_copy.default", (t,),
+                      {"dtype": "float32"}, shape=(B, H, S, D), dtype="float32")
+        pairs = g.call(f"view_{t.name}", "aten.view.default", (wide, [B, H, S, D // 2, 2]),
+                       shape=(B, H, S, D // 2, 2), dtype="float32")
+        cplx = g.call(f"as_complex_{t.name}", "aten.view_as_complex.default", (pairs,),
+                      shape=(B, H, S, D // 2), dtype="complex64")
+        turned = g.call(f"mul_{t.name}", "aten.mul.Tensor", (cplx, table),
+                        shape=(B, H, S, D // 2), dtype="complex64")
+        real = g.call(f"as_real_{t.name}", "aten.view_as_real.default", (turned,),
+                      shape=(B, H, S, D // 2, 2), dtype="float32")
+        flat = g.call(f"flat_{t.name}", "aten.view.default", (real, [B, H, S, D]),
+                      shape=(B, H, S, D), dtype="float32")
+        rotated.append(g.call(f"rot_{t.name}", "aten._to_copy.default", (flat,),
+                              {"dtype": "bfloat16"}, shape=(B, H, S, D), dtype="bfloat16"))
+    kt = g.call("transpose", "aten.transpose.int", (rotated[1], -2, -1),
+                shape=(B, H, D, S), dtype="bfloat16")
+    scores = g.call("matmul", "aten.matmul.default", (rotated[0], kt),
+                    shape=(B, H, S, S), dtype="bfloat16")
+    scaled = g.call("div", "aten.div.Tensor", (scores, math.sqrt(D)),
+                    shape=(B, H, S, S), dtype="bfloat16")
+    attend(g, scaled, v, "bfloat16")
+    written = fx_onnx.write(g)
+    assert set(written.opaque) == {"polar", "mul_t", "as_complex_q", "mul_q",
+                                   "as_real_q", "as_complex_k", "mul_k", "as_real_k"}
+    types = {vi.name: vi for vi in list(written.model.graph.value_info)
+             + list(written.model.graph.input)}
+    dims = [d.dim_value for d in types["mul_q"].type.tensor_type.shape.dim]
+    assert dims == [B, H, S, D // 2, 2]
+    assert types["freqs_cis"].type.tensor_type.elem_type == 1  # float32 pairs
+    [site] = report_of(g, tmp_path)["sites"]
+    assert site["operands"]["query"]["value"] == "rot_q"
+    assert site["operands"]["key"]["value"] == "rot_k"
+    assert site["output"]["value"] == "matmul_1"
+
+
 def test_tuple_results_and_lifted_constants(tmp_path: Path) -> None:
     """A split's pieces are read through getitem; an op with a tuple result
     that the writer does not know is kept opaque with one output a piece; a
