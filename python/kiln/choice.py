@@ -31,7 +31,8 @@ from . import site_cache as _cache
 from .regions import copy_into, graph_module, walk_up
 from .site import SiteSpec
 
-__all__ = ["Choice", "SCORES_TIMED", "choose", "fused_already", "largest_value"]
+__all__ = ["Choice", "SCORES_TIMED", "choose", "fused_already", "kept_sdpa",
+           "largest_value", "sdpa_backend"]
 
 #: Above this many score elements (batch x heads x queries x keys) a site
 #: is rewritten without timing. Inductor's code for such a site moves at
@@ -67,6 +68,102 @@ def fused_already(body: Sequence[Any]) -> bool:
         elif name not in _VIEWS:
             return False
     return attention == 1
+
+
+#: ATen's SDPBackend numbers, as torch._fused_sdp_choice returns them.
+_SDPA_BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+def _traced(node: Any) -> Any:
+    """A node's traced value (an exported graph's `val`, Dynamo's
+    `example_value`)."""
+    meta = getattr(node, "meta", {})
+    value = meta.get("val")
+    return value if value is not None else meta.get("example_value")
+
+
+def sdpa_arguments(node: Any) -> Optional[Dict[str, Any]]:
+    """The arguments of `node`, a call of scaled_dot_product_attention
+    (aten's or torch.nn.functional's: one signature), by name."""
+    target = getattr(node, "target", None)
+    name = getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
+    if name != "scaled_dot_product_attention":
+        return None  # aten's _scaled_dot_product_*_attention differ
+    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
+    arguments: Dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False,
+                                 "scale": None, "enable_gqa": False}
+    if len(node.args) > len(names):
+        return None
+    arguments.update(zip(names, node.args))
+    arguments.update(node.kwargs)
+    return arguments if all(n in arguments for n in names[:3]) else None
+
+
+def sdpa_backend(node: Any) -> Optional[str]:
+    """The kernel PyTorch's dispatch takes for `node`, a call of
+    scaled_dot_product_attention, on its inputs' traced sizes, strides,
+    dtypes and device ("cudnn", "flash", "efficient", "math"): asked of
+    torch._fused_sdp_choice on stand-ins of those sizes. None where it
+    cannot be told (symbolic sizes, a tensor traced on no CUDA device)."""
+    arguments = sdpa_arguments(node)
+    if arguments is None:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    def stand_in(value: Any) -> Any:
+        if not isinstance(getattr(value, "meta", None), dict):
+            return value
+        traced = _traced(value)
+        if not isinstance(traced, torch.Tensor) or traced.device.type != "cuda":
+            raise ValueError("not a CUDA tensor")
+        shape = [int(size) for size in traced.shape]
+        stride = [int(step) for step in traced.stride()]
+        return torch.empty_strided(shape, stride, dtype=traced.dtype,
+                                   device=traced.device)
+
+    try:
+        with torch.no_grad():
+            values = {name: stand_in(value) for name, value in arguments.items()}
+            choice = torch._fused_sdp_choice(
+                values["query"], values["key"], values["value"], values["attn_mask"],
+                float(values["dropout_p"]), bool(values["is_causal"]),
+                scale=values["scale"], enable_gqa=bool(values["enable_gqa"]))
+    except Exception:  # noqa: BLE001 (symbolic sizes, an older torch)
+        return None
+    return _SDPA_BACKENDS.get(int(choice))
+
+
+def kept_sdpa(node: Any) -> Optional[str]:
+    """Why the SDPA call `node` is left as written without timing, or None:
+    one without a mask that PyTorch runs with cuDNN's kernel. Kiln's kernel
+    ran 0.92-1.12x cuDNN's from 4k tokens and 0.66-0.97x at 512 and 1k
+    (H200, head dims 64-256, causal and not: docs/performance.md); what
+    timing could win there is under what it costs the first call (a site
+    package and two timings, about 0.4 s, against Inductor's 0.2 s for
+    such a graph). With a mask Kiln's kernel ran 1.29-1.40x cuDNN's, and
+    against the flash kernel 1.1-2.1x: those are timed."""
+    arguments = sdpa_arguments(node)
+    if arguments is None or arguments["attn_mask"] is not None:
+        return None
+    if sdpa_backend(node) != "cudnn":
+        return None
+    return ("not timed: one SDPA call without a mask, which PyTorch runs with "
+            "cuDNN's kernel (Kiln's measured 0.66-1.12x of it)")
+
+
+def sdpa_node(body: Sequence[Any]) -> Optional[Any]:
+    """The SDPA call of `body`, where it holds one."""
+    for node in body:
+        if node.op != "call_function":
+            continue
+        name = getattr(node.target, "_opname", None) or getattr(
+            node.target, "__name__", str(node.target))
+        if "scaled_dot_product" in name:
+            return node
+    return None
 
 
 #: Decisions of this process, by key.
@@ -306,6 +403,11 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
             return untimed
         return _against_bound(untimed, elements, body, leaves, site, output,
                               sources, value_of, choice)
+    as_written = fused_already(body)
+    if as_written:
+        kept = kept_sdpa(sdpa_node(body))
+        if kept is not None:
+            return {"path": "inductor", "untimed": "sdpa", "why": kept}
     values = [value_of(leaf) for leaf in leaves]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}
@@ -327,7 +429,6 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     # Raises first if Kiln cannot take the site; Inductor's path is then
     # compiled while the site's package may still be in the making.
     graph_module(leaves, lambda graph, env: choice.probe(graph, operands(env)))
-    as_written = fused_already(body)
     compile = (lambda module, inputs: module) if as_written else choice.compile
     try:
         with torch.no_grad():

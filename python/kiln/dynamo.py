@@ -1462,6 +1462,37 @@ def may_hold_attention(gm: Any) -> bool:
     return False
 
 
+def sdpa_calls_kept(gm: Any) -> Optional[str]:
+    """Why Dynamo's graph `gm` is left to Inductor before any export, or
+    None: every op of it that attention could start from is an SDPA call
+    kept as written (kiln.choice.kept_sdpa), so the export, kilnc and the
+    sites' packages would be spent for nothing."""
+    from .choice import kept_sdpa
+    from .regions import _name
+
+    graphs = [gm.graph]
+    modules = getattr(gm, "modules", None)
+    if modules is not None:
+        graphs += [m.graph for m in modules()
+                   if m is not gm and getattr(m, "graph", None) is not None]
+    kept = []
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.op == "call_module":
+                return None
+            name = (_name(node) or "").lower()
+            if not any(word in name for word in _ATTENTION_WORDS):
+                continue
+            why = kept_sdpa(node)
+            if why is None:
+                return None
+            kept.append(why)
+    if not kept:
+        return None
+    return (f"every attention op of the graph ({len(kept)}) is an SDPA call "
+            f"left as written, {kept[0].split(': ', 1)[-1]}: not exported")
+
+
 class _Fallback(Exception):
     """A graph Kiln leaves to Inductor alone, and why."""
 
@@ -1501,6 +1532,10 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
         if not may_hold_attention(gm):
             raise _Fallback("no softmax, max or attention op in the graph: "
                             "not exported")
+        if entry["choose"] == "timed":
+            kept = sdpa_calls_kept(gm)
+            if kept is not None:
+                raise _Fallback(kept)
         _warm_inductor()
         tensors = [example_inputs[i] for i in positions]
         try:

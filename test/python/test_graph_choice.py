@@ -126,3 +126,59 @@ def test_code_inductor_would_fuse_is_compiled_before_timing():
     assert not fused_already([_Node(_Op("logical_not")), sdpa])
     assert not fused_already([_Node(_Op("view"))])
     assert not fused_already([sdpa, _Node(_Op("_scaled_dot_product_flash_attention"))])
+
+
+class _Call:
+    """A call node of Dynamo's graph: its target function, arguments."""
+
+    def __init__(self, name, args=(), kwargs=None):
+        def target():
+            pass
+
+        target.__name__ = name
+        self.op, self.target = "call_function", target
+        self.args, self.kwargs, self.meta = tuple(args), dict(kwargs or {}), {}
+
+
+class _Graph:
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+
+class _Module:
+    def __init__(self, nodes):
+        self.graph = _Graph(nodes)
+
+
+def test_sdpa_calls_without_a_mask_on_cudnn_leave_the_graph_unexported(monkeypatch):
+    """A graph whose only attention ops are SDPA calls without a mask that
+    PyTorch runs with cuDNN is left to Inductor before the export; a
+    masked call, a call on another kernel, or a softmax anywhere keeps
+    the export (those may be taken)."""
+    import kiln.choice as kc
+
+    backend = {"value": "cudnn"}
+    monkeypatch.setattr(kc, "sdpa_backend", lambda node: backend["value"])
+    q, k, v, m = (_Call("linear") for _ in range(4))
+    plain = _Call("scaled_dot_product_attention", (q, k, v), {"is_causal": True})
+    masked = _Call("scaled_dot_product_attention", (q, k, v), {"attn_mask": m})
+    why = kd.sdpa_calls_kept(_Module([q, k, v, plain, _Call("scaled_dot_product_attention",
+                                                            (q, k, v))]))
+    assert why is not None and "(2)" in why and "cuDNN" in why
+    assert kd.sdpa_calls_kept(_Module([q, k, v, m, plain, masked])) is None
+    assert kd.sdpa_calls_kept(_Module([q, k, v, plain, _Call("softmax", (q,))])) is None
+    assert kd.sdpa_calls_kept(_Module([q, k, v])) is None
+    backend["value"] = "flash"
+    assert kd.sdpa_calls_kept(_Module([q, k, v, plain])) is None
+    backend["value"] = None  # not known (symbolic sizes): exported as before
+    assert kd.sdpa_calls_kept(_Module([q, k, v, plain])) is None
+
+
+def test_sdpa_arguments_by_position_or_keyword():
+    import kiln.choice as kc
+
+    q, k, v, m = (_Call("view") for _ in range(4))
+    args = kc.sdpa_arguments(_Call("scaled_dot_product_attention", (q, k, v, m, 0.0, True),
+                                   {"scale": 0.125}))
+    assert args["attn_mask"] is m and args["is_causal"] is True and args["scale"] == 0.125
+    assert kc.sdpa_arguments(_Call("_scaled_dot_product_flash_attention", (q, k, v))) is None
