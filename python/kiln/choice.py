@@ -183,16 +183,20 @@ class Choice:
     `build` would refuse the site: the site is then refused before anything
     is compiled, and Inductor's path is compiled while the package is
     finished. `dense` names the site's dense per-head term ("bias" or
-    "mask"), where it reads one."""
+    "mask"), where it reads one. `meanwhile`, where given, is work the
+    caller will need anyway, run before a site timed as written waits for
+    its package (nothing else of the timing overlaps that wait there)."""
 
     def __init__(self, build: Callable[[Any, Dict[str, Any]], Any],
                  compile: Callable[[Any, Sequence[Any]], Callable],
                  probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None,
-                 dense: Optional[str] = None) -> None:
+                 dense: Optional[str] = None,
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
         self.build = build
         self.compile = compile
         self.probe = probe or build
         self.dense = dense
+        self.meanwhile = meanwhile
 
 
 def _directory() -> Path:
@@ -430,6 +434,8 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     # compiled while the site's package may still be in the making.
     graph_module(leaves, lambda graph, env: choice.probe(graph, operands(env)))
     compile = (lambda module, inputs: module) if as_written else choice.compile
+    if as_written and choice.meanwhile is not None:
+        choice.meanwhile()
     try:
         with torch.no_grad():
             inductor = compile(graph_module(leaves, graph_as_written), values)

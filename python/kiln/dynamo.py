@@ -852,8 +852,10 @@ class _Timed:
     is timed and kept only for the sources the sites read."""
 
     def __init__(self, exported: Any, tensors: Sequence[Any],
-                 options: Optional[Dict[str, Any]]) -> None:
+                 options: Optional[Dict[str, Any]],
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
         self.exported, self.tensors, self.options = exported, tensors, options
+        self.meanwhile = meanwhile
         self.names: set = set()
         self.values: Optional[Dict[str, Any]] = None
 
@@ -891,7 +893,7 @@ class _Timed:
                 return choice.choose(site, output, sources, self.value, choice.Choice(
                     build, lambda module, inputs: _inductor(module, inputs,
                                                             self.options),
-                    probe=probe, dense=dense))
+                    probe=probe, dense=dense, meanwhile=self.meanwhile))
         except KilnError:
             raise  # the site cannot be rewritten (the rewrite says why)
         except Exception as error:  # noqa: BLE001 (timing never breaks the model)
@@ -1422,6 +1424,7 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
                             f"not {kiln_options[name]!r}")
     entry = _new_entry()
     reports.append(entry)
+    _alone[id(entry)] = _Alone(gm, example_inputs, options, entry)
     try:
         return _compile(gm, example_inputs, options, kiln_options, entry)
     except BaseException as error:
@@ -1430,6 +1433,8 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
             # this graph never runs, and is not reported.
             reports.remove(entry)
         raise
+    finally:
+        _alone.pop(id(entry), None)
 
 
 #: Words in the name of an op that Kiln's fusion may start from: a softmax
@@ -1563,6 +1568,9 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
     except _Fallback as reason:
         entry["fallback"] = str(reason)
         entry["rewritten"] = []
+        holder = _alone_for(entry)
+        if holder is not None and holder.compiled is not None:
+            return holder.compiled
         return _inductor(gm, example_inputs, options)
 
 
@@ -1700,6 +1708,60 @@ def graph_choice_from_sites(entry: Dict[str, Any]) -> Optional[Dict[str, Any]]:
                     "us the exported graph has been measured to cost")}
 
 
+class _Alone:
+    """Inductor alone on Dynamo's graph, compiled at most once per graph:
+    for the graph's timing (_guarded), or as the fallback where no site is
+    rewritten. `early()` compiles it ahead where the main thread would
+    otherwise only wait (a timed SDPA site's package still compiling in the
+    background), so that wait and this compile overlap."""
+
+    def __init__(self, gm: Any, example_inputs: Sequence[Any],
+                 options: Dict[str, Any], entry: Dict[str, Any]) -> None:
+        self.gm, self.example_inputs, self.options, self.entry = (
+            gm, example_inputs, options, entry)
+        self.compiled: Optional[Callable] = None
+        # Dynamo's contexts of the frame, which early() restores: Inductor's
+        # guards on Dynamo's graph belong to that frame (the site timing
+        # that calls early() runs outside them).
+        try:
+            import torch._guards as guards
+
+            self.contexts = (guards.TracingContext.try_get(),
+                             getattr(guards, "CompileContext").try_get()
+                             if hasattr(guards, "CompileContext") else None)
+        except Exception:  # noqa: BLE001 (then early() does nothing)
+            self.contexts = None
+
+    def get(self) -> Callable:
+        if self.compiled is None:
+            with _step(self.entry, "inductor alone"):
+                self.compiled = _inductor(self.gm, self.example_inputs, self.options)
+        return self.compiled
+
+    def early(self) -> None:
+        """get(), where the graph would later be timed whole or fall back
+        (not under choose="kiln", nor for a graph that writes in place)."""
+        if self.compiled is None and self.contexts is not None \
+                and not _writes_in_place(self.gm):
+            import contextlib
+
+            import torch._guards as guards
+
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(guards.tracing(self.contexts[0]))
+                if hasattr(guards, "compile_context"):
+                    stack.enter_context(guards.compile_context(self.contexts[1]))
+                self.get()
+
+
+#: The _Alone of each graph being compiled, by id of its entry.
+_alone: Dict[int, _Alone] = {}
+
+
+def _alone_for(entry: Dict[str, Any]) -> Optional[_Alone]:
+    return _alone.get(id(entry))
+
+
 def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
              options: Dict[str, Any], entry: Dict[str, Any]) -> Callable:
     """`compiled` (the graph with Kiln's sites), or Inductor alone on
@@ -1724,8 +1786,8 @@ def _guarded(compiled: Callable, gm: Any, example_inputs: Sequence[Any],
         entry["graph_choice"] = decided
         return compiled
     try:
-        with _step(entry, "inductor alone"):
-            alone = _inductor(gm, example_inputs, options)  # as a fallback is
+        holder = _alone_for(entry) or _Alone(gm, example_inputs, options, entry)
+        alone = holder.get()  # as a fallback is
         with torch.no_grad(), _step(entry, "graph timing"):
             alone_s = choice.seconds(alone, inputs)
             kiln_s = choice.seconds(compiled, inputs)
@@ -1956,7 +2018,9 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
              and not any(isinstance(t, torch._subclasses.FakeTensor) for t in tensors))
     try:
         rewritten = bool(report["sites"]) and _rewrite(
-            module, report, entry, _Timed(exported, tensors, options) if timed else None)
+            module, report, entry,
+            _Timed(exported, tensors, options,
+                   getattr(_alone_for(entry), "early", None)) if timed else None)
     except Exception as error:  # noqa: BLE001 (never break the model)
         if _restarts(error):
             raise
