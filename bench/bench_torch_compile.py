@@ -235,7 +235,8 @@ def write_profile(profiler: Any, path: Path) -> None:
 
 def bench(name: str, seq: int, tokens: int, timing: bool,
           cold: bool = True, kiln_first: bool = False,
-          profile: Optional[str] = None) -> List[Dict[str, Any]]:
+          profile: Optional[str] = None,
+          exact_all: bool = False) -> List[Dict[str, Any]]:
     from torch._dynamo.utils import counters
 
     batch = max(tokens // seq, 1)
@@ -251,8 +252,10 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
         # float64 output (eager bf16's own error beside); the rest against
         # eager bf16.
         exact = None
-        if name in zoo_names() and seq <= 4096:
+        if (name in zoo_names() or exact_all) and seq <= 4096:
             exact = zoo.reference(model, inputs)
+            if not isinstance(exact, torch.Tensor):
+                exact = tensor_of(exact)
         against = want if exact is None else exact
         first: Dict[str, Any] = {}
 
@@ -341,6 +344,9 @@ def main() -> int:
     parser.add_argument("--kiln-first", action="store_true",
                         help="Kiln's first call before Inductor's (so that Kiln's, "
                              "not Inductor's, pays the process's one-time costs)")
+    parser.add_argument("--exact", action="store_true",
+                        help="check the Hugging Face models against float64 too "
+                             "(the hand-written modules always are, up to 4k)")
     parser.add_argument("--profile", metavar="DIR",
                         help="profile Kiln's first call of each case (cProfile; "
                              "DIR/<model>-s<seq>.txt)")
@@ -353,7 +359,7 @@ def main() -> int:
             try:
                 new = bench(name, seq, options.tokens, not options.no_time,
                             cold=not options.warm, kiln_first=options.kiln_first,
-                            profile=options.profile)
+                            profile=options.profile, exact_all=options.exact)
             except Exception as error:  # noqa: BLE001
                 lines = f"{type(error).__name__}: {error}".strip().splitlines()
                 message = " | ".join(lines[:2] + lines[-3:])[:1500]
