@@ -332,6 +332,16 @@ def dram_bytes_per_s(device: Any) -> Optional[float]:
     return gbps * 1e9 if gbps > 0 else None
 
 
+def _distinct_bytes(value: Any) -> int:
+    """The bytes of `value`'s distinct elements (a broadcast axis, stride
+    0, counted once): what reading it costs at the least."""
+    count = 1
+    for size, stride in zip(value.shape, value.stride()):
+        if stride != 0:
+            count *= int(size)
+    return count * value.element_size()
+
+
 def _against_bound(untimed: Dict[str, Any], elements: int, body: Sequence[Any],
                    leaves: Sequence[Any], site: Dict[str, Any], output: Any,
                    sources: Dict[str, Any], value_of: Callable[[Any], Any],
@@ -339,8 +349,9 @@ def _against_bound(untimed: Dict[str, Any], elements: int, body: Sequence[Any],
     """The decision of a site too large to time both ways that reads a
     dense per-head term (`untimed`, the size's decision, with "dense"):
     Kiln's path alone is timed (as the graph stands, no Inductor compile)
-    against the least time Inductor's code can take, its scores' traffic
-    (SCORE_BYTES each) and the term's read at the device's peak bandwidth.
+    against the least time Inductor's code can take where it materialises
+    the scores: their traffic (SCORE_BYTES each) and one read of each of
+    the site's inputs, at the device's peak bandwidth.
     "inductor_bound_us" is kept where measured: the backend then needs no
     timing of the whole graph where Kiln's time is well under the bound
     (dynamo.sites_saving_us). Kiln's kernel reads such a term at memory
@@ -364,9 +375,7 @@ def _against_bound(untimed: Dict[str, Any], elements: int, body: Sequence[Any],
     decision = _recall(key)
     if decision is not None:
         return {**decision, "cached": True}
-    term_bytes = max((v.numel() * v.element_size() for v in values
-                      if v.dim() == 4), default=0)
-    bound_s = (elements * SCORE_BYTES + term_bytes) / bandwidth
+    bound_s = (elements * SCORE_BYTES + sum(map(_distinct_bytes, values))) / bandwidth
 
     def operands(env: Dict[Any, Any]) -> Dict[str, Any]:
         return {role: env[node] for role, node in sources.items() if role != "output"}
