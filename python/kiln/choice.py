@@ -127,10 +127,17 @@ def sdpa_backend(node: Any) -> Optional[str]:
     try:
         with torch.no_grad():
             values = {name: stand_in(value) for name, value in arguments.items()}
-            choice = torch._fused_sdp_choice(
-                values["query"], values["key"], values["value"], values["attn_mask"],
-                float(values["dropout_p"]), bool(values["is_causal"]),
-                scale=values["scale"], enable_gqa=bool(values["enable_gqa"]))
+            positional = (values["query"], values["key"], values["value"],
+                          values["attn_mask"], float(values["dropout_p"]),
+                          bool(values["is_causal"]))
+            try:
+                choice = torch._fused_sdp_choice(
+                    *positional, scale=values["scale"],
+                    enable_gqa=bool(values["enable_gqa"]))
+            except TypeError:  # a torch whose choice takes neither
+                if values["enable_gqa"]:
+                    return None
+                choice = torch._fused_sdp_choice(*positional)
     except Exception:  # noqa: BLE001 (symbolic sizes, an older torch)
         return None
     return _SDPA_BACKENDS.get(int(choice))
