@@ -1087,6 +1087,48 @@ def scale_runtime(name, form):
     g.save()
 
 
+def cosine_attention(name, elem=F32):
+    """Swin-v2's cosine attention: Q and K normalised along the head dim
+    (F.normalize), a learned logit scale per head ([H, 1, 1], a graph input
+    as Dynamo lifts a parameter) clamped to log(100) and exponentiated,
+    multiplied into the [B, H, S, S] scores before the relative position
+    bias is added; in f32, or all in f16 (`elem`)."""
+    heads, batch = 4, 2
+    dtype = np.float16 if elem == F16 else np.float32
+    g = Graph(name)
+    q, k, v = qkv_inputs(g, heads=heads, batch=batch, elem=elem)
+
+    def normalize(x, name):
+        norm = g.op("ReduceL2", [x], name + "_norm", axes=[-1], keepdims=1)
+        norm = g.op("Clip", [norm, g.const(name + "_eps", dtype(1e-12))],
+                    name + "_clip")
+        return g.op("Div", [x, norm], name + "_normalized")
+
+    scores = g.op("MatMul", [normalize(q, "q"), k_transposed(g, normalize(k, "k"))],
+                  "qk")
+    logit_scale = g.input("logit_scale", elem, [heads, 1, 1])
+    clamped = g.op("Clip", [logit_scale, "",
+                            g.const("max_logit", dtype(np.log(100.0)))],
+                   "clamp")
+    factor = g.op("Exp", [clamped], "logit_scale_exp")
+    scores = g.op("Mul", [scores, factor], "scale")
+    bias = g.input("relative_position_bias", elem, [1, heads, S, S])
+    scores = g.op("Add", [scores, bias], "bias_add")
+    softmax_pv(g, scores, v, [batch, heads, S, D], elem=elem)
+    g.save()
+
+
+def scale_per_query():
+    """The scores times a graph input of one value a query row."""
+    g = Graph("neg_scale_per_query")
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    factor = g.input("row_scale", F32, [1, 1, S, 1])
+    scores = g.op("Mul", [scores, factor], "scale")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def mask_after_softmax():
     """A mask added to the probabilities, after the softmax."""
     g = Graph("neg_mask_after_softmax")
@@ -1396,13 +1438,16 @@ def main():
     scale_from_input()
     scale_runtime("scale_runtime_temperature", "temperature")
     scale_runtime("scale_runtime_size", "size")
+    cosine_attention("scale_per_head_cosine")
+    cosine_attention("scale_per_head_cosine_f16", F16)
+    scale_per_query()
     mask_after_softmax()
     mask_before_scale()
     shared_scores()
     shared_exp()
     projection_lookalike()
     scores_then("neg_div_reversed", div_reversed)
-    scores_then("neg_scale_per_head", per_head_scale)
+    scores_then("scale_per_head_const", per_head_scale)
     scores_then("mask_add_swapped", mask_add_swapped)
     scores_then("neg_sub_reversed", sub_reversed)
     scores_then("mask_bool_where_inverted", where_inverted)

@@ -141,7 +141,9 @@ typedef struct kiln_site_info {
   kiln_dtype cache_dtype;
   int32_t kv_scales;
   /* C API version 10: the site takes a run-time scale (its launches pass
-     kiln_attention_args.scale_factor). */
+     kiln_attention_args.scale_factor): 0 none, 1 one f32, 2 one f32 a
+     query head (q_heads floats; "scale_factor": "per_head" in the
+     manifest). */
   int32_t scale_factor;
   /* The site's kernel writes (a forward) or reads (a backward) the
      log-sum-exp, kiln_attention_args.lse (C API version 11). */
@@ -206,8 +208,11 @@ typedef struct kiln_attention_args {
   int64_t num_splits;
   /* Sites whose op takes a run-time scale ("scale_factor" in the manifest):
      a device pointer to one f32 that multiplies the site's scale, read by
-     the kernel (capturable: the value may change between replays). NULL
-     for every other site. */
+     the kernel (capturable: the value may change between replays); where
+     the manifest says "per_head" (kiln_site_info.scale_factor 2), to
+     q_heads contiguous f32s, the one of query head h multiplying the
+     scores of head h (the launch cannot check the count). NULL for every
+     other site. */
   const float *scale_factor;
   /* Sites that keep the log-sum-exp ("lse" in the manifest; C API version
      11): an f32 [batch, q_heads, q_len] contiguous buffer the forward

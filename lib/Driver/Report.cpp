@@ -479,14 +479,16 @@ void FusionReport::printText(ModuleOp fused, llvm::raw_ostream &os) const {
   }
   for (auto [index, siteValue] : llvm::enumerate(sites)) {
     const llvm::json::Object &site = *siteValue.getAsObject();
-    if (!site.getBoolean("scale_factor").value_or(false))
+    bool perHead = site.getString("scale_factor") == "per_head";
+    if (!site.getBoolean("scale_factor").value_or(false) && !perHead)
       continue;
     std::optional<StringRef> from;
     if (const llvm::json::Object *operands = site.getObject("operands"))
       if (const llvm::json::Object *factor = operands->getObject("scale_factor"))
         from = factor->getString("value");
-    os << llvm::formatv("  site {0} scale: {1} times a run-time factor{2}\n",
+    os << llvm::formatv("  site {0} scale: {1} times a run-time factor{2}{3}\n",
                         index, orDash(site.get("scale")),
+                        perHead ? " of each query head" : "",
                         from ? (" (" + *from + ")").str() : std::string());
   }
   for (auto [index, siteValue] : llvm::enumerate(sites))

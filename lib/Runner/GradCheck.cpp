@@ -46,7 +46,12 @@ struct Problem {
   int64_t queryLength = 0, kvLength = 0;
   /// Per sequence: the first query and key row, and how many.
   SmallVector<int64_t> queryStart, queryCount, keyStart, keyCount;
-  double scale = 1, factor = 1;
+  double scale = 1;
+  /// The run-time scale_factor: one value, or one a query head.
+  SmallVector<double> factors = {1.0};
+  double factorOf(int64_t head) const {
+    return factors.size() == 1 ? factors.front() : factors[head];
+  }
   std::optional<double> softcap, maskedScore;
   std::optional<int64_t> rightBound, window;
   bool hasMask = false, boolMask = false, hasBias = false;
@@ -113,7 +118,7 @@ void forward(const Problem &p, ArrayRef<double> q, ArrayRef<double> k,
           double dot = 0;
           for (int64_t d = 0; d < p.headDim; ++d)
             dot += q[p.query(b, h, i, d)] * k[p.key(b, kvHead, j, d)];
-          double x = dot * p.factor;
+          double x = dot * p.factorOf(h);
           double s = p.softcap
                          ? *p.softcap * std::tanh(x * p.scale / *p.softcap)
                          : x * p.scale;
@@ -337,7 +342,8 @@ FailureOr<GradCheckSite> checkSite(AttentionOp op, int64_t siteIndex,
       tensor =
           randomOffsets(type.getElementType(), type.getDimSize(0), total, rng);
     } else if (operand == op.getScaleFactor()) {
-      tensor.setFromDouble(0, factorDraw(rng));
+      for (int64_t i = 0, e = tensor.getNumElements(); i < e; ++i)
+        tensor.setFromDouble(i, factorDraw(rng));
     } else if (type.getElementType().isInteger(1)) {
       for (int64_t i = 0, e = tensor.getNumElements(); i < e; ++i)
         tensor.setFromDouble(i, keep(rng) ? 1.0 : 0.0);
@@ -376,8 +382,12 @@ FailureOr<GradCheckSite> checkSite(AttentionOp op, int64_t siteIndex,
   auto inputOf = [&](Value operand) -> const HostTensor & {
     return inputs[llvm::find(operands, operand) - operands.begin()];
   };
-  if (Value factor = op.getScaleFactor())
-    p.factor = inputOf(factor).getAsDouble(0);
+  if (Value factor = op.getScaleFactor()) {
+    const HostTensor &values = inputOf(factor);
+    p.factors.clear();
+    for (int64_t i = 0, e = values.getNumElements(); i < e; ++i)
+      p.factors.push_back(values.getAsDouble(i));
+  }
   if (p.packed) {
     sequencesOf(inputOf(op.getQOffsets()), p.queryLength, p.queryStart,
                 p.queryCount);

@@ -347,6 +347,8 @@ Error fillPlan(const Kernel &kernel, const Site &site, const std::string &where,
       what = arg.name;
       break;
     case ArgSource::ScaleFactor:
+      // A per-head site's factor holds q_heads floats: the pointer is all
+      // a launch sees of it (the torch and Python paths check the count).
       if (!args.scale_factor)
         return invalid("{}the site takes a run-time scale: scale_factor is "
                        "NULL",

@@ -216,6 +216,9 @@ struct Site {
   /// The site's op takes a run-time scale: its kernels take the factor's
   /// pointer (kiln_attention_args.scale_factor).
   bool scaleFactor = false;
+  /// The factor holds one f32 a query head ("scale_factor": "per_head"),
+  /// not one f32 (`true`).
+  bool scaleFactorPerHead = false;
   bool causal = false;
   std::optional<int64_t> window;
   std::optional<float> softcap;

@@ -287,8 +287,17 @@ void parseSite(const Node &node, const std::vector<Kernel> &kernels,
                           : valueHeadDimNode.optionalInteger(1);
   parseMask(node, site.mask, site.maskDtype);
   parseBias(node, site.bias, site.biasDtype);
+  // A run-time scale: `true` (one f32) or "per_head" (one a query head).
   Node factorNode = node.optionalKey("scale_factor");
-  site.scaleFactor = !factorNode.isNull() && factorNode.boolean();
+  if (factorNode.raw().is_string()) {
+    if (factorNode.string() != "per_head")
+      factorNode.fail(fmt::format("expected true, false or \"per_head\", "
+                                  "got \"{}\"",
+                                  factorNode.string()));
+    site.scaleFactor = site.scaleFactorPerHead = true;
+  } else {
+    site.scaleFactor = !factorNode.isNull() && factorNode.boolean();
+  }
 
   // The site must be launchable with its kernel.
   auto mismatch = [&](const std::string &what) {

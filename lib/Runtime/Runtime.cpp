@@ -355,7 +355,7 @@ kiln_status kiln_site_get_info(const kiln_site *site, kiln_site_info *info) {
     info->ragged = s.ragged;
     info->cache_dtype = s.cacheDtype;
     info->kv_scales = static_cast<int32_t>(s.kvScales);
-    info->scale_factor = s.scaleFactor ? 1 : 0;
+    info->scale_factor = s.scaleFactorPerHead ? 2 : s.scaleFactor ? 1 : 0;
     info->lse = s.lse ? 1 : 0;
     info->key_pass =
         s.keyPassIndex

@@ -240,6 +240,10 @@ AtenTensorHandle launchPlanned(StableIValue *stack, Launch &plan,
         args.mask = dataOf(mask);
       if (AtenTensorHandle bias = optionalTensor(stack[Bias]))
         args.bias = dataOf(bias);
+      // The factor's sizes, strides, dtype and device are part of the
+      // plan's signature: a plan serves only a factor the checked launch
+      // accepted (f32 on q's device, one element, or q_heads contiguous
+      // ones for a per-head site).
       if (AtenTensorHandle factor = optionalTensor(stack[ScaleFactor]))
         args.scale_factor = static_cast<const float *>(dataOf(factor));
       if (plan.workspaceBytes) {

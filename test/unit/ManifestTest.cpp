@@ -77,6 +77,46 @@ TEST_F(PackageTest, ReportsSiteAttributes) {
   EXPECT_EQ(info.layout, KILN_LAYOUT_BSHD);
 }
 
+/// validManifest with attention_1 taking a run-time scale: its kernel's
+/// last argument the factor's pointer, the site's "scale_factor" `factor`.
+json scaleFactorManifest(json factor) {
+  json manifest = validManifest();
+  manifest["kernels"][1]["args"].push_back(
+      {{"name", "scale_factor"}, {"kind", "pointer"}});
+  manifest["sites"][1]["scale_factor"] = std::move(factor);
+  return manifest;
+}
+
+/// kiln_site_info.scale_factor of `package`'s attention_1.
+int32_t siteScaleFactor(kiln_package *package) {
+  const kiln_site *site = nullptr;
+  kiln_site_info info;
+  if (kiln_package_find_site(package, "attention_1", &site) != KILN_OK ||
+      kiln_site_get_info(site, &info) != KILN_OK)
+    return -1;
+  return info.scale_factor;
+}
+
+// A run-time scale: `true` (as every manifest before per-head factors
+// wrote it) is one f32, "per_head" one a query head; none without the key.
+TEST_F(PackageTest, ReportsTheRunTimeScale) {
+  writePackage(validManifest());
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(siteScaleFactor(package), 0);
+  kiln_package_close(package);
+  package = nullptr;
+
+  writePackage(scaleFactorManifest(true));
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(siteScaleFactor(package), 1);
+  kiln_package_close(package);
+  package = nullptr;
+
+  writePackage(scaleFactorManifest("per_head"));
+  ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(siteScaleFactor(package), 2);
+}
+
 TEST_F(PackageTest, UnknownSiteListsTheSites) {
   writePackage(validManifest());
   ASSERT_EQ(open(), KILN_OK) << kiln_last_error();
@@ -522,6 +562,18 @@ const Corruption corruptions[] = {
      },
      KILN_FORMAT_ERROR,
      {"not a target-specific attention kernel"}},
+    {"ScaleFactorOfUnknownKind",
+     [](json &m) { m = scaleFactorManifest("per_query"); },
+     KILN_FORMAT_ERROR,
+     {"sites[1].scale_factor: expected true, false or \"per_head\", got "
+      "\"per_query\""}},
+    {"PerHeadScaleFactorWithoutTheKernelArgument",
+     [](json &m) {
+       m = scaleFactorManifest("per_head");
+       m["kernels"][1]["args"].erase(m["kernels"][1]["args"].size() - 1);
+     },
+     KILN_FORMAT_ERROR,
+     {"disagree on the run-time scale"}},
     {"WarpSpecializedKernelWithNegativeScale",
      [](json &m) {
        m = warpSpecializedManifest();

@@ -67,7 +67,7 @@ std::string KernelSpec::name() const {
   if (problem.fp8Cache)
     result += problem.perHeadScales ? "_kvf8h" : "_kvf8";
   if (problem.scaleFactor)
-    result += "_sf";
+    result += problem.perHeadScaleFactor ? "_sfh" : "_sf";
   if (problem.lse)
     result += "_lse";
   // Staged terms: a one-row mask or bias takes a one-row tile.

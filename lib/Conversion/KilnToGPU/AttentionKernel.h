@@ -82,6 +82,11 @@ struct AttentionProblem {
   /// The op's run-time scale_factor: the kernel takes a pointer to one f32
   /// (argument `scale_factor`, last) and multiplies the score scale by it.
   bool scaleFactor = false;
+  /// The factor is `[Hq]`, one a query head: the kernel reads the element
+  /// of its block's head. Only for kernels whose block has one query head
+  /// (grid y over query heads, or over KV heads of groups of one head; not
+  /// persistent): the selection keeps to those.
+  bool perHeadScaleFactor = false;
   /// The kernel also writes each row's log-sum-exp (natural log, f32,
   /// `[B, Hq, Sq]` contiguous; argument `lse`, after every other): the
   /// forward of a site that trains, and the backward passes, which read it.
@@ -578,9 +583,10 @@ private:
   /// Binds the arguments by ABI position, and the scale in log2 units
   /// unless the site takes a run-time factor (bindScaleFactor binds it).
   void bindArguments(ValueRange args);
-  /// Reads the run-time scale_factor (where the site has one) and binds the
-  /// scale times it; placed after the wait for the grids before.
-  void bindScaleFactor();
+  /// Reads the run-time scale_factor (where the site has one; a per-head
+  /// factor's element at the block's head `headIndex`) and binds the scale
+  /// times it; placed after the wait for the grids before.
+  void bindScaleFactor(Value headIndex);
   /// Binds `scale` and the scale in log2 units.
   void bindScale(Value scale);
   /// The block's query block and grid-y head index: causal grids run their

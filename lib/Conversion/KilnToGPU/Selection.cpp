@@ -233,13 +233,51 @@ void fillProblem(OpT op, AttentionProblem &problem) {
     problem.biasOneRow = oneRow(bias);
   }
   problem.scaleFactor = static_cast<bool>(op.getScaleFactor());
+  problem.perHeadScaleFactor = op.hasPerHeadScaleFactor();
+}
+
+/// Whether a block whose rows belong to one KV head has rows of several
+/// query heads: grouped-query heads, or KV heads not known statically.
+template <typename OpT>
+bool groupsSeveralHeads(OpT op) {
+  return op.getNumKvHeads() != op.getNumQueryHeads() ||
+         ShapedType::isDynamic(op.getNumKvHeads());
 }
 
 /// The kernel of a kiln.attention site.
 LogicalResult attentionSpec(AttentionOp op,
                             const ConvertKilnToGPUOptions &options,
                             KernelSpec &spec) {
-  if (failed(checkSupported(op, options.tensorCores, options.allowTf32)))
+  // A per-head scale_factor is read once a block, at the block's head. The
+  // tensor-core kernel's blocks hold a KV head's whole query group, whose
+  // rows have several heads where the group is more than one head: such a
+  // site takes a kernel whose blocks have one query head (scalar or TF32)
+  // rather than a factor a row in the tensor-core kernel, which would
+  // change the softmax step of every site. Packed sequences have only the
+  // tensor-core kernel.
+  bool perHeadGrouped = op.hasPerHeadScaleFactor() && groupsSeveralHeads(op);
+  if (perHeadGrouped && op.isPacked())
+    return op.emitOpError("no kernel for packed sequences with a per-head "
+                          "scale_factor and grouped-query heads (")
+           << op.getNumQueryHeads() << " query heads, "
+           << (ShapedType::isDynamic(op.getNumKvHeads())
+                   ? std::string("?")
+                   : std::to_string(op.getNumKvHeads()))
+           << " KV heads): the tensor-core kernel's blocks span a group's "
+              "query heads";
+  bool tensorCores = options.tensorCores && !perHeadGrouped;
+  if (perHeadGrouped &&
+      !(op.getElementType().isF32() && !op.getLse() &&
+        tf32KernelSupports(op.getHeadDim(), op.getValueHeadDim())) &&
+      (op.getValueHeadDim() != op.getHeadDim() ||
+       op.getHeadDim() % kWarpSize != 0 || op.getHeadDim() > 128))
+    return op.emitOpError("no kernel for a per-head scale_factor with "
+                          "grouped-query heads at head dims ")
+           << op.getHeadDim() << "/" << op.getValueHeadDim()
+           << ": the tensor-core kernel's blocks span a group's query heads, "
+              "and the scalar kernel takes head dims that are multiples of "
+              "32 up to 128 (the same for V)";
+  if (failed(checkSupported(op, tensorCores, options.allowTf32)))
     return failure();
   AttentionProblem &problem = spec.problem;
   fillProblem(op, problem);
@@ -251,9 +289,8 @@ LogicalResult attentionSpec(AttentionOp op,
                           "kernel yet");
 
   spec.variant.tensorCores =
-      options.tensorCores && mmaKernelSupports(problem.elementType,
-                                               problem.headDim,
-                                               problem.valueDim());
+      tensorCores && mmaKernelSupports(problem.elementType, problem.headDim,
+                                       problem.valueDim());
   // f32 sites on tensor cores: TF32 products with operands split into a
   // high and a low part (f32's accuracy) by default, plain TF32 when
   // allowed.
@@ -288,6 +325,13 @@ LogicalResult gradSpec(AttentionGradOp op,
   if (op.getBiasGrad())
     return op.emitOpError("the bias gradient has no GPU kernel yet (the "
                           "CPU lowering computes it)");
+  // The key pass's blocks are a KV head's keys, and sum over its group's
+  // query heads, which have one factor only where the group is one head.
+  if (op.hasPerHeadScaleFactor() && groupsSeveralHeads(op))
+    return op.emitOpError("no backward kernel for a per-head scale_factor "
+                          "with grouped-query heads: the key pass's blocks "
+                          "sum over a group's query heads (the CPU lowering "
+                          "computes it)");
   Type elementType = op.getElementType();
   bool tensorCores = options.tensorCores &&
                      mmaBackwardKernelSupports(elementType, headDim,
@@ -503,6 +547,18 @@ LogicalResult selectWarpSpecialized(Operation *op, const KernelSpec &siteSpec,
   // (Forced on, it walks at every length.)
   if (options.warpSpecializePersistent >= 0)
     schedule.persistentUpToKeys = 0;
+  // A persistent kernel reads the run-time factor once, in its prologue,
+  // and then walks items of every head.
+  if (spec.problem.perHeadScaleFactor && schedule.persistent) {
+    if (options.warpSpecializePersistent > 0)
+      return op->emitOpError("warp-specialised kernel: a persistent kernel "
+                             "takes no per-head scale_factor (it reads the "
+                             "factor once for items of every head)");
+    schedule.persistent = false;
+    schedule.persistentUpToKeys = 0;
+    why.push_back("not persistent: a per-head scale_factor is read at the "
+                  "block's head, once");
+  }
   // A mask or bias comes in with K's tiles wherever its stages fit.
   bool hasTerms = spec.problem.maskType || spec.problem.biasType;
   schedule.stagedTerms = hasTerms;
@@ -688,9 +744,16 @@ mlir::kiln::detail::selectKernel(Operation *op,
     choice.scalarRowsPerWarp = options.rowsPerWarp;
     why.push_back(llvm::formatv("the scalar kernel: {0} on f32 FMAs{1}",
                                 problemText,
-                                options.tensorCores
-                                    ? ""
-                                    : " (--tensor-cores=0)")
+                                !options.tensorCores ? " (--tensor-cores=0)"
+                                : problem.perHeadScaleFactor &&
+                                        !isa<PagedAttentionOp>(op) &&
+                                        groupsSeveralHeads(
+                                            cast<AttentionOp>(op))
+                                    ? " (a per-head scale_factor with "
+                                      "grouped-query heads: the tensor-core "
+                                      "kernel's blocks span a group's query "
+                                      "heads)"
+                                    : "")
                       .str());
   }
 

@@ -446,6 +446,14 @@ void addPlaceAndTerms(llvm::json::Object &site, Operation *op) {
   }
 }
 
+/// A site's run-time scale: `true` for one element, "per_head" for one
+/// value a query head (the pointer then holds Hq floats).
+llvm::json::Value scaleFactorToJSON(bool perHead) {
+  if (perHead)
+    return "per_head";
+  return true;
+}
+
 /// A kiln.attention_grad site: the forward's attributes and both passes.
 llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
                                     StringRef queryPass, StringRef keyPass) {
@@ -457,7 +465,7 @@ llvm::json::Object describeGradSite(AttentionGradOp op, StringRef siteName,
   addPlaceAndTerms(site, op);
   site["lse"] = true;
   if (op.getScaleFactor())
-    site["scale_factor"] = true;
+    site["scale_factor"] = scaleFactorToJSON(op.hasPerHeadScaleFactor());
   return site;
 }
 
@@ -487,7 +495,7 @@ llvm::json::Object mlir::kiln::siteAttributesToJSON(AttentionOp op) {
   // Said only where the op takes a run-time scale: its kernels take the
   // factor's pointer.
   if (op.getScaleFactor())
-    site["scale_factor"] = true;
+    site["scale_factor"] = scaleFactorToJSON(op.hasPerHeadScaleFactor());
   return site;
 }
 

@@ -1106,10 +1106,12 @@ func.func @scores_returned(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %
 
 // -----
 
-// A per-head scale is neither a splat constant nor one run-time factor.
+// A constant scale per head ([1, H, 1, 1], not a splat) is a per-head
+// scale_factor: the op's [Hq] f32 operand.
 // CHECK-LABEL: func.func @nonsplat_scale
-// CHECK-NOT:     kiln.attention
-// CHECK:         tosa.reduce_max
+// CHECK:         %[[F:.*]] = tosa.reshape %{{.*}}, %{{.*}} : (tensor<1x2x1x1xf32>, !tosa.shape<1>) -> tensor<2xf32>
+// CHECK:         kiln.attention %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%[[F]] : tensor<2xf32>) {scale = 1.000000e+00 : f32}
+// CHECK-NOT:     tosa.reduce_max
 func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
   %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
   %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
@@ -1124,7 +1126,6 @@ func.func @nonsplat_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v
   %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
   %v12 = tosa.mul %v9, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
   %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
-  // expected-remark @above {{softmax not fused: the scale is a tensor of 2 values (shape 1x2x1x1), not one value: a scale per head or per query is not fused}}
   %v14 = tosa.sub %v12, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
   %v15 = tosa.exp %v14 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
   %v16 = tosa.reduce_sum %v15 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
@@ -1333,4 +1334,223 @@ func.func @mqa_broadcast(%q: tensor<1x4x8x16xf32>, %k: tensor<1x1x8x16xf32>, %v:
   %pv = tosa.matmul %p3, %v3, %zp, %zp : (tensor<1x32x8xf32>, tensor<1x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x32x16xf32>
   %o = tosa.reshape %pv, %s4 : (tensor<1x32x16xf32>, !tosa.shape<4>) -> tensor<1x4x8x16xf32>
   return %o : tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// Swin-v2's cosine attention: a learned logit scale per head ([H, 1, 1]),
+// clamped to log(100) and exponentiated, reshaped by the importer to
+// [1, H, 1, 1] for the Mul, before the relative position bias. The op
+// takes it as a [Hq] f32 scale_factor reshaped from the graph's [H, 1, 1].
+// CHECK-LABEL: func.func @cosine_scale
+// CHECK-SAME:    %[[LS:[a-z0-9_]+]]: tensor<4x1x1xf32>
+// CHECK:         %[[CLAMP:.*]] = tosa.clamp %[[LS]]
+// CHECK:         %[[EXP:.*]] = tosa.exp %[[CLAMP]]
+// CHECK:         %[[F:.*]] = tosa.reshape %[[EXP]], %{{.*}} : (tensor<4x1x1xf32>, !tosa.shape<1>) -> tensor<4xf32>
+// CHECK:         kiln.attention %{{.*}}, %{{.*}}, %{{.*}} mask(%{{.*}} : tensor<1x4x16x16xf32>) scale_factor(%[[F]] : tensor<4xf32>) {scale = 1.000000e+00 : f32}
+// CHECK-NOT:     tosa.reduce_max
+func.func @cosine_scale(%q: tensor<1x4x16x8xf32>, %k: tensor<1x4x16x8xf32>, %v: tensor<1x4x16x8xf32>, %ls: tensor<4x1x1xf32>, %bias: tensor<1x4x16x16xf32>) -> (tensor<1x4x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x4x16x8xf32>) -> tensor<1x4x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<1x4x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %clamped = tosa.clamp %ls {max_val = 4.60517025 : f32, min_val = -3.40282347E+38 : f32} : (tensor<4x1x1xf32>) -> tensor<4x1x1xf32>
+  %scale = tosa.exp %clamped : (tensor<4x1x1xf32>) -> tensor<4x1x1xf32>
+  %sh_f = tosa.const_shape {values = dense<[1, 4, 1, 1]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %f = tosa.reshape %scale, %sh_f : (tensor<4x1x1xf32>, !tosa.shape<4>) -> tensor<1x4x1x1xf32>
+  %sh_s = tosa.const_shape {values = dense<[1, 4, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh_s : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<1x4x16x16xf32>
+  %v11 = tosa.mul %v9, %f, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x1x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %v12 = tosa.add %v11, %bias : (tensor<1x4x16x16xf32>, tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %max = tosa.reduce_max %v12 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v13 = tosa.sub %v12, %max : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>) -> tensor<1x4x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x4x16x16xf32>) -> tensor<1x4x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x4x16x1xf32>) -> tensor<1x4x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x4x16x16xf32>, tensor<1x4x16x1xf32>, tensor<1xi8>) -> tensor<1x4x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<1x4x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<1x4x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[1, 4, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<1x4x16x8xf32>
+  return %v23 : tensor<1x4x16x8xf32>
+}
+
+// -----
+
+// scores / t with t one a head (a learned temperature per head): the
+// reciprocal is taken in f32 from t, reshaped to [Hq].
+// CHECK-LABEL: func.func @scale_per_head_div
+// CHECK-SAME:    %[[T:[a-z0-9_]+]]: tensor<1x2x1x1xf32>
+// CHECK:         %[[FLAT:.*]] = tosa.reshape %[[T]], %{{.*}} : (tensor<1x2x1x1xf32>, !tosa.shape<1>) -> tensor<2xf32>
+// CHECK:         %[[F:.*]] = tosa.reciprocal %[[FLAT]] : (tensor<2xf32>) -> tensor<2xf32>
+// CHECK:         kiln.attention %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%[[F]] : tensor<2xf32>) {scale = 1.000000e+00 : f32}
+func.func @scale_per_head_div(%q: tensor<2x2x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x2x16x8xf32>, %t: tensor<1x2x1x1xf32>) -> (tensor<2x2x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<2x2x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %f = tosa.reciprocal %t : (tensor<1x2x1x1xf32>) -> tensor<1x2x1x1xf32>
+  %sh_s = tosa.const_shape {values = dense<[2, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh_s : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<2x2x16x16xf32>
+  %v11 = tosa.mul %v9, %f, %shift : (tensor<2x2x16x16xf32>, tensor<1x2x1x1xf32>, tensor<1xi8>) -> tensor<2x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  %v13 = tosa.sub %v11, %max : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>) -> tensor<2x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<2x2x16x1xf32>) -> tensor<2x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>, tensor<1xi8>) -> tensor<2x2x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<2x2x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[2, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<2x2x16x8xf32>
+  return %v23 : tensor<2x2x16x8xf32>
+}
+
+// -----
+
+// A factor per query row is not one a head: refused, named with its shape.
+// CHECK-LABEL: func.func @scale_per_query
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @scale_per_query(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>, %f: tensor<1x1x16x1xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %sh_s = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh_s : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %v11 = tosa.mul %v9, %f, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is a tensor of 16 values (shape 1x1x16x1), not one value or one a query head: a scale per query is not fused}}
+  %v13 = tosa.sub %v11, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v23 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A factor per key: refused.
+// CHECK-LABEL: func.func @scale_per_key
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @scale_per_key(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>, %f: tensor<1x2x1x16xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %sh_s = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh_s : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %v11 = tosa.mul %v9, %f, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x1x16xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is a tensor of 32 values (shape 1x2x1x16), not one value or one a query head: a scale per key is not fused}}
+  %v13 = tosa.sub %v11, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v23 : tensor<1x2x16x8xf32>
+}
+
+// -----
+
+// A factor per batch entry: refused.
+// CHECK-LABEL: func.func @scale_per_batch
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @scale_per_batch(%q: tensor<2x2x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x2x16x8xf32>, %f: tensor<2x1x1x1xf32>) -> (tensor<2x2x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<2x2x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %sh_s = tosa.const_shape {values = dense<[2, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh_s : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<2x2x16x16xf32>
+  %v11 = tosa.mul %v9, %f, %shift : (tensor<2x2x16x16xf32>, tensor<2x1x1x1xf32>, tensor<1xi8>) -> tensor<2x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is a tensor of 2 values (shape 2x1x1x1), not one value or one a query head: a scale per batch is not fused}}
+  %v13 = tosa.sub %v11, %max : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>) -> tensor<2x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<2x2x16x1xf32>) -> tensor<2x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>, tensor<1xi8>) -> tensor<2x2x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<2x2x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[2, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<2x2x16x8xf32>
+  return %v23 : tensor<2x2x16x8xf32>
+}
+
+// -----
+
+// A factor on [B·H, q, k] scores before they are split into [B, H]: its
+// 4 values are one a (batch, head) pair, not one of the 2 query heads.
+// CHECK-LABEL: func.func @scale_per_batch_head
+// CHECK-NOT:     kiln.attention
+// CHECK:         tosa.reduce_max
+func.func @scale_per_batch_head(%q: tensor<2x2x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x2x16x8xf32>, %f: tensor<4x1x1xf32>) -> (tensor<2x2x16x8xf32>) {
+  %sh_q = tosa.const_shape {values = dense<[4, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x8x16xf32>
+  %sh_k = tosa.const_shape {values = dense<[4, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh_k : (tensor<2x2x8x16xf32>, !tosa.shape<3>) -> tensor<4x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<4x16x8xf32>, tensor<4x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %sh_s = tosa.const_shape {values = dense<[2, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v8 = tosa.mul %v7, %f, %shift : (tensor<4x16x16xf32>, tensor<4x1x1xf32>, tensor<1xi8>) -> tensor<4x16x16xf32>
+  %v11 = tosa.reshape %v8, %sh_s : (tensor<4x16x16xf32>, !tosa.shape<4>) -> tensor<2x2x16x16xf32>
+  %max = tosa.reduce_max %v11 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  // expected-remark @above {{softmax not fused: the scale is a tensor of 4 values (shape 4x1x1), not one value or one a query head: a scale per (batch, head) pair is not fused}}
+  %v13 = tosa.sub %v11, %max : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>) -> tensor<2x2x16x16xf32>
+  %v14 = tosa.exp %v13 : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x16xf32>
+  %v15 = tosa.reduce_sum %v14 {axis = 3 : i32} : (tensor<2x2x16x16xf32>) -> tensor<2x2x16x1xf32>
+  %v16 = tosa.reciprocal %v15 : (tensor<2x2x16x1xf32>) -> tensor<2x2x16x1xf32>
+  %v17 = tosa.mul %v14, %v16, %shift : (tensor<2x2x16x16xf32>, tensor<2x2x16x1xf32>, tensor<1xi8>) -> tensor<2x2x16x16xf32>
+  %sh_p = tosa.const_shape {values = dense<[4, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v19 = tosa.reshape %v17, %sh_p : (tensor<2x2x16x16xf32>, !tosa.shape<3>) -> tensor<4x16x16xf32>
+  %v20 = tosa.reshape %v, %sh_q : (tensor<2x2x16x8xf32>, !tosa.shape<3>) -> tensor<4x16x8xf32>
+  %v21 = tosa.matmul %v19, %v20, %zp_f32, %zp_f32 : (tensor<4x16x16xf32>, tensor<4x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<4x16x8xf32>
+  %sh_o = tosa.const_shape {values = dense<[2, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v23 = tosa.reshape %v21, %sh_o : (tensor<4x16x8xf32>, !tosa.shape<4>) -> tensor<2x2x16x8xf32>
+  return %v23 : tensor<2x2x16x8xf32>
 }

@@ -205,9 +205,10 @@ func.func @packed_heads(%q: tensor<9x6x64xf32>, %k: tensor<9x4x64xf32>, %v: tens
 
 // -----
 
-// A run-time scale is one element: a per-head factor is not.
+// A run-time scale is one element, or one a query head of rank 1: the
+// graph's [1, H, 1, 1] broadcast is not the op's form.
 func.func @scale_factor_per_head(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x32xf32>, %f: tensor<1x4x1x1xf32>) -> tensor<1x4x16x32xf32> {
-  // expected-error @+1 {{scale_factor must hold one element (every size 1), got 'tensor<1x4x1x1xf32>'}}
+  // expected-error @+1 {{scale_factor must hold one element (every size 1) or one a query head ([Hq], rank 1), got 'tensor<1x4x1x1xf32>'}}
   %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<1x4x1x1xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
   return %o : tensor<1x4x16x32xf32>
 }
@@ -216,9 +217,36 @@ func.func @scale_factor_per_head(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32
 
 // A dynamic size could be anything but 1.
 func.func @scale_factor_dynamic(%q: tensor<1x4x16x32xf32>, %k: tensor<1x4x16x32xf32>, %v: tensor<1x4x16x32xf32>, %f: tensor<?xf32>) -> tensor<1x4x16x32xf32> {
-  // expected-error @+1 {{scale_factor must hold one element (every size 1), got 'tensor<?xf32>'}}
+  // expected-error @+1 {{scale_factor must hold one element (every size 1) or one a query head ([Hq], rank 1), got 'tensor<?xf32>'}}
   %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<?xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32>, tensor<1x4x16x32xf32> -> tensor<1x4x16x32xf32>
   return %o : tensor<1x4x16x32xf32>
+}
+
+// -----
+
+// A per-head factor holds one value a query head, not a KV head.
+func.func @scale_factor_kv_heads(%q: tensor<1x8x16x32xf32>, %k: tensor<1x2x16x32xf32>, %v: tensor<1x2x16x32xf32>, %f: tensor<2xf32>) -> tensor<1x8x16x32xf32> {
+  // expected-error @+1 {{a per-head scale_factor holds one value a query head: 'tensor<2xf32>' for 8 query heads}}
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<2xf32>) {scale = 1.0 : f32} : tensor<1x8x16x32xf32>, tensor<1x2x16x32xf32>, tensor<1x2x16x32xf32> -> tensor<1x8x16x32xf32>
+  return %o : tensor<1x8x16x32xf32>
+}
+
+// -----
+
+// The heads must be known to match a per-head factor.
+func.func @scale_factor_dynamic_heads(%q: tensor<1x?x16x32xf32>, %k: tensor<1x?x16x32xf32>, %v: tensor<1x?x16x32xf32>, %f: tensor<4xf32>) -> tensor<1x?x16x32xf32> {
+  // expected-error @+1 {{a per-head scale_factor holds one value a query head: 'tensor<4xf32>' for ? query heads}}
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<4xf32>) {scale = 1.0 : f32} : tensor<1x?x16x32xf32>, tensor<1x?x16x32xf32>, tensor<1x?x16x32xf32> -> tensor<1x?x16x32xf32>
+  return %o : tensor<1x?x16x32xf32>
+}
+
+// -----
+
+// The backward's factor follows the same rule (bshd: heads on axis 2).
+func.func @grad_scale_factor_heads(%q: tensor<1x16x4x32xf32>, %o: tensor<1x16x4x32xf32>, %lse: tensor<1x4x16xf32>, %f: tensor<3xf32>) -> tensor<1x16x4x32xf32> {
+  // expected-error @+1 {{a per-head scale_factor holds one value a query head: 'tensor<3xf32>' for 4 query heads}}
+  %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %o, %lse, %o scale_factor(%f : tensor<3xf32>) {layout = #kiln.layout<bshd>, scale = 1.0 : f32} : tensor<1x16x4x32xf32>, tensor<1x16x4x32xf32>, tensor<1x16x4x32xf32>, tensor<1x16x4x32xf32>, tensor<1x4x16xf32>, tensor<1x16x4x32xf32> -> tensor<1x16x4x32xf32>, tensor<1x16x4x32xf32>, tensor<1x16x4x32xf32>
+  return %dq : tensor<1x16x4x32xf32>
 }
 
 // -----

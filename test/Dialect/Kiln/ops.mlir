@@ -69,6 +69,17 @@ func.func @scale_factor(%q: tensor<1x4x16x32xbf16>, %k: tensor<1x4x16x32xbf16>, 
   return %o, %p : tensor<1x4x16x32xbf16>, tensor<1x4x16x32xbf16>
 }
 
+// A run-time scale per query head: rank 1, [Hq] (Swin-v2's logit scale),
+// with grouped-query heads too, and on the backward.
+// CHECK-LABEL: func.func @scale_factor_per_head
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%{{.*}} : tensor<8xf32>) {scale = 1.000000e+00 : f32} : tensor<1x8x16x32xbf16>, tensor<1x2x16x32xbf16>, tensor<1x2x16x32xbf16> -> tensor<1x8x16x32xbf16>
+// CHECK: kiln.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scale_factor(%{{.*}} : tensor<8xf32>)
+func.func @scale_factor_per_head(%q: tensor<1x8x16x32xbf16>, %k: tensor<1x2x16x32xbf16>, %v: tensor<1x2x16x32xbf16>, %f: tensor<8xf32>, %lse: tensor<1x8x16xf32>) -> (tensor<1x8x16x32xbf16>, tensor<1x8x16x32xbf16>) {
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<8xf32>) {scale = 1.0 : f32} : tensor<1x8x16x32xbf16>, tensor<1x2x16x32xbf16>, tensor<1x2x16x32xbf16> -> tensor<1x8x16x32xbf16>
+  %dq, %dk, %dv = kiln.attention_grad %q, %k, %v, %o, %lse, %o scale_factor(%f : tensor<8xf32>) {scale = 1.0 : f32} : tensor<1x8x16x32xbf16>, tensor<1x2x16x32xbf16>, tensor<1x2x16x32xbf16>, tensor<1x8x16x32xbf16>, tensor<1x8x16xf32>, tensor<1x8x16x32xbf16> -> tensor<1x8x16x32xbf16>, tensor<1x2x16x32xbf16>, tensor<1x2x16x32xbf16>
+  return %o, %dq : tensor<1x8x16x32xbf16>, tensor<1x8x16x32xbf16>
+}
+
 // The forward keeping its log-sum-exp: [B, Hq, Sq] f32, in the bshd layout
 // too.
 // CHECK-LABEL: func.func @lse

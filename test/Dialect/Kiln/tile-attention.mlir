@@ -192,3 +192,29 @@ func.func @grad(%q: tensor<2x4x4x8xf32>, %k: tensor<2x2x4x8xf32>,
          tensor<1x1x4x4xf32>
   return %db : tensor<1x1x4x4xf32>
 }
+
+// -----
+
+// A per-head scale_factor ([Hq]): each query head reads its own element,
+// which multiplies the dot products before the scale, the softcap and the
+// row maximum (grouped-query heads: by query head, not KV head).
+// CHECK-LABEL: func.func @scale_factor_per_head
+// CHECK-SAME: %[[F:[a-z0-9]+]]: tensor<4xf32>
+// CHECK: scf.for %{{.*}} = %c0 to
+// CHECK: scf.for %[[H:.*]] = %c0 to
+// CHECK: %[[FH:.*]] = tensor.extract %[[F]][%[[H]]] : tensor<4xf32>
+// CHECK: linalg.generic
+// CHECK: arith.mulf %{{.*}}, %[[FH]] : f32
+// CHECK: math.tanh
+// CHECK: arith.maximumf
+// DECOMP-LABEL: func.func @scale_factor_per_head
+// DECOMP: scf.for %{{.*}} = %c0 to
+// DECOMP: scf.for %[[H:.*]] = %c0 to
+// DECOMP: tensor.extract %{{.*}}[%[[H]]] : tensor<4xf32>
+func.func @scale_factor_per_head(%q: tensor<2x4x16x8xf32>, %k: tensor<2x2x16x8xf32>,
+                                 %v: tensor<2x2x16x8xf32>, %f: tensor<4xf32>) -> tensor<2x4x16x8xf32> {
+  %o = kiln.attention %q, %k, %v scale_factor(%f : tensor<4xf32>) {causal, scale = 0.25 : f32, softcap = 30.0 : f32}
+      : tensor<2x4x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x2x16x8xf32>
+      -> tensor<2x4x16x8xf32>
+  return %o : tensor<2x4x16x8xf32>
+}

@@ -140,14 +140,25 @@ void AttentionKernelBuilder::bindArguments(ValueRange args) {
     bindScale(scale);
 }
 
-void AttentionKernelBuilder::bindScaleFactor() {
+void AttentionKernelBuilder::bindScaleFactor(Value headIndex) {
   // A run-time factor multiplies the scale once, here: every later use of
   // the scale (scores, exponents, FP8 descales) sees the product. It is
   // global memory, which the grid before may still be writing (a graph
   // computes the factor just before): read after griddepcontrol.wait.
-  if (scaleFactorPtr)
-    bindScale(fmul(scaleNatural, LLVM::LoadOp::create(*b, b->getF32Type(),
-                                                      scaleFactorPtr)));
+  if (!scaleFactorPtr)
+    return;
+  Value address = scaleFactorPtr;
+  if (spec.problem.perHeadScaleFactor) {
+    // The block's head: grid y's query head, or its KV head where that is
+    // a group of one query head (the selection sees to it).
+    assert(!spec.variant.persistent &&
+           "a persistent kernel's items change head after the prologue");
+    address = LLVM::GEPOp::create(
+        *b, LLVM::LLVMPointerType::get(b->getContext(), 1), b->getF32Type(),
+        scaleFactorPtr, ValueRange{toI64(headIndex)});
+  }
+  bindScale(
+      fmul(scaleNatural, LLVM::LoadOp::create(*b, b->getF32Type(), address)));
 }
 
 void AttentionKernelBuilder::bindScale(Value scale) {
@@ -442,7 +453,7 @@ gpu::GPUFuncOp AttentionKernelBuilder::build(OpBuilder &moduleBuilder,
   // Nothing above reads global memory (the parameters are constants).
   if (spec.launch.waitForGrid)
     NVVM::GriddepcontrolOp::create(builder, NVVM::GridDepActionKind::wait);
-  bindScaleFactor();
+  bindScaleFactor(headIndex);
   if (spec.problem.ragged) {
     queryBlock = bindPlanItem(keyCount);
   } else if (spec.problem.paged) {

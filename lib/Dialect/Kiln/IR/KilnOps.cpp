@@ -209,13 +209,20 @@ static LogicalResult verifyAttentionForm(OpT op, RankedTensorType resultType,
       failed(verifyBroadcastable(op, op.getBias(), "bias", logicalShape)))
     return failure();
 
-  if (Value factor = op.getScaleFactor()) {
-    auto factorType = cast<RankedTensorType>(factor.getType());
-    if (llvm::any_of(factorType.getShape(),
-                     [](int64_t size) { return size != 1; }))
+  // A run-time factor is one element, or one a query head: `[Hq]`, whose
+  // size must be known to match the heads (a kernel reads it by head).
+  if (op.hasPerHeadScaleFactor()) {
+    auto factorType = cast<RankedTensorType>(op.getScaleFactor().getType());
+    if (factorType.getRank() != 1 || factorType.isDynamicDim(0))
       return op.emitOpError() << "scale_factor must hold one element (every "
-                                 "size 1), got "
+                                 "size 1) or one a query head ([Hq], rank 1), "
+                                 "got "
                               << factorType;
+    if (factorType.getDimSize(0) != numQueryHeads)
+      return op.emitOpError()
+             << "a per-head scale_factor holds one value a query head: "
+             << factorType << " for " << sizeString(numQueryHeads)
+             << " query heads";
   }
 
   if (std::optional<APFloat> fill = op.getMaskedScore()) {

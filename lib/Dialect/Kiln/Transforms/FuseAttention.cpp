@@ -241,9 +241,11 @@ struct AttentionMatch {
   SmallVector<int64_t, 4> scoresShape;
   double scale = 1.0;
   /// A one-element tensor the scores are multiplied by (a run-time scale:
-  /// a learned temperature, 1/sqrt of a size the graph computes); null
-  /// when every factor is a constant.
+  /// a learned temperature, 1/sqrt of a size the graph computes), or with
+  /// `scaleFactorPerHead` one value a query head laid along the scores'
+  /// head axis; null when every factor is a constant.
   Value scaleFactor;
+  bool scaleFactorPerHead = false;
   std::optional<double> softcap;
   bool causal = false;
   std::optional<int64_t> window;
@@ -664,6 +666,68 @@ std::optional<std::pair<Value, Value>> splitBiasAndMask(Value term) {
   return std::nullopt;
 }
 
+/// The axis of scores of type `scores` that is the fused op's query heads:
+/// 1 of [B, H, q, k]; 0 of [B·H, q, k] when the softmax reads those scores
+/// as they are (the op's batch is then 1), none when they are split into
+/// [B, H] after (`split`), where axis 0 runs over batch and head together.
+std::optional<int64_t> scoresHeadAxis(RankedTensorType scores, bool split) {
+  if (scores.getRank() == 4)
+    return 1;
+  if (scores.getRank() == 3 && !split)
+    return 0;
+  return std::nullopt;
+}
+
+/// Whether a static `factor` broadcast against `scores` (numpy-style, from
+/// the right) holds one value a query head: every size 1 but that of the
+/// head axis, which is the scores' own. Failure where the scores have no
+/// head axis of their own (see scoresHeadAxis).
+FailureOr<bool> factorAlongHeads(RankedTensorType factor,
+                                 RankedTensorType scores, bool split) {
+  std::optional<int64_t> headAxis = scoresHeadAxis(scores, split);
+  if (!headAxis || factor.getRank() > scores.getRank() ||
+      ShapedType::isDynamic(scores.getDimSize(*headAxis)))
+    return failure();
+  int64_t lead = scores.getRank() - factor.getRank();
+  for (auto [axis, size] : llvm::enumerate(factor.getShape())) {
+    bool isHeadAxis = static_cast<int64_t>(axis) + lead == *headAxis;
+    if (size != (isHeadAxis ? scores.getDimSize(*headAxis) : 1))
+      return false;
+  }
+  return true;
+}
+
+/// Why a factor of several values is not one a query head: the axes of
+/// the scores it varies along ("a scale per query is not fused").
+std::string factorVariesAlong(RankedTensorType factor,
+                              RankedTensorType scores, bool split) {
+  int64_t rank = scores.getRank();
+  if (factor.getRank() > rank)
+    return "it has more axes than the scores";
+  SmallVector<StringRef> names =
+      rank == 4 ? SmallVector<StringRef>{"batch", "head", "query", "key"}
+      : split   ? SmallVector<StringRef>{"(batch, head) pair", "query", "key"}
+                : SmallVector<StringRef>{"head", "query", "key"};
+  if (rank != 4 && rank != 3)
+    return "a scale of several values is not fused";
+  std::optional<int64_t> headAxis = scoresHeadAxis(scores, split);
+  int64_t lead = rank - factor.getRank();
+  SmallVector<StringRef> along;
+  for (auto [axis, size] : llvm::enumerate(factor.getShape())) {
+    int64_t scoresAxis = static_cast<int64_t>(axis) + lead;
+    if (size == 1 || (headAxis && scoresAxis == *headAxis &&
+                      size == scores.getDimSize(scoresAxis)))
+      continue;
+    along.push_back(names[scoresAxis]);
+  }
+  if (along.empty())
+    return "the number of heads is not known";
+  std::string result = "a scale per ";
+  llvm::raw_string_ostream os(result);
+  llvm::interleave(along, os, " and per ");
+  return result + " is not fused";
+}
+
 /// Reads the scores backwards from the softmax input to the QKᵀ matmul.
 LogicalResult matchScores(Value scores, AttentionMatch &match,
                           tosa::MatMulOp &scoresMatmul,
@@ -870,25 +934,35 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         auto factorType = getRankedType(factorValue);
         bool staticFloat = factorType && factorType.hasStaticShape() &&
                            isa<FloatType>(factorType.getElementType());
-        // A factor per head or per query (Swin-v2's learned logit scale,
-        // [H, 1, 1]): named with its shape, which the user wrote.
+        // A factor of several values: one a query head (Swin-v2's learned
+        // logit scale, [H, 1, 1]) is the op's [Hq] scale_factor; one that
+        // varies along any other axis is named with its shape, which the
+        // user wrote.
+        bool perHead = false;
         if (lhsScores != rhsScores && staticFloat &&
             factorType.getNumElements() > 1) {
-          std::string shape;
-          llvm::raw_string_ostream os(shape);
-          llvm::interleave(factorType.getShape(), os, "x");
-          return fail("the scale is a tensor of " +
-                      Twine(factorType.getNumElements()) + " values (shape " +
-                      shape + "), not one value: a scale per head or per "
-                              "query is not fused");
+          FailureOr<bool> headAxis =
+              factorAlongHeads(factorType, resultType, split);
+          if (failed(headAxis) || !*headAxis) {
+            std::string shape;
+            llvm::raw_string_ostream os(shape);
+            llvm::interleave(factorType.getShape(), os, "x");
+            return fail("the scale is a tensor of " +
+                        Twine(factorType.getNumElements()) +
+                        " values (shape " + shape +
+                        "), not one value or one a query head: " +
+                        factorVariesAlong(factorType, resultType, split));
+          }
+          perHead = true;
         }
         if (lhsScores == rhsScores || !staticFloat ||
-            factorType.getNumElements() != 1)
+            (!perHead && factorType.getNumElements() != 1))
           return fail("the scale is neither a splat constant nor a "
                       "one-element tensor");
         if (match.scaleFactor)
           return fail("the scores are scaled by two run-time factors");
         match.scaleFactor = factorValue;
+        match.scaleFactorPerHead = perHead;
         chain = lhsScores ? mul.getInput1() : mul.getInput2();
         factor = 1.0;
       }
@@ -1839,7 +1913,24 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
 /// `x / y`) is taken in f32 from its input, so the factor is not rounded
 /// to a narrower type first.
 Value materializeScaleFactor(PatternRewriter &rewriter, Location loc,
-                             Value factor) {
+                             Value factor, bool perHead) {
+  // One value a query head: the op's [Hq], reshaped from the graph's value
+  // before the importer's reshapes for the broadcast (the values are in
+  // head order either way), so that a report names the graph's [H, 1, 1].
+  auto toOperandShape = [&](Value value) -> Value {
+    if (!perHead)
+      return value;
+    while (auto reshape = value.getDefiningOp<tosa::ReshapeOp>()) {
+      auto from = dyn_cast<RankedTensorType>(reshape.getInput1().getType());
+      if (!from || !from.hasStaticShape())
+        break;
+      value = reshape.getInput1();
+    }
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getRank() == 1)
+      return value;
+    return createReshape(rewriter, loc, value, {type.getNumElements()});
+  };
   auto toF32 = [&](Value value) -> Value {
     auto type = cast<RankedTensorType>(value.getType());
     if (type.getElementType().isF32())
@@ -1848,10 +1939,10 @@ Value materializeScaleFactor(PatternRewriter &rewriter, Location loc,
                                 type.clone(rewriter.getF32Type()), value);
   };
   if (auto reciprocal = factor.getDefiningOp<tosa::ReciprocalOp>()) {
-    Value wide = toF32(reciprocal.getInput1());
+    Value wide = toF32(toOperandShape(reciprocal.getInput1()));
     return tosa::ReciprocalOp::create(rewriter, loc, wide.getType(), wide);
   }
-  return toF32(factor);
+  return toF32(toOperandShape(factor));
 }
 
 struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
@@ -1891,7 +1982,8 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
       mask = materializeMask(rewriter, loc, match->maskTerm, batch, numHeads);
     Value scaleFactor;
     if (match->scaleFactor)
-      scaleFactor = materializeScaleFactor(rewriter, loc, match->scaleFactor);
+      scaleFactor = materializeScaleFactor(rewriter, loc, match->scaleFactor,
+                                           match->scaleFactorPerHead);
     if (match->biasTerm.value)
       bias = materializeMask(rewriter, loc, match->biasTerm, batch, numHeads);
 

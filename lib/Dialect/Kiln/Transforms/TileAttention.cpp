@@ -192,7 +192,8 @@ struct Site {
   /// FP8 caches only: the f32 factors of K and V, `[1]` or `[Hkv]`.
   Value keyScale, valueScale;
   float scale = 1.0f;
-  /// The op's run-time scale_factor (a one-element f32 tensor), or null.
+  /// The op's run-time scale_factor (a one-element f32 tensor, or `[Hq]`:
+  /// one a query head), or null.
   Value scaleFactor;
   bool causal = false;
   std::optional<int64_t> window;
@@ -466,14 +467,21 @@ struct Site {
         });
   }
 
-  /// The run-time scale factor as an f32 scalar, or null when the op has
-  /// none.
-  Value runtimeFactor(IR &ir) const {
+  /// The run-time scale factor of query head `h` as an f32 scalar: its one
+  /// element, or element `h` of a per-head `[Hq]` factor; null when the op
+  /// has none.
+  Value runtimeFactor(IR &ir, Value h) const {
     if (!scaleFactor)
       return Value();
-    int64_t rank = cast<RankedTensorType>(scaleFactor.getType()).getRank();
+    auto type = cast<RankedTensorType>(scaleFactor.getType());
+    bool perHead = llvm::any_of(type.getShape(),
+                                [](int64_t size) { return size != 1; });
+    if (perHead)
+      return tensor::ExtractOp::create(ir.b, ir.loc, scaleFactor,
+                                       ValueRange{h});
     return tensor::ExtractOp::create(ir.b, ir.loc, scaleFactor,
-                                     SmallVector<Value>(rank, ir.idx(0)));
+                                     SmallVector<Value>(type.getRank(),
+                                                        ir.idx(0)));
   }
 
   /// One score, with what the backward pass needs of how it was made.
@@ -561,8 +569,9 @@ struct Site {
     // j <= i + (keys - queries).
     Value diagonal = ir.sub(keyCount, queryLength);
     Value init = ir.empty({rows, keys}, ir.b.getF32Type());
-    // The run-time factor multiplies the dot products before anything else.
-    Value factor = runtimeFactor(ir);
+    // The run-time factor (the row's head's) multiplies the dot products
+    // before anything else.
+    Value factor = runtimeFactor(ir, h);
     return ir.generic({products}, init, {ir.map(2, {0, 1}), ir.map(2, {0, 1})},
                       {kPar, kPar}, [&](IR &in, ValueRange args) -> Value {
                         return scoreOf(in, args[0], factor, b, h, row0, key0,
@@ -1452,7 +1461,7 @@ LoweredGrad lowerGradDecomposed(IR &ir, const Site &site) {
                   SmallVector<OpFoldResult>(3, unit));
               Value dots = site.dots(ir, queryTile, keyTile, rows, keys);
               Value diagonal = ir.sub(keys, site.queryLength);
-              Value factor = site.runtimeFactor(ir);
+              Value factor = site.runtimeFactor(ir, h);
               auto scoreAt = [&](IR &in, Value dot) {
                 return site.scoreOf(in, dot, factor, b, h, zero, zero, diagonal,
                                     1.0);

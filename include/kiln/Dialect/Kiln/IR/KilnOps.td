@@ -76,6 +76,16 @@ defvar Kiln_AttentionAccessors = [{
                  ? "boolean"
                  : "additive";
     }
+    /// Whether `scale_factor` holds one value a query head (`[Hq]`, each
+    /// row's factor that of its head) rather than one element.
+    bool hasPerHeadScaleFactor() {
+      ::mlir::Value factor = getScaleFactor();
+      return factor &&
+             ::llvm::any_of(
+                 ::llvm::cast<::mlir::RankedTensorType>(factor.getType())
+                     .getShape(),
+                 [](int64_t size) { return size != 1; });
+    }
   }];
 
 def Kiln_AttentionOp : Kiln_Op<"attention",
@@ -93,8 +103,9 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     ```
 
     where `f` is the run-time `scale_factor` (a one-element f32 tensor: a
-    learned temperature, a scale computed from sizes at run time) or 1 when
-    the op has none, and with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
+    learned temperature, a scale computed from sizes at run time; or a
+    rank-1 `[Hq]` f32 tensor, one factor a query head, `f = scale_factor[h]`:
+    Swin-v2's learned logit scale) or 1 when the op has none, and with `G = Hq / Hkv` query heads per KV head (grouped-query attention:
     K and V are never copied per query head). Operands, in the `bhsd` layout:
     Q `[B, Hq, Sq, D]`, K `[B, Hkv, Sk, D]`, V `[B, Hkv, Sk, Dv]` and the
     result `[B, Hq, Sq, Dv]` (Dv may differ from D: multi-head latent
