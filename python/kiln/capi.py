@@ -772,8 +772,10 @@ class SiteHandle:
         self.bias: bool = bool(info.bias)
         self.bias_dtype: Optional[str] = DType(info.bias_dtype).manifest_name
         # The site's op takes a run-time scale: attention() needs
-        # scale_factor (a one-element f32 tensor).
+        # scale_factor, a one-element f32 tensor, or with
+        # `scale_factor_per_head` one of q_heads elements (one a query head).
         self.scale_factor: bool = bool(info.scale_factor)
+        self.scale_factor_per_head: bool = int(info.scale_factor) == 2
         # The log-sum-exp (a forward that trains, or a backward) and, for a
         # backward site, the key pass launched after its kernel.
         self.lse: bool = bool(info.lse)

@@ -670,7 +670,9 @@ class Site(SiteHandle):
         `workspace` and `num_splits` are as for paged_attention().
         `scale_factor`: a site whose op takes a run-time scale needs it, a
         one-element f32 tensor on q's device that the kernel reads (the
-        scores are scaled by the site's scale times it).
+        scores are scaled by the site's scale times it); for a site whose
+        factor is per head (`scale_factor_per_head`), a contiguous f32
+        tensor of q_heads elements, head h's scores scaled by element h.
 
         `mask`/`bias` broadcast to [batch, q_heads, q_len, kv_len] (any rank
         up to 4). `stream` is a torch.cuda.Stream or a raw CUstream int;
@@ -882,16 +884,40 @@ class Site(SiteHandle):
                 broadcast_strides(tensor.shape, tensor.stride(), target, name)
             )
         if scale_factor is not None:
-            if (not isinstance(scale_factor, torch.Tensor)
-                    or scale_factor.dtype != torch.float32
-                    or scale_factor.numel() != 1 or scale_factor.device != device):
-                raise KilnError(
-                    Status.INVALID_ARGUMENT,
-                    f"scale_factor must be a one-element float32 tensor on {device}",
-                )
+            if not isinstance(scale_factor, torch.Tensor):
+                raise KilnError(Status.INVALID_ARGUMENT,
+                                "scale_factor must be a torch.Tensor")
+            check_scale_factor(scale_factor,
+                               per_head=self.scale_factor_per_head,
+                               q_heads=q_heads, device=device,
+                               float32=torch.float32)
             args.scale_factor = scale_factor.data_ptr()
 
         return args, out
+
+
+def check_scale_factor(factor: Any, *, per_head: bool, q_heads: int,
+                       device: Any, float32: Any) -> None:
+    """Raises unless the tensor `factor` is what a site's run-time scale
+    takes: float32 on `device`, one element, or where the site's factor is
+    per head (the manifest's "per_head") `q_heads` contiguous elements, the
+    kernel reading the one of each query head. `float32` is torch's."""
+    count = q_heads if per_head else 1
+    if (factor.dtype == float32 and factor.device == device
+            and factor.numel() == count
+            and (not per_head or factor.is_contiguous())):
+        return
+    if per_head:
+        expected = (f"a contiguous float32 tensor of {q_heads} elements on "
+                    f"{device} (one a query head, shape [{q_heads}])")
+    else:
+        expected = f"a one-element float32 tensor on {device}"
+    raise KilnError(
+        Status.INVALID_ARGUMENT,
+        f"scale_factor must be {expected}, got {factor.dtype} of shape "
+        f"{list(factor.shape)} on {factor.device}"
+        + ("" if factor.is_contiguous() else " (not contiguous)"),
+    )
 
 
 def _torch_device(device: Any) -> Any:

@@ -16,7 +16,7 @@ No torch here: the spec and its source are plain data and text.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .capi import KilnError, Status
 
@@ -46,7 +46,12 @@ class SiteSpec:
 
     Dense sites (``kiln.attention``) take `mask`, `bias` and `scale_factor`
     operands and the attributes `causal`, `layout`, `masked_score`,
-    `softcap`, `window` and `window_right`. Paged sites (`page_size` set;
+    `softcap`, `window` and `window_right`. A scale factor of one value a
+    query head (Swin-v2's logit scale) comes with `heads`, the static
+    (query, KV) head counts: its operand is ``tensor<Hq x f32>``, which
+    needs Q's heads known, and K's are known too so that a site whose heads
+    are not grouped keeps the tensor-core kernels; other sites leave heads
+    dynamic. Paged sites (`page_size` set;
     ``kiln.paged_attention``) are causal, may take a `window`, read e4m3
     caches of `fp8_kv_heads` KV heads with f32 scales per KV head when that
     is set, and packed queries ``[total_q, Hq, D]`` with q_offsets when
@@ -68,6 +73,7 @@ class SiteSpec:
     page_size: Optional[int] = None
     fp8_kv_heads: Optional[int] = None
     ragged: bool = False
+    heads: Optional[Tuple[int, int]] = None
 
     @property
     def is_paged(self) -> bool:
@@ -89,6 +95,14 @@ class SiteSpec:
             value = site.get(key)
             return None if value is None else kind(value)
 
+        # A factor per query head: its size, and K's heads, are the site's.
+        heads = None
+        if site.get("scale_factor") == "per_head":
+            if site.get("q_heads") is None or site.get("kv_heads") is None:
+                raise ValueError("a per-head scale factor needs the site's "
+                                 "head counts")
+            heads = (int(site["q_heads"]), int(site["kv_heads"]))
+
         return cls(
             dtype=site["dtype"], head_dim=head_dim,
             value_dim=int(site.get("v_head_dim") or head_dim),
@@ -98,7 +112,7 @@ class SiteSpec:
             scale_factor=operand("scale_factor"),
             masked_score=optional("masked_score", float),
             softcap=optional("softcap", float), window=optional("window", int),
-            window_right=optional("window_right", int))
+            window_right=optional("window_right", int), heads=heads)
 
     @classmethod
     def dense(cls, dtype: str, head_dim: int, value_dim: int, scale: float, *,
@@ -165,6 +179,7 @@ class SiteSpec:
             kind = "mask" if self.mask else "causal" if self.causal else "none"
             kind += "" if self.window is None else f"_window{self.window}"
             kind += "" if self.softcap is None else f"_softcap{self.softcap!r}"
+            kind += "" if self.heads is None else f"_heads{self.heads[0]}x{self.heads[1]}"
         return f"{self.dtype}_d{self.head_dim}_{kind}"
 
 
@@ -186,6 +201,16 @@ def _tensor(sizes: str, element: str) -> str:
     return f"tensor<{sizes}{element}>"
 
 
+def _with_heads(tensor: str, spec: SiteSpec, heads: Optional[int]) -> str:
+    """A dense Q, K, V or result type with its head axis (1 in bhsd, 2 in
+    bshd) `heads` where that is given."""
+    if heads is None:
+        return tensor
+    sizes = tensor[len("tensor<"):-1].split("x")
+    sizes[2 if spec.layout == "bshd" else 1] = str(heads)
+    return "tensor<" + "x".join(sizes) + ">"
+
+
 def package_source(spec: SiteSpec) -> str:
     """The MLIR source of a package whose one function, ``@attention``,
     runs `spec`'s site with every size and head count dynamic.
@@ -201,6 +226,8 @@ def package_source(spec: SiteSpec) -> str:
         arguments, operands, types, attributes = _paged_parts(spec, q, out)
         op = "kiln.paged_attention"
     else:
+        q, out = (_with_heads(t, spec, spec.heads and spec.heads[0])
+                  for t in (q, out))
         arguments, operands, types, attributes = _dense_parts(spec, q, out)
         op = "kiln.attention"
     return (f"func.func @attention({', '.join(arguments)}) -> {out} {{\n"
@@ -230,6 +257,7 @@ def training_source(spec: SiteSpec) -> str:
                         "a paged site has no backward (it reads a cache)")
     q = _tensor(f"?x?x?x{spec.head_dim}x", spec.dtype)
     out = _tensor(f"?x?x?x{spec.value_dim}x", spec.dtype)
+    q, out = (_with_heads(t, spec, spec.heads and spec.heads[0]) for t in (q, out))
     lse = "tensor<?x?x?xf32>"
     arguments, operands, types, attributes = _dense_parts(spec, q, out)
     attribute_text = "{" + ", ".join(attributes) + "}"
@@ -252,16 +280,23 @@ def training_source(spec: SiteSpec) -> str:
 
 
 def _dense_parts(spec: SiteSpec, q: str, v: str):
-    arguments = [f"%q: {q}", f"%k: {q}", f"%v: {v}"]
+    # K and V with the KV heads where the heads are static (`q` and `v`
+    # then have the query heads).
+    kv_heads = spec.heads and spec.heads[1]
+    k, v = _with_heads(q, spec, kv_heads), _with_heads(v, spec, kv_heads)
+    arguments = [f"%q: {q}", f"%k: {k}", f"%v: {v}"]
     operands = "%q, %k, %v"
     for role, letter, operand in (("mask", "m", spec.mask),
                                   ("bias", "b", spec.bias),
                                   ("scale_factor", "f", spec.scale_factor)):
         if operand is None:
             continue
-        # A run-time scale is one element: its sizes are 1, not dynamic.
+        # A run-time scale is one element, its sizes 1, not dynamic; or one
+        # a query head, [Hq].
         size = "1x" if role == "scale_factor" else "?x"
         tensor = _tensor(size * operand.rank, operand.dtype)
+        if role == "scale_factor" and spec.heads is not None:
+            tensor = _tensor(f"{spec.heads[0]}x", operand.dtype)
         arguments.append(f"%{letter}: {tensor}")
         operands += f" {role}(%{letter} : {tensor})"
     attributes = []
@@ -278,7 +313,7 @@ def _dense_parts(spec: SiteSpec, q: str, v: str):
         attributes.append(f"window = {spec.window} : i64")
     if spec.window_right is not None:
         attributes.append(f"window_right = {spec.window_right} : i64")
-    return arguments, operands, [q, q, v], attributes
+    return arguments, operands, [q, k, v], attributes
 
 
 def _paged_parts(spec: SiteSpec, q: str, out: str):

@@ -13,8 +13,9 @@ them like any op. A site is named by a small integer handle:
                                    kops.handle(site), 0)
 
 ``kiln::attention`` ends with an optional `scale_factor` (a one-element
-f32 tensor: the run-time scale of a site whose ``kiln.attention`` takes
-one, read by the kernel); ``kiln::paged_attention`` ends with optional tensors, each None by default
+f32 tensor, or one of q_heads elements for a site whose factor is per head:
+the run-time scale of a site whose ``kiln.attention`` takes one, read by
+the kernel; checked by the site's first launch of each signature); ``kiln::paged_attention`` ends with optional tensors, each None by default
 (schemas written before them still bind): `k_scale` and `v_scale`, the
 dequantisation scales of an FP8 site's float8_e4m3fn caches, and
 `q_offsets` and `plan`, a ragged site's packing (its q and out are
@@ -495,7 +496,8 @@ def attention(site: Site, q: Any, k: Any, v: Any, mask: Any = None,
               bias: Any = None, workspace: Any = None,
               num_splits: int = 0, scale_factor: Any = None) -> Any:
     """``torch.ops.kiln.attention`` on `site` (see Site.attention);
-    `scale_factor`, a one-element f32 CUDA tensor, is the run-time scale of
+    `scale_factor`, a one-element f32 CUDA tensor (q_heads contiguous
+    elements where the site's factor is per head), is the run-time scale of
     a site that takes one."""
     import torch
 

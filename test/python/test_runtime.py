@@ -5,6 +5,7 @@ import ctypes
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -669,3 +670,73 @@ def test_fp8_torch_dtype() -> None:
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("torch without float8_e4m3fn")
     assert kiln.runtime._torch_dtype_map()[torch.float8_e4m3fn] == DType.F8E4M3
+
+
+# A site's run-time scale: "scale_factor" true (one f32) or "per_head" (one
+# a query head), read back through the C library and checked on launch.
+
+def _scale_factor_package(tmp_path: Path, factor: Any) -> Path:
+    manifest = valid_manifest()
+    manifest["kernels"][1]["args"].append({"name": "scale_factor", "kind": "pointer"})
+    manifest["sites"][1]["scale_factor"] = factor
+    return write_package(tmp_path / "pkg", manifest)
+
+
+@pytest.mark.parametrize("factor, per_head", [(True, False), ("per_head", True)])
+def test_site_scale_factor_kind(tmp_path: Path, factor, per_head) -> None:
+    with kiln.Package(_scale_factor_package(tmp_path, factor)) as package:
+        site = package["attention_1"]
+        assert site.scale_factor is True
+        assert site.scale_factor_per_head is per_head
+        assert package["attention_0"].scale_factor is False
+        assert package["attention_0"].scale_factor_per_head is False
+
+
+class _FakeFactor:
+    """What check_scale_factor reads of a torch tensor."""
+
+    def __init__(self, shape, dtype="float32", device="cuda:0", contiguous=True):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+        self._contiguous = contiguous
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous
+
+
+def _check(factor: _FakeFactor, per_head: bool, q_heads: int = 4) -> None:
+    from kiln.runtime import check_scale_factor
+    check_scale_factor(factor, per_head=per_head, q_heads=q_heads,
+                       device="cuda:0", float32="float32")
+
+
+@pytest.mark.parametrize("factor, per_head", [
+    (_FakeFactor([1]), False),
+    (_FakeFactor([]), False),
+    (_FakeFactor([1, 1, 1, 1]), False),
+    (_FakeFactor([4]), True),
+    (_FakeFactor([4, 1, 1]), True),
+])
+def test_scale_factor_accepted(factor, per_head) -> None:
+    _check(factor, per_head)
+
+
+@pytest.mark.parametrize("factor, per_head, message", [
+    (_FakeFactor([4]), False,
+     "scale_factor must be a one-element float32 tensor on cuda:0, got float32 of shape [4] on cuda:0"),
+    (_FakeFactor([1], dtype="bfloat16"), False,
+     "scale_factor must be a one-element float32 tensor on cuda:0, got bfloat16"),
+    (_FakeFactor([1]), True,
+     "scale_factor must be a contiguous float32 tensor of 4 elements on cuda:0 "
+     "(one a query head, shape [4]), got float32 of shape [1] on cuda:0"),
+    (_FakeFactor([8]), True, "of 4 elements"),
+    (_FakeFactor([4], device="cuda:1"), True, "on cuda:1"),
+    (_FakeFactor([4], contiguous=False), True, "(not contiguous)"),
+])
+def test_scale_factor_refused(factor, per_head, message) -> None:
+    with pytest.raises(KilnError) as error:
+        _check(factor, per_head)
+    assert error.value.status == Status.INVALID_ARGUMENT
+    assert message in str(error.value)

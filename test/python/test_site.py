@@ -369,3 +369,82 @@ def test_transformers_sites_are_checked() -> None:
         SiteSpec.paged("bf16", 72, 72, 0.125, 16, fp8_kv_heads=2)
     with pytest.raises(kiln.KilnError, match="f16 or bf16"):
         SiteSpec.paged("f32", 64, 64, 0.125, 16, fp8_kv_heads=2)
+
+
+#: kilnc's report entry of Swin-v2's cosine attention
+#: (scale_per_head_cosine_f16.onnx): a logit scale per query head.
+COSINE_SITE = {
+    'dtype': 'f16', 'head_dim': 16, 'v_head_dim': 16, 'causal': False,
+    'layout': 'bhsd', 'masked_score': None, 'scale': 1, 'softcap': None,
+    'window': None, 'window_right': None, 'q_heads': 4, 'kv_heads': 4,
+    'scale_factor': 'per_head',
+    'operands': {'mask': {'dtype': 'f16', 'shape': [1, 4, 8, 8]},
+                 'scale_factor': {'dtype': 'f32', 'shape': [4]}}}
+
+
+def _kiln_opt():
+    import pathlib
+    import shutil
+    built = pathlib.Path(__file__).resolve().parents[2] / "build" / "bin" / "kiln-opt"
+    return str(built) if built.exists() else shutil.which("kiln-opt")
+
+
+def _verifies(source: str) -> None:
+    """The source parses and verifies (where kiln-opt is built)."""
+    import subprocess
+    tool = _kiln_opt()
+    if tool is None:
+        return
+    result = subprocess.run([tool, "-", "-o", "/dev/null"], input=source,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_per_head_scale_factor_sites_have_static_heads() -> None:
+    """A factor per query head is a tensor<Hq x f32> operand: the package
+    fixes the query heads (and K's, so that heads not grouped keep the
+    tensor-core kernels), and the spec is another key than a one-element
+    factor's."""
+    spec = SiteSpec.from_report(COSINE_SITE)
+    assert spec.heads == (4, 4)
+    assert spec.scale_factor == Operand('f32', 1)
+    text = package_source(spec)
+    assert text == (
+        'func.func @attention(%q: tensor<?x4x?x16xf16>, %k: tensor<?x4x?x16xf16>, %v: tensor<?x4x?x16xf16>, %m: tensor<?x?x?x?xf16>, %f: tensor<4xf32>) -> tensor<?x4x?x16xf16> {\n'
+        '  %o = kiln.attention %q, %k, %v mask(%m : tensor<?x?x?x?xf16>) scale_factor(%f : tensor<4xf32>) {scale = 1.0 : f32} : tensor<?x4x?x16xf16>, tensor<?x4x?x16xf16>, tensor<?x4x?x16xf16> -> tensor<?x4x?x16xf16>\n'
+        '  return %o : tensor<?x4x?x16xf16>\n'
+        '}\n')
+    _verifies(text)
+    assert spec.label == 'f16_d16_mask_heads4x4'
+
+    one = dict(COSINE_SITE, scale_factor=True,
+               operands=dict(COSINE_SITE['operands'],
+                             scale_factor={'dtype': 'f32', 'shape': [1]}))
+    one_spec = SiteSpec.from_report(one)
+    assert one_spec.heads is None
+    assert one_spec != spec and len({one_spec, spec}) == 2
+    assert 'scale_factor(%f : tensor<1xf32>)' in package_source(one_spec)
+
+
+def test_per_head_scale_factor_grouped_bshd() -> None:
+    """bshd, grouped heads: Q and the result with the query heads on axis
+    2, K and V with the KV heads; the backward's package too."""
+    from kiln.site import training_source
+    site = dict(COSINE_SITE, layout='bshd', q_heads=8, kv_heads=2,
+                operands={'scale_factor': {'dtype': 'f32', 'shape': [8]}})
+    spec = SiteSpec.from_report(site)
+    text = package_source(spec)
+    assert ('%q: tensor<?x?x8x16xf16>, %k: tensor<?x?x2x16xf16>, '
+            '%v: tensor<?x?x2x16xf16>, %f: tensor<8xf32>) -> '
+            'tensor<?x?x8x16xf16>') in text
+    _verifies(text)
+    training = training_source(spec)
+    assert 'scale_factor(%f : tensor<8xf32>)' in training
+    assert '-> (tensor<?x?x8x16xf16>, tensor<?x?x2x16xf16>, tensor<?x?x2x16xf16>)' in training
+    _verifies(training)
+
+
+def test_per_head_scale_factor_needs_the_heads() -> None:
+    site = dict(COSINE_SITE, q_heads=None)
+    with pytest.raises(ValueError, match="needs the site's head counts"):
+        SiteSpec.from_report(site)
