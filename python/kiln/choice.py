@@ -440,7 +440,14 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
 
     stops = list(dict.fromkeys(node for role, node in sources.items() if role != "output"))
     body, leaves = _subgraph(output, stops)
-    elements = largest_value(body)
+    # One SDPA call (and views) materialises no scores: the size rule below
+    # does not apply to it, whatever its operands' sizes.
+    as_written = fused_already(body)
+    if as_written:
+        kept = kept_sdpa(sdpa_node(body))
+        if kept is not None:
+            return {"path": "inductor", "untimed": "sdpa", "why": kept}
+    elements = None if as_written else largest_value(body)
     if elements is not None and elements >= SCORES_TIMED:
         untimed = {"path": "kiln", "untimed": "size",
                    "why": f"not timed: a value of {elements} elements "
@@ -449,11 +456,6 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
             return untimed
         return _against_bound(untimed, elements, body, leaves, site, output,
                               sources, value_of, choice)
-    as_written = fused_already(body)
-    if as_written:
-        kept = kept_sdpa(sdpa_node(body))
-        if kept is not None:
-            return {"path": "inductor", "untimed": "sdpa", "why": kept}
     values = [value_of(leaf) for leaf in leaves]
     if not all(isinstance(v, torch.Tensor) for v in values):
         return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}
