@@ -219,6 +219,30 @@ def steps_of(entries: List[Dict[str, Any]], field: str = "seconds") -> Dict[str,
     return steps
 
 
+#: The most score elements one float64 reference call may hold (8.6 GB of
+#: float64 scores, and as much again for their softmax).
+REFERENCE_SCORES = 1 << 30
+
+
+def reference_by_batch(reference: Callable, model: Any, inputs: Tuple[Any, ...],
+                       batch: int, seq: int) -> torch.Tensor:
+    """`reference(model, inputs)` (the float64 output), computed a few
+    sequences at a time where a whole batch's float64 scores would not fit
+    (b16 x s4096 asks 32 GiB at once): every input whose first axis is the
+    batch is sliced, and the outputs joined. The modules treat sequences
+    independently."""
+    heads = 16  # the zoos' modules: width 1024, 16 heads of 64
+    step = max(1, REFERENCE_SCORES // (heads * seq * seq))
+    if step >= batch:
+        return tensor_of(reference(model, inputs))
+    pieces = []
+    for start in range(0, batch, step):
+        part = tuple(x[start:start + step] if isinstance(x, torch.Tensor) and x.dim() > 0
+                     and x.shape[0] == batch else x for x in inputs)
+        pieces.append(tensor_of(reference(model, part)))
+    return torch.cat(pieces)
+
+
 def write_profile(profiler: Any, path: Path) -> None:
     """The profile of a first call: the 40 functions of most cumulative
     time, then the 40 of most time of their own."""
@@ -253,9 +277,7 @@ def bench(name: str, seq: int, tokens: int, timing: bool,
         # eager bf16.
         exact = None
         if (name in zoo_names() or exact_all) and seq <= 4096:
-            exact = zoo.reference(model, inputs)
-            if not isinstance(exact, torch.Tensor):
-                exact = tensor_of(exact)
+            exact = reference_by_batch(zoo.reference, model, inputs, batch, seq)
         against = want if exact is None else exact
         first: Dict[str, Any] = {}
 
