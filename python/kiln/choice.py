@@ -58,14 +58,19 @@ _VIEWS = frozenset({
     "getitem"})
 
 
+def _op_name(target: Any) -> str:
+    """An FX call's target by name: an ATen overload's op name, else the
+    function's name."""
+    return getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
+
+
 def fused_already(body: Sequence[Any]) -> bool:
     """Whether `body` (a site's nodes) is one SDPA call and views."""
     attention = 0
     for node in body:
         if node.op != "call_function":
             continue
-        name = getattr(node.target, "_opname", None) or getattr(
-            node.target, "__name__", str(node.target))
+        name = _op_name(node.target)
         if "scaled_dot_product" in name:
             attention += 1
         elif name not in _VIEWS:
@@ -88,9 +93,7 @@ def _traced(node: Any) -> Any:
 def sdpa_arguments(node: Any) -> Optional[Dict[str, Any]]:
     """The arguments of `node`, a call of scaled_dot_product_attention
     (aten's or torch.nn.functional's: one signature), by name."""
-    target = getattr(node, "target", None)
-    name = getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
-    if name != "scaled_dot_product_attention":
+    if _op_name(getattr(node, "target", None)) != "scaled_dot_product_attention":
         return None  # aten's _scaled_dot_product_*_attention differ
     names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
     arguments: Dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False,
@@ -167,11 +170,7 @@ def kept_sdpa(node: Any) -> Optional[str]:
 def sdpa_node(body: Sequence[Any]) -> Optional[Any]:
     """The SDPA call of `body`, where it holds one."""
     for node in body:
-        if node.op != "call_function":
-            continue
-        name = getattr(node.target, "_opname", None) or getattr(
-            node.target, "__name__", str(node.target))
-        if "scaled_dot_product" in name:
+        if node.op == "call_function" and "scaled_dot_product" in _op_name(node.target):
             return node
     return None
 
@@ -342,6 +341,22 @@ def dram_bytes_per_s(device: Any) -> Optional[float]:
     return gbps * 1e9 if gbps > 0 else None
 
 
+def _site_values(leaves: Sequence[Any], value_of: Callable[[Any], Any]
+                 ) -> Tuple[List[Any], Any]:
+    """The values of a site's `leaves` on the model's first inputs and the
+    one CUDA device they are on; in place of the device, why the site
+    cannot be timed (a str)."""
+    import torch
+
+    values = [value_of(leaf) for leaf in leaves]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        return values, "an input of the site is not a tensor"
+    devices = {v.device for v in values if v.device.type == "cuda"}
+    if len(devices) != 1:
+        return values, "the site's inputs are on no one CUDA device"
+    return values, devices.pop()
+
+
 def _distinct_bytes(value: Any) -> int:
     """The bytes of `value`'s distinct elements (a broadcast axis, stride
     0, counted once): what reading it costs at the least."""
@@ -393,13 +408,9 @@ def _against_bound(untimed: Dict[str, Any], elements: int, body: Sequence[Any],
     import torch
 
     untimed = {**untimed, "dense": choice.dense}
-    values = [value_of(leaf) for leaf in leaves]
-    if not all(isinstance(v, torch.Tensor) for v in values):
+    values, device = _site_values(leaves, value_of)
+    if isinstance(device, str):
         return untimed
-    devices = {v.device for v in values if v.device.type == "cuda"}
-    if len(devices) != 1:
-        return untimed
-    device = devices.pop()
     bandwidth = dram_bytes_per_s(device)
     if bandwidth is None:
         return untimed
@@ -456,13 +467,9 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
             return untimed
         return _against_bound(untimed, elements, body, leaves, site, output,
                               sources, value_of, choice)
-    values = [value_of(leaf) for leaf in leaves]
-    if not all(isinstance(v, torch.Tensor) for v in values):
-        return {"path": "kiln", "why": "not timed: an input of the site is not a tensor"}
-    devices = {v.device for v in values if v.device.type == "cuda"}
-    if len(devices) != 1:
-        return {"path": "kiln", "why": "not timed: the site's inputs are on no one CUDA device"}
-    device = devices.pop()
+    values, device = _site_values(leaves, value_of)
+    if isinstance(device, str):
+        return {"path": "kiln", "why": f"not timed: {device}"}
     key = _structure(body, leaves, values, site, device)
     decision = _recall(key)
     if decision is not None:

@@ -52,7 +52,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .compiler import find_kilnc, operand_sources, replayable
 from .runtime import KilnError, Status
@@ -1443,13 +1443,11 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
 _ATTENTION_WORDS = ("softmax", "max", "attention")
 
 
-def may_hold_attention(gm: Any) -> bool:
-    """Whether Dynamo's graph `gm` may hold a site Kiln's fusion finds: some
-    op of it or of a graph it calls (a higher-order op's subgraph) is named
-    after a softmax, a max or attention, or it calls a module (whose ops it
-    does not show). Fusion is anchored on a softmax's row max, so a graph
-    without one has no site, and its export and kilnc run would be spent for
-    nothing (graph breaks leave many such graphs in a model)."""
+def _attention_ops(gm: Any) -> Iterator[Any]:
+    """The nodes of Dynamo's graph `gm`, and of the graphs it calls (a
+    higher-order op's subgraphs), that a site Kiln's fusion finds could
+    start from: ops named after a softmax, a max or attention, and calls of
+    a module (whose ops the graph does not show)."""
     from .regions import _name
 
     graphs = [gm.graph]
@@ -1459,12 +1457,17 @@ def may_hold_attention(gm: Any) -> bool:
                    if m is not gm and getattr(m, "graph", None) is not None]
     for graph in graphs:
         for node in graph.nodes:
-            if node.op == "call_module":
-                return True
             name = (_name(node) or "").lower()
-            if any(word in name for word in _ATTENTION_WORDS):
-                return True
-    return False
+            if node.op == "call_module" or any(word in name for word in _ATTENTION_WORDS):
+                yield node
+
+
+def may_hold_attention(gm: Any) -> bool:
+    """Whether Dynamo's graph `gm` may hold a site Kiln's fusion finds (an op
+    of _attention_ops). Fusion is anchored on a softmax's row max, so a graph
+    without one has no site, and its export and kilnc run would be spent for
+    nothing (graph breaks leave many such graphs in a model)."""
+    return any(True for _ in _attention_ops(gm))
 
 
 def sdpa_calls_kept(gm: Any) -> Optional[str]:
@@ -1473,25 +1476,13 @@ def sdpa_calls_kept(gm: Any) -> Optional[str]:
     kept as written (kiln.choice.kept_sdpa), so the export, kilnc and the
     sites' packages would be spent for nothing."""
     from .choice import kept_sdpa
-    from .regions import _name
 
-    graphs = [gm.graph]
-    modules = getattr(gm, "modules", None)
-    if modules is not None:
-        graphs += [m.graph for m in modules()
-                   if m is not gm and getattr(m, "graph", None) is not None]
     kept = []
-    for graph in graphs:
-        for node in graph.nodes:
-            if node.op == "call_module":
-                return None
-            name = (_name(node) or "").lower()
-            if not any(word in name for word in _ATTENTION_WORDS):
-                continue
-            why = kept_sdpa(node)
-            if why is None:
-                return None
-            kept.append(why)
+    for node in _attention_ops(gm):
+        why = None if node.op == "call_module" else kept_sdpa(node)
+        if why is None:
+            return None
+        kept.append(why)
     if not kept:
         return None
     return (f"every attention op of the graph ({len(kept)}) is an SDPA call "
@@ -1727,7 +1718,7 @@ class _Alone:
             import torch._guards as guards
 
             self.contexts = (guards.TracingContext.try_get(),
-                             getattr(guards, "CompileContext").try_get()
+                             guards.CompileContext.try_get()
                              if hasattr(guards, "CompileContext") else None)
         except Exception:  # noqa: BLE001 (then early() does nothing)
             self.contexts = None
