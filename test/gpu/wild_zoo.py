@@ -131,6 +131,28 @@ class CosineAttention(Projections):
         return self.merge((scores * scale).softmax(-1) @ v)
 
 
+class GqaCosine(Projections):
+    """Cosine attention with grouped queries: 16 query heads over 4 K/V
+    heads repeated by `repeat_interleave`, the scores causal and multiplied
+    by a learned logit scale per query head ([H, 1, 1])."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads, kv_heads=heads // 4)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1))
+                                        + 0.1 * torch.randn(heads, 1, 1))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        group = self.heads // self.kv_heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        s = x.shape[1]
+        scores = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        scores = scores * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        future = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        return self.merge(scores.masked_fill(future, float("-inf")).softmax(-1) @ v)
+
+
 class RelativeTable(Projections):
     """A learned relative-position table ([2S-1, H]) gathered by an index
     buffer into a dense [H, S, S] bias (Swin's and many ViTs' form)."""
@@ -274,6 +296,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("mqa-unsqueeze", MqaUnsqueeze(hidden, heads), tokens, 1),
         ("bshd-float-softmax", BshdFloatSoftmax(hidden, heads), tokens, 1),
         ("cosine-attention", CosineAttention(hidden, heads), tokens, 1),
+        ("gqa-cosine", GqaCosine(hidden, heads), tokens, 1),
         ("relative-table", RelativeTable(hidden, heads, max(seq, 64)), tokens, 1),
         ("manual-softmax", ManualSoftmax(hidden, heads), tokens, 1),
         ("upcast-scores", UpcastScores(hidden, heads), tokens, 1),
