@@ -96,6 +96,79 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
         "clip": model(tf.CLIPTextModel, tf.CLIPTextConfig(
             hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
             num_attention_heads=16, max_position_embeddings=seq, vocab_size=1024)),
+        **more_hf_models(tf, seq, common, causal, model),
+    }
+
+
+def more_hf_models(tf: Any, seq: int, common: Dict[str, Any], causal: Callable,
+                   model: Callable) -> Dict[str, Callable[[], torch.nn.Module]]:
+    """Further Hugging Face architectures, each with an attention written
+    its own way (or through transformers' shared eager function with its
+    own mask, scale or head layout); an architecture this transformers
+    lacks raises when built."""
+    positions = max(seq, 2048)
+
+    def config(name: str, **kwargs: Any) -> Callable[[], Any]:
+        def make() -> Any:
+            cls = getattr(tf, name, None)
+            if cls is None:
+                raise RuntimeError(f"transformers {tf.__version__} has no {name}")
+            return cls(**kwargs)
+        return make
+
+    def later(wrap: Callable, make: Callable[[], Any], *cls: str) -> Callable[[], Any]:
+        def build() -> Any:
+            classes = [getattr(tf, c) for c in cls]
+            return wrap(*classes, make())() if classes else wrap(make())()
+        return build
+
+    bert_like = dict(common, max_position_embeddings=positions)
+    return {
+        "opt": later(causal, config("OPTConfig", hidden_size=1024, num_attention_heads=16,
+                                    num_hidden_layers=2, ffn_dim=2816, vocab_size=1024,
+                                    max_position_embeddings=positions,
+                                    word_embed_proj_dim=1024)),
+        "gpt_neox": later(causal, config("GPTNeoXConfig", **common)),
+        "falcon": later(causal, config("FalconConfig", hidden_size=1024,
+                                       num_attention_heads=16, num_hidden_layers=2,
+                                       vocab_size=1024, multi_query=True)),
+        "phi": later(causal, config("PhiConfig", **common)),
+        "phi3": later(causal, config("Phi3Config", num_key_value_heads=4, **common)),
+        "stablelm": later(causal, config("StableLmConfig", num_key_value_heads=4,
+                                         **common)),
+        "gpt_bigcode": later(causal, config("GPTBigCodeConfig", n_embd=1024, n_head=16,
+                                            n_layer=2, vocab_size=1024,
+                                            n_positions=positions, multi_query=True)),
+        "gptj": later(causal, config("GPTJConfig", n_embd=1024, n_head=16, n_layer=2,
+                                     vocab_size=1024, n_positions=positions,
+                                     rotary_dim=64)),
+        "gpt_neo": later(causal, config("GPTNeoConfig", hidden_size=1024, num_heads=16,
+                                        num_layers=2, vocab_size=1024,
+                                        max_position_embeddings=positions,
+                                        attention_types=[[["global", "local"], 1]],
+                                        window_size=256)),
+        "mpt": later(causal, config("MptConfig", d_model=1024, n_heads=16, n_layers=2,
+                                    vocab_size=1024, max_seq_len=positions)),
+        "qwen3": later(causal, config("Qwen3Config", num_key_value_heads=4, head_dim=64,
+                                      **common)),
+        "olmo": later(causal, config("OlmoConfig", **common)),
+        "gemma": later(causal, config("GemmaConfig", num_key_value_heads=4, head_dim=64,
+                                      **common)),
+        "roberta": later(model, config("RobertaConfig", **bert_like), "RobertaModel"),
+        "distilbert": later(model, config("DistilBertConfig", dim=1024, n_heads=16,
+                                          n_layers=2, hidden_dim=2816, vocab_size=1024,
+                                          max_position_embeddings=positions),
+                            "DistilBertModel"),
+        "electra": later(model, config("ElectraConfig", embedding_size=1024, **bert_like),
+                         "ElectraModel"),
+        "deberta_v2": later(model, config("DebertaV2Config", relative_attention=True,
+                                          pos_att_type=["p2c", "c2p"], **bert_like),
+                            "DebertaV2Model"),
+        "bart": later(model, config("BartConfig", d_model=1024, encoder_layers=2,
+                                    decoder_layers=2, encoder_attention_heads=16,
+                                    decoder_attention_heads=16, encoder_ffn_dim=2816,
+                                    decoder_ffn_dim=2816, vocab_size=1024,
+                                    max_position_embeddings=positions), "BartModel"),
     }
 
 
@@ -103,7 +176,10 @@ def hf_models(seq: int) -> Dict[str, Callable[[], torch.nn.Module]]:
 #: self-attention on both sides and cross-attention).
 HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
             "bert": 2, "t5": 6, "t5_encoder": 2, "bloom": 2, "vit": 2, "whisper": 6,
-            "clip": 2}
+            "clip": 2, "opt": 2, "gpt_neox": 2, "falcon": 2, "phi": 2, "phi3": 2,
+            "stablelm": 2, "gpt_bigcode": 2, "gptj": 2, "gpt_neo": 2, "mpt": 2, "qwen3": 2,
+            "olmo": 2, "gemma": 2, "roberta": 2, "distilbert": 2, "electra": 2,
+            "deberta_v2": 2, "bart": 6}
 
 
 def zoo_names() -> List[str]:
@@ -147,9 +223,10 @@ def model_inputs(name: str, batch: int, seq: int) -> Tuple[Any, ...]:
     padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
     if name == "bloom":  # forward(input_ids, past_key_values, attention_mask)
         return (ids, None, padding)
-    if name in ("bert", "clip", "t5_encoder"):
+    if name in ("bert", "clip", "t5_encoder", "roberta", "distilbert", "electra",
+                "deberta_v2"):
         return (ids, padding)
-    if name == "t5":
+    if name in ("t5", "bart"):
         return (ids, padding, ids)  # input_ids, attention_mask, decoder_input_ids
     if name == "vit":
         side = vit_image(seq)

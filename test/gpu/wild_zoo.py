@@ -244,6 +244,153 @@ class UpcastScores(Projections):
         return self.merge(torch.matmul(scores.softmax(-1).to(v.dtype), v))
 
 
+class WhisperScaled(Projections):
+    """Whisper's form: Q and K each multiplied by d^-0.25, K permuted
+    straight to [B, H, D, S], a float32 buffer of -inf above the diagonal
+    added (the sum promoted to float32), the softmax in float32 cast back."""
+
+    def __init__(self, hidden: int, heads: int, max_len: int):
+        super().__init__(hidden, heads)
+        self.register_buffer("mask", torch.full((max_len, max_len), float("-inf")).triu(1),
+                             persistent=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        scale = self.head_dim ** -0.25
+        q = self.q(x).view(b, s, self.heads, -1).permute(0, 2, 1, 3) * scale
+        k = self.k(x).view(b, s, self.heads, -1).permute(0, 2, 3, 1) * scale
+        v = self.v(x).view(b, s, self.heads, -1).permute(0, 2, 1, 3)
+        qk = (q @ k + self.mask[:s, :s]).float()
+        w = F.softmax(qk, dim=-1).to(q.dtype)
+        return self.o((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2))
+
+
+class HeadsInBatchEinsum(Projections):
+    """Latent diffusion's CrossAttention: heads folded into the batch
+    ([B*H, S, D]), 3-d einsums, the scale multiplied after the product."""
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h, d = self.heads, self.head_dim
+
+        def fold(t):
+            return t.view(b, s, h, d).permute(0, 2, 1, 3).reshape(b * h, s, d)
+
+        q, k, v = fold(self.q(x)), fold(self.k(x)), fold(self.v(x))
+        sim = torch.einsum("b i d, b j d -> b i j", q, k) * d ** -0.5
+        out = torch.einsum("b i j, b j d -> b i d", sim.softmax(dim=-1), v)
+        return self.o(out.view(b, h, s, d).permute(0, 2, 1, 3).reshape(b, s, h * d))
+
+
+class LogsumexpSoftmax(Projections):
+    """The softmax as exp(scores - logsumexp(scores)), causal by a `tril`
+    of booleans."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+        scores = scores.masked_fill(~causal, float("-inf"))
+        probs = torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+        return self.merge(probs @ v)
+
+
+class StableSoftmax(Projections):
+    """The row's maximum subtracted (detached) before `softmax` itself,
+    as code ported from DALL-E/CogView does ("stable softmax")."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        scores = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)
+        scores = scores - scores.amax(dim=-1, keepdim=True).detach()
+        return self.merge(scores.softmax(dim=-1) @ v)
+
+
+class AdditivePaddingDim3(Projections):
+    """BERT's older form: the padding mask made additive as
+    (1 - mask) * finfo.min, the softmax over dim=3 (a positive axis) in
+    float32, `type_as` back."""
+
+    def forward(self, x, padding):
+        q, k, v = self.qkv(x)
+        additive = (1.0 - padding[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + additive
+        probs = F.softmax(scores, dim=3, dtype=torch.float32).type_as(v)
+        return self.merge(torch.matmul(probs, v))
+
+
+class SdpaEnableGqa(Projections):
+    """SDPA on 4 K/V heads for 16 query heads through `enable_gqa=True`,
+    causal."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads, kv_heads=heads // 4)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        return self.merge(F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                         enable_gqa=True))
+
+
+class SdpaAlibiMask(Projections):
+    """ALiBi passed to SDPA as a float `attn_mask`: the slopes' distance
+    term plus -inf above the diagonal, one [H, S, S] tensor."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.register_buffer("slopes", 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads),
+                             persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        positions = torch.arange(s, device=x.device)
+        distance = (positions[None, :] - positions[:, None]).to(torch.float32)
+        bias = self.slopes[:, None, None] * distance
+        bias = bias.masked_fill(distance > 0, float("-inf")).to(q.dtype)
+        return self.merge(F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+
+
+class NeoLocalFloat(Projections):
+    """GPT-Neo's form: Q and K upcast to float32, no scale, a causal window
+    of 256 keys applied with `torch.where` and float32's most negative
+    value, the probabilities cast to V's dtype."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        positions = torch.arange(s, device=x.device)
+        distance = positions[:, None] - positions[None, :]
+        keep = (distance >= 0) & (distance < 256)
+        scores = torch.matmul(q.to(torch.float32), k.to(torch.float32).transpose(-1, -2))
+        scores = torch.where(keep, scores, torch.finfo(scores.dtype).min)
+        return self.merge(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v))
+
+
+class PastKvConcat(Projections):
+    """New tokens attending over a kept prefix: K and V concatenated after a
+    buffer of earlier keys and values (half the sequence), the causal mask
+    aligned to the bottom right (`tril(diagonal=past)`)."""
+
+    def __init__(self, hidden: int, heads: int, past: int):
+        super().__init__(hidden, heads)
+        self.register_buffer("past_k", torch.randn(1, heads, past, self.head_dim),
+                             persistent=False)
+        self.register_buffer("past_v", torch.randn(1, heads, past, self.head_dim),
+                             persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        b, s = x.shape[:2]
+        past = self.past_k.shape[2]
+        k = torch.cat([self.past_k.expand(b, -1, -1, -1), k], dim=2)
+        v = torch.cat([self.past_v.expand(b, -1, -1, -1), v], dim=2)
+        keep = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
+        scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+        return self.merge(scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v)
+
+
 class TorchMultiheadAttention(nn.Module):
     """`nn.MultiheadAttention` as written most often: the default
     `need_weights=True` (its averaged weights discarded by the caller), a
@@ -288,6 +435,11 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         lengths[0] = max(1, seq * 3 // 4)
         return tokens() + (lengths,)
 
+    def with_padding():
+        padding = torch.ones(batch, seq, device=device, dtype=torch.long)
+        padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
+        return tokens() + (padding,)
+
     return [
         ("lengths-mask", LengthsMask(hidden, heads), with_lengths, 1),
         ("finfo-min-where", FinfoMinWhere(hidden, heads), tokens, 1),
@@ -300,6 +452,15 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("relative-table", RelativeTable(hidden, heads, max(seq, 64)), tokens, 1),
         ("manual-softmax", ManualSoftmax(hidden, heads), tokens, 1),
         ("upcast-scores", UpcastScores(hidden, heads), tokens, 1),
+        ("whisper-scaled", WhisperScaled(hidden, heads, max(seq, 64)), tokens, 1),
+        ("heads-in-batch-einsum", HeadsInBatchEinsum(hidden, heads), tokens, 1),
+        ("logsumexp-softmax", LogsumexpSoftmax(hidden, heads), tokens, 1),
+        ("stable-softmax", StableSoftmax(hidden, heads), tokens, 1),
+        ("additive-padding-dim3", AdditivePaddingDim3(hidden, heads), with_padding, 1),
+        ("sdpa-enable-gqa", SdpaEnableGqa(hidden, heads), tokens, 1),
+        ("sdpa-alibi-mask", SdpaAlibiMask(hidden, heads), tokens, 1),
+        ("neo-local-float", NeoLocalFloat(hidden, heads), tokens, 1),
+        ("past-kv-concat", PastKvConcat(hidden, heads, max(seq // 2, 32)), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
