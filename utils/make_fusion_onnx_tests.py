@@ -1007,6 +1007,20 @@ def attention23(name, mask=None, q_len=S, kv_len=S, three_d=False, **attrs):
     g.save()
 
 
+def stable_softmax(name="stable_softmax", causal=False):
+    """The row's maximum subtracted before Softmax ("stable softmax" by
+    hand): fused, the shift dropped (the softmax's own maximum undoes it)."""
+    g = Graph(name)
+    _, _, v, scores = plain_scores(g)
+    if causal:
+        mask = g.const("causal", causal_initializer(S, S))
+        scores = g.op("Add", [scores, mask], "causal_add")
+    row_max = g.op("ReduceMax", [scores], "stable_max", axes=[-1], keepdims=1)
+    shifted = g.op("Sub", [scores, row_max], "stable_sub")
+    softmax_pv(g, shifted, v, [B, H, S, D])
+    g.save()
+
+
 # -- Not attention, or not fusable -------------------------------------------
 
 
@@ -1430,6 +1444,8 @@ def main():
     attention23("attn23_scale", scale=0.125)
     attention23("attn23_3d_gqa", three_d=True, is_causal=1)
     attention23("attn23_softcap", softcap=30.0)
+    stable_softmax()
+    stable_softmax("stable_softmax_causal", causal=True)
     softmax_axis("neg_softmax_axis_m2", -2)
     softmax_axis("neg_softmax_axis_1", 1)
     probs_output()

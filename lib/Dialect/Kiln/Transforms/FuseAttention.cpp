@@ -276,6 +276,10 @@ struct SoftmaxOps {
   /// A sum taken in a wider float type: the cast of the exponentials to it
   /// and the cast of the row sum back (JAX's softmax in bf16), else null.
   tosa::CastOp widen, narrow;
+  /// `x - reduce_max(x)` written before the softmax ("stable softmax" by
+  /// hand): the subtraction and its row max, else null; `input` is then x.
+  tosa::SubOp shift;
+  tosa::ReduceMaxOp shiftMax;
 };
 
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
@@ -360,6 +364,23 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
          softmax.normalize.getInput1() == normalizer)))
     return fail("the exponentials are not divided by their row sum");
   softmax.output = softmax.normalize.getOutput();
+
+  // softmax(x - reduce_max(x)): every score of a row shifted by the same
+  // amount, which the softmax's own row max undoes (a row whose maximum is
+  // infinite is NaN either way), so the scores are x. Taken only where x
+  // and the shift serve nothing else.
+  if (auto shift = softmax.input.getDefiningOp<tosa::SubOp>()) {
+    auto inner = shift.getInput2().getDefiningOp<tosa::ReduceMaxOp>();
+    Value x = shift.getInput1();
+    if (inner && inner.getInput() == x && inner.getAxis() == maxOp.getAxis() &&
+        inner->hasOneUse() &&
+        std::distance(softmax.input.use_begin(), softmax.input.use_end()) == 2 &&
+        std::distance(x.use_begin(), x.use_end()) == 2) {
+      softmax.shift = shift;
+      softmax.shiftMax = inner;
+      softmax.input = x;
+    }
+  }
 
   auto inputType = getRankedType(softmax.input);
   if (!inputType)
@@ -1677,7 +1698,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
        {maxOp.getOperation(), softmax->sub.getOperation(),
         softmax->exp.getOperation(), softmax->sum.getOperation(),
         softmax->reciprocal.getOperation(), softmax->normalize.getOperation(),
-        softmax->widen.getOperation(), softmax->narrow.getOperation()})
+        softmax->widen.getOperation(), softmax->narrow.getOperation(),
+        softmax->shift.getOperation(), softmax->shiftMax.getOperation()})
     if (op)
       match.ops.insert(op);
 
