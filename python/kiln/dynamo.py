@@ -1438,9 +1438,10 @@ def backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
 
 
 #: Words in the name of an op that Kiln's fusion may start from: a softmax
-#: (its row max), a hand-written one (`max`, `amax`), SDPA and the other
-#: attention ops. A graph with none is not exported.
-_ATTENTION_WORDS = ("softmax", "max", "attention")
+#: (its row max; `log_softmax` too), a hand-written one (`max`, `amax`, or
+#: through `logsumexp`), SDPA and the other attention ops. A graph with none
+#: is not exported.
+_ATTENTION_WORDS = ("softmax", "max", "logsumexp", "attention")
 
 
 def _attention_ops(gm: Any) -> Iterator[Any]:

@@ -590,6 +590,20 @@ def _softmax(w: _Writer, node: Any) -> None:
     w.finish(node, result)
 
 
+@_handles("aten._log_softmax.default")
+def _log_softmax(w: _Writer, node: Any) -> None:
+    source = w.name_of(node.args[0])
+    if node.args[2]:  # half_to_float
+        source = w.cast(source, "float32")
+    if w.types[source][0] == out_type(node)[0]:
+        w.emit("LogSoftmax", [source], [node.name], axis=int(node.args[1]))
+        return
+    result = w.fresh(node.name)
+    w.emit("LogSoftmax", [source], [result], axis=int(node.args[1]))
+    w.types[result] = (w.types[source][0], w.types[source][1])
+    w.finish(node, result)
+
+
 _UNARY = {
     "neg": "Neg", "exp": "Exp", "log": "Log", "sqrt": "Sqrt", "reciprocal": "Reciprocal",
     "tanh": "Tanh", "abs": "Abs", "sigmoid": "Sigmoid", "relu": "Relu", "floor": "Floor",
@@ -793,7 +807,7 @@ def _trilu(w: _Writer, node: Any) -> None:
 
 
 _REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "amax": "ReduceMax",
-           "amin": "ReduceMin"}
+           "amin": "ReduceMin", "logsumexp": "ReduceLogSumExp"}
 
 
 def _reduce(op: str) -> _Handler:

@@ -54,6 +54,9 @@ def test_graphs_without_a_softmax_max_or_attention_are_not_exported() -> None:
     # A hand-written softmax starts from its row max.
     assert kd.may_hold_attention(fake_graph(("call_function", amax)))
     assert kd.may_hold_attention(fake_graph(("call_method", "max")))
+    # ... or through its logarithm.
+    assert kd.may_hold_attention(fake_graph(("call_method", "logsumexp")))
+    assert kd.may_hold_attention(fake_graph(("call_method", "log_softmax")))
     assert kd.may_hold_attention(fake_graph(
         ("call_function", scaled_dot_product_attention)))
 

@@ -115,6 +115,49 @@ def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
     assert report["unfused"] == []
 
 
+@pytest.mark.parametrize("form", ["logsumexp", "log_softmax", "stable"])
+def test_softmax_written_through_its_logarithm_or_a_row_shift(
+        form: str, tmp_path: Path) -> None:
+    """exp(scores - logsumexp(scores)), exp(log_softmax(scores)) and
+    softmax(scores - amax(scores)) are the softmax of the scores: one site
+    each, verified, its output the graph's own product."""
+    g = Graph()
+    q, k, v = qkv(g)
+    kt = g.call("transpose", "aten.transpose.int", (k, -2, -1), shape=(B, H, D, S),
+                dtype="bfloat16")
+    scores = g.call("matmul", "aten.matmul.default", (q, kt), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    scaled = g.call("mul", "aten.mul.Tensor", (scores, D ** -0.5), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    if form == "logsumexp":
+        lse = g.call("logsumexp", "aten.logsumexp.default", (scaled, [-1], True),
+                     shape=(B, H, S, 1), dtype="bfloat16")
+        logs = g.call("sub", "aten.sub.Tensor", (scaled, lse), shape=(B, H, S, S),
+                      dtype="bfloat16")
+        probs = g.call("exp", "aten.exp.default", (logs,), shape=(B, H, S, S),
+                       dtype="bfloat16")
+    elif form == "log_softmax":
+        logs = g.call("_log_softmax", "aten._log_softmax.default", (scaled, -1, False),
+                      shape=(B, H, S, S), dtype="bfloat16")
+        probs = g.call("exp", "aten.exp.default", (logs,), shape=(B, H, S, S),
+                       dtype="bfloat16")
+    else:
+        row_max = g.call("amax", "aten.amax.default", (scaled, [-1], True),
+                         shape=(B, H, S, 1), dtype="bfloat16")
+        shifted = g.call("sub", "aten.sub.Tensor", (scaled, row_max), shape=(B, H, S, S),
+                         dtype="bfloat16")
+        probs = g.call("softmax", "aten._softmax.default", (shifted, -1, False),
+                       shape=(B, H, S, S), dtype="bfloat16")
+    out = g.call("matmul_1", "aten.matmul.default", (probs, v), shape=(B, H, S, D),
+                 dtype="bfloat16")
+    g.output(out)
+    report = report_of(g, tmp_path, verify=True)
+    [site] = report["sites"]
+    assert site["scale"] == pytest.approx(D ** -0.5) and not site["causal"]
+    assert site["output"]["value"] == "matmul_1"
+    assert report["unfused"] == []
+
+
 def test_sdpa_with_a_boolean_mask_after_opaque_projections(tmp_path: Path) -> None:
     """A projection (aten.linear, kept opaque) then view and transpose into
     SDPA with a boolean padding mask: the site's query is the transpose

@@ -31,6 +31,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <limits>
 #include <numeric>
@@ -82,6 +83,8 @@ struct TensorInfo {
   /// The tensor's name in the graph (set by define and for initializers):
   /// a constant materialised on first use is named after it.
   std::string name = {};
+  /// The node whose output it is (null for graph inputs and initializers).
+  const onnx::NodeProto *producer = nullptr;
 };
 
 class Importer : public GraphBuilder {
@@ -189,6 +192,12 @@ private:
   Status importVariadic(StringRef opType);
   Status importUnary(StringRef opType);
   Status importSoftmax();
+  Status importLogSoftmax();
+  Status importReduceLogSumExp();
+  /// For `Exp` of `x`: the softmax whose logarithm `x` is (LogSoftmax, or
+  /// `y - ReduceLogSumExp(y)` over one axis), as the softmax of its input;
+  /// else null.
+  Value expOfLogSoftmax(TensorInfo *x);
   Status importReduce(StringRef opType);
   Status importMatMul();
   Status importGemm();
@@ -413,6 +422,9 @@ Status Importer::define(const std::string &name, TensorInfo info) {
     return fail("tensor '" + name + "' is defined twice");
   if (info.name.empty())
     info.name = name;
+  if (!info.producer && currentNode &&
+      llvm::is_contained(currentNode->output(), name))
+    info.producer = currentNode;
   tensors.try_emplace(name, std::move(info));
   return Status::Ok;
 }
@@ -785,6 +797,10 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importUnary(op);
   if (op == "Softmax")
     return importSoftmax();
+  if (op == "LogSoftmax")
+    return importLogSoftmax();
+  if (op == "ReduceLogSumExp")
+    return importReduceLogSumExp();
   if (llvm::is_contained({"ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin",
                           "ReduceProd", "ReduceL1", "ReduceL2",
                           "ReduceSumSquare"},
