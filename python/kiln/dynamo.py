@@ -1031,21 +1031,58 @@ def _verify_mode() -> str:
     return {"": "check", "0": "off"}.get(value, "raise")
 
 
+#: Ops whose result may be their first argument or a view of it: a write
+#: into the result may write that argument (`to` and `contiguous` return
+#: their input itself where nothing changes).
+_MAY_ALIAS = frozenset({
+    "view", "view_as", "reshape", "transpose", "permute", "t", "mT", "T", "select",
+    "slice", "getitem", "__getitem__", "narrow", "unsqueeze", "squeeze", "expand",
+    "expand_as", "as_strided", "flatten", "unflatten", "split", "chunk", "unbind",
+    "diagonal", "alias", "detach", "contiguous", "to", "type", "type_as", "float",
+    "half", "bfloat16", "cuda", "swapaxes", "movedim"})
+
+
+def _writes_state(target: Any) -> bool:
+    """Whether a write into `target` (a node of Dynamo's graph) may reach a
+    tensor the graph does not make itself: a graph input (Dynamo's lifted
+    parameters, buffers and arguments) or a module attribute, through ops
+    that may alias their input. Unknown is taken as yes."""
+    node = target
+    for _ in range(64):
+        op = getattr(node, "op", None)
+        if op in ("placeholder", "get_attr"):
+            return True
+        if op not in ("call_function", "call_method"):
+            return op is None or op != "output"
+        name = node.target if isinstance(node.target, str) else getattr(
+            node.target, "__name__", "")
+        args = getattr(node, "args", None)
+        if name not in _MAY_ALIAS:
+            return False  # a tensor the graph made (a product, a mask)
+        if not args:
+            return True
+        node = args[0]
+    return True
+
+
 def _writes_in_place(gm: Any) -> bool:
-    """Whether Dynamo's graph `gm` writes tensors in place (a KV cache's
-    index_copy_, a counter's add_, item assignment): running it again to
-    check it would apply those writes again."""
+    """Whether Dynamo's graph `gm` writes, in place, tensors it does not make
+    itself (a KV cache's index_copy_, a counter's add_, item assignment into
+    an input): running it again to check it would apply those writes again.
+    An in-place op on a value the graph computed (`scores.masked_fill_`, as
+    much research code writes its mask) changes nothing outside the call."""
     import operator
 
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
-        if node.target is operator.setitem:
-            return True
         name = node.target if isinstance(node.target, str) else getattr(
             node.target, "__name__", "")
-        if name.endswith("_") and not name.endswith("__"):
-            return True
+        if node.target is operator.setitem or (
+                name.endswith("_") and not name.endswith("__")):
+            args = getattr(node, "args", None)
+            if not args or _writes_state(args[0]):
+                return True
     return False
 
 

@@ -391,6 +391,30 @@ class PastKvConcat(Projections):
         return self.merge(scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v)
 
 
+class InPlaceNullKv(Projections):
+    """lucidrains' style: a learned null key and value prepended to every
+    sequence, einsum scores, the causal future filled in place
+    (`masked_fill_`) with -finfo.max, the row's maximum subtracted
+    (detached) before the softmax."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.null_kv = nn.Parameter(torch.randn(2, heads, 1, self.head_dim))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        b = x.shape[0]
+        nk, nv = (t.unsqueeze(0).expand(b, -1, -1, -1) for t in self.null_kv.unbind(0))
+        k, v = torch.cat((nk, k), dim=-2), torch.cat((nv, v), dim=-2)
+        sim = torch.einsum("b h i d, b h j d -> b h i j", q * self.head_dim ** -0.5, k)
+        i, j = sim.shape[-2:]
+        future = torch.ones((i, j), dtype=torch.bool, device=x.device).triu(j - i + 1)
+        sim.masked_fill_(future, -torch.finfo(sim.dtype).max)
+        sim = sim - sim.amax(dim=-1, keepdim=True).detach()
+        out = torch.einsum("b h i j, b h j d -> b h i d", sim.softmax(dim=-1), v)
+        return self.merge(out)
+
+
 class TorchMultiheadAttention(nn.Module):
     """`nn.MultiheadAttention` as written most often: the default
     `need_weights=True` (its averaged weights discarded by the caller), a
@@ -461,6 +485,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("sdpa-alibi-mask", SdpaAlibiMask(hidden, heads), tokens, 1),
         ("neo-local-float", NeoLocalFloat(hidden, heads), tokens, 1),
         ("past-kv-concat", PastKvConcat(hidden, heads, max(seq // 2, 32)), tokens, 1),
+        ("in-place-null-kv", InPlaceNullKv(hidden, heads), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),

@@ -110,6 +110,29 @@ def test_graphs_that_write_in_place_are_not_run_twice() -> None:
     assert kd._writes_in_place(graph(operator.setitem))
     assert not kd._writes_in_place(graph(operator.__add__))
 
+    def node(op, target, *args):
+        return types.SimpleNamespace(op=op, target=target, args=args)
+
+    def of(*nodes):
+        return types.SimpleNamespace(graph=types.SimpleNamespace(nodes=list(nodes)))
+
+    # An in-place write into a value the graph computed changes nothing
+    # outside the call; one into an input, or a view of one, does.
+    x = node("placeholder", "x")
+    cache = node("get_attr", "cache")
+    scores = node("call_function", operator.matmul, x, x)
+    view = node("call_method", "view", x, -1)
+    fill = node("call_method", "masked_fill_", scores, x, 0.0)
+    assert not kd._writes_in_place(of(x, scores, fill))
+    transposed = node("call_method", "transpose", scores, 1, 2)
+    assert not kd._writes_in_place(of(x, scores, transposed,
+                                      node("call_method", "masked_fill_", transposed)))
+    assert kd._writes_in_place(of(x, view, node("call_method", "add_", view, 1)))
+    assert kd._writes_in_place(of(cache, node("call_function", operator.setitem,
+                                              cache, 0, x)))
+    to = node("call_method", "to", x, "cuda")
+    assert kd._writes_in_place(of(x, to, node("call_method", "mul_", to, 2)))
+
 
 def test_reports_of_bound_sizes_are_freed_where_they_agree() -> None:
     """torch's exporter writes a dynamic graph's shape computations, which
