@@ -1460,6 +1460,8 @@ def main():
     einsum_attention("einsum_bshd", "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
+    einsum_attention("neg_einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
+                     q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",
                      q_layout="mqa")
     einsum_attention("einsum_mqa_bqhd", "bhqd,bkd->bhqk", "bhqk,bkd->bqhd",
