@@ -371,6 +371,30 @@ def reductions():
          [const("axes", np.array([2], np.int64))], opset=18)
 
 
+def log_domain():
+    """LogSoftmax (opset 13 semantics) and ReduceLogSumExp (axes as an input,
+    keepdims on and off, two axes), on inputs with a constant -inf added:
+    one row all -inf (LogSumExp -inf, LogSoftmax NaN), one partly -inf."""
+    f = TensorProto.FLOAT
+    hidden = np.zeros([2, 3, 4], np.float32)
+    hidden[0, 1, :] = -np.inf
+    hidden[1, 2, 1:3] = -np.inf
+    nodes = [
+        node("Add", ["x", "hide"], ["xm"]),
+        node("LogSoftmax", ["xm"], ["log_softmax"], axis=-1),
+        node("LogSoftmax", ["x"], ["log_softmax_1"], axis=1),
+        node("ReduceLogSumExp", ["xm", "last"], ["lse_keep"], keepdims=1),
+        node("ReduceLogSumExp", ["xm", "last"], ["lse_drop"], keepdims=0),
+        node("ReduceLogSumExp", ["x", "two"], ["lse_two"], keepdims=0),
+    ]
+    save("log_domain", nodes, [tensor("x", f, [2, 3, 4])],
+         [tensor("log_softmax", f, [2, 3, 4]), tensor("log_softmax_1", f, [2, 3, 4]),
+          tensor("lse_keep", f, [2, 3, 1]), tensor("lse_drop", f, [2, 3]),
+          tensor("lse_two", f, [3])],
+         [const("hide", hidden), const("last", np.array([-1], np.int64)),
+          const("two", np.array([0, 2], np.int64))], opset=18)
+
+
 def encoder_unsupported():
     """Forms of the encoder operators that stay opaque, each with a reason."""
     f = TensorProto.FLOAT
@@ -429,6 +453,7 @@ def main():
     weight_norm_conv()
     normalizations()
     reductions()
+    log_domain()
     encoder_unsupported()
     verify_opaque()
     conv1d_strided_dynamic()
