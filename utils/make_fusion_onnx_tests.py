@@ -804,6 +804,22 @@ def softcap_half(name, cap_div, cap_mul):
     g.save()
 
 
+def einsum_bqhk_masked():
+    """Scores laid out [B, Sq, H, Sk] by einsum with a causal mask added in
+    that layout ([Sq, 1, Sk]): a term on the permuted scores, not taken."""
+    g = Graph("neg_einsum_bqhk_masked", opset=17)
+    q = g.input("q", F32, [B, S, H, D])
+    k = g.input("k", F32, [B, S, H, D])
+    v = g.input("v", F32, [B, S, H, D])
+    scores = g.op("Einsum", [q, k], "scores", equation="bqhd,bkhd->bqhk")
+    causal = causal_initializer(S, S)[0, 0][:, None, :]
+    scores = g.op("Add", [scores, g.const("causal", causal)], "causal_add")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    ctx = g.op("Einsum", [probs, v], "pv", equation="bqhk,bkhd->bqhd")
+    g.output(ctx, F32, None)
+    g.save()
+
+
 def einsum_attention(name, scores_eq, values_eq, q_layout="bhsd"):
     """Research code's attention through Einsum: scores, softmax, values;
     Q (and K, V) given as [B,H,S,D] or [B,S,H,D], or (mqa) Q [B,H,S,D] with
@@ -1460,7 +1476,8 @@ def main():
     einsum_attention("einsum_bshd", "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
-    einsum_attention("neg_einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
+    einsum_bqhk_masked()
+    einsum_attention("einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",
                      q_layout="mqa")

@@ -258,6 +258,10 @@ struct AttentionMatch {
   /// Factors on Q or K before the split into heads, folded into `scale`.
   SmallVector<OuterScale, 2> outerScales;
   MaskTerm maskTerm, biasTerm;
+  /// The permutation of the scores' leading axes between Q·Kᵀ and the
+  /// softmax (einsum's "bqhd,bkhd->bqhk": the queries before the heads),
+  /// undone on the probabilities before P·V; empty when there is none.
+  SmallVector<int32_t, 4> scoresPerms;
   /// The value the fused op replaces, and its defining op.
   Value result;
   /// Every op of the site, for the fused location and the cleanup.
@@ -799,6 +803,23 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
     if (isFloatCast(def)) {
       match.ops.insert(def);
       current = def->getOperand(0);
+      continue;
+    }
+    if (auto transpose = dyn_cast<tosa::TransposeOp>(def)) {
+      // The scores' leading axes permuted (the keys stay last, so the
+      // softmax commutes with it); matchAttention checks that the
+      // probabilities are permuted back. Terms after it would be laid out
+      // in the permuted order: none is taken.
+      ArrayRef<int32_t> perms = transpose.getPerms();
+      if (!match.scoresPerms.empty() || perms.size() != 4 || perms.back() != 3)
+        return fail("the scores are transposed other than among their "
+                    "leading axes");
+      if (!terms.empty() || match.scaleFactor)
+        return fail("a mask or a run-time scale is applied to transposed "
+                    "scores");
+      match.scoresPerms.assign(perms.begin(), perms.end());
+      match.ops.insert(def);
+      current = transpose.getInput1();
       continue;
     }
     if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
@@ -1707,6 +1728,7 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   Value probs = softmax->output;
   tosa::MatMulOp outputMatmul;
   bool collapsed = false;
+  SmallVector<int32_t, 4> probsPerms;
   while (!outputMatmul) {
     if (std::optional<Value> guarded = matchNanGuard(probs, match.ops)) {
       probs = *guarded;
@@ -1722,6 +1744,14 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       outputMatmul = matmul;
     } else if (isFloatCast(user)) {
       probs = user->getResult(0);
+    } else if (auto transpose = dyn_cast<tosa::TransposeOp>(user)) {
+      ArrayRef<int32_t> perms = transpose.getPerms();
+      if (collapsed || !probsPerms.empty() || perms.size() != 4 ||
+          perms.back() != 3)
+        return fail("the probabilities are transposed other than among "
+                    "their leading axes");
+      probsPerms.assign(perms.begin(), perms.end());
+      probs = transpose.getOutput();
     } else if (auto reshape = dyn_cast<tosa::ReshapeOp>(user)) {
       if (collapsed || !isMergeOfAxes(getRankedType(probs),
                                       getRankedType(reshape.getOutput()), 0, 1))
@@ -1745,9 +1775,24 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     return failure();
   if (stoppedAt)
     *stoppedAt = nullptr;
+  // A permutation of the scores' leading axes must be undone on the
+  // probabilities: P·V then reads them as Q·Kᵀ wrote them.
+  if (match.scoresPerms.empty() != probsPerms.empty())
+    return fail(probsPerms.empty()
+                    ? "the scores are transposed but the probabilities are "
+                      "not transposed back"
+                    : "the probabilities are transposed but the scores were "
+                      "not");
+  for (size_t i = 0; i < probsPerms.size(); ++i)
+    if (match.scoresPerms[probsPerms[i]] != static_cast<int32_t>(i))
+      return fail("the probabilities are not transposed back to the "
+                  "scores' order");
 
   auto scoresType = getRankedType(softmax->input);
-  if (scoresType.getRank() == 4)
+  if (!probsPerms.empty())
+    match.scoresShape = llvm::to_vector(llvm::map_range(
+        probsPerms, [&](int32_t axis) { return scoresType.getDimSize(axis); }));
+  else if (scoresType.getRank() == 4)
     match.scoresShape = llvm::to_vector(scoresType.getShape());
   else
     match.scoresShape = {1, scoresType.getDimSize(0), scoresType.getDimSize(1),
