@@ -7,7 +7,10 @@ under ``torch.compile`` (Inductor) and under ``torch.compile(backend="kiln")``.
 
 Models: Hugging Face models built from configs with random weights in
 ``attn_implementation="eager"`` (Llama, Mistral, Qwen2 with GQA, Gemma 2 with
-soft-capping, GPT-2, BERT; hidden 1024, 16 heads, 2 layers, vocabulary
+soft-capping, GPT-2, BERT, T5, BLOOM, ViT, Whisper, CLIP; and more_hf_models:
+OPT, GPT-NeoX, Falcon and GPT-BigCode with one K/V head, Phi, Phi-3,
+StableLM, GPT-J, GPT-Neo, MPT, Qwen3, OLMo, Gemma, RoBERTa, DistilBERT,
+ELECTRA, DeBERTa-v2, BART; hidden 1024, 16 heads, 2 layers, vocabulary
 1024) and the hand-written modules of test/gpu/check_torch_compile.py; bf16,
 b·s = --tokens tokens at each s. Outputs are checked first (relative error of
 the last hidden state or logits, bf16 bound 3e-2): against the float64
