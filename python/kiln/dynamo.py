@@ -1039,7 +1039,9 @@ _MAY_ALIAS = frozenset({
     "slice", "getitem", "__getitem__", "narrow", "unsqueeze", "squeeze", "expand",
     "expand_as", "as_strided", "flatten", "unflatten", "split", "chunk", "unbind",
     "diagonal", "alias", "detach", "contiguous", "to", "type", "type_as", "float",
-    "half", "bfloat16", "cuda", "swapaxes", "movedim"})
+    "half", "bfloat16", "cuda", "swapaxes", "swapdims", "movedim", "moveaxis",
+    "ravel", "unfold", "real", "imag", "view_as_real", "view_as_complex",
+    "getattr"})
 
 
 def _writes_state(target: Any) -> bool:
