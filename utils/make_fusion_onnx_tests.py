@@ -804,6 +804,33 @@ def softcap_half(name, cap_div, cap_mul):
     g.save()
 
 
+def bmm_view_mask_view(name="bmm_view_mask_view"):
+    """OPT's and BART's older eager attention: heads folded into the batch
+    ([B·H, S, D]), bmm scores viewed as [B, H, S, S] to add the padding mask,
+    viewed back to [B·H, S, S] for the softmax and the bmm with V."""
+    g = Graph(name, opset=17)
+    q, k, v = qkv_inputs(g)
+    mask = g.input("mask", F32, [B, 1, 1, S])
+    folded = g.const("folded", np.array([B * H, S, D], np.int64))
+    q3 = g.op("Reshape", [q, folded], "q_fold")
+    k3 = g.op("Reshape", [k, folded], "k_fold")
+    v3 = g.op("Reshape", [v, folded], "v_fold")
+    kt = g.op("Transpose", [k3], "k_t", perm=[0, 2, 1])
+    scores = g.op("MatMul", [q3, kt], "bmm_scores")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))], "scale")
+    split = g.const("split", np.array([B, H, S, S], np.int64))
+    scores4 = g.op("Reshape", [scores, split], "view_split")
+    scores4 = g.op("Add", [scores4, mask], "mask_add")
+    merged = g.const("merged", np.array([B * H, S, S], np.int64))
+    scores3 = g.op("Reshape", [scores4, merged], "view_merge")
+    probs = g.op("Softmax", [scores3], "softmax", axis=-1)
+    ctx = g.op("MatMul", [probs, v3], "bmm_pv")
+    out = g.op("Reshape", [ctx, g.const("unfold", np.array([B, H, S, D], np.int64))],
+               "ctx_unfold")
+    g.output(out, F32, [B, H, S, D])
+    g.save()
+
+
 def einsum_bqhk_masked():
     """Scores laid out [B, Sq, H, Sk] by einsum with a causal mask added in
     that layout ([Sq, 1, Sk]): a term on the permuted scores, not taken."""
@@ -1477,6 +1504,7 @@ def main():
                      q_layout="bshd")
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
     einsum_bqhk_masked()
+    bmm_view_mask_view()
     einsum_attention("einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",

@@ -262,6 +262,10 @@ struct AttentionMatch {
   /// softmax (einsum's "bqhd,bkhd->bqhk": the queries before the heads),
   /// undone on the probabilities before P·V; empty when there is none.
   SmallVector<int32_t, 4> scoresPerms;
+  /// [B, H, Sq, Sk] scores merged back to [B·H, Sq, Sk] right before the
+  /// softmax (bmm scores viewed as rank 4 to add a mask, then viewed back:
+  /// OPT's and BART's older eager code): the rank-4 type, else null.
+  RankedTensorType mergedScoresType;
   /// The value the fused op replaces, and its defining op.
   Value result;
   /// Every op of the site, for the fused location and the cleanup.
@@ -820,6 +824,18 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       match.scoresPerms.assign(perms.begin(), perms.end());
       match.ops.insert(def);
       current = transpose.getInput1();
+      continue;
+    }
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(def);
+        reshape && !split && !match.mergedScoresType && terms.empty() &&
+        phase == Masks && resultType.getRank() == 3 &&
+        isMergeOfAxes(getRankedType(reshape.getInput1()), resultType, 0, 1)) {
+      // [B, H, Sq, Sk] → [B·H, Sq, Sk] nearest the softmax, before any term:
+      // the terms further back are laid out in rank 4, and a split back to
+      // rank 4 must follow (else the merge is the product's own layout).
+      match.mergedScoresType = getRankedType(reshape.getInput1());
+      match.ops.insert(def);
+      current = reshape.getInput1();
       continue;
     }
     if (auto reshape = dyn_cast<tosa::ReshapeOp>(def)) {
@@ -1789,6 +1805,14 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                   "scores' order");
 
   auto scoresType = getRankedType(softmax->input);
+  if (match.mergedScoresType) {
+    // The scores were merged to rank 3 only for the softmax: the split back
+    // to rank 4 must be in the chain, the terms being laid out in it.
+    if (!scoresMatmul || getRankedType(scoresMatmul.getOutput()).getRank() != 3)
+      return fail("the scores are merged to rank 3 before the softmax but "
+                  "not computed in rank 3");
+    scoresType = match.mergedScoresType;
+  }
   if (!probsPerms.empty())
     match.scoresShape = llvm::to_vector(llvm::map_range(
         probsPerms, [&](int32_t axis) { return scoresType.getDimSize(axis); }));
