@@ -636,6 +636,28 @@ def _is(w: _Writer, node: Any) -> None:
     w.emit(op, [w.name_of(node.args[0])], [node.name])
 
 
+#: The ops whose results are probabilities: values in [0, 1], or NaN.
+_PROBABILITIES = frozenset({"aten._softmax.default", "aten.softmax.int"})
+
+
+@_handles("aten.nan_to_num.default")
+def _nan_to_num(w: _Writer, node: Any) -> None:
+    """`nan_to_num` of a softmax's probabilities (code that zeroes the rows
+    which see no key): they hold no infinity, so only the NaN replacement
+    acts, written as Where(IsNaN(p), nan, p). Of anything else it is opaque
+    (the importer reads IsInf of constants only)."""
+    source = node.args[0]
+    if _target_name(getattr(source, "target", None)) not in _PROBABILITIES:
+        raise _Opaque("nan_to_num of values other than a softmax's")
+    dtype, _ = out_type(node)
+    nan = _arg(node, 1, "nan", 0.0)
+    nan = 0.0 if nan is None else float(nan)
+    found = w.fresh(node.name)
+    w.emit("IsNaN", [w.name_of(source)], [found])
+    w.emit("Where", [found, w.constant([nan], dtype), w.operand(source, dtype)],
+           [node.name])
+
+
 @_handles("aten.logical_not.default", "aten.bitwise_not.default")
 def _not(w: _Writer, node: Any) -> None:
     dtype = w.types[w.name_of(node.args[0])][0]

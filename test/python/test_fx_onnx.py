@@ -158,6 +158,43 @@ def test_softmax_written_through_its_logarithm_or_a_row_shift(
     assert report["unfused"] == []
 
 
+def test_nan_to_num_of_the_probabilities_is_the_sites_own_guard(tmp_path: Path) -> None:
+    """softmax(masked_fill(scores, ~keep, -inf)).nan_to_num(0.0): rows that
+    see no key become zeros, as the fused op makes them; one site. Of a
+    value that is not a softmax's, nan_to_num stays opaque."""
+    g = Graph()
+    q, k, v = qkv(g)
+    keep = g.input("keep", (B, 1, 1, S), "bool")
+    kt = g.call("transpose", "aten.transpose.int", (k, -2, -1), shape=(B, H, D, S),
+                dtype="bfloat16")
+    scores = g.call("matmul", "aten.matmul.default", (q, kt), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    hidden = g.call("bitwise_not", "aten.bitwise_not.default", (keep,),
+                    shape=(B, 1, 1, S), dtype="bool")
+    filled = g.call("masked_fill", "aten.masked_fill.Scalar",
+                    (scores, hidden, float("-inf")), shape=(B, H, S, S), dtype="bfloat16")
+    probs = g.call("_softmax", "aten._softmax.default", (filled, -1, False),
+                   shape=(B, H, S, S), dtype="bfloat16")
+    zeroed = g.call("nan_to_num", "aten.nan_to_num.default", (probs, 0.0),
+                    shape=(B, H, S, S), dtype="bfloat16")
+    out = g.call("matmul_1", "aten.matmul.default", (zeroed, v), shape=(B, H, S, D),
+                 dtype="bfloat16")
+    g.output(out)
+    report = report_of(g, tmp_path, verify=True)
+    [site] = report["sites"]
+    assert site["mask"] == "boolean" and site["output"]["value"] == "matmul_1"
+    assert report["opaque"] == []
+
+    other = Graph()
+    x = other.input("x", (B, S), "float32")
+    fixed = other.call("nan_to_num", "aten.nan_to_num.default", (x, 0.0),
+                       shape=(B, S), dtype="float32")
+    other.output(fixed)
+    written = fx_onnx.write(other)
+    assert [(n.domain, n.op_type) for n in written.model.graph.node] == [
+        ("pkg.kiln.fx", "aten_nan_to_num_default")]
+
+
 def test_sdpa_with_a_boolean_mask_after_opaque_projections(tmp_path: Path) -> None:
     """A projection (aten.linear, kept opaque) then view and transpose into
     SDPA with a boolean padding mask: the site's query is the transpose
