@@ -590,10 +590,14 @@ def _softmax(w: _Writer, node: Any) -> None:
     w.finish(node, result)
 
 
-@_handles("aten._log_softmax.default")
+@_handles("aten.log_softmax.int", "aten._log_softmax.default")
 def _log_softmax(w: _Writer, node: Any) -> None:
     source = w.name_of(node.args[0])
-    if node.args[2]:  # half_to_float
+    if _target_name(node.target) == "aten.log_softmax.int":
+        dtype = _arg(node, 2, "dtype", None)
+        if dtype is not None:
+            source = w.cast(source, dtype_name(dtype))
+    elif node.args[2]:  # half_to_float
         source = w.cast(source, "float32")
     if w.types[source][0] == out_type(node)[0]:
         w.emit("LogSoftmax", [source], [node.name], axis=int(node.args[1]))

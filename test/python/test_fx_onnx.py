@@ -115,7 +115,7 @@ def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
     assert report["unfused"] == []
 
 
-@pytest.mark.parametrize("form", ["logsumexp", "log_softmax", "stable"])
+@pytest.mark.parametrize("form", ["logsumexp", "log_softmax", "log_softmax.int", "stable"])
 def test_softmax_written_through_its_logarithm_or_a_row_shift(
         form: str, tmp_path: Path) -> None:
     """exp(scores - logsumexp(scores)), exp(log_softmax(scores)) and
@@ -136,9 +136,11 @@ def test_softmax_written_through_its_logarithm_or_a_row_shift(
                       dtype="bfloat16")
         probs = g.call("exp", "aten.exp.default", (logs,), shape=(B, H, S, S),
                        dtype="bfloat16")
-    elif form == "log_softmax":
-        logs = g.call("_log_softmax", "aten._log_softmax.default", (scaled, -1, False),
-                      shape=(B, H, S, S), dtype="bfloat16")
+    elif form.startswith("log_softmax"):
+        logs = (g.call("_log_softmax", "aten._log_softmax.default", (scaled, -1, False),
+                       shape=(B, H, S, S), dtype="bfloat16") if form == "log_softmax" else
+                g.call("log_softmax", "aten.log_softmax.int", (scaled, -1),
+                       shape=(B, H, S, S), dtype="bfloat16"))
         probs = g.call("exp", "aten.exp.default", (logs,), shape=(B, H, S, S),
                        dtype="bfloat16")
     else:
