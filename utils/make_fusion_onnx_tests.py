@@ -1064,14 +1064,16 @@ def stable_softmax(name="stable_softmax", causal=False):
     g.save()
 
 
-def log_domain_softmax(name, form, opset=18):
+def log_domain_softmax(name, form, causal=True, keep_lse=False):
     """The softmax through its logarithm: Exp(LogSoftmax(x)) ("log_softmax"),
     or Exp(x - ReduceLogSumExp(x)) ("logsumexp", axes an input from opset
-    18): the softmax of x, fused."""
-    g = Graph(name, opset=opset)
+    18): the softmax of x, fused. With `keep_lse`, the log-sum-exp is also
+    returned: a value the graph keeps, so the site is not fused."""
+    g = Graph(name, opset=18)
     _, _, v, scores = plain_scores(g)
-    mask = g.const("causal", causal_initializer(S, S))
-    scores = g.op("Add", [scores, mask], "causal_add")
+    if causal:
+        mask = g.const("causal", causal_initializer(S, S))
+        scores = g.op("Add", [scores, mask], "causal_add")
     if form == "log_softmax":
         logs = g.op("LogSoftmax", [scores], "log_softmax", axis=-1)
     else:
@@ -1081,22 +1083,8 @@ def log_domain_softmax(name, form, opset=18):
     probs = g.op("Exp", [logs], "probs")
     ctx = g.op("MatMul", [probs, v], "pv")
     g.output(ctx, F32, [B, H, S, D])
-    g.save()
-
-
-def logsumexp_output():
-    """ReduceLogSumExp over the keys returned beside attention written with
-    it: the logarithm is a value the graph keeps, so the site is not
-    fused."""
-    g = Graph("neg_logsumexp_output", opset=18)
-    _, _, v, scores = plain_scores(g)
-    axes = g.const("lse_axes", np.array([-1], np.int64))
-    lse = g.op("ReduceLogSumExp", [scores, axes], "lse", keepdims=1)
-    logs = g.op("Sub", [scores, lse], "lse_sub")
-    probs = g.op("Exp", [logs], "probs")
-    ctx = g.op("MatMul", [probs, v], "pv")
-    g.output(ctx, F32, [B, H, S, D])
-    g.output(lse, F32, [B, H, S, 1])
+    if keep_lse:
+        g.output(lse, F32, [B, H, S, 1])
     g.save()
 
 
@@ -1530,7 +1518,7 @@ def main():
     stable_softmax()
     log_domain_softmax("log_softmax_exp", "log_softmax")
     log_domain_softmax("logsumexp_softmax", "logsumexp")
-    logsumexp_output()
+    log_domain_softmax("neg_logsumexp_output", "logsumexp", causal=False, keep_lse=True)
     stable_softmax("stable_softmax_causal", causal=True)
     softmax_axis("neg_softmax_axis_m2", -2)
     softmax_axis("neg_softmax_axis_1", 1)

@@ -571,39 +571,26 @@ def _sdpa(w: _Writer, node: Any) -> None:
     w.emit("Attention", names, [node.name], **attributes)
 
 
-@_handles("aten.softmax.int", "aten._softmax.default")
+@_handles("aten.softmax.int", "aten._softmax.default",
+          "aten.log_softmax.int", "aten._log_softmax.default")
 def _softmax(w: _Writer, node: Any) -> None:
+    """Softmax or LogSoftmax over one axis: `dtype` (the `.int` overloads)
+    or `half_to_float` (the `_` ones) casts the input first."""
+    name = _target_name(node.target)
+    op = "LogSoftmax" if "log_softmax" in name else "Softmax"
     source = w.name_of(node.args[0])
     dim = int(node.args[1])
-    if _target_name(node.target) == "aten.softmax.int":
+    if name.endswith(".int"):
         dtype = _arg(node, 2, "dtype", None)
         if dtype is not None:
             source = w.cast(source, dtype_name(dtype))
     elif node.args[2]:  # half_to_float
         source = w.cast(source, "float32")
     if w.types[source][0] == out_type(node)[0]:
-        w.emit("Softmax", [source], [node.name], axis=dim)
+        w.emit(op, [source], [node.name], axis=dim)
         return
     result = w.fresh(node.name)
-    w.emit("Softmax", [source], [result], axis=dim)
-    w.types[result] = (w.types[source][0], w.types[source][1])
-    w.finish(node, result)
-
-
-@_handles("aten.log_softmax.int", "aten._log_softmax.default")
-def _log_softmax(w: _Writer, node: Any) -> None:
-    source = w.name_of(node.args[0])
-    if _target_name(node.target) == "aten.log_softmax.int":
-        dtype = _arg(node, 2, "dtype", None)
-        if dtype is not None:
-            source = w.cast(source, dtype_name(dtype))
-    elif node.args[2]:  # half_to_float
-        source = w.cast(source, "float32")
-    if w.types[source][0] == out_type(node)[0]:
-        w.emit("LogSoftmax", [source], [node.name], axis=int(node.args[1]))
-        return
-    result = w.fresh(node.name)
-    w.emit("LogSoftmax", [source], [result], axis=int(node.args[1]))
+    w.emit(op, [source], [result], axis=dim)
     w.types[result] = (w.types[source][0], w.types[source][1])
     w.finish(node, result)
 
