@@ -395,6 +395,70 @@ def log_domain():
           const("two", np.array([0, 2], np.int64))], opset=18)
 
 
+FLOAT8E4M3FN = 17  # ONNX 1.14's enum value; the installed onnx may predate it
+
+
+def float8_tensor(name, bits, shape):
+    """An e4m3fn initializer from raw bit patterns (one an element, in
+    int32_data, as ONNX stores 8-bit floats)."""
+    t = onnx.TensorProto()
+    t.name = name
+    t.data_type = FLOAT8E4M3FN
+    t.dims.extend(shape)
+    t.int32_data.extend(int(b) for b in np.asarray(bits).reshape(-1))
+    return t
+
+
+def float8_qdq():
+    """QuantizeLinear/DequantizeLinear to and from float8 e4m3fn (opset 21):
+    a per-tensor scale with a zero point (saturating, values past 448·s
+    clamped), a per-axis scale given by output_dtype, a non-saturating Cast
+    (past 464 -> NaN) and back, and quantised constant weights (every
+    e4m3 code but NaN) dequantised."""
+    f = TensorProto.FLOAT
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)
+    nodes = [
+        node("Mul", ["x", "gain"], ["xs"]),
+        node("QuantizeLinear", ["xs", "s", "zp"], ["q1"]),
+        node("DequantizeLinear", ["q1", "s", "zp"], ["per_tensor"]),
+        node("QuantizeLinear", ["xs", "s_axis"], ["q2"], axis=1,
+             output_dtype=FLOAT8E4M3FN),
+        node("DequantizeLinear", ["q2", "s_axis"], ["per_axis"], axis=1),
+        node("Cast", ["xs"], ["c8"], to=FLOAT8E4M3FN, saturate=0),
+        node("Cast", ["c8"], ["cast"], to=f),
+        node("DequantizeLinear", ["w8", "sw"], ["weights"]),
+        # Edge values made at run time (edge + 0·x): ties, the 448/464/480
+        # boundary, subnormals and their midpoints, infinities, NaN, -0.
+        node("Mul", ["x", "zero"], ["x0"]),
+        node("Add", ["edge", "x0"], ["edge_rt"]),
+        node("Cast", ["edge_rt"], ["e8"], to=FLOAT8E4M3FN, saturate=0),
+        node("Cast", ["e8"], ["edges"], to=f),
+        node("Cast", ["edge_rt"], ["s8"], to=FLOAT8E4M3FN),
+        node("Cast", ["s8"], ["edges_saturated"], to=f),
+    ]
+    tiny = 2.0 ** -9
+    edge = np.array([0.0, -0.0, 448.0, 463.9, 464.0, 464.1, 479.0, 480.0,
+                     -500.0, np.inf, -np.inf, np.nan, tiny, tiny / 2,
+                     tiny * 1.5, tiny * 2.5, tiny * 3.5, tiny * 7.5,
+                     2.0 ** -6 - tiny / 2, 2.0 ** -6, 1.0625, 1.1875, 1.0624,
+                     -1.0625, 1e-20, -1e-20, 3.0e-3, 0.1, 0.3, 17.0, 19.0,
+                     -240.0, 248.0, 232.0, 2.0 ** -10, 2.0 ** -11, 255.9,
+                     1.0 + 2 ** -4, 1.0 + 3 * 2 ** -4, 2.0 ** 8 * 1.0625,
+                     5.0, 6.5, 7.5, -7.5, 0.0078125, 0.01, 100.0, 200.0],
+                    np.float32).reshape(2, 3, 8)
+    save("float8_qdq", nodes, [tensor("x", f, [2, 3, 8])],
+         [tensor("per_tensor", f, [2, 3, 8]), tensor("per_axis", f, [2, 3, 8]),
+          tensor("cast", f, [2, 3, 8]), tensor("weights", f, [len(codes)]),
+          tensor("edges", f, [2, 3, 8]),
+          tensor("edges_saturated", f, [2, 3, 8])],
+         [const("gain", np.float32(120.0)), const("s", np.float32(0.25)),
+          float8_tensor("zp", [0], []),
+          const("s_axis", np.array([0.5, 0.3, 2.0], np.float32)),
+          float8_tensor("w8", codes, [len(codes)]),
+          const("sw", np.float32(0.75)), const("zero", np.float32(0.0)),
+          const("edge", edge)], opset=21)
+
+
 def encoder_unsupported():
     """Forms of the encoder operators that stay opaque, each with a reason."""
     f = TensorProto.FLOAT
@@ -454,6 +518,7 @@ def main():
     normalizations()
     reductions()
     log_domain()
+    float8_qdq()
     encoder_unsupported()
     verify_opaque()
     conv1d_strided_dynamic()

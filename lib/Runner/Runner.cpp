@@ -188,6 +188,9 @@ LogicalResult mlir::kiln::lowerToLLVM(ModuleOp module,
   // code (the JIT has no __truncsfbf2 to call). The expansion comes last:
   // the passes before it insert conversions. math.powf is not expanded to
   // exp(y·log(x)), which is NaN for a negative x: it calls libm.
+  // The graph's float8 conversions (QuantizeLinear, DequantizeLinear) in
+  // integer arithmetic: LLVM has no float8 type.
+  pm.addPass(kiln::createKilnExpandFloat8());
   arith::ArithEmulateUnsupportedFloatsOptions emulate;
   emulate.sourceTypeStrs = {"bf16", "f16"};
   pm.addPass(arith::createArithEmulateUnsupportedFloats(emulate));

@@ -55,6 +55,9 @@ namespace {
 constexpr int64_t kDynamic = ShapedType::kDynamic;
 /// Tensors up to this many elements are folded at import time.
 constexpr int64_t kFoldLimit = int64_t(1) << 22;
+/// ONNX 1.14's FLOAT8E4M3FN (float8 e4m3, finite, with NaN), which the
+/// linked libonnx's enum predates.
+constexpr int32_t kOnnxFloat8E4M3FN = 17;
 
 /// Outcome of importing one node.
 enum class Status {
@@ -169,6 +172,23 @@ private:
   Status importConstant();
   Status importIdentity();
   Status importCast();
+  /// QuantizeLinear and DequantizeLinear to and from float8 e4m3fn.
+  Status importQuantizeLinear();
+  Status importDequantizeLinear();
+  /// The scale of a (de)quantisation (or its reciprocal) in `elemType`,
+  /// laid along `axis` of a rank-`rank` tensor (a per-axis scale is rank
+  /// 1); null when it is neither a float scalar nor a rank-1 float tensor.
+  /// The axis of a per-axis scale (checked against `scale`'s size), 0 for
+  /// a per-tensor one.
+  FailureOr<int64_t> quantAxis(TensorInfo *scale, int64_t rank);
+  Value quantScale(TensorInfo *scale, int64_t axis, int64_t rank,
+                   Type elemType, bool reciprocal);
+  /// Whether a float8 zero point is absent or all zeros (the only zero
+  /// point a float8 (de)quantisation has).
+  bool isZeroFloat8Point(TensorInfo *zeroPoint);
+  /// `x` clamped to e4m3's finite range [-448, 448] (NaN kept), as a
+  /// saturating conversion to float8 e4m3fn rounds first.
+  Value saturateToE4M3(Value x);
   Status importShape();
   Status importConstantOfShape();
   Status importRange();
@@ -261,12 +281,21 @@ FailureOr<Type> Importer::convertElementType(int32_t onnxType) {
     return Type(IntegerType::get(ctx, 64));
   case onnx::TensorProto::UINT8:
     return Type(IntegerType::get(ctx, 8, IntegerType::Unsigned));
+  case kOnnxFloat8E4M3FN:
+    return Type(Float8E4M3FNType::get(ctx));
   default:
     break;
   }
   const char *name = "unknown";
   if (onnx::TensorProto_DataType_IsValid(onnxType))
     name = onnx::TensorProto_DataType_Name(onnxType).c_str();
+  // Types newer than the linked libonnx's enum (ONNX 1.14+).
+  static const char *const newer[] = {"FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+                                      "FLOAT8E5M2FNUZ", "UINT4", "INT4",
+                                      "FLOAT4E2M1"};
+  if (onnxType > kOnnxFloat8E4M3FN &&
+      onnxType <= kOnnxFloat8E4M3FN + (int32_t)std::size(newer))
+    name = newer[onnxType - kOnnxFloat8E4M3FN - 1];
   error() << "unsupported element type " << name << " (" << onnxType << ")";
   return failure();
 }
@@ -400,6 +429,15 @@ Importer::convertTensor(const onnx::TensorProto &tensor) {
     (void)copyField(tensor.int32_data(), bits);
     return DenseElementsAttr::getFromRawBuffer(
         type, ArrayRef<char>((const char *)bits.data(), bits.size() * 2));
+  }
+  case kOnnxFloat8E4M3FN: {
+    // Raw 8-bit patterns in int32_data, one an element.
+    if (tensor.int32_data_size() != count)
+      return mismatch(tensor.int32_data_size());
+    SmallVector<uint8_t> bits(count);
+    (void)copyField(tensor.int32_data(), bits);
+    return DenseElementsAttr::getFromRawBuffer(
+        type, ArrayRef<char>((const char *)bits.data(), bits.size()));
   }
   default:
     if (failed(copyField(tensor.int32_data(), lit.ints)))
@@ -739,6 +777,10 @@ Status Importer::dispatch(const onnx::NodeProto &node) {
     return importIdentity();
   if (op == "Cast")
     return importCast();
+  if (op == "QuantizeLinear")
+    return importQuantizeLinear();
+  if (op == "DequantizeLinear")
+    return importDequantizeLinear();
   if (op == "Shape")
     return importShape();
   if (op == "Size") {

@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "kiln/Dialect/Kiln/IR/KilnOps.h"
+#include "kiln/Dialect/Kiln/Transforms/Float8.h"
 #include "kiln/Dialect/Kiln/Transforms/Passes.h"
 #include "kiln/Dialect/Kiln/Transforms/TileAttention.h"
 
@@ -109,40 +110,9 @@ struct IR {
   Value toIndex(Value value) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
   }
-  Value i32(int64_t value) {
-    return arith::ConstantIntOp::create(b, loc, b.getI32Type(), value);
-  }
-  Value andi(Value x, Value y) { return arith::AndIOp::create(b, loc, x, y); }
-  Value ori(Value x, Value y) { return arith::OrIOp::create(b, loc, x, y); }
-  Value shl(Value x, Value y) { return arith::ShLIOp::create(b, loc, x, y); }
-  Value shrui(Value x, Value y) { return arith::ShRUIOp::create(b, loc, x, y); }
-  Value bitcast(Type type, Value value) {
-    return arith::BitcastOp::create(b, loc, type, value);
-  }
-  /// The f32 value of an f8E4M3FN scalar, exactly. e4m3 "FN" has bias 7, no
-  /// infinities and NaN at S.1111.111; it is decoded from its bits because
-  /// arith.extf from f8 has no LLVM lowering.
+  /// The f32 value of an f8E4M3FN scalar, exactly (Float8.h).
   Value decodeE4M3(Value element) {
-    Value bits = arith::ExtUIOp::create(b, loc, b.getI32Type(),
-                                        bitcast(b.getI8Type(), element));
-    Value exponent = andi(shrui(bits, i32(3)), i32(0xF));
-    Value mantissa = andi(bits, i32(0x7));
-    Value sign = shl(andi(bits, i32(0x80)), i32(24));
-    // Normal: rebias 7 -> 127 and move the 3 mantissa bits to the top of
-    // f32's 23.
-    Value normal =
-        ori(shl(add(exponent, i32(127 - 7)), i32(23)), shl(mantissa, i32(20)));
-    // Subnormal (and zero): m·2^-9, exact in f32.
-    Value subnormal =
-        bitcast(b.getI32Type(),
-                mulf(arith::UIToFPOp::create(b, loc, b.getF32Type(), mantissa),
-                     f32(std::ldexp(1.0, -9))));
-    Value magnitude = select(cmp(arith::CmpIPredicate::eq, exponent, i32(0)),
-                             subnormal, normal);
-    Value value = bitcast(b.getF32Type(), ori(magnitude, sign));
-    Value isNaN =
-        cmp(arith::CmpIPredicate::eq, andi(bits, i32(0x7F)), i32(0x7F));
-    return select(isNaN, f32(std::numeric_limits<double>::quiet_NaN()), value);
+    return kiln::decodeE4M3(b, loc, element);
   }
   /// A fully dynamic tensor of `sizes.size()` dims.
   Value empty(ArrayRef<Value> sizes, Type elementType) {

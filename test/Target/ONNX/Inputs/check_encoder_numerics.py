@@ -30,7 +30,55 @@ CASES = [
     ("reduce_l2_opset17", {}),
     ("reduce_l2_opset18", {}),
     ("log_domain", {}),
+    ("float8_qdq", {}),
 ]
+
+FLOAT8E4M3FN = 17
+
+
+def e4m3_value(code):
+    """The value of an e4m3fn code (bias 7, no infinities, NaN at S.1111.111)."""
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent, mantissa = (code >> 3) & 0xF, code & 0x7
+    if exponent == 0:
+        return sign * mantissa * 2.0 ** -9
+    return sign * (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
+# The non-negative finite e4m3fn values, increasing with their codes.
+E4M3_CODES = np.arange(0x7F)
+E4M3_VALUES = np.array([e4m3_value(c) for c in E4M3_CODES])
+
+
+def to_e4m3(x, saturate):
+    """x rounded to the nearest e4m3fn value, ties to the even code, as the
+    ONNX specification of float8 conversion says; NaN stays NaN; past 448
+    the value saturates to ±448 or (without saturation) becomes NaN beyond
+    the midpoint 464."""
+    x = np.asarray(x, np.float64)
+    magnitude = np.abs(x)
+    if saturate:
+        magnitude = np.minimum(magnitude, 448.0)
+    with np.errstate(invalid="ignore"):
+        hi = np.clip(np.searchsorted(E4M3_VALUES, magnitude), 1, len(E4M3_VALUES) - 1)
+        lo = hi - 1
+        d_lo = magnitude - E4M3_VALUES[lo]
+        d_hi = E4M3_VALUES[hi] - magnitude
+        pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (E4M3_CODES[hi] % 2 == 0))
+        rounded = np.where(pick_hi, E4M3_VALUES[hi], E4M3_VALUES[lo])
+        rounded = np.where(magnitude > 464.0, np.nan, rounded)
+        rounded = np.where(magnitude == 464.0, 448.0, rounded)
+        rounded = np.where(np.isnan(x), np.nan, rounded)
+    return np.copysign(rounded, x)
+
+
+def along(scale, axis, ndim):
+    scale = np.asarray(scale, np.float64)
+    if scale.ndim == 0 or scale.size == 1:
+        return scale.reshape(())
+    shape = [1] * ndim
+    shape[axis] = scale.size
+    return scale.reshape(shape)
 
 
 def attrs_of(node):
@@ -142,6 +190,18 @@ def evaluate(node, inputs, opset):
             return np.log(np.exp(x).sum(axis=axes, keepdims=bool(a.get("keepdims", 1))))
     if op == "Div":
         return inputs[0] / inputs[1]
+    if op == "QuantizeLinear":
+        # f32 division (x and the scale are f32), then float8 rounding.
+        x, scale = inputs[0], along(inputs[1], a.get("axis", 1), inputs[0].ndim)
+        quotient = (x.astype(np.float32) / scale.astype(np.float32)).astype(np.float64)
+        return to_e4m3(quotient, a.get("saturate", 1))
+    if op == "DequantizeLinear":
+        x, scale = inputs[0], along(inputs[1], a.get("axis", 1), inputs[0].ndim)
+        return (x * scale).astype(np.float32).astype(np.float64)
+    if op == "Cast":
+        if a["to"] == FLOAT8E4M3FN:
+            return to_e4m3(inputs[0].astype(np.float32), a.get("saturate", 1))
+        return inputs[0]
     if op == "Mul":
         return inputs[0] * inputs[1]
     raise NotImplementedError(op)
@@ -153,6 +213,10 @@ def run_case(name, shapes, translate, runner, work, rng):
     graph = model.graph
     values = {}
     for t in graph.initializer:
+        if t.data_type == FLOAT8E4M3FN:
+            values[t.name] = np.array([e4m3_value(c) for c in t.int32_data],
+                                      np.float64).reshape(tuple(t.dims))
+            continue
         array = numpy_helper.to_array(t)
         values[t.name] = (array.astype(np.float64)
                           if array.dtype.kind == "f" else array)

@@ -121,6 +121,19 @@ def KilnTileAttention : Pass<"kiln-tile-attention"> {
   ];
 }
 
+def KilnExpandFloat8 : Pass<"kiln-expand-f8"> {
+  let summary = "Expand float8 e4m3fn conversions into integer arithmetic";
+  let description = [{
+    Rewrites scalar `arith.extf` from and `arith.truncf` to `f8E4M3FN` into
+    integer arithmetic on the bits (LLVM has no float8 type): decoding is
+    exact; encoding rounds to nearest, ties to even, and gives NaN for NaN,
+    infinities and magnitudes that round past 448 (a saturating conversion
+    clamps before it). Runs after the loops are formed, before the lowering
+    to LLVM.
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def KilnDecomposeAttention : Pass<"kiln-decompose-attention"> {
   let summary = "Lower kiln attention ops to a plain, untiled softmax";
   let description = [{
