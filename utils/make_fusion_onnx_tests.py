@@ -539,6 +539,26 @@ def sliding_window(name, built):
     g.save()
 
 
+def gpt_neo_local(name, window=3):
+    """Hugging Face's GPT-Neo (eager): the scores without a scale,
+    Where(bias, scores, finfo.min) with the layer's band (causal, or causal
+    within `window` keys for a local layer), then the model's 4-D causal
+    mask added on top (0 or bfloat16's finfo.min, widened to f32): keys past
+    the diagonal score min + min = -inf, keys outside the window min."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "scores")
+    band = causal_initializer(S, S, window=window) == 0
+    keep = g.const("neo_bias", band[0, 0][None, None])
+    scores = g.op("Where", [keep, scores, g.const(
+        "mask_value", np.float32(FINFO_MIN))], "neo/Where")
+    bf16_min = float(np.float32(-3.3895313892515355e38))
+    causal = g.const("causal_4d", causal_initializer(S, S, fill=bf16_min))
+    scores = g.op("Add", [scores, causal], "neo/Add")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 # -- Biases ------------------------------------------------------------------
 
 
@@ -1476,6 +1496,8 @@ def main():
     causal_init("causal_rect_top_left", 4, S, top_left=True)
     sliding_window("window_built", built=True)
     sliding_window("window_initializer", built=False)
+    gpt_neo_local("gpt_neo_local_hf", window=3)
+    gpt_neo_local("gpt_neo_global_hf", window=None)
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
     t5_bias("t5_zero_bias", combined=False, zero=True)

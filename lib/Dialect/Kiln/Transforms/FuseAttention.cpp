@@ -1522,6 +1522,13 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
     }
   }
 
+  // Every query row has a diagonal key (j = i + Sk - Sq >= 0) when there
+  // are no more queries than keys.
+  int64_t queryLength = match.scoresShape[2], keyLength = match.scoresShape[3];
+  bool diagonalAlwaysInside = !ShapedType::isDynamic(queryLength) &&
+                              !ShapedType::isDynamic(keyLength) &&
+                              queryLength <= keyLength;
+
   // The decision, with or without the bands taken as attributes.
   auto decide = [&](bool useBands, std::optional<double> &maskedScore,
                     bool &exact) {
@@ -1549,9 +1556,12 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
         finiteHiders.push_back(hider);
     if (finiteHiders.empty())
       return; // -inf fills and additive terms: exact as they are.
-    // A band alone: every row sees its diagonal key, so the fill never
-    // decides a row.
-    if (all.size() == 1 && all[0].band)
+    // Bands alone (one, or several written one over the other: GPT-Neo's
+    // local window replaced by finfo.min, the model's causal mask added on
+    // top): every row sees its diagonal key, which every band keeps, so no
+    // fill (nor fills summed to -inf) decides a row.
+    if (llvm::all_of(all, [](const Hider &h) { return h.band.has_value(); }) &&
+        (all.size() == 1 || diagonalAlwaysInside))
       return;
     double fill = finiteHiders.front().fill;
     double innermost = 0;
