@@ -559,6 +559,52 @@ def gpt_neo_local(name, window=3):
     g.save()
 
 
+FLOAT8E4M3FN = 17  # ONNX 1.14's enum value; the installed onnx may predate it
+
+
+def fp8_qdq(name, per_head=False, quantize_probs=False, causal=True,
+            f16=False):
+    """Attention quantised as FP8 exporters write it (opset 21): Q, K and V
+    each through QuantizeLinear to float8 e4m3fn and DequantizeLinear back
+    before the matmuls, with per-tensor scales (or per head along axis 1 of
+    [B, H, S, D]); `quantize_probs` also quantises the probabilities before
+    P·V (TensorRT's FP8 attention); `f16`: f16 inputs and scales."""
+    g = Graph(name, opset=21)
+    elem = TensorProto.FLOAT16 if f16 else F32
+    dtype = np.float16 if f16 else np.float32
+    q, k, v = qkv_inputs(g, elem=elem)
+    zp = onnx.TensorProto()
+    zp.name, zp.data_type = "zp", FLOAT8E4M3FN
+    zp.int32_data.append(0)
+    g.inits.append(zp)
+    dequantized = []
+    for index, x in enumerate([q, k, v]):
+        if per_head:
+            scale = g.const("s%d" % index, np.array(
+                [0.02 + 0.01 * h + 0.005 * index for h in range(H)], dtype))
+        else:
+            scale = g.const("s%d" % index, dtype(0.03 + 0.01 * index))
+        q8 = g.op("QuantizeLinear", [x, scale, "zp"], "%s/Quantize" % x,
+                  axis=1)
+        dequantized.append(g.op("DequantizeLinear", [q8, scale, "zp"],
+                                "%s/Dequantize" % x, axis=1))
+    scores = g.op("MatMul", [dequantized[0], k_transposed(g, dequantized[1])],
+                  "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", dtype(0.25))],
+                  "scale")
+    if causal:
+        scores = g.op("Add", [scores, g.const("causal", causal_initializer(
+            S, S).astype(dtype))], "causal_add")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    if quantize_probs:
+        p_scale = g.const("p_scale", dtype(1.0 / 448.0))
+        p8 = g.op("QuantizeLinear", [probs, p_scale, "zp"], "p/Quantize")
+        probs = g.op("DequantizeLinear", [p8, p_scale, "zp"], "p/Dequantize")
+    ctx = g.op("MatMul", [probs, dequantized[2]], "pv")
+    g.output(ctx, elem, [B, H, S, D])
+    g.save()
+
+
 # -- Biases ------------------------------------------------------------------
 
 
@@ -1498,6 +1544,10 @@ def main():
     sliding_window("window_initializer", built=False)
     gpt_neo_local("gpt_neo_local_hf", window=3)
     gpt_neo_local("gpt_neo_global_hf", window=None)
+    fp8_qdq("fp8_qdq_attention")
+    fp8_qdq("fp8_qdq_per_head", per_head=True, causal=False)
+    fp8_qdq("fp8_qdq_f16", f16=True)
+    fp8_qdq("neg_fp8_qdq_probs", quantize_probs=True)
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
     t5_bias("t5_zero_bias", combined=False, zero=True)

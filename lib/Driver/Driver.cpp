@@ -346,6 +346,11 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     });
     FusionPipelineOptions fusionOptions;
     fusionOptions.paddedRows = options.paddedRowsFree ? "free" : "exact";
+    // FP8 operands have no GPU kernel: a package takes the dequantised
+    // values; a report, --verify or MLIR shows the FP8 op.
+    bool reportOnly = (options.report != ReportKind::None || options.verify) &&
+                      (options.outputPath.empty() || options.outputPath == "-");
+    fusionOptions.foldFp8 = options.emit != EmitKind::Package || reportOnly;
     if (failed(runPipeline(*module, [&](OpPassManager &pm) {
           buildFusionPipeline(pm, fusionOptions);
         })))

@@ -314,6 +314,9 @@ llvm::json::Object describeSite(AttentionOp op) {
     nodes.push_back(name);
   llvm::json::Object site = siteAttributesToJSON(op);
   site["nodes"] = std::move(nodes);
+  // Q, K and V's element type: the result's, or f8E4M3FN for an FP8 site
+  // (Q, K and V dequantised in the graph, folded with their descales).
+  site["operand_dtype"] = elementName(op.getQuery().getType());
   // Source lines where the input records them (StableHLO from JAX).
   std::vector<std::string> source = sourceLines(op.getLoc());
   if (!source.empty())

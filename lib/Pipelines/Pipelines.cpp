@@ -25,6 +25,7 @@ void mlir::kiln::buildFusionPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   KilnFuseAttentionOptions fuseOptions;
   fuseOptions.paddedRows = options.paddedRows;
+  fuseOptions.foldFp8 = options.foldFp8;
   pm.addPass(createKilnFuseAttention(fuseOptions));
   pm.addPass(createCanonicalizerPass());
 }

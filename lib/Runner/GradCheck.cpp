@@ -238,6 +238,8 @@ double defaultTolerance(Type elementType) {
 /// Checks one op; failure when it cannot be checked.
 FailureOr<GradCheckSite> checkSite(AttentionOp op, int64_t siteIndex,
                                    const GradCheckOptions &options) {
+  if (op.getQDescale())
+    return op.emitOpError() << "has FP8 operands, which have no gradient";
   GradCheckSite site;
   {
     llvm::raw_string_ostream os(site.location);
@@ -297,7 +299,9 @@ FailureOr<GradCheckSite> checkSite(AttentionOp op, int64_t siteIndex,
   auto forwardOp = AttentionOp::create(
       builder, op.getLoc(), resultType, lseType, q, k, v, mapped(op.getMask()),
       mapped(bias), mapped(op.getQOffsets()), mapped(op.getKvOffsets()),
-      mapped(op.getScaleFactor()), op.getScaleAttr(), op.getCausalAttr(),
+      mapped(op.getScaleFactor()), /*q_descale=*/Value(),
+      /*k_descale=*/Value(), /*v_descale=*/Value(), op.getScaleAttr(),
+      op.getCausalAttr(),
       op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
       op.getMaskedScoreAttr(), op.getLayoutAttr());
   FloatAttr backwardScale = op.getScaleAttr();

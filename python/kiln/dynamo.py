@@ -115,6 +115,9 @@ def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
     """Why a report's site cannot be rewritten from its names, or None."""
     if site.get("kv_cache"):
         return "it reads a KV cache input"
+    if site.get("operand_dtype", site.get("dtype")) != site.get("dtype"):
+        return (f"its Q, K and V are {site['operand_dtype']} (FP8), for which "
+                f"Kiln has no GPU kernel yet")
     roles = [("output", site.get("output"))] + list(site["operands"].items())
     for role, entry in roles:
         if entry is None:

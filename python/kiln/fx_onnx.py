@@ -66,6 +66,9 @@ _ELEMENT = {
     "float8_e5m2fnuz": 20,
 }
 
+#: The float8 element types (Cast to them carries `saturate`).
+_FLOAT8 = frozenset({17, 18, 19, 20})
+
 #: Complex dtypes, each written as its real pairs (torch.view_as_real's
 #: layout: the real type, one more axis of 2). Values of these types are
 #: never translated, only carried between opaque nodes (RoPE through
@@ -199,6 +202,7 @@ class _Writer:
         self.opaque: List[str] = []
         self.counter = 0
         self.uses_attention = False
+        self.uses_float8 = False
 
     # -- values ------------------------------------------------------------
 
@@ -218,6 +222,11 @@ class _Writer:
     def emit(self, op: str, inputs: Sequence[str], outputs: Sequence[str],
              name: Optional[str] = None, domain: Optional[str] = None,
              **attributes: Any) -> None:
+        if op == "Cast" and attributes.get("to") in _FLOAT8:
+            # torch's float8 conversion does not saturate: past the largest
+            # finite value it gives NaN (ONNX Cast's saturate=0, opset 19).
+            attributes["saturate"] = 0
+            self.uses_float8 = True
         self.nodes.append(self.helper.make_node(
             op, list(inputs), list(outputs), name=name or outputs[0],
             domain=domain, **attributes))
@@ -983,6 +992,7 @@ def write(graph: Any, lifted: Optional[Dict[str, Any]] = None,
         else:
             raise Unsupported(f"a {node.op} node ({node.name})")
     opset = max(opset, 23) if w.uses_attention else opset
+    opset = max(opset, 19) if w.uses_float8 else opset
     graph_proto = helper.make_graph(
         w.nodes, "kiln_fx", inputs,
         [helper.make_tensor_value_info(name, _ELEMENT[w.types[name][0]], w.types[name][1])

@@ -64,6 +64,12 @@ def test_sites_without_names_are_not_rewritten() -> None:
     assert kd._unrewritable(site) is None
     site["kv_cache"] = {"past_key": "a", "past_value": "b"}
     assert kd._unrewritable(site) == "it reads a KV cache input"
+    # Q, K and V dequantised from float8 in the graph: an FP8 site, which
+    # has no GPU kernel; the report says so and the graph keeps its code.
+    [site] = report_of("fp8_qdq_f16.onnx")["sites"]
+    assert site["operand_dtype"] == "f8E4M3FN" and site["dtype"] == "f16"
+    assert kd._unrewritable(site) == ("its Q, K and V are f8E4M3FN (FP8), for "
+                                      "which Kiln has no GPU kernel yet")
 
 
 def test_pending_graphs_compile_offline(cache: Path) -> None:

@@ -494,3 +494,38 @@ def test_fused_qkv_split_by_unbind_or_select_keeps_graph_sources(
         sources = [s["value"] for s in site["operands"][role]["sources"]]
         assert names & set(sources), (role, sources)
     assert site["output"]["value"] == "matmul_1"
+
+
+def test_float8_casts_before_the_products_fold_into_an_fp8_site(tmp_path: Path) -> None:
+    """Q, K and V cast to float8_e4m3fn and back to bf16 with a scale each
+    (FP8 attention as torch code writes it: `x.to(torch.float8_e4m3fn)`,
+    then `.to(torch.bfloat16) * scale`): written as Casts that do not
+    saturate (torch gives NaN past 448), read by kilnc as one FP8 site on
+    the float8 values, verified against the graph on the CPU."""
+    g = Graph()
+    dequantized = []
+    for index, x in enumerate(qkv(g)):
+        x8 = g.call(f"to_fp8_{x.name}", "aten._to_copy.default", (x,),
+                    {"dtype": "float8_e4m3fn"}, shape=(B, H, S, D), dtype="float8_e4m3fn")
+        wide = g.call(f"to_bf16_{x.name}", "aten._to_copy.default", (x8,),
+                      {"dtype": "bfloat16"}, shape=(B, H, S, D), dtype="bfloat16")
+        dequantized.append(g.call(f"dq_{x.name}", "aten.mul.Tensor", (wide, 0.5 + index),
+                                  shape=(B, H, S, D), dtype="bfloat16"))
+    q, k, v = dequantized
+    kt = g.call("kt", "aten.transpose.int", (k, -2, -1), shape=(B, H, D, S), dtype="bfloat16")
+    scores = g.call("matmul", "aten.matmul.default", (q, kt), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    scaled = g.call("mul", "aten.mul.Tensor", (scores, 0.125), shape=(B, H, S, S),
+                    dtype="bfloat16")
+    attend(g, scaled, v, "bfloat16")
+    written = fx_onnx.write(g)
+    casts = [n for n in written.model.graph.node
+             if n.op_type == "Cast" and n.input[0] in ("q", "k", "v")]
+    assert len(casts) == 3
+    assert all({a.name: a.i for a in n.attribute}["saturate"] == 0 for n in casts)
+    assert written.model.opset_import[0].version >= 19
+    report = report_of(g, tmp_path, verify=True)
+    [site] = report["sites"]
+    assert site["operand_dtype"] == "f8E4M3FN" and site["dtype"] == "bf16"
+    assert {role: site["operands"][role]["value"] for role in ("query", "key", "value")} \
+        == {"query": "to_fp8_q", "key": "to_fp8_k", "value": "to_fp8_v"}

@@ -41,6 +41,11 @@ struct FusionPipelineOptions
       llvm::cl::desc("'exact' or 'free': whether rows that see no key must "
                      "give what the graph gives (see kiln-fuse-attention)"),
       llvm::cl::init("exact")};
+  Option<bool> foldFp8{
+      *this, "fold-fp8",
+      llvm::cl::desc("Fold e4m3 operands dequantised in the graph into "
+                     "FP8 kiln.attention operands (see kiln-fuse-attention)"),
+      llvm::cl::init(true)};
 };
 
 /// Graph clean-up and attention fusion (`kiln-fusion-pipeline`).

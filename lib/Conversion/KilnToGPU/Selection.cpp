@@ -165,6 +165,11 @@ namespace {
 /// Checks that `op` is something the kernel generator supports.
 LogicalResult checkSupported(AttentionOp op, bool tensorCores,
                              bool allowTf32) {
+  if (op.getQDescale())
+    return op.emitOpError(
+        "FP8 (e4m3) Q, K and V have no GPU kernel: compile the graph for "
+        "the GPU without folding its dequantisation (the default when a "
+        "package is emitted)");
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");

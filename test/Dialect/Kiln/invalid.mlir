@@ -128,7 +128,7 @@ func.func @scale(%q: tensor<1x8x16x64xf32>, %k: tensor<1x8x16x64xf32>, %v: tenso
 
 // Integer tensors are not attention inputs.
 func.func @int_query(%q: tensor<1x8x16x64xi32>, %k: tensor<1x8x16x64xf32>, %v: tensor<1x8x16x64xf32>) -> tensor<1x8x16x64xf32> {
-  // expected-error @+1 {{operand #0 must be ranked tensor of 16-bit float or bfloat16 type or 32-bit float values}}
+  // expected-error @+1 {{operand #0 must be ranked tensor of 16-bit float or bfloat16 type or 32-bit float or f8E4M3FN type values}}
   %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x8x16x64xi32>, tensor<1x8x16x64xf32>, tensor<1x8x16x64xf32> -> tensor<1x8x16x64xf32>
   return %o : tensor<1x8x16x64xf32>
 }
@@ -346,4 +346,36 @@ func.func @grad_packed_mask(%q: tensor<40x4x32xf32>, %lse: tensor<4x40xf32>, %qo
   // expected-error @+1 {{the packed form (offsets) takes no mask or bias}}
   %dq, %dk, %dv = kiln.attention_grad %q, %q, %q, %q, %lse, %q mask(%m : tensor<1x1x40x40xi1>) offsets(%qo, %qo : tensor<3xi32>, tensor<3xi32>) {scale = 1.0 : f32} : tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<4x40xf32>, tensor<40x4x32xf32> -> tensor<40x4x32xf32>, tensor<40x4x32xf32>, tensor<40x4x32xf32>
   return %dq : tensor<40x4x32xf32>
+}
+
+// -----
+
+func.func @fp8_without_descales(%q: tensor<1x2x16x32xf8E4M3FN>, %k: tensor<1x2x16x32xf8E4M3FN>, %v: tensor<1x2x16x32xf8E4M3FN>) -> tensor<1x2x16x32xf32> {
+  // expected-error @+1 {{f8E4M3FN operands need descales}}
+  %o = kiln.attention %q, %k, %v {scale = 1.0 : f32} : tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN> -> tensor<1x2x16x32xf32>
+  return %o : tensor<1x2x16x32xf32>
+}
+
+// -----
+
+func.func @descales_on_floats(%q: tensor<1x2x16x32xf32>, %k: tensor<1x2x16x32xf32>, %v: tensor<1x2x16x32xf32>, %s: tensor<1xf32>) -> tensor<1x2x16x32xf32> {
+  // expected-error @+1 {{descales apply to f8E4M3FN operands only}}
+  %o = kiln.attention %q, %k, %v descale(%s, %s, %s : tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) {scale = 1.0 : f32} : tensor<1x2x16x32xf32>, tensor<1x2x16x32xf32>, tensor<1x2x16x32xf32> -> tensor<1x2x16x32xf32>
+  return %o : tensor<1x2x16x32xf32>
+}
+
+// -----
+
+func.func @fp8_descale_shape(%q: tensor<1x4x16x32xf8E4M3FN>, %k: tensor<1x2x16x32xf8E4M3FN>, %v: tensor<1x2x16x32xf8E4M3FN>, %s: tensor<1xf32>, %h: tensor<4xf32>) -> tensor<1x4x16x32xf16> {
+  // expected-error @+1 {{k_descale must be [1] or one a head [2], got 'tensor<4xf32>'}}
+  %o = kiln.attention %q, %k, %v descale(%s, %h, %s : tensor<1xf32>, tensor<4xf32>, tensor<1xf32>) {scale = 1.0 : f32} : tensor<1x4x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN> -> tensor<1x4x16x32xf16>
+  return %o : tensor<1x4x16x32xf16>
+}
+
+// -----
+
+func.func @fp8_mixed(%q: tensor<1x2x16x32xf8E4M3FN>, %k: tensor<1x2x16x32xf16>, %v: tensor<1x2x16x32xf8E4M3FN>, %s: tensor<1xf32>) -> tensor<1x2x16x32xf16> {
+  // expected-error @+1 {{key element type 'f16' differs from the query element type 'f8E4M3FN'}}
+  %o = kiln.attention %q, %k, %v descale(%s, %s, %s : tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) {scale = 1.0 : f32} : tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf16>, tensor<1x2x16x32xf8E4M3FN> -> tensor<1x2x16x32xf16>
+  return %o : tensor<1x2x16x32xf16>
 }

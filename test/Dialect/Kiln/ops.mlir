@@ -115,3 +115,12 @@ func.func @packed_grad(%q: tensor<40x4x64xbf16>, %k: tensor<40x4x64xbf16>, %v: t
   %dq, %dk, %dv = kiln.attention_grad %q, %k, %v, %o, %lse, %do offsets(%qo, %ko : tensor<3xi32>, tensor<3xi32>) scale_factor(%f : tensor<1xf32>) {causal, window = 8 : i64, scale = 1.0 : f32} : tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<4x40xf32>, tensor<40x4x64xbf16> -> tensor<40x4x64xbf16>, tensor<40x4x64xbf16>, tensor<40x4x64xbf16>
   return %dq : tensor<40x4x64xbf16>
 }
+
+// FP8 operands: e4m3 Q, K, V with descales per tensor or per head, a float
+// result.
+// CHECK-LABEL: func.func @fp8_operands
+// CHECK: kiln.attention %{{.*}}, %{{.*}}, %{{.*}} descale(%{{.*}}, %{{.*}}, %{{.*}} : tensor<4xf32>, tensor<1xf32>, tensor<2xf32>) {causal, scale = 1.250000e-01 : f32} : tensor<1x4x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN> -> tensor<1x4x16x32xbf16>
+func.func @fp8_operands(%q: tensor<1x4x16x32xf8E4M3FN>, %k: tensor<1x2x16x32xf8E4M3FN>, %v: tensor<1x2x16x32xf8E4M3FN>, %qs: tensor<4xf32>, %ks: tensor<1xf32>, %vs: tensor<2xf32>) -> tensor<1x4x16x32xbf16> {
+  %o = kiln.attention %q, %k, %v descale(%qs, %ks, %vs : tensor<4xf32>, tensor<1xf32>, tensor<2xf32>) {causal, scale = 0.125 : f32} : tensor<1x4x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN>, tensor<1x2x16x32xf8E4M3FN> -> tensor<1x4x16x32xbf16>
+  return %o : tensor<1x4x16x32xbf16>
+}

@@ -154,7 +154,10 @@ static LogicalResult verifyAttentionForm(OpT op, RankedTensorType resultType,
       return op.emitOpError()
              << name << " must have rank " << rank
              << (packed ? " (packed)" : "") << ", got rank " << type.getRank();
-    if (type.getElementType() != queryType.getElementType())
+    // FP8 (e4m3) Q, K and V give a float result (AttentionOp::verify).
+    bool fp8Result = name == resultName &&
+                     isa<Float8E4M3FNType>(queryType.getElementType());
+    if (!fp8Result && type.getElementType() != queryType.getElementType())
       return op.emitOpError()
              << name << " element type " << type.getElementType()
              << " differs from the query element type "
@@ -273,6 +276,32 @@ LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionForm(
           *this, cast<RankedTensorType>(getResult().getType()), "result")))
     return failure();
+  // FP8 operands and their descales: all or nothing, one element or one a
+  // head each.
+  bool fp8 = isa<Float8E4M3FNType>(
+      cast<RankedTensorType>(getQuery().getType()).getElementType());
+  int descales = static_cast<bool>(getQDescale()) +
+                 static_cast<bool>(getKDescale()) +
+                 static_cast<bool>(getVDescale());
+  if (descales != 0 && descales != 3)
+    return emitOpError() << "q_descale, k_descale and v_descale come together";
+  if (fp8 != (descales == 3))
+    return emitOpError() << (fp8 ? "f8E4M3FN operands need descales"
+                                 : "descales apply to f8E4M3FN operands only");
+  if (fp8) {
+    const std::tuple<StringRef, Value, int64_t> scales[] = {
+        {"q_descale", getQDescale(), getNumQueryHeads()},
+        {"k_descale", getKDescale(), getNumKvHeads()},
+        {"v_descale", getVDescale(), getNumKvHeads()}};
+    for (auto [name, scale, heads] : scales) {
+      auto type = cast<RankedTensorType>(scale.getType());
+      int64_t size = type.getRank() == 1 ? type.getDimSize(0) : -1;
+      if (size == -1 || (size != 1 && !ShapedType::isDynamic(size) &&
+                         !ShapedType::isDynamic(heads) && size != heads))
+        return emitOpError() << name << " must be [1] or one a head ["
+                             << sizeString(heads) << "], got " << type;
+    }
+  }
   if (Value lse = getLse())
     return verifyLseType(*this, lse.getType(), "lse");
   return success();

@@ -1728,6 +1728,21 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
   return success();
 }
 
+/// Whether `value` reaches a cast to f8E4M3FN through a few elementwise
+/// ops of one use each (QuantizeLinear's divide and clamp).
+bool quantizesToFloat8(Value value) {
+  for (int depth = 0; depth < 4 && value.hasOneUse(); ++depth) {
+    Operation *user = *value.user_begin();
+    if (auto cast = dyn_cast<tosa::CastOp>(user))
+      return isa<Float8E4M3FNType>(getElementTypeOrSelf(cast.getType()));
+    if (!isa<tosa::MulOp, tosa::MinimumOp, tosa::MaximumOp, tosa::ClampOp>(
+            user))
+      return false;
+    value = user->getResult(0);
+  }
+  return false;
+}
+
 /// Reads a whole attention site around the softmax starting at `maxOp`.
 FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                                          std::string &whyNot,
@@ -1786,6 +1801,9 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       collapsed = true;
       probs = reshape.getOutput();
     } else {
+      if (quantizesToFloat8(probs))
+        return fail("the probabilities are quantised to float8 before P·V "
+                    "(QuantizeLinear): the op does not quantise them");
       return fail(llvm::formatv("the probabilities feed '{0}', not a matmul "
                                 "with V",
                                 user->getName()));
@@ -2600,7 +2618,7 @@ struct KilnFuseAttentionPass
       return signalPassFailure();
     }
     populateFuseAttentionPatterns(patterns, paddedRows == "free");
-    populateSimplifyAttentionPatterns(patterns, paddedRows == "free");
+    populateSimplifyAttentionPatterns(patterns, paddedRows == "free", foldFp8);
     // Folding would rewrite the unfused parts of the graph too; this pass
     // only replaces attention sites.
     GreedyRewriteConfig config;

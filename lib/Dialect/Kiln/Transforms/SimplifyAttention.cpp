@@ -260,11 +260,113 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
   }
 };
 
+/// One operand's dequantisation, `f(x) · s` (DequantizeLinear): x e4m3,
+/// f its exact widening to the op's element type, s one value or one a
+/// head along `headAxis`; null for `f(x)` alone.
+struct Dequantized {
+  Value fp8;
+  Value scale;
+};
+
+std::optional<Dequantized> matchDequantized(Value operand, int64_t headAxis) {
+  auto type = cast<RankedTensorType>(operand.getType());
+  // A widening alone: the scale was a splat the fusion folded into the
+  // op's scale (Q and K), or 1.
+  if (auto cast = operand.getDefiningOp<tosa::CastOp>())
+    if (isa<Float8E4M3FNType>(getElementTypeOrSelf(cast.getInput())))
+      return Dequantized{cast.getInput(), Value()};
+  auto mul = operand.getDefiningOp<tosa::MulOp>();
+  if (!mul)
+    return std::nullopt;
+  for (auto [widened, scale] : {std::pair(mul.getInput1(), mul.getInput2()),
+                                std::pair(mul.getInput2(), mul.getInput1())}) {
+    auto cast = widened.getDefiningOp<tosa::CastOp>();
+    if (!cast || cast.getType() != type ||
+        !isa<Float8E4M3FNType>(getElementTypeOrSelf(cast.getInput())))
+      continue;
+    auto scaleType = dyn_cast<RankedTensorType>(scale.getType());
+    if (!scaleType || !scaleType.hasStaticShape() ||
+        scaleType.getRank() != type.getRank() ||
+        scaleType.getElementType() != type.getElementType())
+      continue;
+    bool perTensorOrHead = true;
+    for (auto [axis, size] : llvm::enumerate(scaleType.getShape()))
+      perTensorOrHead &= size == 1 || (int64_t)axis == headAxis;
+    if (perTensorOrHead)
+      return Dequantized{cast.getInput(), scale};
+  }
+  return std::nullopt;
+}
+
+/// `kiln.attention(dq(q8), dq(k8), dq(v8))` → the FP8 op on q8, k8, v8
+/// with their descales, when all three are dequantised e4m3 (ONNX's
+/// DequantizeLinear, as imported): the op's definition of FP8 operands is
+/// that dequantisation, each value rounded to the element type as the
+/// graph rounds it.
+struct FoldDequantizedOperands : public OpRewritePattern<AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AttentionOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getQDescale() || op.isPacked())
+      return rewriter.notifyMatchFailure(op, "FP8 already, or packed");
+    int64_t headAxis = op.getHeadAxis();
+    SmallVector<Dequantized, 3> operands;
+    for (Value operand : {op.getQuery(), op.getKey(), op.getValue()}) {
+      std::optional<Dequantized> dq = matchDequantized(operand, headAxis);
+      if (!dq)
+        return rewriter.notifyMatchFailure(op, "an operand is not "
+                                               "dequantised e4m3");
+      operands.push_back(*dq);
+    }
+    Location loc = op.getLoc();
+    SmallVector<Value, 3> descales;
+    for (Dequantized &dq : operands) {
+      if (!dq.scale) {
+        auto unitType = RankedTensorType::get({1}, rewriter.getF32Type());
+        descales.push_back(tosa::ConstOp::create(
+            rewriter, loc, unitType,
+            DenseElementsAttr::get(unitType, rewriter.getF32FloatAttr(1.0f))));
+        continue;
+      }
+      auto scaleType = cast<RankedTensorType>(dq.scale.getType());
+      int64_t size = scaleType.getNumElements();
+      Value scale = dq.scale;
+      if (!scaleType.getElementType().isF32())
+        scale = tosa::CastOp::create(
+            rewriter, loc, scaleType.clone(rewriter.getF32Type()), scale);
+      auto shapeType = tosa::shapeType::get(rewriter.getContext(), 1);
+      Value shape = tosa::ConstShapeOp::create(
+          rewriter, loc, shapeType,
+          DenseIntElementsAttr::get(
+              RankedTensorType::get({1}, rewriter.getIndexType()),
+              ArrayRef<int64_t>{size}));
+      descales.push_back(tosa::ReshapeOp::create(
+          rewriter, loc, RankedTensorType::get({size}, rewriter.getF32Type()),
+          scale, shape));
+    }
+    Type lseType = op.getLse() ? op.getLse().getType() : Type();
+    auto fused = AttentionOp::create(
+        rewriter, loc, op.getResult().getType(), lseType, operands[0].fp8,
+        operands[1].fp8, operands[2].fp8, op.getMask(), op.getBias(),
+        /*q_offsets=*/Value(), /*kv_offsets=*/Value(), op.getScaleFactor(),
+        descales[0], descales[1], descales[2], op.getScaleAttr(),
+        op.getCausalAttr(), op.getWindowAttr(), op.getWindowRightAttr(),
+        op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr());
+    fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+    rewriter.replaceOp(op, fused->getResults());
+    return success();
+  }
+};
+
 } // namespace
 
 void mlir::kiln::populateSimplifyAttentionPatterns(RewritePatternSet &patterns,
-                                                   bool paddedRowsFree) {
+                                                   bool paddedRowsFree,
+                                                   bool foldFp8) {
   patterns.add<SplitBandFromMask>(patterns.getContext(), paddedRowsFree);
   patterns.add<FoldKvRepeat, FoldCausalMask, FoldLayoutTransposes>(
       patterns.getContext());
+  if (foldFp8)
+    patterns.add<FoldDequantizedOperands>(patterns.getContext());
 }

@@ -1683,6 +1683,74 @@ lowerSite(IR &ir, OpT op,
   return results;
 }
 
+/// `x` (e4m3) dequantised: `f32(x) · scale[h]` rounded to `elementType`,
+/// with h the index along `headAxis` (clamped, so a one-element scale
+/// serves every head).
+Value dequantize(IR &ir, Value x, Value scale, int64_t headAxis,
+                 Type elementType) {
+  auto type = cast<RankedTensorType>(x.getType());
+  int64_t rank = type.getRank();
+  SmallVector<Value> sizes;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    sizes.push_back(ir.dim(x, axis));
+  Value last = ir.sub(ir.dim(scale, 0), ir.idx(1));
+  SmallVector<unsigned> all;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    all.push_back(axis);
+  AffineMap identity = ir.map(rank, all);
+  return ir.generic(
+      {x}, ir.empty(sizes, elementType), {identity, identity},
+      SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel),
+      [&](IR &in, ValueRange args) {
+        Value head = in.min(in.index(headAxis), last);
+        Value factor = tensor::ExtractOp::create(in.b, in.loc, scale, head);
+        Value value = arith::MulFOp::create(in.b, in.loc,
+                                            in.decodeE4M3(args[0]), factor);
+        if (elementType.isF32())
+          return value;
+        return arith::TruncFOp::create(in.b, in.loc, elementType, value)
+            .getResult();
+      });
+}
+
+/// An FP8 kiln.attention as the op on its dequantised operands (its
+/// definition), built beside it; the op itself otherwise.
+AttentionOp dequantizedForm(IR &ir, AttentionOp op) {
+  if (!op.getQDescale())
+    return op;
+  Type elementType = op.getElementType();
+  int64_t headAxis = op.getHeadAxis();
+  Value q = dequantize(ir, op.getQuery(), op.getQDescale(), headAxis,
+                       elementType);
+  Value k = dequantize(ir, op.getKey(), op.getKDescale(), headAxis,
+                       elementType);
+  Value v = dequantize(ir, op.getValue(), op.getVDescale(), headAxis,
+                       elementType);
+  Type lseType = op.getLse() ? op.getLse().getType() : Type();
+  return AttentionOp::create(
+      ir.b, op.getLoc(), op.getResult().getType(), lseType, q, k, v,
+      op.getMask(), op.getBias(), op.getQOffsets(), op.getKvOffsets(),
+      op.getScaleFactor(), Value(), Value(), Value(), op.getScaleAttr(),
+      op.getCausalAttr(), op.getWindowAttr(), op.getWindowRightAttr(),
+      op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr());
+}
+
+/// Lowers `op` with `lower` (FP8 operands dequantised first).
+template <typename OpT, typename LowerFn>
+LogicalResult lowerAttention(OpT op, PatternRewriter &rewriter,
+                             LowerFn lower) {
+  IR ir{rewriter, op.getLoc()};
+  if constexpr (std::is_same_v<OpT, AttentionOp>) {
+    AttentionOp form = dequantizedForm(ir, op);
+    rewriter.replaceOp(op, lowerSite(ir, form, lower));
+    if (form != op)
+      rewriter.eraseOp(form);
+  } else {
+    rewriter.replaceOp(op, lowerSite(ir, op, lower));
+  }
+  return success();
+}
+
 template <typename OpT>
 struct TileAttentionPattern : public OpRewritePattern<OpT> {
   TileAttentionPattern(MLIRContext *context, AttentionTiling tiling)
@@ -1694,11 +1762,9 @@ struct TileAttentionPattern : public OpRewritePattern<OpT> {
         tiling.numSplits <= 0)
       return rewriter.notifyMatchFailure(op, "block sizes and split count "
                                              "must be positive");
-    IR ir{rewriter, op.getLoc()};
-    rewriter.replaceOp(op, lowerSite(ir, op, [&](IR &in, const Site &site) {
-                         return lowerTiled(in, site, tiling);
-                       }));
-    return success();
+    return lowerAttention(op, rewriter, [&](IR &in, const Site &site) {
+      return lowerTiled(in, site, tiling);
+    });
   }
 
   AttentionTiling tiling;
@@ -1710,11 +1776,9 @@ struct DecomposeAttentionPattern : public OpRewritePattern<OpT> {
 
   LogicalResult matchAndRewrite(OpT op,
                                 PatternRewriter &rewriter) const override {
-    IR ir{rewriter, op.getLoc()};
-    rewriter.replaceOp(op, lowerSite(ir, op, [](IR &in, const Site &site) {
-                         return lowerDecomposed(in, site);
-                       }));
-    return success();
+    return lowerAttention(op, rewriter, [](IR &in, const Site &site) {
+      return lowerDecomposed(in, site);
+    });
   }
 };
 

@@ -13,6 +13,8 @@ include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def Kiln_FloatTensor : RankedTensorOf<[F16, BF16, F32]>;
+// Q, K and V of kiln.attention: a float type, or e4m3 (FP8) with descales.
+def Kiln_AttentionInput : RankedTensorOf<[F16, BF16, F32, F8E4M3FN]>;
 // A paged cache: the query's float type, or e4m3 (FP8) with scales.
 def Kiln_CacheTensor : RankedTensorOf<[F16, BF16, F32, F8E4M3FN]>;
 
@@ -52,9 +54,10 @@ defvar Kiln_AttentionAccessors = [{
     int64_t getHeadDim() { return dimOf(getQuery(), getDimAxis()); }
     /// Head dim of V and the result (differs from Q's and K's in MLA).
     int64_t getValueHeadDim() { return dimOf(getValue(), getDimAxis()); }
-    /// Element type shared by Q, K, V and the result.
+    /// Element type of the result, and of Q, K and V unless they are FP8.
     ::mlir::Type getElementType() {
-      return ::llvm::cast<::mlir::RankedTensorType>(getQuery().getType())
+      return ::llvm::cast<::mlir::RankedTensorType>(
+                 getOperation()->getResult(0).getType())
           .getElementType();
     }
     /// Whether keys past the diagonal are hidden, and how far past:
@@ -143,6 +146,17 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     Softmax statistics and the `P·V` product are accumulated in f32 whatever
     the element type.
 
+    FP8 operands (`descale(%qs, %ks, %vs)`): Q, K and V may all be
+    `f8E4M3FN` (e4m3) with f32 descales, each one element (per tensor) or
+    one a head (`[Hq]` for Q, `[Hkv]` for K and V); the op then computes
+    what it computes on `Q' = f32(Q) · qs[h]`, `K' = f32(K) · ks[h / G]`
+    and `V' = f32(V) · vs[h / G]`, each rounded to the result's element
+    type (f16, bf16 or f32): the dequantisation an ONNX graph writes with
+    `DequantizeLinear` before each matmul, up to the order of products
+    (an implementation may apply the descales to the f32 products). The
+    result type is given (the element type the graph's matmuls produce).
+    Descales come with e4m3 operands only, and all three together.
+
     Packed sequences (`offsets(q_offsets, kv_offsets)`, FlashAttention's
     varlen form: an encoder or a prefill batch served without padding):
     Q `[total_q, Hq, D]`, K `[total_kv, Hkv, D]`, V `[total_kv, Hkv, Dv]`
@@ -188,14 +202,17 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
   }];
 
   let arguments = (ins
-    Kiln_FloatTensor:$query,
-    Kiln_FloatTensor:$key,
-    Kiln_FloatTensor:$value,
+    Kiln_AttentionInput:$query,
+    Kiln_AttentionInput:$key,
+    Kiln_AttentionInput:$value,
     Optional<RankedTensorOf<[F16, BF16, F32, I1]>>:$mask,
     Optional<Kiln_FloatTensor>:$bias,
     Optional<RankedTensorOf<[I32]>>:$q_offsets,
     Optional<RankedTensorOf<[I32]>>:$kv_offsets,
     Optional<RankedTensorOf<[F32]>>:$scale_factor,
+    Optional<RankedTensorOf<[F32]>>:$q_descale,
+    Optional<RankedTensorOf<[F32]>>:$k_descale,
+    Optional<RankedTensorOf<[F32]>>:$v_descale,
     F32Attr:$scale,
     UnitAttr:$causal,
     OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window,
@@ -211,6 +228,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     (`offsets` `(` $q_offsets^ `,` $kv_offsets `:` type($q_offsets) `,`
      type($kv_offsets) `)`)?
     (`scale_factor` `(` $scale_factor^ `:` type($scale_factor) `)`)?
+    (`descale` `(` $q_descale^ `,` $k_descale `,` $v_descale `:`
+     type($q_descale) `,` type($k_descale) `,` type($v_descale) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)
     `->` type($result) (`,` type($lse)^)?
   }];
@@ -229,8 +248,10 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
       "::mlir::FloatAttr":$softcap, "::mlir::FloatAttr":$masked_score,
       CArg<"::mlir::kiln::LayoutAttr", "nullptr">:$layout), [{
       build($_builder, $_state, result, /*lse=*/::mlir::Type(), query, key,
-            value, mask, bias, q_offsets, kv_offsets, scale_factor, scale,
-            causal, window, window_right, softcap, masked_score, layout);
+            value, mask, bias, q_offsets, kv_offsets, scale_factor,
+            /*q_descale=*/::mlir::Value(), /*k_descale=*/::mlir::Value(),
+            /*v_descale=*/::mlir::Value(), scale, causal, window,
+            window_right, softcap, masked_score, layout);
     }]>
   ];
 

@@ -62,9 +62,12 @@ inline constexpr llvm::StringLiteral kStoppedAtMarker = " [at ";
 inline constexpr llvm::StringLiteral kFiniteArgAttr = "kiln.finite";
 
 /// Adds the patterns that fold K/V head repeats and constant causal masks on
-/// existing kiln.attention ops into the op's group count and attributes.
+/// existing kiln.attention ops into the op's group count and attributes;
+/// with `foldFp8`, also e4m3 operands dequantised in the graph into the
+/// op's FP8 operands and descales.
 void populateSimplifyAttentionPatterns(RewritePatternSet &patterns,
-                                       bool paddedRowsFree = false);
+                                       bool paddedRowsFree = false,
+                                       bool foldFp8 = true);
 
 #define GEN_PASS_REGISTRATION
 #include "kiln/Dialect/Kiln/Transforms/Passes.h.inc"

@@ -56,7 +56,11 @@ def KilnFuseAttention : Pass<"kiln-fuse-attention"> {
            "another mask stays a mask operand). 'free': such combinations "
            "fuse into causal/window plus the padding mask, and rows that "
            "see no key give zeros (outputs a model discards, e.g. padded "
-           "queries)">
+           "queries)">,
+    Option<"foldFp8", "fold-fp8", "bool", "true",
+           "Fold Q, K and V dequantised from e4m3 in the graph "
+           "(DequantizeLinear) into the op's FP8 operands with descales; "
+           "off, the op takes the dequantised values">
   ];
   let statistics = [
     Statistic<"numFused", "num-fused", "Attention sites fused">,
