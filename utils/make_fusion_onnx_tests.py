@@ -1547,7 +1547,7 @@ def main():
     fp8_qdq("fp8_qdq_attention")
     fp8_qdq("fp8_qdq_per_head", per_head=True, causal=False)
     fp8_qdq("fp8_qdq_f16", f16=True)
-    fp8_qdq("neg_fp8_qdq_probs", quantize_probs=True)
+    fp8_qdq("fp8_qdq_probs", quantize_probs=True)
     t5_bias("t5_bias_mask", combined=False)
     t5_bias("t5_bias_combined", combined=True)
     t5_bias("t5_zero_bias", combined=False, zero=True)

@@ -319,6 +319,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
   OwningOpRef<ModuleOp> unfused;
   if (options.verify)
     unfused = module->clone();
+  bool foldFp8 = true;
   {
     // The fusion pass explains each softmax it leaves alone with a remark;
     // those go into the report instead of onto the terminal.
@@ -350,7 +351,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     // values; a report, --verify or MLIR shows the FP8 op.
     bool reportOnly = (options.report != ReportKind::None || options.verify) &&
                       (options.outputPath.empty() || options.outputPath == "-");
-    fusionOptions.foldFp8 = options.emit != EmitKind::Package || reportOnly;
+    foldFp8 = options.emit != EmitKind::Package || reportOnly;
+    fusionOptions.foldFp8 = foldFp8;
     if (failed(runPipeline(*module, [&](OpPassManager &pm) {
           buildFusionPipeline(pm, fusionOptions);
         })))
@@ -369,6 +371,7 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     VerifyOptions verifyOptions;
     verifyOptions.seed = options.seed;
     verifyOptions.paddedRowsFree = options.paddedRowsFree;
+    verifyOptions.foldFp8 = foldFp8;
     FailureOr<VerifyReport> verified =
         verifyFusion(*unfused, *module, verifyOptions);
     if (failed(verified))

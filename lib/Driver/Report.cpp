@@ -317,6 +317,9 @@ llvm::json::Object describeSite(AttentionOp op) {
   // Q, K and V's element type: the result's, or f8E4M3FN for an FP8 site
   // (Q, K and V dequantised in the graph, folded with their descales).
   site["operand_dtype"] = elementName(op.getQuery().getType());
+  // The probabilities' e4m3 quantisation scale, where the graph has one.
+  if (std::optional<APFloat> probScale = op.getProbScale())
+    site["prob_scale"] = probScale->convertToDouble();
   // Source lines where the input records them (StableHLO from JAX).
   std::vector<std::string> source = sourceLines(op.getLoc());
   if (!source.empty())

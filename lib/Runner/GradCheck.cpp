@@ -303,7 +303,7 @@ FailureOr<GradCheckSite> checkSite(AttentionOp op, int64_t siteIndex,
       /*k_descale=*/Value(), /*v_descale=*/Value(), op.getScaleAttr(),
       op.getCausalAttr(),
       op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
-      op.getMaskedScoreAttr(), op.getLayoutAttr());
+      op.getMaskedScoreAttr(), op.getLayoutAttr(), /*prob_scale=*/FloatAttr());
   FloatAttr backwardScale = op.getScaleAttr();
   if (options.perturbScale != 0)
     backwardScale = builder.getF32FloatAttr(op.getScale().convertToFloat() *

@@ -455,6 +455,7 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
     KilnFuseAttentionOptions annotate;
     annotate.annotateOnly = true;
     annotate.paddedRows = options.paddedRowsFree ? "free" : "exact";
+    annotate.foldFp8 = options.foldFp8;
     pm.addPass(createKilnFuseAttention(annotate));
     if (failed(pm.run(*reference)))
       return failure();

@@ -115,6 +115,9 @@ def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
     """Why a report's site cannot be rewritten from its names, or None."""
     if site.get("kv_cache"):
         return "it reads a KV cache input"
+    if site.get("prob_scale") is not None:
+        return ("it quantises its probabilities to float8 before P·V, which no "
+                "Kiln GPU kernel does yet")
     if site.get("operand_dtype", site.get("dtype")) != site.get("dtype"):
         return (f"its Q, K and V are {site['operand_dtype']} (FP8), for which "
                 f"Kiln has no GPU kernel yet")

@@ -70,6 +70,9 @@ def test_sites_without_names_are_not_rewritten() -> None:
     assert site["operand_dtype"] == "f8E4M3FN" and site["dtype"] == "f16"
     assert kd._unrewritable(site) == ("its Q, K and V are f8E4M3FN (FP8), for "
                                       "which Kiln has no GPU kernel yet")
+    [site] = report_of("fp8_qdq_probs.onnx")["sites"]
+    assert site["prob_scale"] == pytest.approx(1 / 448, rel=1e-6)
+    assert kd._unrewritable(site).startswith("it quantises its probabilities")
 
 
 def test_pending_graphs_compile_offline(cache: Path) -> None:

@@ -33,6 +33,9 @@ struct VerifyOptions {
   /// The fused graph was built with --padded-rows=free: only padding that
   /// leaves every query row a key is drawn.
   bool paddedRowsFree = false;
+  /// The fused graph was built folding FP8 (the fusion's fold-fp8): sites
+  /// that quantise their probabilities are paired only then.
+  bool foldFp8 = true;
   /// Relative tolerances by element type of the reference.
   double f32Tolerance = 1e-4;
   double halfTolerance = 2e-2;

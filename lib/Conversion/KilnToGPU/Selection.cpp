@@ -170,6 +170,9 @@ LogicalResult checkSupported(AttentionOp op, bool tensorCores,
         "FP8 (e4m3) Q, K and V have no GPU kernel: compile the graph for "
         "the GPU without folding its dequantisation (the default when a "
         "package is emitted)");
+  if (op.getProbScale())
+    return op.emitOpError("quantised probabilities (prob_scale) have no GPU "
+                          "kernel");
   int64_t headDim = op.getHeadDim();
   if (ShapedType::isDynamic(headDim))
     return op.emitOpError("GPU lowering needs a static head dim");

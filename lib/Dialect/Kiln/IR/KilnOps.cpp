@@ -276,6 +276,12 @@ LogicalResult AttentionOp::verify() {
   if (failed(verifyAttentionForm(
           *this, cast<RankedTensorType>(getResult().getType()), "result")))
     return failure();
+  if (std::optional<APFloat> probScale = getProbScale()) {
+    double value = probScale->convertToDouble();
+    if (!(value > 0) || std::isinf(value))
+      return emitOpError() << "prob_scale must be positive and finite, got "
+                           << value;
+  }
   // FP8 operands and their descales: all or nothing, one element or one a
   // head each.
   bool fp8 = isa<Float8E4M3FNType>(

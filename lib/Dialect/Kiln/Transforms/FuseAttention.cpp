@@ -266,6 +266,9 @@ struct AttentionMatch {
   /// softmax (bmm scores viewed as rank 4 to add a mask, then viewed back:
   /// OPT's and BART's older eager code): the rank-4 type, else null.
   RankedTensorType mergedScoresType;
+  /// The probabilities quantised to e4m3 with this scale before P·V (the
+  /// op's prob_scale).
+  std::optional<double> probScale;
   /// The value the fused op replaces, and its defining op.
   Value result;
   /// Every op of the site, for the fused location and the cleanup.
@@ -1728,6 +1731,59 @@ LogicalResult resolveMasks(ArrayRef<MaskTerm> terms, AttentionMatch &match,
   return success();
 }
 
+/// The probabilities quantised to e4m3 and back as ONNX's saturating
+/// QuantizeLinear/DequantizeLinear are imported: `p · r`, clamped to
+/// ±448, cast to f8E4M3FN, cast back to p's type, times `s`, with r the
+/// f32 rounding of 1/s and every value used once. Gives the dequantised
+/// value and s, and adds the ops to `ops`.
+std::optional<std::pair<Value, double>>
+matchProbQuantisation(Value probs, llvm::SetVector<Operation *> &ops) {
+  SmallVector<Operation *> chain;
+  Value value = probs;
+  auto next = [&]() -> Operation * {
+    if (!value.hasOneUse())
+      return nullptr;
+    Operation *user = *value.user_begin();
+    chain.push_back(user);
+    value = user->getResult(0);
+    return user;
+  };
+  auto splatOther = [&](Operation *op, Value known) -> std::optional<double> {
+    for (Value operand : op->getOperands())
+      if (operand != known && getRankedType(operand))
+        return getSplatFloat(operand);
+    return std::nullopt;
+  };
+  Value in = value;
+  auto scaleUp = dyn_cast_or_null<tosa::MulOp>(next());
+  if (!scaleUp)
+    return std::nullopt;
+  std::optional<double> inverse = splatOther(scaleUp, in);
+  in = value;
+  auto low = dyn_cast_or_null<tosa::MinimumOp>(next());
+  std::optional<double> high = low ? splatOther(low, in) : std::nullopt;
+  in = value;
+  auto clampLow = dyn_cast_or_null<tosa::MaximumOp>(next());
+  std::optional<double> floor =
+      clampLow ? splatOther(clampLow, in) : std::nullopt;
+  auto narrow = dyn_cast_or_null<tosa::CastOp>(next());
+  auto widen = dyn_cast_or_null<tosa::CastOp>(next());
+  in = value;
+  auto scaleDown = dyn_cast_or_null<tosa::MulOp>(next());
+  if (!inverse || !high || *high != 448.0 || !floor || *floor != -448.0 ||
+      !narrow || !widen || !scaleDown ||
+      !isa<Float8E4M3FNType>(getElementTypeOrSelf(narrow.getType())) ||
+      widen.getType() != probs.getType() ||
+      scaleDown.getType() != probs.getType())
+    return std::nullopt;
+  std::optional<double> scale = splatOther(scaleDown, in);
+  if (!scale || !(*scale > 0) ||
+      static_cast<float>(*inverse) != static_cast<float>(1.0 / *scale))
+    return std::nullopt;
+  ops.insert(chain.begin(), chain.end());
+  return std::pair(value, *scale);
+}
+
 /// Whether `value` reaches a cast to f8E4M3FN through a few elementwise
 /// ops of one use each (QuantizeLinear's divide and clamp).
 bool quantizesToFloat8(Value value) {
@@ -1747,7 +1803,8 @@ bool quantizesToFloat8(Value value) {
 FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
                                          std::string &whyNot,
                                          bool paddedRowsFree = false,
-                                         Operation **stoppedAt = nullptr) {
+                                         Operation **stoppedAt = nullptr,
+                                         bool quantisedProbs = false) {
   auto fail = [&](const Twine &reason) {
     whyNot = reason.str();
     return failure();
@@ -1775,6 +1832,13 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
       probs = *guarded;
       continue;
     }
+    if (quantisedProbs && !match.probScale)
+      if (std::optional<std::pair<Value, double>> quantised =
+              matchProbQuantisation(probs, match.ops)) {
+        probs = quantised->first;
+        match.probScale = quantised->second;
+        continue;
+      }
     if (!probs.hasOneUse())
       return fail("the probabilities have other users");
     Operation *user = *probs.user_begin();
@@ -2065,14 +2129,15 @@ Value materializeScaleFactor(PatternRewriter &rewriter, Location loc,
 }
 
 struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
-  FuseAttentionPattern(MLIRContext *context, bool paddedRowsFree)
-      : OpRewritePattern(context), paddedRowsFree(paddedRowsFree) {}
+  FuseAttentionPattern(MLIRContext *context, bool paddedRowsFree, bool foldFp8)
+      : OpRewritePattern(context), paddedRowsFree(paddedRowsFree),
+        foldFp8(foldFp8) {}
 
   LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
                                 PatternRewriter &rewriter) const override {
     std::string whyNot;
     FailureOr<AttentionMatch> match =
-        matchAttention(maxOp, whyNot, paddedRowsFree);
+        matchAttention(maxOp, whyNot, paddedRowsFree, nullptr, foldFp8);
     if (failed(match))
       return rewriter.notifyMatchFailure(maxOp, whyNot);
 
@@ -2129,6 +2194,9 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
         match->maskedScore
             ? rewriter.getF32FloatAttr(static_cast<float>(*match->maskedScore))
             : FloatAttr());
+    if (match->probScale)
+      fused.setProbScaleAttr(
+          rewriter.getF32FloatAttr(static_cast<float>(*match->probScale)));
     if (!match->masking.empty())
       fused->setAttr(kMaskingAttrName, rewriter.getStringAttr(match->masking));
 
@@ -2189,6 +2257,8 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
   }
 
   bool paddedRowsFree;
+  /// Quantised probabilities fuse (into prob_scale) only where FP8 folds.
+  bool foldFp8;
 };
 
 /// A product whose rows pack several heads over one shared right-hand side:
@@ -2565,7 +2635,8 @@ struct UnpackRowPackedAttention : public OpRewritePattern<tosa::ReduceMaxOp> {
   LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
                                 PatternRewriter &rewriter) const override {
     std::string whyNot;
-    if (!looksLikeSoftmax(maxOp) || succeeded(matchAttention(maxOp, whyNot)))
+    if (!looksLikeSoftmax(maxOp) ||
+        succeeded(matchAttention(maxOp, whyNot)))
       return failure();
     return success(unpackRowPackedAttention(maxOp, rewriter));
   }
@@ -2582,7 +2653,8 @@ struct KilnFuseAttentionPass
     llvm::SmallPtrSet<Operation *, 8> roots;
     root->walk([&](tosa::ReduceMaxOp maxOp) {
       std::string whyNot;
-      FailureOr<AttentionMatch> match = matchAttention(maxOp, whyNot);
+      FailureOr<AttentionMatch> match =
+          matchAttention(maxOp, whyNot, false, nullptr, foldFp8);
       if (succeeded(match))
         if (Operation *resultOp = match->result.getDefiningOp())
           roots.insert(resultOp);
@@ -2617,7 +2689,7 @@ struct KilnFuseAttentionPass
           << "'";
       return signalPassFailure();
     }
-    populateFuseAttentionPatterns(patterns, paddedRows == "free");
+    populateFuseAttentionPatterns(patterns, paddedRows == "free", foldFp8);
     populateSimplifyAttentionPatterns(patterns, paddedRows == "free", foldFp8);
     // Folding would rewrite the unfused parts of the graph too; this pass
     // only replaces attention sites.
@@ -2634,7 +2706,7 @@ struct KilnFuseAttentionPass
       std::string whyNot;
       Operation *stoppedAt = nullptr;
       if (succeeded(matchAttention(maxOp, whyNot, paddedRows == "free",
-                                   &stoppedAt))) {
+                                   &stoppedAt, foldFp8))) {
         whyNot = "the rewrite did not apply";
         stoppedAt = nullptr;
       }
@@ -2656,8 +2728,10 @@ struct KilnFuseAttentionPass
 } // namespace
 
 void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
-                                               bool paddedRowsFree) {
-  patterns.add<FuseAttentionPattern>(patterns.getContext(), paddedRowsFree);
+                                               bool paddedRowsFree,
+                                               bool foldFp8) {
+  patterns.add<FuseAttentionPattern>(patterns.getContext(), paddedRowsFree,
+                                     foldFp8);
   patterns.add<UnpackRowPackedAttention>(patterns.getContext());
   patterns.add<MergeGroupAxes>(patterns.getContext());
 }

@@ -235,13 +235,14 @@ struct FoldLayoutTransposes : public OpRewritePattern<AttentionOp> {
       return rewriter.notifyMatchFailure(op, "the transposes' types differ");
 
     auto fused = AttentionOp::create(
-        rewriter, op.getLoc(), resultType, sources[0], sources[1], sources[2],
-        op.getMask(), op.getBias(), /*q_offsets=*/Value(),
-        /*kv_offsets=*/Value(), op.getScaleFactor(), op.getScaleAttr(),
-        op.getCausalAttr(),
-        op.getWindowAttr(), op.getWindowRightAttr(), op.getSoftcapAttr(),
-        op.getMaskedScoreAttr(),
-        LayoutAttr::get(op.getContext(), Layout::bshd));
+        rewriter, op.getLoc(), resultType,
+        op.getLse() ? op.getLse().getType() : Type(), sources[0], sources[1],
+        sources[2], op.getMask(), op.getBias(), /*q_offsets=*/Value(),
+        /*kv_offsets=*/Value(), op.getScaleFactor(), op.getQDescale(),
+        op.getKDescale(), op.getVDescale(), op.getScaleAttr(),
+        op.getCausalAttr(), op.getWindowAttr(), op.getWindowRightAttr(),
+        op.getSoftcapAttr(), op.getMaskedScoreAttr(),
+        LayoutAttr::get(op.getContext(), Layout::bshd), op.getProbScaleAttr());
     fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     // The result now stands for the transposes' value: the graph value the
     // site replaces is theirs (none where the importer named none).
@@ -352,7 +353,8 @@ struct FoldDequantizedOperands : public OpRewritePattern<AttentionOp> {
         /*q_offsets=*/Value(), /*kv_offsets=*/Value(), op.getScaleFactor(),
         descales[0], descales[1], descales[2], op.getScaleAttr(),
         op.getCausalAttr(), op.getWindowAttr(), op.getWindowRightAttr(),
-        op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr());
+        op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr(),
+        op.getProbScaleAttr());
     fused->setDiscardableAttrs(op->getDiscardableAttrDictionary());
     rewriter.replaceOp(op, fused->getResults());
     return success();

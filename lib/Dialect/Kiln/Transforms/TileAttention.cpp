@@ -170,6 +170,9 @@ struct Site {
   /// Keys past the diagonal by more than this are hidden; 0 for causal.
   std::optional<int64_t> rightBound;
   std::optional<float> softcap;
+  /// kiln.attention's prob_scale: the normalised probabilities quantised to
+  /// e4m3 with this scale before P·V (the decomposed form only).
+  std::optional<float> probScale;
   /// The score of a hidden key (masked_score); -inf when unset.
   std::optional<float> maskedScore;
 
@@ -310,6 +313,9 @@ struct Site {
       if (std::optional<APFloat> fill = op.getMaskedScore())
         maskedScore = fill->convertToFloat();
     }
+    if constexpr (std::is_same_v<OpT, AttentionOp>)
+      if (std::optional<APFloat> quantum = op.getProbScale())
+        probScale = quantum->convertToFloat();
   }
 
   void computeBroadcasts(IR &ir) {
@@ -1005,13 +1011,29 @@ Lowered lowerDecomposed(IR &ir, const Site &site) {
                   {probs}, ir.full({rows}, ir.f32(0.0)),
                   {ir.map(2, {0, 1}), ir.map(2, {0})}, {kPar, kRed},
                   [](IR &in, ValueRange a) { return in.addf(a[1], a[0]); });
+              std::optional<float> probScale = site.probScale;
               Value normalised = ir.generic(
                   {probs, rowSum}, ir.empty({rows, keyCount}, f32),
                   {ir.map(2, {0, 1}), ir.map(2, {0}), ir.map(2, {0, 1})},
-                  {kPar, kPar}, [](IR &in, ValueRange a) -> Value {
+                  {kPar, kPar}, [&](IR &in, ValueRange a) -> Value {
                     Value seen = in.cmpf(arith::CmpFPredicate::OGT, a[1],
                                          in.f32(0.0));
-                    return in.select(seen, in.divf(a[0], a[1]), in.f32(0.0));
+                    Value p =
+                        in.select(seen, in.divf(a[0], a[1]), in.f32(0.0));
+                    if (!probScale)
+                      return p;
+                    // e4m3(clamp(p · (1/s), ±448)) · s, as the graph's
+                    // QuantizeLinear and DequantizeLinear of P.
+                    Value scaled = in.mulf(
+                        p, in.f32(1.0 / static_cast<double>(*probScale)));
+                    Value clamped = arith::MaximumFOp::create(
+                        in.b, in.loc,
+                        arith::MinimumFOp::create(in.b, in.loc, scaled,
+                                                  in.f32(448.0)),
+                        in.f32(-448.0));
+                    Value rounded = in.decodeE4M3(
+                        encodeE4M3(in.b, in.loc, clamped));
+                    return in.mulf(rounded, in.f32(*probScale));
                   });
               Value headOut = ir.generic(
                   {normalised, valueTile},
@@ -1732,7 +1754,8 @@ AttentionOp dequantizedForm(IR &ir, AttentionOp op) {
       op.getMask(), op.getBias(), op.getQOffsets(), op.getKvOffsets(),
       op.getScaleFactor(), Value(), Value(), Value(), op.getScaleAttr(),
       op.getCausalAttr(), op.getWindowAttr(), op.getWindowRightAttr(),
-      op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr());
+      op.getSoftcapAttr(), op.getMaskedScoreAttr(), op.getLayoutAttr(),
+      op.getProbScaleAttr());
 }
 
 /// Lowers `op` with `lower` (FP8 operands dequantised first).
@@ -1763,6 +1786,10 @@ struct TileAttentionPattern : public OpRewritePattern<OpT> {
       return rewriter.notifyMatchFailure(op, "block sizes and split count "
                                              "must be positive");
     return lowerAttention(op, rewriter, [&](IR &in, const Site &site) {
+      // Quantised probabilities need each row's final statistics before
+      // any P·V: the decomposed form.
+      if (site.probScale)
+        return lowerDecomposed(in, site);
       return lowerTiled(in, site, tiling);
     });
   }

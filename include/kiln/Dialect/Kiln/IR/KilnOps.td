@@ -157,6 +157,13 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     result type is given (the element type the graph's matmuls produce).
     Descales come with e4m3 operands only, and all three together.
 
+    Quantised probabilities (`prob_scale = s`, TensorRT-style FP8 graphs
+    that quantise the softmax's output before `P·V`): each normalised
+    probability `p` becomes `e4m3(clamp(p · (1/s), ±448)) · s` (`1/s`
+    rounded to f32, e4m3 rounding to nearest even) before the product with
+    V: the graph's `QuantizeLinear`/`DequantizeLinear` of P exactly. The
+    rounding needs each row's final maximum and sum before any `P·V`.
+
     Packed sequences (`offsets(q_offsets, kv_offsets)`, FlashAttention's
     varlen form: an encoder or a prefill batch served without padding):
     Q `[total_q, Hq, D]`, K `[total_kv, Hkv, D]`, V `[total_kv, Hkv, Dv]`
@@ -219,7 +226,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
     OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$window_right,
     OptionalAttr<F32Attr>:$softcap,
     OptionalAttr<F32Attr>:$masked_score,
-    DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout
+    DefaultValuedAttr<Kiln_LayoutAttr, "::mlir::kiln::Layout::bhsd">:$layout,
+    OptionalAttr<F32Attr>:$prob_scale
   );
   let assemblyFormat = [{
     $query `,` $key `,` $value
@@ -251,7 +259,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention",
             value, mask, bias, q_offsets, kv_offsets, scale_factor,
             /*q_descale=*/::mlir::Value(), /*k_descale=*/::mlir::Value(),
             /*v_descale=*/::mlir::Value(), scale, causal, window,
-            window_right, softcap, masked_score, layout);
+            window_right, softcap, masked_score, layout,
+            /*prob_scale=*/::mlir::FloatAttr());
     }]>
   ];
 

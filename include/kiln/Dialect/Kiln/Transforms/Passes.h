@@ -24,7 +24,8 @@ namespace mlir::kiln {
 /// `paddedRowsFree`: fuse finite-fill mask combinations that are exact only
 /// on rows that see at least one key (see the pass's padded-rows option).
 void populateFuseAttentionPatterns(RewritePatternSet &patterns,
-                                   bool paddedRowsFree = false);
+                                   bool paddedRowsFree = false,
+                                   bool foldFp8 = true);
 
 /// The discardable attribute on a fused kiln.attention that says how the
 /// graph's masks were taken (for the report).
