@@ -136,7 +136,10 @@ def more_hf_models(tf: Any, seq: int, common: Dict[str, Any], causal: Callable,
                                        num_attention_heads=16, num_hidden_layers=2,
                                        vocab_size=1024, multi_query=True)),
         "phi": later(causal, config("PhiConfig", **common)),
-        "phi3": later(causal, config("Phi3Config", num_key_value_heads=4, **common)),
+        # Phi-3's default pad_token_id (32000) lies outside the small
+        # vocabulary: the embedding would refuse it.
+        "phi3": later(causal, config("Phi3Config", num_key_value_heads=4, pad_token_id=0,
+                                     **common)),
         "stablelm": later(causal, config("StableLmConfig", num_key_value_heads=4,
                                          **common)),
         "gpt_bigcode": later(causal, config("GPTBigCodeConfig", n_embd=1024, n_head=16,
