@@ -1600,8 +1600,13 @@ def _compile(gm: Any, example_inputs: Sequence[Any], options: Dict[str, Any],
             return _per_shape(gm, source, positions, len(example_inputs), options,
                               kiln_options, entry, example_inputs)
         compiled = _finish(exported, report, gm, example_inputs, tensors, options, entry)
-        return _guarded(_taking(compiled, positions, len(example_inputs)), gm,
-                        example_inputs, options, entry)
+        chosen = _guarded(_taking(compiled, positions, len(example_inputs)), gm,
+                          example_inputs, options, entry)
+        read = entry.get("constant_buffers")
+        if read and entry["rewritten"]:
+            return _ConstantGuard(chosen, gm, {
+                position: example_inputs[position] for position in read.values()}, entry)
+        return chosen
     except _Fallback as reason:
         entry["fallback"] = str(reason)
         entry["rewritten"] = []
@@ -1861,6 +1866,107 @@ def _is_weight(node: Any, value: Any) -> bool:
     return "_parameters[" in name or "_buffers[" in name
 
 
+#: A module buffer read at compile time (constant_buffers) holds at most
+#: this many distinct values: a mask (booleans, 0/1, 0/-inf), not a table.
+MOST_MASK_VALUES = 2
+
+
+def constant_buffers(gm: Any, example_inputs: Sequence[Any],
+                     positions: Sequence[int]) -> Dict[int, Any]:
+    """The module buffers among Dynamo's graph inputs (at `positions`) that
+    the backend reads at compile time, by index among those positions: mask
+    buffers (GPT-Neo's `bias` band, nanoGPT's `tril`), which hold at most
+    MOST_MASK_VALUES distinct values, need no gradient and are small enough
+    to write with their data, in a graph that writes no input in place.
+    Dynamo passes a module's buffers as graph inputs, so kilnc would otherwise see a run-time mask that may hide
+    whole rows where the model's band cannot; read, a band fuses as causal
+    and window bounds. The compiled graph checks on every call that each
+    such buffer is the one read, unchanged (_ConstantGuard)."""
+    import torch
+
+    from . import fx_onnx
+
+    if _writes_in_place(gm):
+        # A buffer the graph writes (a KV cache of zeros, a counter) is state,
+        # not a constant, whatever it holds now.
+        return {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found: Dict[int, Any] = {}
+    for index, position in enumerate(positions):
+        value = example_inputs[position]
+        if (not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter)
+                or isinstance(value, torch._subclasses.FakeTensor)
+                or value.requires_grad or value.is_complex()
+                or value.numel() > fx_onnx.MOST_CONSTANT_ELEMENTS
+                or not _is_weight(placeholders[position], value)):
+            continue
+        try:
+            if value.dtype != torch.bool and \
+                    torch.unique(value.detach()).numel() > MOST_MASK_VALUES:
+                continue
+        except Exception:  # noqa: BLE001 (a dtype unique does not take)
+            continue
+        found[index] = value
+    return found
+
+
+def _digest(tensors: Iterable[Any]) -> str:
+    """A hash of the values of `tensors` (with their dtypes and shapes)."""
+    import torch
+
+    hasher = hashlib.sha256()
+    for tensor in tensors:
+        data = tensor.detach().contiguous().cpu()
+        hasher.update(f"{data.dtype}{list(data.shape)}".encode())
+        hasher.update(data.view(torch.uint8).numpy().tobytes()
+                      if data.dtype != torch.bool else data.numpy().tobytes())
+    return hasher.hexdigest()[:24]
+
+
+class _ConstantGuard:
+    """A compiled graph that read module buffers at compile time
+    (constant_buffers): each call checks that the buffer inputs are the
+    tensors read, unchanged (the same tensor at the same version, or equal
+    values); where one is not, the graph runs as Dynamo traced it,
+    uncompiled, with a warning once (a buffer the model writes is not a
+    constant; torch._dynamo.reset() compiles anew with its values)."""
+
+    def __init__(self, compiled: Callable, gm: Any, read: Dict[int, Any],
+                 entry: Dict[str, Any]) -> None:
+        self.compiled, self.gm, self.entry = compiled, gm, entry
+        self.read = {position: (tensor, self._version(tensor), _digest([tensor]))
+                     for position, tensor in read.items()}
+        self.stale = False
+
+    @staticmethod
+    def _version(tensor: Any) -> Optional[int]:
+        try:
+            return tensor._version
+        except Exception:  # noqa: BLE001 (inference tensors have none)
+            return None
+
+    def _same(self, args: Sequence[Any]) -> bool:
+        for position, (tensor, version, digest) in self.read.items():
+            given = args[position]
+            if given is tensor and self._version(given) == version:
+                continue
+            if _digest([given]) != digest:
+                return False
+            self.read[position] = (given, self._version(given), digest)
+        return True
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.stale and self._same(args):
+            return self.compiled(*args)
+        if not self.stale:
+            self.stale = True
+            self.entry["constant_guard"] = "a buffer read at compile time changed"
+            warnings.warn("kiln: a module buffer read at compile time changed; this "
+                          "graph now runs uncompiled (torch._dynamo.reset() compiles "
+                          "it anew)")
+        return self.gm(*args)
+
+
 def finite_weights(gm: Any, example_inputs: Sequence[Any], positions: Sequence[int],
                    input_names: Sequence[str]) -> List[str]:
     """The ONNX input names (`input_names`, one per tensor input at
@@ -1887,7 +1993,8 @@ def finite_weights(gm: Any, example_inputs: Sequence[Any], positions: Sequence[i
 
 
 def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
-              entry: Dict[str, Any]) -> Tuple[Any, Any]:
+              entry: Dict[str, Any],
+              constants: Optional[Dict[int, Any]] = None) -> Tuple[Any, Any]:
     """`source` exported by torch.export and written as ONNX by Kiln
     (kiln.fx_onnx): the exported program and the ONNX graph, or (None,
     None) where torch's exporter is to be used instead: symbolic sizes, a
@@ -1907,7 +2014,7 @@ def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
         _drop_metadata_asserts(exported)
         try:
             with _step(entry, "onnx write"):
-                graph = _write_onnx(exported)
+                graph = _write_onnx(exported, constants)
         except fx_onnx.InPlace:
             # torch.export's graph keeps a model's in-place ops (T5's
             # `scores += position_bias`): functionalised, with no op
@@ -1918,7 +2025,7 @@ def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
                 exported = exported.run_decompositions({})
             _drop_metadata_asserts(exported)
             with _step(entry, "onnx write"):
-                graph = _write_onnx(exported)
+                graph = _write_onnx(exported, constants)
     except Exception as error:  # noqa: BLE001 (torch's exporter then)
         if _restarts(error):
             raise
@@ -1929,9 +2036,20 @@ def _own_onnx(source: Any, copies: Sequence[Any], dynamic_shapes: Any,
     return exported, graph
 
 
-def _write_onnx(exported: Any) -> Any:
+def _user_input_names(exported: Any) -> List[str]:
+    """The names of an exported program's user inputs, in order (the ONNX
+    names kiln.fx_onnx gives them)."""
+    import torch
+
+    user = torch.export.graph_signature.InputKind.USER_INPUT
+    return [spec.arg.name for spec in exported.graph_signature.input_specs
+            if spec.kind == user]
+
+
+def _write_onnx(exported: Any, constants: Optional[Dict[int, Any]] = None) -> Any:
     """kiln.fx_onnx's ONNX of an exported program, its lifted parameters,
-    buffers and constants written with their values."""
+    buffers and constants written with their values, and so the user
+    inputs `constants` names (by index: constant_buffers)."""
     import torch
 
     from . import fx_onnx
@@ -1939,6 +2057,9 @@ def _write_onnx(exported: Any) -> Any:
     user = torch.export.graph_signature.InputKind.USER_INPUT
     lifted = {spec.arg.name: _lifted_value(exported, spec)
               for spec in exported.graph_signature.input_specs if spec.kind != user}
+    names = _user_input_names(exported)
+    for index, value in (constants or {}).items():
+        lifted[names[index]] = value
     return fx_onnx.write(exported.graph_module.graph, lifted)
 
 
@@ -1983,7 +2104,11 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         # Copies: exporting with dynamic sizes marks its inputs' dimensions
         # dynamic, which would fail the guards Dynamo made on the real ones.
         copies = tuple(t.detach().clone() for t in tensors)
-        exported, program = _own_onnx(source, copies, dynamic_shapes, entry)
+        constants = {} if dynamic_shapes else constant_buffers(gm, example_inputs,
+                                                               positions)
+        exported, program = _own_onnx(source, copies, dynamic_shapes, entry, constants)
+        if entry.get("onnx") != "kiln":
+            constants = {}
         if program is None:
             with warnings.catch_warnings(), _outside_dynamo(), _step(entry, "export"):
                 warnings.simplefilter("ignore")
@@ -1994,12 +2119,18 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
         key = _graph_key(module, [
             node.meta.get("example_value") for node in gm.graph.nodes
             if node.op == "placeholder"] if dynamic_shapes else tensors)
-        finite = finite_weights(gm, example_inputs, positions, _input_names(program))
+        names = (_user_input_names(exported) if entry.get("onnx") == "kiln"
+                 else _input_names(program))
+        finite = finite_weights(gm, example_inputs, positions, names)
         if finite:
             kiln_options = {**kiln_options, "finite_inputs": finite}
             key = hashlib.sha256((key + ",".join(finite)).encode()).hexdigest()[:24]
+        if constants:
+            key = hashlib.sha256((key + _digest(constants.values())).encode()
+                                 ).hexdigest()[:24]
         entry["key"] = key
         entry["finite_inputs"] = finite
+        entry["constant_buffers"] = {names[index]: positions[index] for index in constants}
         entry["dense_bias"] = kiln_options.get("dense_bias", "kiln")
         entry["choose"] = kiln_options.get("choose", "timed")
 

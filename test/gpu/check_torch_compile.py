@@ -442,6 +442,39 @@ def run_case(name: str, module: nn.Module, make: Callable, sites: int,
     return row
 
 
+def run_buffer_guard(batch: int, seq: int) -> Dict[str, Any]:
+    """A mask buffer read at compile time (GPT-Neo's band, wild_zoo's
+    neo-buffer-band) and then changed in place: the compiled graph must
+    see the change (it runs uncompiled, with a warning) and agree with
+    eager before and after."""
+    import warnings
+
+    import wild_zoo
+
+    torch.manual_seed(0)
+    module = wild_zoo.NeoBufferBand(1024, 16, 2 * seq, window=seq // 4).to(DEVICE, DTYPE).eval()
+    x = torch.randn(batch, seq, 1024, device=DEVICE, dtype=DTYPE)
+    row: Dict[str, Any] = {"model": "neo-buffer-band (buffer changed)"}
+    with torch.no_grad():
+        torch._dynamo.reset()
+        start = len(kiln.dynamo.reports)
+        compiled = torch.compile(module, backend="kiln", options={"kiln": {"choose": "kiln"}})
+        before = relative_error(compiled(x), module(x))
+        entries = kiln.dynamo.reports[start:]
+        read = [e.get("constant_buffers") for e in entries]
+        rewritten = sum(len(e["rewritten"]) for e in entries)
+        module.bias.copy_(torch.tril(torch.ones_like(module.bias)))  # the window dropped
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(x)
+        after = relative_error(got, module(x))
+        warned = any("buffer read at compile time changed" in str(w.message) for w in caught)
+    row.update(rewritten=rewritten, constant_buffers=read, rel_err_before=before,
+               rel_err_after=after, warned=warned)
+    row["ok"] = (rewritten == 1 and any(read) and before < 2e-2 and after < 2e-2 and warned)
+    return row
+
+
 def run_dynamic(name: str, module: nn.Module, makes: List[Callable],
                 sites: int) -> Dict[str, Any]:
     """torch.compile(backend="kiln", dynamic=True) on inputs of several
@@ -545,6 +578,16 @@ def main() -> int:
         row["wall_s"] = time.perf_counter() - began
         print(f"{name}: {'PASS' if row['ok'] else 'FAIL'} {detail}{times} "
               f"[{row['wall_s']:.0f} s]", flush=True)
+    if options.zoo in ("wild", "all") and (not only or "neo-buffer-band" in only):
+        try:
+            row = run_buffer_guard(options.batch, options.seq)
+        except Exception as error:  # noqa: BLE001
+            row = {"model": "neo-buffer-band (buffer changed)", "ok": False,
+                   "error": f"{type(error).__name__}: {error}"[:2000]}
+        rows.append(row)
+        print(f"{row['model']}: {'PASS' if row['ok'] else 'FAIL'} "
+              f"{row.get('error') or {k: v for k, v in row.items() if k != 'model'}}",
+              flush=True)
     lengths = [options.seq, options.seq - 37, options.seq + 129]
     for name in dynamic:
         began = time.perf_counter()

@@ -368,6 +368,30 @@ class NeoLocalFloat(Projections):
         return self.merge(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v))
 
 
+class NeoBufferBand(Projections):
+    """Hugging Face's GPT-Neo local layer as written: the band kept as a
+    boolean buffer (`tril` of ones, minus the keys `window` or more behind,
+    by `bitwise_xor`), sliced to the length, applied with `torch.where` and
+    float32's most negative value as a 0-d tensor; Q and K upcast, no
+    scale. Dynamo passes the buffer as a graph input."""
+
+    def __init__(self, hidden: int, heads: int, max_len: int, window: int = 256):
+        super().__init__(hidden, heads)
+        band = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+        band = torch.bitwise_xor(band, torch.tril(band, -window))
+        self.register_buffer("bias", band.view(1, 1, max_len, max_len), persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        scores = torch.matmul(q.to(torch.float32), k.to(torch.float32).transpose(-1, -2))
+        keep = self.bias[:, :, 0:s, :s]
+        fill = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype,
+                            device=scores.device)
+        scores = torch.where(keep, scores, fill)
+        return self.merge(torch.matmul(scores.softmax(dim=-1).to(v.dtype), v))
+
+
 class PastKvConcat(Projections):
     """New tokens attending over a kept prefix: K and V concatenated after a
     buffer of earlier keys and values (half the sequence), the causal mask
@@ -484,6 +508,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("sdpa-enable-gqa", SdpaEnableGqa(hidden, heads), tokens, 1),
         ("sdpa-alibi-mask", SdpaAlibiMask(hidden, heads), tokens, 1),
         ("neo-local-float", NeoLocalFloat(hidden, heads), tokens, 1),
+        ("neo-buffer-band", NeoBufferBand(hidden, heads, max(2 * seq, 64)), tokens, 1),
         ("past-kv-concat", PastKvConcat(hidden, heads, max(seq // 2, 32)), tokens, 1),
         ("in-place-null-kv", InPlaceNullKv(hidden, heads), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),

@@ -529,3 +529,49 @@ def test_float8_casts_before_the_products_fold_into_an_fp8_site(tmp_path: Path) 
     assert site["operand_dtype"] == "f8E4M3FN" and site["dtype"] == "bf16"
     assert {role: site["operands"][role]["value"] for role in ("query", "key", "value")} \
         == {"query": "to_fp8_q", "key": "to_fp8_k", "value": "to_fp8_v"}
+
+
+@pytest.mark.parametrize("window", [None, 16])
+def test_a_mask_buffer_read_at_compile_time_fuses_as_a_band(
+        window: Optional[int], tmp_path: Path) -> None:
+    """GPT-Neo as Dynamo passes it: the layer's band is the module's `bias`
+    buffer (a graph input), sliced to the sequence, and the scores outside
+    it are filled with a finite minimum. As a run-time input it may hide
+    whole rows, which the finite fill would spread evenly: not fused. Read
+    at compile time (the backend's constant_buffers, written with its
+    data), it is causal within the window, and the site is exact."""
+    import numpy
+
+    M = 2 * S
+    band = numpy.tril(numpy.ones((M, M), bool))
+    if window is not None:
+        band ^= numpy.tril(band, -window)
+    g = Graph()
+    q, k, v = qkv(g, "float32")
+    bias = g.input("bias", (1, 1, M, M), "bool")
+    keys = g.call("transpose", "aten.transpose.int", (k, -1, -2),
+                  shape=(B, H, D, S), dtype="float32")
+    scores = g.call("matmul", "aten.matmul.default", (q, keys),
+                    shape=(B, H, S, S), dtype="float32")
+    rows = g.call("slice_1", "aten.slice.Tensor", (bias, 2, 0, S),
+                  shape=(1, 1, S, M), dtype="bool")
+    kept = g.call("slice_2", "aten.slice.Tensor", (rows, 3, 0, S),
+                  shape=(1, 1, S, S), dtype="bool")
+    filled = g.call("where", "aten.where.ScalarOther",
+                    (kept, scores, -3.4028234663852886e38),
+                    shape=(B, H, S, S), dtype="float32")
+    # The model's 4-D causal mask (0 or bfloat16's minimum), added on top.
+    causal = g.input("c_lifted_tensor_0", (1, 1, S, S), "float32")
+    masked = g.call("add", "aten.add.Tensor", (filled, causal),
+                    shape=(B, H, S, S), dtype="float32")
+    attend(g, masked, v, "float32")
+    bf16_min = -3.3895313892515355e38
+    lifted = {"c_lifted_tensor_0": numpy.where(numpy.tril(numpy.ones((S, S), bool)),
+                                               0.0, bf16_min).astype(numpy.float32)
+              .reshape(1, 1, S, S)}
+    refused = report_of(g, tmp_path, lifted)
+    assert refused["sites"] == []
+    assert any("no key" in u["reason"] for u in refused["unfused"]), refused["unfused"]
+    [site] = report_of(g, tmp_path, {**lifted, "bias": band}, verify=True)["sites"]
+    assert site["causal"] and site["mask"] == "none"
+    assert site["window"] == window and site["window_right"] is None
