@@ -113,8 +113,6 @@ def _site_label(site: Dict[str, Any]) -> str:
 
 def _unrewritable(site: Dict[str, Any]) -> Optional[str]:
     """Why a report's site cannot be rewritten from its names, or None."""
-    if site.get("kv_cache"):
-        return "it reads a KV cache input"
     if site.get("prob_scale") is not None:
         return ("it quantises its probabilities to float8 before P·V, which no "
                 "Kiln GPU kernel does yet")

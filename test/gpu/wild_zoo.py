@@ -415,6 +415,23 @@ class PastKvConcat(Projections):
         return self.merge(scores.masked_fill(~keep, float("-inf")).softmax(-1) @ v)
 
 
+class PastInputs(Projections):
+    """A step over a KV cache passed in (a legacy tuple cache): the past
+    keys and values are arguments, concatenated with the new ones, the
+    causal mask aligned to the bottom right. Kiln's report marks the site
+    as reading a KV cache input; it is rewritten from the concatenations."""
+
+    def forward(self, x, past_k, past_v):
+        q, k, v = self.qkv(x)
+        s, past = x.shape[1], past_k.shape[2]
+        k = torch.cat([past_k, k], dim=2)
+        v = torch.cat([past_v, v], dim=2)
+        keep = torch.ones(s, past + s, dtype=torch.bool, device=x.device).tril(diagonal=past)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        return self.merge(torch.softmax(scores, dim=-1) @ v)
+
+
 class InPlaceNullKv(Projections):
     """lucidrains' style: a learned null key and value prepended to every
     sequence, einsum scores, the causal future filled in place
@@ -488,6 +505,12 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
         return tokens() + (padding,)
 
+    def with_past():
+        past = max(seq // 2, 32)
+        shape = (batch, heads, past, hidden // heads)
+        return tokens() + (torch.randn(shape, device=device, dtype=dtype),
+                           torch.randn(shape, device=device, dtype=dtype))
+
     return [
         ("lengths-mask", LengthsMask(hidden, heads), with_lengths, 1),
         ("finfo-min-where", FinfoMinWhere(hidden, heads), tokens, 1),
@@ -511,6 +534,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("neo-buffer-band", NeoBufferBand(hidden, heads, max(2 * seq, 64)), tokens, 1),
         ("past-kv-concat", PastKvConcat(hidden, heads, max(seq // 2, 32)), tokens, 1),
         ("in-place-null-kv", InPlaceNullKv(hidden, heads), tokens, 1),
+        ("past-inputs", PastInputs(hidden, heads), with_past, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),

@@ -575,3 +575,32 @@ def test_a_mask_buffer_read_at_compile_time_fuses_as_a_band(
     [site] = report_of(g, tmp_path, {**lifted, "bias": band}, verify=True)["sites"]
     assert site["causal"] and site["mask"] == "none"
     assert site["window"] == window and site["window_right"] is None
+
+
+def test_keys_after_a_past_input_are_rewritten_from_the_concatenation(
+        tmp_path: Path) -> None:
+    """A decode-style step under torch.compile: the past keys and values are
+    graph inputs, concatenated with the new ones. The report marks the site
+    as reading a KV cache input, and its K and V are the graph's own `cat`
+    nodes, which the backend rewrites like any other operand."""
+    from kiln import dynamo
+
+    past, new = 96, 32
+    g = Graph()
+    q = g.input("q", (B, H, new, D), "bfloat16")
+    pk = g.input("past_k", (B, H, past, D), "bfloat16")
+    pv = g.input("past_v", (B, H, past, D), "bfloat16")
+    k = g.input("k", (B, H, new, D), "bfloat16")
+    v = g.input("v", (B, H, new, D), "bfloat16")
+    keys = g.call("cat", "aten.cat.default", ([pk, k], 2), shape=(B, H, S, D),
+                  dtype="bfloat16")
+    values = g.call("cat_1", "aten.cat.default", ([pv, v], 2), shape=(B, H, S, D),
+                    dtype="bfloat16")
+    out = g.call("sdpa", "aten.scaled_dot_product_attention.default",
+                 (q, keys, values), shape=(B, H, new, D), dtype="bfloat16")
+    g.output(out)
+    [site] = report_of(g, tmp_path, verify=True)["sites"]
+    assert site["kv_cache"] == {"past_key": "past_k", "past_value": "past_v"}
+    assert site["operands"]["key"]["value"] == "cat"
+    assert site["operands"]["value"]["value"] == "cat_1"
+    assert dynamo._unrewritable(site) is None
