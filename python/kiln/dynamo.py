@@ -2345,6 +2345,9 @@ def explain(model: Any, *example_inputs: Any) -> str:
                         .startswith("torch (") else "")
                      + (f" ({entry['fallback']})" if entry["fallback"] else "")
                      + (f", {entry['verified']}" if entry.get("verified") else ""))
+        if entry.get("constant_buffers"):
+            lines.append("  buffers read at compile time (guarded each call): "
+                         + ", ".join(sorted(entry["constant_buffers"])))
         sources = entry.get("source_lines", {})
         for index, site in enumerate(report["sites"]):
             choice = entry.get("choices", {}).get(index)
@@ -2355,7 +2358,8 @@ def explain(model: Any, *example_inputs: Any) -> str:
             lines.append(
                 f"  site {index}: {site['dtype']} d{site['head_dim']} "
                 f"heads {site['q_heads']}/{site['kv_heads']} causal={site['causal']} "
-                f"mask={site['mask']} bias={site['bias']} -> "
+                + (f"window={site['window']} " if site.get("window") else "")
+                + f"mask={site['mask']} bias={site['bias']} -> "
                 f"{site['output']['value']}: {state}"
                 + (f"\n    at {where}" if where else ""))
         for unfused in report.get("unfused", []):
