@@ -187,7 +187,8 @@ def more_hf_models(tf: Any, seq: int, common: Dict[str, Any], causal: Callable,
 HF_SITES = {"llama": 2, "mistral": 2, "qwen2": 2, "gemma2": 2, "gpt2": 2,
             "bert": 2, "t5": 6, "t5_encoder": 2, "bloom": 2, "vit": 2, "whisper": 6,
             "clip": 2, "opt": 2, "gpt_neox": 2, "falcon": 2, "phi": 2, "phi3": 2,
-            "stablelm": 2, "gpt_bigcode": 2, "gptj": 2, "gpt_neo": 2, "codegen": 2, "mpt": 2, "qwen3": 2,
+            "stablelm": 2, "gpt_bigcode": 2, "gptj": 2, "gpt_neo": 2, "codegen": 2,
+            "mpt": 2, "qwen3": 2,
             "olmo": 2, "gemma": 2, "roberta": 2, "distilbert": 2, "electra": 2,
             "deberta_v2": 2, "bart": 6}
 
