@@ -948,9 +948,10 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     graph = module.graph
     plans = [_plan(site, nodes, kernels) for site in report["sites"]]
     if entry.get("training"):
-        # Kiln's backward gives dQ, dK and dV: a mask, bias or run-time
-        # scale computed from what needs a gradient (a learned bias or
-        # temperature) keeps its site in Inductor.
+        # Kiln's backward gives dQ, dK and dV, and a run-time scale factor's
+        # gradient from dQ (torch_ops.scale_factor_grad): a mask or bias
+        # computed from what needs a gradient (T5's learned bias) keeps its
+        # site in Inductor.
         grad = _needing_grad(graph, entry.get("needs_grad", []))
         for index, (why, chosen, handle) in enumerate(plans):
             if why is not None:
@@ -962,7 +963,7 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
                                 "(options={'training': 'kiln'} takes it)",
                                 chosen, None)
                 continue
-            for role in ("mask", "bias", "scale_factor"):
+            for role in ("mask", "bias"):
                 source = chosen.get(role)
                 if source is not None and nodes[source["value"]] in grad:
                     plans[index] = (f"its {role} needs a gradient, which Kiln's "

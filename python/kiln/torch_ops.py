@@ -204,7 +204,11 @@ def _define() -> None:
             dq, dk, dv = torch.ops.kiln.attention_backward(
                 grad_out, q, k, v, mask, bias, out, lse, ctx.site,
                 scale_factor)
-            return dq, dk, dv, None, None, None, None
+            dfactor = None
+            if scale_factor is not None and ctx.needs_input_grad[6]:
+                dfactor = scale_factor_grad(dq, q, scale_factor,
+                                            _site(ctx.site).layout)
+            return dq, dk, dv, None, None, None, dfactor
 
         torch.library.register_fake("kiln::attention_lse", attention_lse_fake,
                                     lib=library)
@@ -366,6 +370,24 @@ def launch_counts() -> Tuple[int, int]:
     return planned.value, checked.value
 
 
+def scale_factor_grad(dq: Any, q: Any, factor: Any, layout: str) -> Any:
+    """The gradient of a site's run-time scale factor (a learned
+    temperature; one value, or one a query head) from dQ. The factor
+    multiplies each score product, s = scale · f · q·k, before the softcap,
+    bias and masks, so dQ = Σ_j dX_j · scale · f · K_j (dX the gradient at
+    the product) and Σ ⟨dQ, Q⟩ over a head's rows is f times the factor's
+    gradient: dL/df = Σ ⟨dQ, Q⟩ / f, reduced over every head for one value,
+    over each head's rows for one a head. Undefined where f is 0 (inf or
+    NaN there, never a silent value)."""
+    products = dq.float() * q.float()
+    if factor.numel() == 1:
+        total = products.sum()
+        return (total / factor.float().reshape(())).reshape(factor.shape).to(factor.dtype)
+    head_axis = 2 if layout == "bshd" else 1
+    per_head = products.sum(dim=[d for d in range(products.dim()) if d != head_axis])
+    return (per_head / factor.float().reshape(-1)).reshape(factor.shape).to(factor.dtype)
+
+
 def _rows(q: Any, site: int) -> Any:
     """(batch, q_heads, q_len) of `q` in site `site`'s layout."""
     layout = _site(site).layout
@@ -514,7 +536,8 @@ def attention_trainable(forward: Site, backward: Site, q: Any, k: Any,
     (``kiln.site_cache.training_sites_for``); returns the output (the
     log-sum-exp it keeps for the backward stays inside the graph). Works
     under torch.compile (AOTAutograd traces the op and its backward) and
-    CUDA graphs. No gradient reaches `mask`, `bias` or `scale_factor`."""
+    CUDA graphs. No gradient reaches `mask` or `bias`; `scale_factor`
+    receives Σ⟨dQ, Q⟩ / f (scale_factor_grad)."""
     import torch
 
     index = register_training(forward, backward)

@@ -8,7 +8,8 @@ cache (kilnc: KILN_KILNC or the wheel's), and
 ``kiln.torch_ops.attention_trainable`` runs eagerly and under
 ``torch.compile(fullgraph=True)`` (AOTAutograd traces
 ``torch.ops.kiln.attention_lse`` and its registered backward). The output
-and the gradients of Q, K and V of ``loss = Σ out·g`` are compared with
+and the gradients of Q, K and V (and of a run-time scale factor, a learned
+temperature, scalar or one a head) of ``loss = Σ out·g`` are compared with
 float64 autograd of the attention's definition (check_backward.py's
 reference): ||Δ|| / ||ref|| ≤ 1e-2 (f16, bf16), 1e-4 (f32). Prints one
 line a case and mode, writes JSON, exits 1 on any failure.
@@ -39,7 +40,7 @@ CASES = [
     dict(name="f16-d128-key-padding", dtype="f16", b=2, hq=4, hkv=4, sq=130,
          sk=130, d=128, mask="bool-keys"),
     dict(name="bf16-d64-softcap-scale", dtype="bf16", b=1, hq=4, hkv=2,
-         sq=200, sk=200, d=64, causal=True, softcap=20.0, scale_factor=True),
+         sq=200, sk=200, d=64, causal=True, softcap=20.0, scale_factor=[0.8]),
     dict(name="f32-d64-window", dtype="f32", b=1, hq=2, hkv=1, sq=150,
          sk=150, d=64, causal=True, window=40),
 ]
@@ -72,10 +73,11 @@ def run_case(case, compiled: bool):
     if case.get("mask"):
         mask = torch.rand(b, 1, 1, sk, device=dev) > 0.3
         mask[..., 0] = True
-    factor = (torch.tensor([0.8], device=dev) if case.get("scale_factor")
-              else None)
+    # A learned temperature: the factor is a leaf that needs a gradient.
+    factor = (torch.tensor(case["scale_factor"], device=dev).requires_grad_(True)
+              if case.get("scale_factor") else None)
 
-    def step(q, k, v):
+    def step(q, k, v, factor):
         out = kops.attention_trainable(forward, backward, q, k, v, mask=mask,
                                        scale_factor=factor)
         return out, (out.float() * g.float()).sum()
@@ -83,15 +85,19 @@ def run_case(case, compiled: bool):
     if compiled:
         step = torch.compile(step, fullgraph=True)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    out, loss = step(*leaves)
+    out, loss = step(*leaves, factor)
     loss.backward()
     torch.cuda.synchronize()
-    ref_out, _, ref_dq, ref_dk, ref_dv = _reference(case, q, k, v, mask, None,
-                                                    factor, g)
+    ref = _reference(case, q, k, v, mask, None, factor, g,
+                     factor_grad=factor is not None)
+    ref_out, _, ref_dq, ref_dk, ref_dv = ref[:5]
     errors = {"out": _relative(out.detach(), ref_out),
               "dq": _relative(leaves[0].grad, ref_dq),
               "dk": _relative(leaves[1].grad, ref_dk),
               "dv": _relative(leaves[2].grad, ref_dv)}
+    if factor is not None:
+        errors["dfactor"] = (_relative(factor.grad, ref[5]) if factor.grad is not None
+                             else math.inf)
     tolerance = TOLERANCE[case["dtype"]]
     return {"case": case["name"], "compiled": compiled, "errors": errors,
             "passed": all(e <= tolerance for e in errors.values())}

@@ -170,14 +170,19 @@ def emit(directory: Path, kilnc: str, names: Optional[List[str]]) -> int:
 
 # --- On the GPU --------------------------------------------------------------
 
-def _reference(case, q, k, v, mask, bias, factor, do):
-    """out, lse and the gradients of Q, K, V in float64."""
+def _reference(case, q, k, v, mask, bias, factor, do, factor_grad=False):
+    """out, lse and the gradients of Q, K, V in float64 (and, with
+    `factor_grad`, the gradient of the run-time scale factor)."""
     import torch
     q, k, v = (t.double().detach().requires_grad_(True) for t in (q, k, v))
     group = case["hq"] // case["hkv"]
     ke = k.repeat_interleave(group, dim=1)
     ve = v.repeat_interleave(group, dim=1)
-    scale = _scale(case) * (float(factor) if factor is not None else 1.0)
+    f = None
+    scale = _scale(case)
+    if factor is not None:
+        f = factor.double().detach().reshape(-1).requires_grad_(factor_grad)
+        scale = scale * (f.view(1, -1, 1, 1) if f.numel() > 1 else f.view(()))
     s = (q @ ke.transpose(-1, -2)) * scale
     if case.get("softcap"):
         c = case["softcap"]
@@ -212,6 +217,8 @@ def _reference(case, q, k, v, mask, bias, factor, do):
     out = p @ ve
     lse = (torch.log(total) + m).squeeze(-1)
     out.backward(do.double())
+    if factor_grad:
+        return out.detach(), lse.detach(), q.grad, k.grad, v.grad, f.grad
     return out.detach(), lse.detach(), q.grad, k.grad, v.grad
 
 

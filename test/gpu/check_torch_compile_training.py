@@ -12,7 +12,7 @@ floating inputs, for ``loss = Σ out·g``, are compared with float64 eager
 autograd of the same module (||Δ|| / ||ref|| ≤ 1e-2 in bf16, beside eager
 bf16's own error). A module passes when its gradients are within bounds and
 every site was rewritten, or was left to Inductor for a reason Kiln's
-backward states (a mask, bias or scale that needs a gradient). Prints one
+backward states (a mask or bias that needs a gradient). Prints one
 line a module, writes JSON, exits 1 on any failure.
 """
 
