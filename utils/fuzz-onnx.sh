@@ -32,7 +32,10 @@ if [ ! -f "$gen/include/kiln/Dialect/Kiln/IR/KilnOps.h.inc" ]; then
 fi
 llvm=/usr/lib/llvm-22
 cxx=${CXX_FUZZ:-clang++-22}
-mkdir -p "$out/obj"
+mkdir -p "$out/obj" "$run"
+# Absolute: the fuzzer runs from the run dir.
+out=$(cd "$out" && pwd)
+run=$(cd "$run" && pwd)
 flags="-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-rtti
   -fsanitize=address,undefined -fno-sanitize=vptr
   -I$here/include -I$here/lib/Target/Graph -I$gen/include -I$llvm/include
