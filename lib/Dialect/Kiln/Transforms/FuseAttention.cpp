@@ -275,6 +275,13 @@ struct AttentionMatch {
   llvm::SetVector<Operation *> ops;
 };
 
+/// The keys a select keeps of its value operand: `pred` true keeps them,
+/// or, with `hides`, hides them.
+struct KeyPredicate {
+  Value pred;
+  bool hides = false;
+};
+
 /// The softmax ops, forwards from its first op.
 struct SoftmaxOps {
   Value input;
@@ -291,7 +298,59 @@ struct SoftmaxOps {
   /// hand): the subtraction and its row max, else null; `input` is then x.
   tosa::SubOp shift;
   tosa::ReduceMaxOp shiftMax;
+  /// A softmax restricted to a mask (`jax.nn.softmax(x, where=m)`): the
+  /// exponentials summed through `select(m, exp, 0)`, else null.
+  tosa::SelectOp sumGuard;
+  /// Where the scores are `select(m, s, -inf)` (or `select(h, -inf, s)`):
+  /// the keys a row sees (the probabilities of the others are 0, or NaN on
+  /// a row that sees none), else a null predicate.
+  KeyPredicate seen;
 };
+
+/// The other operand of `select` when one of its value operands is
+/// `special(value)` and the other is not; `kept` says which predicate keeps
+/// it.
+Value selectAround(tosa::SelectOp select,
+                   llvm::function_ref<bool(Value)> special,
+                   KeyPredicate &kept) {
+  if (special(select.getOnFalse()) && !special(select.getOnTrue())) {
+    kept = {select.getPred(), false};
+    return select.getOnTrue();
+  }
+  if (special(select.getOnTrue()) && !special(select.getOnFalse())) {
+    kept = {select.getPred(), true};
+    return select.getOnFalse();
+  }
+  return {};
+}
+
+bool sameValue(Value a, Value b, int depth);
+
+bool samePredicate(const KeyPredicate &a, const KeyPredicate &b) {
+  return a.pred && b.pred && a.hides == b.hides && sameValue(a.pred, b.pred, 4);
+}
+
+/// Whether `a` and `b` compute the same value: the same value, or the same
+/// op on operands that do (up to `depth` ops deep). Each `jnp.where` of one
+/// mask broadcasts it anew; the copies are equivalent.
+bool sameValue(Value a, Value b, int depth) {
+  if (a == b)
+    return true;
+  Operation *x = a.getDefiningOp();
+  Operation *y = b.getDefiningOp();
+  if (depth == 0 || !x || !y || x->getNumResults() != 1 ||
+      y->getNumResults() != 1)
+    return false;
+  return OperationEquivalence::isEquivalentTo(
+      x, y,
+      [&](Value l, Value r) { return success(sameValue(l, r, depth - 1)); },
+      /*markEquivalent=*/nullptr, OperationEquivalence::IgnoreLocations);
+}
+
+bool isZeroSplat(Value value) {
+  std::optional<double> splat = getSplatFloat(value);
+  return splat && *splat == 0.0;
+}
 
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
 /// reports on starts this way.
@@ -332,11 +391,42 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
       return {};
     return dyn_cast<tosa::ReduceSumOp>(*cast->user_begin());
   };
+  // exp -> select(m, exp, 0) (-> cast) -> reduce_sum, or exp -> cast ->
+  // select -> reduce_sum: a sum restricted to the keys a mask keeps.
+  KeyPredicate summed;
+  auto guardedSum = [&](Operation *user, Value from) -> tosa::ReduceSumOp {
+    auto select = dyn_cast<tosa::SelectOp>(user);
+    if (!select || !select->hasOneUse() ||
+        selectAround(select, isZeroSplat, summed) != from)
+      return {};
+    Operation *next = *select->user_begin();
+    if (auto sum = dyn_cast<tosa::ReduceSumOp>(next)) {
+      softmax.sumGuard = select;
+      return sum;
+    }
+    if (auto cast = dyn_cast<tosa::CastOp>(next))
+      if (tosa::ReduceSumOp sum = widerSum(cast)) {
+        softmax.sumGuard = select;
+        softmax.widen = cast;
+        return sum;
+      }
+    return {};
+  };
   for (Operation *user : exp.getUsers()) {
     tosa::ReduceSumOp sum = dyn_cast<tosa::ReduceSumOp>(user);
     auto cast = dyn_cast<tosa::CastOp>(user);
-    if (cast && (sum = widerSum(cast)))
+    if (!sum && !cast && !softmax.sumGuard)
+      sum = guardedSum(user, exp);
+    if (cast && cast->hasOneUse() && !softmax.sumGuard &&
+        isa<tosa::SelectOp>(*cast->user_begin())) {
+      auto from = dyn_cast<FloatType>(getElementTypeOrSelf(exp.getType()));
+      auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getType()));
+      if (from && to && to.getWidth() > from.getWidth() &&
+          (sum = guardedSum(*cast->user_begin(), cast.getOutput())))
+        softmax.widen = cast;
+    } else if (cast && (sum = widerSum(cast))) {
       softmax.widen = cast;
+    }
     if (sum) {
       if (softmax.sum)
         return fail("the exponentials are summed twice");
@@ -392,6 +482,23 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
       softmax.input = x;
     }
   }
+
+  // Scores hidden with -inf by a select: the keys each row sees. A sum
+  // restricted to the same mask adds only zeros more (exp(-inf) = 0 where
+  // the row sees a key; on a row that sees none the graph's probabilities
+  // are NaN, 0 after a guard, and the fused op's output is 0).
+  if (auto hidden = softmax.input.getDefiningOp<tosa::SelectOp>()) {
+    auto minusInf = [](Value value) {
+      std::optional<double> fill = getSplatFloat(value);
+      return fill && std::isinf(*fill) && *fill < 0;
+    };
+    KeyPredicate kept;
+    if (selectAround(hidden, minusInf, kept))
+      softmax.seen = kept;
+  }
+  if (softmax.sumGuard && !samePredicate(summed, softmax.seen))
+    return fail("the row sum is restricted to keys other than those the "
+                "scores hide with -inf");
 
   auto inputType = getRankedType(softmax.input);
   if (!inputType)
@@ -1286,6 +1393,24 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
 
 namespace {
 
+/// Matches `select(seen, p, 0)` after a softmax whose scores were
+/// `select(seen, s, -inf)` (`jax.nn.softmax(x, where=m)`): the hidden keys'
+/// probabilities are 0 already, and a row that sees no key becomes zeros,
+/// what the fused op gives it. Returns the guarded value and adds the op.
+std::optional<Value> matchSeenGuard(Value probs, const KeyPredicate &seen,
+                                    llvm::SetVector<Operation *> &ops) {
+  if (!seen.pred || !probs.hasOneUse())
+    return std::nullopt;
+  auto select = dyn_cast<tosa::SelectOp>(*probs.user_begin());
+  KeyPredicate kept;
+  if (!select || select.getOutput().getType() != probs.getType() ||
+      selectAround(select, isZeroSplat, kept) != probs ||
+      !samePredicate(kept, seen))
+    return std::nullopt;
+  ops.insert(select);
+  return select.getOutput();
+}
+
 /// Matches the guard exporters put after a softmax over masked scores,
 /// `select(isnan(p), 0, p)` (written with `equal(p, p)`), which turns a row
 /// that sees no key into zeros: what the fused op does for such a row.
@@ -1818,7 +1943,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
         softmax->exp.getOperation(), softmax->sum.getOperation(),
         softmax->reciprocal.getOperation(), softmax->normalize.getOperation(),
         softmax->widen.getOperation(), softmax->narrow.getOperation(),
-        softmax->shift.getOperation(), softmax->shiftMax.getOperation()})
+        softmax->shift.getOperation(), softmax->shiftMax.getOperation(),
+        softmax->sumGuard.getOperation()})
     if (op)
       match.ops.insert(op);
 
@@ -1829,6 +1955,11 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   SmallVector<int32_t, 4> probsPerms;
   while (!outputMatmul) {
     if (std::optional<Value> guarded = matchNanGuard(probs, match.ops)) {
+      probs = *guarded;
+      continue;
+    }
+    if (std::optional<Value> guarded =
+            matchSeenGuard(probs, softmax->seen, match.ops)) {
       probs = *guarded;
       continue;
     }
