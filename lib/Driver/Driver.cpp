@@ -351,7 +351,8 @@ LogicalResult mlir::kiln::compile(const CompileOptions &options,
     // values; a report, --verify or MLIR shows the FP8 op.
     bool reportOnly = (options.report != ReportKind::None || options.verify) &&
                       (options.outputPath.empty() || options.outputPath == "-");
-    foldFp8 = options.emit != EmitKind::Package || reportOnly;
+    foldFp8 = options.foldFp8.value_or(options.emit != EmitKind::Package ||
+                                       reportOnly);
     fusionOptions.foldFp8 = foldFp8;
     if (failed(runPipeline(*module, [&](OpPassManager &pm) {
           buildFusionPipeline(pm, fusionOptions);

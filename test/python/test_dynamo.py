@@ -72,6 +72,14 @@ def test_sites_without_names_are_not_rewritten() -> None:
     assert site["operand_dtype"] == "f8E4M3FN" and site["dtype"] == "f16"
     assert kd._unrewritable(site) == ("its Q, K and V are f8E4M3FN (FP8), for "
                                       "which Kiln has no GPU kernel yet")
+    # What the backend asks kilnc for (--fp8=dequantised): the site reads the
+    # dequantised values, rewritable from the graph's own nodes.
+    result = subprocess.run([kiln.find_kilnc(), str(FUSION_INPUTS / "fp8_qdq_f16.onnx"),
+                             "--report=json", "--fp8=dequantised"],
+                            capture_output=True, text=True, check=True)
+    [site] = json.loads(result.stdout)["sites"]
+    assert site["operand_dtype"] == site["dtype"] == "f16"
+    assert kd._unrewritable(site) is None
     [site] = report_of("fp8_qdq_probs.onnx")["sites"]
     assert site["prob_scale"] == pytest.approx(1 / 448, rel=1e-6)
     assert kd._unrewritable(site).startswith("it quantises its probabilities")

@@ -131,6 +131,15 @@ static cl::list<std::string> finiteInputs(
              "it (finite_inputs)"),
     cl::CommaSeparated, cl::value_desc("name,..."), cl::cat(kilncCategory));
 
+static cl::opt<std::string> fp8Operands(
+    "fp8",
+    cl::desc("Q, K and V dequantised from float8 e4m3 in the graph: fold "
+             "(the op's FP8 operands, as a report shows them by default), "
+             "dequantised (the sites read the dequantised values, as a package "
+             "compiles them: no GPU kernel reads e4m3 Q, K and V yet) or auto "
+             "(default: fold unless a package is emitted)"),
+    cl::init("auto"), cl::cat(kilncCategory));
+
 static cl::opt<std::string> kvCache(
     "kv-cache",
     cl::desc("paged:N (N a power of two from 1 to 256): beside each causal "
@@ -194,6 +203,14 @@ int main(int argc, char **argv) {
   }
   options.paddedRowsFree = paddedRows == "free";
   options.finiteInputs.assign(finiteInputs.begin(), finiteInputs.end());
+  if (fp8Operands == "fold" || fp8Operands == "dequantised") {
+    options.foldFp8 = fp8Operands == "fold";
+  } else if (fp8Operands != "auto") {
+    emitError(inputLoc) << "--fp8 expects 'auto', 'fold' or 'dequantised', "
+                           "got '"
+                        << fp8Operands << "'";
+    return 1;
+  }
   if (!kvCache.empty()) {
     StringRef spec = kvCache;
     int64_t pageSize = 0;

@@ -14,6 +14,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ struct CompileOptions {
   /// weights a framework lifted into inputs: a bias computed from them
   /// cannot hide keys, so it may be fused beside a finite-fill mask.
   std::vector<std::string> finiteInputs;
+  /// FP8 operands (`--fp8`): true folds dequantised e4m3 Q, K and V into
+  /// the op's FP8 operands, false leaves the sites on the dequantised values
+  /// (what a GPU kernel reads today); unset folds unless a package is
+  /// emitted.
+  std::optional<bool> foldFp8;
   /// `--kv-cache=paged:N`: beside each causal self-attention site, a paged
   /// decode/chunked-prefill site over a cache of pages of N keys (0: none).
   int64_t pagedKvPageSize = 0;
