@@ -432,6 +432,33 @@ class PastInputs(Projections):
         return self.merge(torch.softmax(scores, dim=-1) @ v)
 
 
+class Fp8Dequantised(Projections):
+    """Q, K and V fake-quantised to float8 e4m3 before the products, as
+    FP8-aware training and quantised checkpoints write it: each divided by
+    a per-tensor scale (a buffer), clamped, cast to `float8_e4m3fn`, cast
+    back and multiplied by the scale; causal by `is_causal` of SDPA's
+    reference form written out. Kiln fuses the site on the dequantised
+    values (no e4m3 kernel yet)."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.register_buffer("scales", torch.tensor([0.02, 0.025, 0.03]), persistent=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+
+        def fake(t, scale):
+            t8 = (t / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+            return t8.to(t.dtype) * scale
+
+        q, k, v = (fake(t, self.scales[i]) for i, t in enumerate((q, k, v)))
+        s = x.shape[1]
+        scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        return self.merge(torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v)
+
+
 class InPlaceNullKv(Projections):
     """lucidrains' style: a learned null key and value prepended to every
     sequence, einsum scores, the causal future filled in place
@@ -535,6 +562,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("past-kv-concat", PastKvConcat(hidden, heads, max(seq // 2, 32)), tokens, 1),
         ("in-place-null-kv", InPlaceNullKv(hidden, heads), tokens, 1),
         ("past-inputs", PastInputs(hidden, heads), with_past, 1),
+        ("fp8-dequantised", Fp8Dequantised(hidden, heads), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
