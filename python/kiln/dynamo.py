@@ -1879,9 +1879,9 @@ def constant_buffers(gm: Any, example_inputs: Sequence[Any],
     buffers (GPT-Neo's `bias` band, nanoGPT's `tril`), which hold at most
     MOST_MASK_VALUES distinct values, need no gradient and are small enough
     to write with their data, in a graph that writes no input in place.
-    Dynamo passes a module's buffers as graph inputs, so kilnc would otherwise see a run-time mask that may hide
-    whole rows where the model's band cannot; read, a band fuses as causal
-    and window bounds. The compiled graph checks on every call that each
+    Dynamo passes a module's buffers as graph inputs, so kilnc would
+    otherwise see a run-time mask that may hide whole rows where the
+    model's band cannot; read, a band fuses as causal and window bounds. The compiled graph checks on every call that each
     such buffer is the one read, unchanged (_ConstantGuard)."""
     import torch
 
@@ -1919,8 +1919,8 @@ def _digest(tensors: Iterable[Any]) -> str:
     for tensor in tensors:
         data = tensor.detach().contiguous().cpu()
         hasher.update(f"{data.dtype}{list(data.shape)}".encode())
-        hasher.update(data.view(torch.uint8).numpy().tobytes()
-                      if data.dtype != torch.bool else data.numpy().tobytes())
+        # Bytes (numpy has no bfloat16; a 0-d tensor has no byte view).
+        hasher.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
     return hasher.hexdigest()[:24]
 
 
@@ -2177,10 +2177,7 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
 
     module = _graph_of(exported)
     if entry.get("training"):
-        user = torch.export.graph_signature.InputKind.USER_INPUT
-        names = [spec.arg.name for spec in exported.graph_signature.input_specs
-                 if spec.kind == user]
-        entry["needs_grad"] = [name for name, t in zip(names, tensors)
+        entry["needs_grad"] = [name for name, t in zip(_user_input_names(exported), tensors)
                                if getattr(t, "requires_grad", False)]
     timed = (entry.get("choose", "timed") == "timed"
              and all(t.is_cuda for t in tensors)

@@ -324,12 +324,6 @@ Value selectAround(tosa::SelectOp select,
   return {};
 }
 
-bool sameValue(Value a, Value b, int depth);
-
-bool samePredicate(const KeyPredicate &a, const KeyPredicate &b) {
-  return a.pred && b.pred && a.hides == b.hides && sameValue(a.pred, b.pred, 4);
-}
-
 /// Whether `a` and `b` compute the same value: the same value, or the same
 /// op on operands that do (up to `depth` ops deep). Each `jnp.where` of one
 /// mask broadcasts it anew; the copies are equivalent.
@@ -347,10 +341,11 @@ bool sameValue(Value a, Value b, int depth) {
       /*markEquivalent=*/nullptr, OperationEquivalence::IgnoreLocations);
 }
 
-bool isZeroSplat(Value value) {
-  std::optional<double> splat = getSplatFloat(value);
-  return splat && *splat == 0.0;
+bool samePredicate(const KeyPredicate &a, const KeyPredicate &b) {
+  return a.pred && b.pred && a.hides == b.hides && sameValue(a.pred, b.pred, 4);
 }
+
+bool isZero(Value value) { return isZeroTensor(value); }
 
 /// Recognises `x - reduce_max(x)` feeding an exp: every softmax the pass
 /// reports on starts this way.
@@ -384,10 +379,14 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
   Value exp = softmax.exp.getOutput();
   // exp -> cast to a wider float -> reduce_sum (-> cast back): the sum
   // taken in f32. The fused op sums in f32 whatever the type.
-  auto widerSum = [&](tosa::CastOp cast) -> tosa::ReduceSumOp {
+  // A cast of the exponentials to a wider float type, with one user.
+  auto widens = [&](tosa::CastOp cast) {
     auto from = dyn_cast<FloatType>(getElementTypeOrSelf(exp.getType()));
     auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getType()));
-    if (!from || !to || to.getWidth() <= from.getWidth() || !cast->hasOneUse())
+    return from && to && to.getWidth() > from.getWidth() && cast->hasOneUse();
+  };
+  auto widerSum = [&](tosa::CastOp cast) -> tosa::ReduceSumOp {
+    if (!widens(cast))
       return {};
     return dyn_cast<tosa::ReduceSumOp>(*cast->user_begin());
   };
@@ -397,7 +396,7 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
   auto guardedSum = [&](Operation *user, Value from) -> tosa::ReduceSumOp {
     auto select = dyn_cast<tosa::SelectOp>(user);
     if (!select || !select->hasOneUse() ||
-        selectAround(select, isZeroSplat, summed) != from)
+        selectAround(select, isZero, summed) != from)
       return {};
     Operation *next = *select->user_begin();
     if (auto sum = dyn_cast<tosa::ReduceSumOp>(next)) {
@@ -417,12 +416,9 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
     auto cast = dyn_cast<tosa::CastOp>(user);
     if (!sum && !cast && !softmax.sumGuard)
       sum = guardedSum(user, exp);
-    if (cast && cast->hasOneUse() && !softmax.sumGuard &&
+    if (cast && !softmax.sumGuard && widens(cast) &&
         isa<tosa::SelectOp>(*cast->user_begin())) {
-      auto from = dyn_cast<FloatType>(getElementTypeOrSelf(exp.getType()));
-      auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getType()));
-      if (from && to && to.getWidth() > from.getWidth() &&
-          (sum = guardedSum(*cast->user_begin(), cast.getOutput())))
+      if ((sum = guardedSum(*cast->user_begin(), cast.getOutput())))
         softmax.widen = cast;
     } else if (cast && (sum = widerSum(cast))) {
       softmax.widen = cast;
@@ -1404,7 +1400,7 @@ std::optional<Value> matchSeenGuard(Value probs, const KeyPredicate &seen,
   auto select = dyn_cast<tosa::SelectOp>(*probs.user_begin());
   KeyPredicate kept;
   if (!select || select.getOutput().getType() != probs.getType() ||
-      selectAround(select, isZeroSplat, kept) != probs ||
+      selectAround(select, isZero, kept) != probs ||
       !samePredicate(kept, seen))
     return std::nullopt;
   ops.insert(select);
