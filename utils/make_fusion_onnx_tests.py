@@ -379,6 +379,26 @@ def bool_mask_where(name, fill):
     g.save()
 
 
+def bool_mask_before_scale(name, replaces):
+    """CodeGen's order: the mask applied to QK^T before the Div by sqrt(d),
+    as Where(keep, 0, finfo.min) added (`replaces` False) or as
+    Where(keep, scores, -inf) (True), with a run-time boolean keep."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    keep = g.input("keep", BOOL, [B, 1, S, S])
+    if replaces:
+        scores = g.op("Where", [keep, scores, g.const("fill", np.float32(-np.inf))],
+                      "mask_where")
+    else:
+        mask = g.op("Where", [keep, g.const("zero", np.float32(0.0)),
+                              g.const("fill", np.float32(FINFO_MIN))], "mask_where")
+        scores = g.op("Add", [scores, mask], "mask_add")
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(np.sqrt(D)))], "scale")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def causal_trilu_where():
     """GPT-2 eager: bias = tril(ones(S,S)) as bool; Where(bias, scores, min)."""
     g = Graph("causal_trilu_where")
@@ -1525,6 +1545,8 @@ def main():
     hf_padding()
     bool_mask_where("mask_bool_where_inf", -np.inf)
     bool_mask_where("mask_bool_where_min", FINFO_MIN)
+    bool_mask_before_scale("mask_added_before_scale", replaces=False)
+    bool_mask_before_scale("mask_where_before_scale", replaces=True)
     causal_trilu_where()
     causal_triu_add()
     causal_range_less()

@@ -433,9 +433,10 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
                                           list(transform["shape"]))
             node = graph.call_function(aten.reshape.default, (node, sizes))
         elif op == "cast":
-            node = graph.call_function(
-                torch.ops.prims.convert_element_type.default,
-                (node, dtypes[transform["dtype"]]))
+            # aten._to_copy, not prims.convert_element_type: the replay
+            # must carry gradients (a learned temperature cast to f32).
+            node = graph.call_function(aten._to_copy.default, (node,),
+                                       {"dtype": dtypes[transform["dtype"]]})
         elif op == "not":
             node = graph.call_function(aten.logical_not.default, (node,))
         elif op == "mul":
@@ -1858,13 +1859,24 @@ def _is_weight(node: Any, value: Any) -> bool:
 
     if isinstance(value, torch.nn.Parameter):
         return True
+    return any(marker in _source_name(node) for marker in ("_parameters[", "_buffers["))
+
+
+def _source_name(node: Any) -> str:
+    """The name of where Dynamo took graph input `node` from
+    (`L['self']._modules['attn']._buffers['bias']`), or "" where it has
+    none. Dynamo's Source.name is a method in some releases and a property
+    in others."""
     grapharg = node.meta.get("grapharg")
     source = getattr(grapharg, "source", None)
+    if source is None:
+        return ""
     try:
-        name = source.name() if source is not None else ""
+        name = source.name
+        name = name() if callable(name) else name
     except Exception:  # noqa: BLE001 (a source without a name)
-        name = ""
-    return "_parameters[" in name or "_buffers[" in name
+        return ""
+    return name if isinstance(name, str) else ""
 
 
 #: A module buffer read at compile time (constant_buffers) holds at most

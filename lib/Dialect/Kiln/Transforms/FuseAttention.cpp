@@ -954,10 +954,27 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       current = reshape.getInput1();
       continue;
     }
+    // A boolean mask met after a scale (`(QKᵀ + where(keep, 0, fill)) · c`,
+    // CodeGen's order): the scale reaches the fill only, as the op adds
+    // masks after scaling, so the fill becomes fill · c. Only a positive
+    // constant scale keeps a hiding fill hiding; a float mask (each value
+    // would need scaling) stays unfused.
+    auto scaleFill = [&](MaskTerm &term, StringRef applied) -> LogicalResult {
+      if (phase != Scale)
+        return success();
+      if (!term.isBoolean)
+        return fail(Twine("a mask is ") + applied + " before the scale");
+      if (match.scaleFactor)
+        return fail(Twine("a mask is ") + applied + " before a run-time scale");
+      if (!(match.scale > 0.0))
+        return fail(Twine("a mask is ") + applied +
+                    " before a scale that is not positive");
+      term.fill *= match.scale;
+      return success();
+    };
     if (auto add = dyn_cast<tosa::AddOp>(def)) {
-      if (phase != Masks)
-        return fail(phase == Scale ? "a mask is added before the scale"
-                                   : "a mask is added before the softcap");
+      if (phase == AfterSoftcap)
+        return fail("a mask is added before the softcap");
       FailureOr<Value> chain = scoresOperand(add.getInput1(), add.getInput2());
       if (failed(chain))
         return failure();
@@ -1006,15 +1023,18 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
           match.ops.insert(reshapes.begin(), reshapes.end());
         }
       }
+      if (failed(scaleFill(term, "added")))
+        return failure();
+      if (term.isBoolean && !isAbsorbingMask(term.fill))
+        return fail("a mask's fill, scaled, no longer hides a key");
       terms.push_back(term);
       match.ops.insert(def);
       current = *chain;
       continue;
     }
     if (auto select = dyn_cast<tosa::SelectOp>(def)) {
-      if (phase != Masks)
-        return fail(phase == Scale ? "a mask is applied before the scale"
-                                   : "a mask is applied before the softcap");
+      if (phase == AfterSoftcap)
+        return fail("a mask is applied before the softcap");
       FailureOr<Value> chain =
           scoresOperand(select.getOnTrue(), select.getOnFalse());
       if (failed(chain))
@@ -1030,6 +1050,10 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       term.value = select.getPred();
       term.fill = *fillValue;
       term.scoresRank = resultType.getRank();
+      if (failed(scaleFill(term, "applied")))
+        return failure();
+      if (!isMaskingValue(term.fill))
+        return fail("a mask's fill, scaled, no longer hides a key");
       terms.push_back(term);
       match.ops.insert(def);
       current = *chain;
