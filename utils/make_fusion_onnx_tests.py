@@ -1111,6 +1111,25 @@ def f16_upcast():
     g.save()
 
 
+def f32_query_f16_kv():
+    """CodeGen's precision: Q computed in f32 (its rotary embedding), K
+    rounded to f16 and widened for the f32 product, V left in f16, the
+    probabilities cast to f16 for P.V. The site runs in f32 (K and V
+    widened, exactly); rounding Q would change the graph."""
+    g = Graph("f32_query_f16_kv")
+    q = g.input("q", F32, [B, H, S, D])
+    k = g.input("k", F16, [B, H, S, D])
+    v = g.input("v", F16, [B, H, S, D])
+    k = g.op("Cast", [k], "k_widen", to=F32)
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(np.sqrt(D)))], "scale")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    probs = g.op("Cast", [probs], "downcast", to=F16)
+    ctx = g.op("MatMul", [probs, v], "pv")
+    g.output(ctx, F16, [B, H, S, D])
+    g.save()
+
+
 # -- Opset 23 Attention ------------------------------------------------------
 
 
@@ -1602,6 +1621,7 @@ def main():
     mqa_broadcast_causal()
     mqa_broadcast_v_only()
     f16_upcast()
+    f32_query_f16_kv()
     attention23("attn23_causal", is_causal=1)
     attention23("attn23_causal_rect", q_len=4, is_causal=1)
     attention23("attn23_bool_mask", mask="bool")

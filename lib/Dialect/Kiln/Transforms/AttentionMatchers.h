@@ -33,6 +33,9 @@ struct MaskTerm {
   /// Boolean terms: the fill replaces the score (`select(keep, s, fill)`)
   /// rather than being added to it (`s + select(keep, 0, fill)`).
   bool replaces = true;
+  /// Additive constant masks met after a scale (`(QKᵀ + m) · c`): the
+  /// positive c the graph multiplies the term by, so the op adds m · c.
+  double scale = 1.0;
 };
 
 /// The value of a splat float constant, looking through `tosa.reciprocal`

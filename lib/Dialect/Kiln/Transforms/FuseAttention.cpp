@@ -144,6 +144,26 @@ bool isFloatCast(Operation *op) {
          isa<FloatType>(getElementTypeOrSelf(cast.getOutput()));
 }
 
+/// Whether every value of `from` is one of `to`: at least its precision
+/// and exponent range (bf16 or f16 to f32). A float cast between them
+/// keeps values exactly (isWideningFloatCast).
+bool widensExactly(FloatType from, FloatType to) {
+  const llvm::fltSemantics &source = from.getFloatSemantics();
+  const llvm::fltSemantics &result = to.getFloatSemantics();
+  return llvm::APFloat::semanticsPrecision(result) >=
+             llvm::APFloat::semanticsPrecision(source) &&
+         llvm::APFloat::semanticsMaxExponent(result) >=
+             llvm::APFloat::semanticsMaxExponent(source) &&
+         llvm::APFloat::semanticsMinExponent(result) <=
+             llvm::APFloat::semanticsMinExponent(source);
+}
+
+bool isWideningFloatCast(Operation *op) {
+  return isFloatCast(op) &&
+         widensExactly(cast<FloatType>(getElementTypeOrSelf(op->getOperand(0))),
+                       cast<FloatType>(getElementTypeOrSelf(op->getResult(0))));
+}
+
 /// Whether every element of `value` is zero: a zero splat, or one
 /// broadcast, reshaped or cast (ONNX `Expand` of a scalar 0 imports as a
 /// reshape and a tile: torch's `zeros` exported with its sizes).
@@ -246,6 +266,10 @@ struct AttentionMatch {
   /// head axis; null when every factor is a constant.
   Value scaleFactor;
   bool scaleFactorPerHead = false;
+  /// The element type the site runs in when Q, K and V differ (Q computed
+  /// in f32, K and V in bf16): the narrower ones are widened to it, which
+  /// is exact. Null when they agree.
+  Type widenedTo;
   std::optional<double> softcap;
   bool causal = false;
   std::optional<int64_t> window;
@@ -962,8 +986,23 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
     auto scaleFill = [&](MaskTerm &term, StringRef applied) -> LogicalResult {
       if (phase != Scale)
         return success();
-      if (!term.isBoolean)
-        return fail(Twine("a mask is ") + applied + " before the scale");
+      if (!term.isBoolean) {
+        // A constant of zeros and hiding fills (a static causal mask the
+        // importer folded) is scaled with its values; any other float mask
+        // would need each value scaled at run time.
+        auto constant = term.value.getDefiningOp<tosa::ConstOp>();
+        auto values = constant
+                          ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
+                          : nullptr;
+        if (!values || match.scaleFactor || !(match.scale > 0.0) ||
+            llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
+              double value = v.convertToDouble();
+              return value != 0.0 && !isAbsorbingMask(value * match.scale);
+            }))
+          return fail(Twine("a mask is ") + applied + " before the scale");
+        term.scale = match.scale;
+        return success();
+      }
       if (match.scaleFactor)
         return fail(Twine("a mask is ") + applied + " before a run-time scale");
       if (!(match.scale > 0.0))
@@ -991,9 +1030,20 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       // An additive mask built as select(keep, 0, -inf) is that boolean
       // (seen through reshapes that only add leading unit axes: a [Sq, Sk]
       // mask added to [B, H, Sq, Sk] scores).
+      // Widening casts keep both values exactly (CodeGen's bf16
+      // where(keep, 0, finfo.min) cast to its f32 scores).
       Value built = term.value;
       SmallVector<Operation *> reshapes;
-      while (auto reshape = built.getDefiningOp<tosa::ReshapeOp>()) {
+      while (true) {
+        if (Operation *cast = built.getDefiningOp();
+            cast && isWideningFloatCast(cast)) {
+          reshapes.push_back(cast);
+          built = cast->getOperand(0);
+          continue;
+        }
+        auto reshape = built.getDefiningOp<tosa::ReshapeOp>();
+        if (!reshape)
+          break;
         auto from = dyn_cast<RankedTensorType>(reshape.getInput1().getType());
         auto to = dyn_cast<RankedTensorType>(reshape.getType());
         if (!from || !to || from.getRank() > to.getRank() ||
@@ -1536,7 +1586,7 @@ double hiddenFill(const MaskTerm &term) {
       term.value.getDefiningOp<tosa::ConstOp>().getValues());
   for (const APFloat &value : floats.getValues<APFloat>())
     if (value.convertToDouble() != 0.0)
-      return value.convertToDouble();
+      return value.convertToDouble() * term.scale;
   return 0.0;
 }
 
@@ -2106,10 +2156,24 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
             getElementTypeOrSelf(widen.getOutput()).isF32())
           source->base = widen.getInput();
 
+  // Q computed in f32 beside K and V in a 16-bit type (CodeGen's rotary
+  // query in f32, its key rounded to bf16 and widened, V in bf16): the site
+  // runs in the widest type, the others widened exactly. Rounding Q instead
+  // would change what the graph computes.
   Type elementType = getElementTypeOrSelf(match.query.base);
-  for (Value base : {match.key.base, match.value.base})
-    if (getElementTypeOrSelf(base) != elementType)
+  for (Value base : {match.key.base, match.value.base}) {
+    Type type = getElementTypeOrSelf(base);
+    if (type == elementType)
+      continue;
+    auto from = dyn_cast<FloatType>(type), to = dyn_cast<FloatType>(elementType);
+    if (from && to && widensExactly(to, from))
+      elementType = type;
+    else if (!from || !to || !widensExactly(from, to))
       return fail("Q, K and V have different element types");
+  }
+  for (Value base : {match.query.base, match.key.base, match.value.base})
+    if (getElementTypeOrSelf(base) != elementType)
+      match.widenedTo = elementType;
   if (!isa<Float16Type, BFloat16Type, Float32Type>(elementType))
     return fail("Q, K and V are not f16, bf16 or f32");
   for (auto [name, source, heads] :
@@ -2227,6 +2291,23 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
   Value value = term.value;
   if (term.inverted)
     value = tosa::LogicalNotOp::create(rewriter, loc, value.getType(), value);
+  if (term.scale != 1.0) {
+    // A constant mask met after the scale (matchScores): its values scaled.
+    auto values = cast<DenseFPElementsAttr>(
+        value.getDefiningOp<tosa::ConstOp>().getValues());
+    const llvm::fltSemantics &semantics =
+        cast<FloatType>(values.getElementType()).getFloatSemantics();
+    SmallVector<APFloat> scaled;
+    for (const APFloat &element : values.getValues<APFloat>()) {
+      APFloat product(element.convertToDouble() * term.scale);
+      bool lost = false;
+      product.convert(semantics, APFloat::rmNearestTiesToEven, &lost);
+      scaled.push_back(product);
+    }
+    value = tosa::ConstOp::create(
+        rewriter, loc, values.getType(),
+        DenseElementsAttr::get(cast<ShapedType>(values.getType()), scaled));
+  }
   auto type = cast<RankedTensorType>(value.getType());
   if (term.scoresRank == 3) {
     ArrayRef<int64_t> shape = type.getShape();
@@ -2312,6 +2393,13 @@ struct FuseAttentionPattern : public OpRewritePattern<tosa::ReduceMaxOp> {
     Value key = materialize(rewriter, loc, match->key, true, batch, numKvHeads);
     Value value =
         materialize(rewriter, loc, match->value, false, batch, numKvHeads);
+    if (match->widenedTo)
+      for (Value *operand : {&query, &key, &value}) {
+        auto type = cast<RankedTensorType>(operand->getType());
+        if (type.getElementType() != match->widenedTo)
+          *operand = tosa::CastOp::create(
+              rewriter, loc, type.clone(match->widenedTo), *operand);
+      }
     Value mask, bias;
     if (match->maskTerm.value)
       mask = materializeMask(rewriter, loc, match->maskTerm, batch, numHeads);
