@@ -1284,6 +1284,47 @@ func.func @constant_mask_before_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x1
   return %v26 : tensor<1x2x16x8xf32>
 }
 
+// GPT-Neo at a batch too large to fold: where(band, s, f32 min) plus the
+// model's own causal mask, the band constant tiled over the scores' leading
+// axes and built into where(keep, 0, bf16 min). Two finite fills combine
+// exactly only where both are one band.
+// CHECK-LABEL: func.func @tiled_band_constant
+// CHECK:         kiln.attention %{{[^ ]*}}, %{{[^ ]*}}, %{{[^ ]*}} {causal, scale = 1.000000e+00 : f32}
+func.func @tiled_band_constant(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
+  %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v3 = tosa.transpose %k {perms = array<i32: 0, 1, 3, 2>} : (tensor<1x2x16x8xf32>) -> tensor<1x2x8x16xf32>
+  %sh2x8x16 = tosa.const_shape {values = dense<[2, 8, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v5 = tosa.reshape %v3, %sh2x8x16 : (tensor<1x2x8x16xf32>, !tosa.shape<3>) -> tensor<2x8x16xf32>
+  %zp_f32 = "tosa.const"() {values = dense<0.0> : tensor<1xf32>} : () -> tensor<1xf32>
+  %v7 = tosa.matmul %v2, %v5, %zp_f32, %zp_f32 : (tensor<2x16x8xf32>, tensor<2x8x16xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x16xf32>
+  %sh1x2x16x16 = tosa.const_shape {values = dense<[1, 2, 16, 16]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v9 = tosa.reshape %v7, %sh1x2x16x16 : (tensor<2x16x16xf32>, !tosa.shape<4>) -> tensor<1x2x16x16xf32>
+  %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
+  %band = "tosa.const"() {values = dense<[[[[true, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false], [true, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false], [true, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false], [true, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false], [true, true, true, true, true, false, false, false, false, false, false, false, false, false, false, false], [true, true, true, true, true, true, false, false, false, false, false, false, false, false, false, false], [true, true, true, true, true, true, true, false, false, false, false, false, false, false, false, false], [true, true, true, true, true, true, true, true, false, false, false, false, false, false, false, false], [true, true, true, true, true, true, true, true, true, false, false, false, false, false, false, false], [true, true, true, true, true, true, true, true, true, true, false, false, false, false, false, false], [true, true, true, true, true, true, true, true, true, true, true, false, false, false, false, false], [true, true, true, true, true, true, true, true, true, true, true, true, false, false, false, false], [true, true, true, true, true, true, true, true, true, true, true, true, true, false, false, false], [true, true, true, true, true, true, true, true, true, true, true, true, true, true, false, false], [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, false], [true, true, true, true, true, true, true, true, true, true, true, true, true, true, true, true]]]]> : tensor<1x1x16x16xi1>} : () -> tensor<1x1x16x16xi1>
+  %multiples = tosa.const_shape {values = dense<[1, 2, 1, 1]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %keep = tosa.tile %band, %multiples : (tensor<1x1x16x16xi1>, !tosa.shape<4>) -> tensor<1x2x16x16xi1>
+  %zero = "tosa.const"() {values = dense<0.0> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %min = "tosa.const"() {values = dense<-3.40282347E+38> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %bf16min = "tosa.const"() {values = dense<-3.38953139E+38> : tensor<1x1x1x1xf32>} : () -> tensor<1x1x1x1xf32>
+  %hidden = tosa.select %band, %v9, %min : (tensor<1x1x16x16xi1>, tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x16x16xf32>
+  %mask = tosa.select %keep, %zero, %bf16min : (tensor<1x2x16x16xi1>, tensor<1x1x1x1xf32>, tensor<1x1x1x1xf32>) -> tensor<1x2x16x16xf32>
+  %v13 = tosa.add %hidden, %mask : (tensor<1x2x16x16xf32>, tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v16 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
+  %v17 = tosa.exp %v16 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
+  %v18 = tosa.reduce_sum %v17 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
+  %v19 = tosa.reciprocal %v18 : (tensor<1x2x16x1xf32>) -> tensor<1x2x16x1xf32>
+  %v20 = tosa.mul %v17, %v19, %shift : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
+  %sh2x16x16 = tosa.const_shape {values = dense<[2, 16, 16]> : tensor<3xindex>} : () -> !tosa.shape<3>
+  %v22 = tosa.reshape %v20, %sh2x16x16 : (tensor<1x2x16x16xf32>, !tosa.shape<3>) -> tensor<2x16x16xf32>
+  %v23 = tosa.reshape %v, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
+  %v24 = tosa.matmul %v22, %v23, %zp_f32, %zp_f32 : (tensor<2x16x16xf32>, tensor<2x16x8xf32>, tensor<1xf32>, tensor<1xf32>) -> tensor<2x16x8xf32>
+  %sh1x2x16x8 = tosa.const_shape {values = dense<[1, 2, 16, 8]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %v26 = tosa.reshape %v24, %sh1x2x16x8 : (tensor<2x16x8xf32>, !tosa.shape<4>) -> tensor<1x2x16x8xf32>
+  return %v26 : tensor<1x2x16x8xf32>
+}
+
 // CodeGen's order, (QKᵀ + where(keep, 0, finfo.min)) · c: the scale reaches
 // the fill only, so the boolean mask fuses with the fill scaled.
 // CHECK-LABEL: func.func @bool_mask_before_scale

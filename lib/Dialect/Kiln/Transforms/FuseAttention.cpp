@@ -1364,7 +1364,12 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
 std::optional<mlir::kiln::detail::Band>
 mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
                                         ArrayRef<int64_t> scoresShape) {
-  auto constant = term.value.getDefiningOp<tosa::ConstOp>();
+  // A constant tiled over leading axes (GPT-Neo's band buffer expanded to
+  // [B, 1, S, S] at a batch too large to fold) holds the same planes.
+  Value source = term.value;
+  while (auto tile = source.getDefiningOp<tosa::TileOp>())
+    source = tile.getInput1();
+  auto constant = source.getDefiningOp<tosa::ConstOp>();
   if (!constant) {
     int64_t queryLength = scoresShape[2], keyLength = scoresShape[3];
     if (!term.isBoolean || ShapedType::isDynamic(queryLength) ||
