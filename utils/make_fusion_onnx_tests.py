@@ -399,6 +399,21 @@ def bool_mask_before_scale(name, replaces):
     g.save()
 
 
+def clamped_mask(name, fill, bound):
+    """XGLM's form: the scores plus Where(keep, 0, fill), then
+    Max(scores, bound) (`torch.max(w, finfo.min)`), with a run-time keep."""
+    g = Graph(name)
+    q, k, v = qkv_inputs(g)
+    scores = scaled_scores(g, q, k)
+    keep = g.input("keep", BOOL, [B, 1, S, S])
+    mask = g.op("Where", [keep, g.const("zero", np.float32(0.0)),
+                          g.const("fill", np.float32(fill))], "mask_where")
+    scores = g.op("Add", [scores, mask], "mask_add")
+    scores = g.op("Max", [scores, g.const("bound", np.float32(bound))], "clamp")
+    softmax_pv(g, scores, v, [B, H, S, D])
+    g.save()
+
+
 def causal_trilu_where():
     """GPT-2 eager: bias = tril(ones(S,S)) as bool; Where(bias, scores, min)."""
     g = Graph("causal_trilu_where")
@@ -1566,6 +1581,9 @@ def main():
     bool_mask_where("mask_bool_where_min", FINFO_MIN)
     bool_mask_before_scale("mask_added_before_scale", replaces=False)
     bool_mask_before_scale("mask_where_before_scale", replaces=True)
+    clamped_mask("mask_clamped_min", FINFO_MIN, FINFO_MIN)
+    clamped_mask("mask_inf_clamped_min", -np.inf, FINFO_MIN)
+    clamped_mask("mask_clamped_small", FINFO_MIN, -1e4)
     causal_trilu_where()
     causal_triu_add()
     causal_range_less()

@@ -1156,6 +1156,10 @@ def _in_float64(gm: Any) -> Any:
     graph = copy.deepcopy(gm.graph)
     for node in graph.nodes:
         node.args, node.kwargs = widen(node.args), widen(node.kwargs)
+        # `x.float()` names its dtype by the method (a rotary embedding's
+        # `position_ids.float()` beside a float64 `inv_freq`).
+        if node.op == "call_method" and node.target in ("float", "half", "bfloat16"):
+            node.target = "double"
     module = torch.fx.GraphModule(gm, graph)
     module.recompile()
     return module

@@ -897,6 +897,9 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
     return failure();
   };
   enum Phase { Masks, AfterSoftcap, Scale } phase = Masks;
+  // XGLM's `torch.max(scores, finfo.min)` after its masks: the bound every
+  // hidden key's score is raised to (see the maximum below).
+  std::optional<double> clampBelow;
   bool split = false;
   Value current = scores;
   for (bool first = true;; first = false) {
@@ -1011,6 +1014,30 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       term.fill *= match.scale;
       return success();
     };
+    // A key hidden under the clamp scores exactly the bound, whichever
+    // terms hide it: each boolean term's fill becomes the bound, replacing
+    // the score. A constant whose fills already equal the bound is kept;
+    // other float masks would need their values clamped.
+    auto clampFill = [&](MaskTerm &term) -> LogicalResult {
+      if (!clampBelow)
+        return success();
+      if (term.isBoolean) {
+        term.fill = *clampBelow;
+        term.replaces = true;
+        return success();
+      }
+      auto constant = term.value.getDefiningOp<tosa::ConstOp>();
+      auto values = constant
+                        ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
+                        : nullptr;
+      if (!values || term.scale != 1.0 ||
+          llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
+            double value = v.convertToDouble();
+            return value != 0.0 && value != *clampBelow;
+          }))
+        return fail("a float mask is clamped below by max(x, c)");
+      return success();
+    };
     if (auto add = dyn_cast<tosa::AddOp>(def)) {
       if (phase == AfterSoftcap)
         return fail("a mask is added before the softcap");
@@ -1077,6 +1104,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         return failure();
       if (term.isBoolean && !isAbsorbingMask(term.fill))
         return fail("a mask's fill, scaled, no longer hides a key");
+      if (failed(clampFill(term)))
+        return failure();
       terms.push_back(term);
       match.ops.insert(def);
       current = *chain;
@@ -1104,6 +1133,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         return failure();
       if (!isMaskingValue(term.fill))
         return fail("a mask's fill, scaled, no longer hides a key");
+      if (failed(clampFill(term)))
+        return failure();
       terms.push_back(term);
       match.ops.insert(def);
       current = *chain;
@@ -1209,6 +1240,29 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       match.scale *= *factor;
       match.ops.insert(mul);
       phase = Scale;
+      current = chain;
+      continue;
+    }
+    if (auto maximum = dyn_cast<tosa::MaximumOp>(def)) {
+      // `max(scores, c)` with c a hiding fill (XGLM: finfo.min, so that no
+      // score is -inf): every score a key keeps is above c and unchanged; a
+      // hidden key's score becomes c (clampFill). Only once, over the masks.
+      std::optional<double> bound;
+      Value chain;
+      if ((bound = getSplatFloat(maximum.getInput2())))
+        chain = maximum.getInput1();
+      else if ((bound = getSplatFloat(maximum.getInput1())))
+        chain = maximum.getInput2();
+      if (!bound || !std::isfinite(*bound) || !isAbsorbingMask(*bound))
+        return fail("the scores are clamped below by max(x, c) with c not a "
+                    "finite hiding fill, which changes scores the op keeps");
+      if (phase != Masks || clampBelow || !terms.empty())
+        return fail("the scores are clamped below other than once, over "
+                    "every mask");
+      if (getRankedType(chain) != resultType)
+        return fail("the clamp broadcasts the scores");
+      clampBelow = *bound;
+      match.ops.insert(maximum);
       current = chain;
       continue;
     }
