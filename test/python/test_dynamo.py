@@ -441,3 +441,26 @@ def test_training_sites_without_a_tensor_core_backward() -> None:
     assert kd._fma_backward({**site, "dtype": "f32"}) == "the site is f32"
     assert kd._fma_backward({**site, "head_dim": 256}) == "its head dim is 256"
     assert kd._fma_backward({**site, "v_head_dim": 40}) == "its head dim is 40"
+
+
+def test_graph_input_sources_are_named_in_either_form() -> None:
+    """Dynamo's Source.name is a method in older torch and a property in
+    torch 2.11; reading only one form took no module buffer at all."""
+
+    class MethodSource:
+        def name(self) -> str:
+            return "L['self']._buffers['bias']"
+
+    class PropertySource:
+        @property
+        def name(self) -> str:
+            return "L['self']._modules['attn']._parameters['tau']"
+
+    class Node:
+        def __init__(self, source) -> None:
+            self.meta = {"grapharg": type("GraphArg", (), {"source": source})()}
+
+    assert kd._source_name(Node(MethodSource())) == "L['self']._buffers['bias']"
+    assert kd._source_name(Node(PropertySource())).endswith("_parameters['tau']")
+    assert kd._source_name(Node(None)) == ""
+    assert kd._source_name(type("Bare", (), {"meta": {}})()) == ""
