@@ -483,6 +483,43 @@ class InPlaceNullKv(Projections):
         return self.merge(out)
 
 
+class XglmClamp(Projections):
+    """XGLM's eager attention: Q scaled, a padding-and-causal mask built with
+    `where(keep, 0, finfo.min)` and added, then `torch.max(scores,
+    finfo.min)` so that no score is -inf."""
+
+    def forward(self, x, padding):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        q = q * self.head_dim ** -0.5
+        scores = q @ k.transpose(-1, -2)
+        keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        keep = keep[None, None] & padding[:, None, None, :].bool()
+        low = torch.finfo(scores.dtype).min
+        scores = scores + torch.where(keep, 0.0, low).to(scores.dtype)
+        scores = torch.max(scores, torch.tensor(low, dtype=scores.dtype, device=x.device))
+        return self.merge(scores.softmax(-1) @ v)
+
+
+class CodegenOrder(Projections):
+    """CodeGen's eager attention: Q rotated in float32 and kept so, K
+    rounded to the model's type and both upcast, the mask added before the
+    division by sqrt(d), the probabilities cast back for P·V."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        angle = torch.arange(s, device=x.device, dtype=torch.float32)[:, None] * 1e-2
+        q = q.float() * torch.cos(angle) + q.float().roll(1, -1) * torch.sin(angle)
+        k = (k.float() * torch.cos(angle)).to(x.dtype)
+        scores = torch.matmul(q, k.float().transpose(-1, -2))
+        keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = scores + torch.where(keep, 0.0, torch.finfo(x.dtype).min).to(x.dtype)
+        scores = scores / math.sqrt(self.head_dim)
+        probs = scores.softmax(-1).to(v.dtype)
+        return self.merge(torch.matmul(probs, v))
+
+
 class TorchMultiheadAttention(nn.Module):
     """`nn.MultiheadAttention` as written most often: the default
     `need_weights=True` (its averaged weights discarded by the caller), a
@@ -563,6 +600,8 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("in-place-null-kv", InPlaceNullKv(hidden, heads), tokens, 1),
         ("past-inputs", PastInputs(hidden, heads), with_past, 1),
         ("fp8-dequantised", Fp8Dequantised(hidden, heads), tokens, 1),
+        ("xglm-clamp", XglmClamp(hidden, heads), with_padding, 1),
+        ("codegen-order", CodegenOrder(hidden, heads), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
