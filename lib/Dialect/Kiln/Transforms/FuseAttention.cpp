@@ -2224,7 +2224,12 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     Type type = getElementTypeOrSelf(base);
     if (type == elementType)
       continue;
-    auto from = dyn_cast<FloatType>(type), to = dyn_cast<FloatType>(elementType);
+    // f16, bf16 and f32 only: an e4m3 operand carries descales of its own.
+    auto plainFloat = [](Type t) -> FloatType {
+      return isa<Float16Type, BFloat16Type, Float32Type>(t) ? cast<FloatType>(t)
+                                                             : FloatType();
+    };
+    FloatType from = plainFloat(type), to = plainFloat(elementType);
     if (from && to && widensExactly(to, from))
       elementType = type;
     else if (!from || !to || !widensExactly(from, to))
