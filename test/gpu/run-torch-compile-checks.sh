@@ -33,6 +33,12 @@ fi
 
 VENV="$(mktemp -d)/venv"
 "$PYTHON" -m venv --system-site-packages "$VENV" || exit 2
+# Where $PYTHON is itself a virtual environment's interpreter (torch
+# installed there, not in the system's Python), --system-site-packages sees
+# the base interpreter's packages only: the new environment is pointed at
+# $PYTHON's own site-packages too.
+"$PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' \
+  >"$("$VENV/bin/python" -c 'import site; print(site.getsitepackages()[0])')/outer-environment.pth" || exit 2
 "$VENV/bin/python" -m pip install --no-index --no-deps --quiet "$WHEEL" || exit 2
 PACKAGE="$("$VENV/bin/python" -c 'import kiln, os; print(os.path.dirname(kiln.__file__))')"
 # The checks import the checkout's Python sources (the wheel's are the same
