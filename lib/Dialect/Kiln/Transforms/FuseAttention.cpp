@@ -164,6 +164,23 @@ bool isWideningFloatCast(Operation *op) {
                        cast<FloatType>(getElementTypeOrSelf(op->getResult(0))));
 }
 
+/// A binary op's splat-constant operand and its other operand, the
+/// constant on either side; nothing when neither is a splat constant.
+std::optional<std::pair<double, Value>> splatSide(Value lhs, Value rhs) {
+  if (std::optional<double> splat = getSplatFloat(rhs))
+    return std::pair(*splat, lhs);
+  if (std::optional<double> splat = getSplatFloat(lhs))
+    return std::pair(*splat, rhs);
+  return std::nullopt;
+}
+
+/// The float values of a `tosa.const`, or null where `value` is none.
+DenseFPElementsAttr floatConstant(Value value) {
+  auto constant = value.getDefiningOp<tosa::ConstOp>();
+  return constant ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
+                  : nullptr;
+}
+
 /// Whether every element of `value` is zero: a zero splat, or one
 /// broadcast, reshaped or cast (ONNX `Expand` of a scalar 0 imports as a
 /// reshape and a tile: torch's `zeros` exported with its sizes).
@@ -993,10 +1010,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         // A constant of zeros and hiding fills (a static causal mask the
         // importer folded) is scaled with its values; any other float mask
         // would need each value scaled at run time.
-        auto constant = term.value.getDefiningOp<tosa::ConstOp>();
-        auto values = constant
-                          ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
-                          : nullptr;
+        DenseFPElementsAttr values = floatConstant(term.value);
         if (!values || match.scaleFactor || !(match.scale > 0.0) ||
             llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
               double value = v.convertToDouble();
@@ -1026,10 +1040,7 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         term.replaces = true;
         return success();
       }
-      auto constant = term.value.getDefiningOp<tosa::ConstOp>();
-      auto values = constant
-                        ? dyn_cast<DenseFPElementsAttr>(constant.getValues())
-                        : nullptr;
+      DenseFPElementsAttr values = floatConstant(term.value);
       if (!values || term.scale != 1.0 ||
           llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
             double value = v.convertToDouble();
@@ -1158,10 +1169,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
           return fail("tanh is not part of a softcap c·tanh(x/c)");
         std::optional<double> inverse;
         Value chain;
-        if ((inverse = getSplatFloat(inner.getInput2())))
-          chain = inner.getInput1();
-        else if ((inverse = getSplatFloat(inner.getInput1())))
-          chain = inner.getInput2();
+        if (auto side = splatSide(inner.getInput1(), inner.getInput2()))
+          std::tie(inverse, chain) = *side;
         // 1/c is a constant of the scores' type (an exporter's x / c is
         // imported as x · (1/c), folded in that type): c and it agree to
         // that type's rounding, which the graph's own x · (1/c) rounds
@@ -1190,10 +1199,8 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         continue;
       std::optional<double> factor;
       Value chain;
-      if ((factor = getSplatFloat(mul.getInput2())))
-        chain = mul.getInput1();
-      else if ((factor = getSplatFloat(mul.getInput1())))
-        chain = mul.getInput2();
+      if (auto side = splatSide(mul.getInput1(), mul.getInput2()))
+        std::tie(factor, chain) = *side;
       if (!factor) {
         // A run-time scale: a one-element float tensor that does not come
         // from the scores.
@@ -1247,23 +1254,18 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       // `max(scores, c)` with c a hiding fill (XGLM: finfo.min, so that no
       // score is -inf): every score a key keeps is above c and unchanged; a
       // hidden key's score becomes c (clampFill). Only once, over the masks.
-      std::optional<double> bound;
-      Value chain;
-      if ((bound = getSplatFloat(maximum.getInput2())))
-        chain = maximum.getInput1();
-      else if ((bound = getSplatFloat(maximum.getInput1())))
-        chain = maximum.getInput2();
-      if (!bound || !std::isfinite(*bound) || !isAbsorbingMask(*bound))
+      auto side = splatSide(maximum.getInput1(), maximum.getInput2());
+      if (!side || !std::isfinite(side->first) || !isAbsorbingMask(side->first))
         return fail("the scores are clamped below by max(x, c) with c not a "
                     "finite hiding fill, which changes scores the op keeps");
       if (phase != Masks || clampBelow || !terms.empty())
         return fail("the scores are clamped below other than once, over "
                     "every mask");
-      if (getRankedType(chain) != resultType)
+      if (getRankedType(side->second) != resultType)
         return fail("the clamp broadcasts the scores");
-      clampBelow = *bound;
+      clampBelow = side->first;
       match.ops.insert(maximum);
-      current = chain;
+      current = side->second;
       continue;
     }
     return fail(llvm::formatv("the scores come from '{0}', which is not part "
@@ -2357,8 +2359,7 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
     value = tosa::LogicalNotOp::create(rewriter, loc, value.getType(), value);
   if (term.scale != 1.0) {
     // A constant mask met after the scale (matchScores): its values scaled.
-    auto values = cast<DenseFPElementsAttr>(
-        value.getDefiningOp<tosa::ConstOp>().getValues());
+    DenseFPElementsAttr values = floatConstant(value);
     const llvm::fltSemantics &semantics =
         cast<FloatType>(values.getElementType()).getFloatSemantics();
     SmallVector<APFloat> scaled;
