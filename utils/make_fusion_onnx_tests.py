@@ -932,6 +932,33 @@ def bmm_view_mask_view(name="bmm_view_mask_view"):
     g.save()
 
 
+def swin_window(name="swin_window_mask", shifted=True):
+    """Swin's window attention (the original code, timm's and transformers'):
+    windows folded into the batch ([B·nW, H, N, D]), a relative-position
+    bias [1, H, N, N] added, then the scores viewed as [B, nW, H, N, N] to
+    add the shifted windows' mask [1, nW, 1, N, N] (0 or -100), and viewed
+    back to [B·nW, H, N, N] for the softmax."""
+    g = Graph(name, opset=17)
+    batch, windows, heads, n, dim = 2, 4, 2, 9, 16
+    q, k, v = qkv_inputs(g, heads=heads, q_len=n, dim=dim, batch=batch * windows)
+    scaled = g.op("Mul", [q, g.const("scale_factor", np.float32(0.25))], "q_scale")
+    scores = g.op("MatMul", [scaled, k_transposed(g, k)], "qk")
+    bias = g.weight("relative_position_bias", [1, heads, n, n])
+    scores = g.op("Add", [scores, bias], "bias_add")
+    if shifted:
+        rng = np.random.default_rng(3)
+        mask = np.where(rng.random((windows, n, n)) < 0.3, -100.0, 0.0)
+        np.fill_diagonal(mask[0], 0.0)
+        mask = mask.astype(np.float32).reshape(1, windows, 1, n, n)
+        split = g.const("split", np.array([batch, windows, heads, n, n], np.int64))
+        scores5 = g.op("Reshape", [scores, split], "view_windows")
+        scores5 = g.op("Add", [scores5, g.const("window_mask", mask)], "mask_add")
+        merged = g.const("merged", np.array([-1, heads, n, n], np.int64))
+        scores = g.op("Reshape", [scores5, merged], "view_back")
+    softmax_pv(g, scores, v, [batch * windows, heads, n, dim])
+    g.save()
+
+
 def einsum_bqhk_masked():
     """Scores laid out [B, Sq, H, Sk] by einsum with a causal mask added in
     that layout ([Sq, 1, Sk]): a term on the permuted scores, not taken."""
@@ -1624,6 +1651,7 @@ def main():
     einsum_attention("einsum_summed", "bhqd,bhkd->bhqk", "bhqk,bhkd->bhq")
     einsum_bqhk_masked()
     bmm_view_mask_view()
+    swin_window()
     einsum_attention("einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",

@@ -172,6 +172,49 @@ class RelativeTable(Projections):
         return self.merge(scores.softmax(-1) @ v)
 
 
+class SwinWindow(nn.Module):
+    """Swin's shifted-window attention as its reference code writes it: the
+    tokens rolled by half a window, windows folded into the batch, a
+    relative-position bias gathered from a table, the scores viewed as
+    [B, nW, H, N, N] to add the shifted windows' mask ([nW, N, N], 0 or
+    -100, a buffer) and viewed back for the softmax. Windows are runs of N
+    tokens here (N the largest of a few sizes that divides the length)."""
+
+    def __init__(self, hidden: int, heads: int, seq: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.n = next(n for n in (64, 50, 49, 40, 32, 25, 16, 10, 8, 5, 4, 2, 1)
+                      if seq % n == 0)
+        self.shift = self.n // 2
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.table = nn.Parameter(0.02 * torch.randn(2 * self.n - 1, heads))
+        positions = torch.arange(self.n)
+        self.register_buffer("index", positions[:, None] - positions[None, :] + self.n - 1,
+                             persistent=False)
+        # After the roll, the last window holds the sequence's end and its
+        # start: tokens of the two parts do not see each other.
+        wrapped = (torch.arange(seq) >= seq - self.shift).view(seq // self.n, self.n)
+        mask = wrapped[:, :, None] != wrapped[:, None, :]
+        self.register_buffer("window_mask", mask.float() * -100.0, persistent=False)
+
+    def forward(self, x):
+        b, s, c = x.shape
+        x = torch.roll(x, shifts=-self.shift, dims=1)
+        windows = x.reshape(-1, self.n, c)
+        b_, n, _ = windows.shape
+        qkv = self.qkv(windows).reshape(b_, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)
+        bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1).contiguous()
+        attn = attn + bias.unsqueeze(0)
+        nw = self.window_mask.shape[0]
+        attn = attn.view(b_ // nw, nw, self.heads, n, n) + self.window_mask.unsqueeze(1).unsqueeze(0)
+        attn = attn.view(-1, self.heads, n, n).softmax(dim=-1)
+        out = (attn @ v).transpose(1, 2).reshape(b_, n, c)
+        return torch.roll(self.proj(out).view(b, s, c), shifts=self.shift, dims=1)
+
+
 class ReturnsWeights(Projections):
     """The attention probabilities are used beside the output (their mean
     over heads added to the result, as code that also returns them for
@@ -602,6 +645,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("fp8-dequantised", Fp8Dequantised(hidden, heads), tokens, 1),
         ("xglm-clamp", XglmClamp(hidden, heads), with_padding, 1),
         ("codegen-order", CodegenOrder(hidden, heads), tokens, 1),
+        ("swin-window", SwinWindow(hidden, heads, seq), tokens, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),

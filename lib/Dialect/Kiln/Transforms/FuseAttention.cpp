@@ -2706,14 +2706,20 @@ bool unpackRowPackedAttention(tosa::ReduceMaxOp maxOp,
   return true;
 }
 
-/// GQA written with a group axis: scores of rank 5, `[B, Hkv, G, Sq, Sk]`,
-/// from a product whose batch holds the groups (`[B·Hkv·G, Sq, Sk]`, K and V
-/// repeated over G). The softmax and everything between the split of the
-/// product and the merge before P·V are rewritten at rank 4,
-/// `[B, Hkv·G, Sq, Sk]`: merging two adjacent axes is a reshape that keeps
-/// every element where it is, so each op computes the same numbers; terms of
-/// rank 5 that broadcast over only one of the two axes are tiled over it
-/// first. Returns whether it rewrote anything.
+/// The elementwise ops a region rewritten at another rank may hold: each
+/// computes the same numbers whatever the rank its operands are viewed at,
+/// as long as they are all viewed alike.
+static bool isRankFreeElementwise(Operation *op) {
+  static const llvm::StringSet<> elementwise = {
+      "tosa.add",        "tosa.sub",         "tosa.mul",
+      "tosa.select",     "tosa.cast",        "tosa.exp",
+      "tosa.reciprocal", "tosa.tanh",        "tosa.maximum",
+      "tosa.minimum",    "tosa.negate",      "tosa.logical_not",
+      "tosa.logical_and", "tosa.logical_or", "tosa.equal",
+      "tosa.greater",    "tosa.greater_equal", "tosa.abs"};
+  return elementwise.contains(op->getName().getStringRef());
+}
+
 /// Whether `value` is computed inside the rewritten region (or by one of
 /// its starts).
 static bool mapsInRegion(Value value,
@@ -2723,6 +2729,14 @@ static bool mapsInRegion(Value value,
   return def && (region.contains(def) || starts.contains(def));
 }
 
+/// GQA written with a group axis: scores of rank 5, `[B, Hkv, G, Sq, Sk]`,
+/// from a product whose batch holds the groups (`[B·Hkv·G, Sq, Sk]`, K and V
+/// repeated over G). The softmax and everything between the split of the
+/// product and the merge before P·V are rewritten at rank 4,
+/// `[B, Hkv·G, Sq, Sk]`: merging two adjacent axes is a reshape that keeps
+/// every element where it is, so each op computes the same numbers; terms of
+/// rank 5 that broadcast over only one of the two axes are tiled over it
+/// first. Returns whether it rewrote anything.
 bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
   auto scoresType = getRankedType(maxOp.getInput());
   if (!scoresType || scoresType.getRank() != 5 || maxOp.getAxis() != 4)
@@ -2738,13 +2752,6 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
     auto t = getRankedType(v);
     return t && t.getRank() < 5;
   };
-  static const llvm::StringSet<> elementwise = {
-      "tosa.add",        "tosa.sub",         "tosa.mul",
-      "tosa.select",     "tosa.cast",        "tosa.exp",
-      "tosa.reciprocal", "tosa.tanh",        "tosa.maximum",
-      "tosa.minimum",    "tosa.negate",      "tosa.logical_not",
-      "tosa.logical_and", "tosa.logical_or", "tosa.equal",
-      "tosa.greater",    "tosa.greater_equal", "tosa.abs"};
   auto nonUnit = [](RankedTensorType t) {
     SmallVector<int64_t> sizes;
     for (int64_t size : t.getShape())
@@ -2782,8 +2789,7 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
       if (op->getAttrOfType<IntegerAttr>("axis").getInt() != 4)
         return false;
       region.insert(op);
-    } else if (elementwise.contains(op->getName().getStringRef()) &&
-               rank5(op->getResult(0))) {
+    } else if (isRankFreeElementwise(op) && rank5(op->getResult(0))) {
       region.insert(op);
     } else {
       return false;
@@ -2922,6 +2928,178 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
   return true;
 }
 
+/// Swin's window mask: scores `[B·W, H, N, N]` viewed as `[B, W, H, N, N]`
+/// so that a term broadcast over B (the shifted windows' mask
+/// `[1, W, 1, N, N]`) can be added, then viewed back before the softmax.
+/// Generally: a reshape splitting axis `a` of rank-4 scores into two, only
+/// elementwise ops, and reshapes merging the two back to the same shape,
+/// whose result reaches a softmax. The ops are rewritten at rank 4 (merging
+/// two adjacent axes keeps every element where it is, so each op computes
+/// the same numbers); a term broadcast over only one of the two axes is
+/// tiled over it first. Returns whether it rewrote anything.
+bool foldSplitAxis(tosa::ReshapeOp start, PatternRewriter &rewriter) {
+  auto inType = getRankedType(start.getInput1());
+  auto splitType = getRankedType(start.getOutput());
+  if (!inType || !splitType || inType.getRank() != 4 ||
+      splitType.getRank() != 5 || !inType.hasStaticShape() ||
+      !splitType.hasStaticShape())
+    return false;
+  int64_t axis = -1;
+  for (int64_t a = 0; a < 3 && axis < 0; ++a)
+    if (isMergeOfAxes(splitType, inType, a, a + 1))
+      axis = a;
+  if (axis < 0)
+    return false;
+  int64_t outer = splitType.getDimSize(axis);
+  int64_t inner = splitType.getDimSize(axis + 1);
+  // Every user of the split, transitively, is an elementwise op of rank 5
+  // or a reshape merging the two axes back to `inType`.
+  llvm::SetVector<Operation *> region, ends;
+  SmallVector<Operation *> worklist(start->getUsers().begin(),
+                                    start->getUsers().end());
+  while (!worklist.empty()) {
+    Operation *op = worklist.pop_back_val();
+    if (region.contains(op) || ends.contains(op))
+      continue;
+    if (op->getBlock() != start->getBlock())
+      return false;
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(op)) {
+      if (getRankedType(reshape.getOutput()) != inType ||
+          getRankedType(reshape.getInput1()).getShape() !=
+              splitType.getShape())
+        return false;
+      ends.insert(op);
+      continue;
+    }
+    auto type = getRankedType(op->getNumResults() == 1 ? op->getResult(0)
+                                                       : Value());
+    if (!isRankFreeElementwise(op) || !type ||
+        type.getShape() != splitType.getShape())
+      return false;
+    region.insert(op);
+    worklist.append(op->getUsers().begin(), op->getUsers().end());
+  }
+  if (ends.empty())
+    return false;
+  // Only where the scores go on to a softmax: this pass rewrites nothing
+  // but attention.
+  auto reachesSoftmax = [](Value value) {
+    for (Operation *user : value.getUsers()) {
+      if (isFloatCast(user) && user->getNumResults() == 1)
+        for (Operation *next : user->getResult(0).getUsers())
+          if (auto maxOp = dyn_cast<tosa::ReduceMaxOp>(next))
+            if (looksLikeSoftmax(maxOp))
+              return true;
+      if (auto maxOp = dyn_cast<tosa::ReduceMaxOp>(user))
+        if (looksLikeSoftmax(maxOp))
+          return true;
+    }
+    return false;
+  };
+  if (!llvm::any_of(ends, [&](Operation *end) {
+        return reachesSoftmax(end->getResult(0));
+      }))
+    return false;
+  // A term from outside: sizes (1 or outer, 1 or inner) on the two axes.
+  auto termAllowed = [&](Value v) {
+    auto t = getRankedType(v);
+    if (!t || t.getRank() != 5 || !t.hasStaticShape())
+      return false;
+    int64_t o = t.getDimSize(axis), i = t.getDimSize(axis + 1);
+    return (o == 1 || o == outer) && (i == 1 || i == inner);
+  };
+  for (Operation *op : region)
+    for (Value operand : op->getOperands())
+      if (operand.getDefiningOp() != start.getOperation() &&
+          !mapsInRegion(operand, region, {}) && !termAllowed(operand))
+        return false;
+  auto merged = [&](RankedTensorType t) {
+    SmallVector<int64_t> shape;
+    for (int64_t a = 0; a < 5; ++a) {
+      if (a == axis + 1)
+        continue;
+      shape.push_back(a == axis ? t.getDimSize(a) * t.getDimSize(a + 1)
+                                : t.getDimSize(a));
+    }
+    return t.clone(shape);
+  };
+  auto term = [&](Value v, Location loc) -> Value {
+    auto t = getRankedType(v);
+    int64_t o = t.getDimSize(axis), i = t.getDimSize(axis + 1);
+    SmallVector<int64_t> shape(t.getShape());
+    if (o == 1 && i == 1) {
+      // Broadcast over both: one unit axis at rank 4.
+      shape.erase(shape.begin() + axis + 1);
+    } else {
+      if (o != outer || i != inner) {
+        // Broadcast over one of the two only: tiled over it.
+        SmallVector<int64_t> multiples(5, 1);
+        multiples[axis] = outer / o;
+        multiples[axis + 1] = inner / i;
+        shape[axis] = outer;
+        shape[axis + 1] = inner;
+        Value multiplesValue = tosa::ConstShapeOp::create(
+            rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 5),
+            DenseIntElementsAttr::get(
+                RankedTensorType::get({5}, rewriter.getIndexType()),
+                multiples));
+        v = tosa::TileOp::create(rewriter, loc, t.clone(shape), v,
+                                 multiplesValue);
+      }
+      shape = SmallVector<int64_t>(merged(t.clone(shape)).getShape());
+    }
+    RankedTensorType target = t.clone(shape);
+    // A constant is reshaped in place, so that a splat stays a constant.
+    if (auto constant = v.getDefiningOp<tosa::ConstOp>())
+      if (auto values = dyn_cast<DenseElementsAttr>(constant.getValues()))
+        return tosa::ConstOp::create(rewriter, loc, target,
+                                     values.reshape(target));
+    return createReshape(rewriter, loc, v, shape);
+  };
+  SmallVector<Operation *> ordered(region.begin(), region.end());
+  llvm::sort(ordered, [](Operation *x, Operation *y) {
+    return x->isBeforeInBlock(y);
+  });
+  IRMapping mapping;
+  mapping.map(start.getOutput(), start.getInput1());
+  // Each rewritten op keeps the reshapes' graph nodes in its location: the
+  // site's nodes still name them.
+  SmallVector<Location> views = {start.getLoc()};
+  for (Operation *end : ends)
+    views.push_back(end->getLoc());
+  for (Operation *op : ordered) {
+    rewriter.setInsertionPoint(op);
+    SmallVector<Location> locs = {op->getLoc()};
+    locs.append(views);
+    OperationState state(rewriter.getFusedLoc(locs), op->getName());
+    for (Value operand : op->getOperands()) {
+      if (Value mappedValue = mapping.lookupOrNull(operand))
+        state.addOperands(mappedValue);
+      else
+        state.addOperands(term(operand, op->getLoc()));
+    }
+    state.addAttributes(op->getAttrs());
+    state.addTypes(merged(getRankedType(op->getResult(0))));
+    mapping.map(op->getResult(0), rewriter.create(state)->getResult(0));
+  }
+  for (Operation *end : ends)
+    rewriter.replaceOp(end, mapping.lookup(end->getOperand(0)));
+  for (Operation *op : llvm::reverse(ordered))
+    rewriter.eraseOp(op);
+  if (start->use_empty())
+    rewriter.eraseOp(start);
+  return true;
+}
+
+/// Applies foldSplitAxis to every reshape that splits an axis of scores.
+struct FoldSplitAxis : public OpRewritePattern<tosa::ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tosa::ReshapeOp reshape,
+                                PatternRewriter &rewriter) const override {
+    return success(foldSplitAxis(reshape, rewriter));
+  }
+};
+
 /// Applies mergeGroupAxes to every softmax over rank-5 scores.
 struct MergeGroupAxes : public OpRewritePattern<tosa::ReduceMaxOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -3038,4 +3216,5 @@ void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
                                      foldFp8);
   patterns.add<UnpackRowPackedAttention>(patterns.getContext());
   patterns.add<MergeGroupAxes>(patterns.getContext());
+  patterns.add<FoldSplitAxis>(patterns.getContext());
 }
