@@ -959,6 +959,42 @@ def swin_window(name="swin_window_mask", shifted=True):
     g.save()
 
 
+def longt5_local(name="longt5_local_blocks"):
+    """LongT5's local attention as transformers writes it: Q split into
+    blocks [B, n, blk, H, D], K and V the three neighbouring blocks
+    concatenated [B, n, 3·blk, H, D], scores by Einsum
+    `...qhd,...khd->...hqk` of rank 5, a relative-position bias gathered
+    from a table [1, 1, H, blk, 3·blk] plus the local mask
+    `where(mask > 0, 0, -1e10)` [B, n, 1, blk, 3·blk]; no scale."""
+    g = Graph(name, opset=17)
+    batch, blocks, blk, heads, dim = 2, 3, 4, 2, 8
+    q = g.input("q", F32, [batch, blocks, blk, heads, dim])
+    k = g.input("k", F32, [batch, blocks, 3 * blk, heads, dim])
+    v = g.input("v", F32, [batch, blocks, 3 * blk, heads, dim])
+    keep = g.input("local_mask", F32, [batch, blocks, blk, 3 * blk])
+    table = g.input("relative_attention_bias", F32, [7, heads])
+    rel = np.arange(3 * blk)[None, :] - (np.arange(blk)[:, None] + blk)
+    buckets = np.clip(rel, -3, 3) + 3
+    gathered = g.op("Gather", [table, g.const("buckets", buckets.astype(np.int64))],
+                    "bias_gather", axis=0)
+    bias = g.op("Transpose", [gathered], "bias_permute", perm=[2, 0, 1])
+    bias = g.op("Unsqueeze", [bias, g.const("bias_axes", np.array([0, 1], np.int64))],
+                "bias_unsqueeze")
+    mask = g.op("Unsqueeze", [keep, g.const("mask_axes", np.array([1], np.int64))],
+                "mask_unsqueeze")
+    mask = g.op("Greater", [mask, g.const("zero", np.float32(0.0))], "mask_greater")
+    mask = g.op("Where", [mask, g.const("visible", np.float32(0.0)),
+                          g.const("hidden", np.float32(-1e10))], "mask_where")
+    mask = g.op("Transpose", [mask], "mask_transpose", perm=[0, 2, 1, 3, 4])
+    position_bias = g.op("Add", [bias, mask], "position_bias")
+    scores = g.op("Einsum", [q, k], "scores", equation="abqhd,abkhd->abhqk")
+    scores = g.op("Add", [scores, position_bias], "scores_add")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    ctx = g.op("Einsum", [probs, v], "pv", equation="abhqk,abkhd->abqhd")
+    g.output(ctx, F32, [batch, blocks, blk, heads, dim])
+    g.save()
+
+
 def einsum_bqhk_masked():
     """Scores laid out [B, Sq, H, Sk] by einsum with a causal mask added in
     that layout ([Sq, 1, Sk]): a term on the permuted scores, not taken."""
@@ -1652,6 +1688,7 @@ def main():
     einsum_bqhk_masked()
     bmm_view_mask_view()
     swin_window()
+    longt5_local()
     einsum_attention("einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",

@@ -2736,11 +2736,32 @@ static bool mapsInRegion(Value value,
 /// `[B, Hkv·G, Sq, Sk]`: merging two adjacent axes is a reshape that keeps
 /// every element where it is, so each op computes the same numbers; terms of
 /// rank 5 that broadcast over only one of the two axes are tiled over it
-/// first. Returns whether it rewrote anything.
-bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
+/// first. With `computedTerms`, a rank-5 operand that does not derive from
+/// a product's scores (a bias gathered from a table and a mask, added
+/// together at rank 5, as LongT5's local attention computes them) is a term
+/// taken whole rather than a part of the region; without it every rank-5
+/// value on the way is. Returns whether it rewrote anything.
+bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter,
+                    bool computedTerms) {
   auto scoresType = getRankedType(maxOp.getInput());
   if (!scoresType || scoresType.getRank() != 5 || maxOp.getAxis() != 4)
     return false;
+  // What derives from the products' scores: everything after a reshape of a
+  // matmul's result to rank 5.
+  llvm::SmallPtrSet<Operation *, 32> fromScores;
+  if (computedTerms) {
+    SmallVector<Operation *> forward;
+    for (Operation &op : *maxOp->getBlock())
+      if (auto reshape = dyn_cast<tosa::ReshapeOp>(&op))
+        if (reshape.getInput1().getDefiningOp<tosa::MatMulOp>() &&
+            getRankedType(reshape.getOutput()).getRank() == 5)
+          forward.push_back(&op);
+    while (!forward.empty()) {
+      Operation *op = forward.pop_back_val();
+      if (fromScores.insert(op).second)
+        forward.append(op->getUsers().begin(), op->getUsers().end());
+    }
+  }
   int64_t heads = scoresType.getDimSize(1), groups = scoresType.getDimSize(2);
   if (ShapedType::isDynamic(heads) || ShapedType::isDynamic(groups))
     return false;
@@ -2802,7 +2823,8 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter) {
     for (Value operand : op->getOperands())
       if (rank5(operand))
         if (Operation *def = operand.getDefiningOp())
-          if (!isa<tosa::ConstOp>(def))
+          if (!isa<tosa::ConstOp>(def) &&
+              (!computedTerms || fromScores.contains(def)))
             worklist.push_back(def);
   }
   if (starts.empty() || ends.empty())
@@ -3107,7 +3129,8 @@ struct MergeGroupAxes : public OpRewritePattern<tosa::ReduceMaxOp> {
                                 PatternRewriter &rewriter) const override {
     if (!looksLikeSoftmax(maxOp))
       return failure();
-    return success(mergeGroupAxes(maxOp, rewriter));
+    return success(mergeGroupAxes(maxOp, rewriter, /*computedTerms=*/false) ||
+                   mergeGroupAxes(maxOp, rewriter, /*computedTerms=*/true));
   }
 };
 
