@@ -36,6 +36,8 @@ def cache(tmp_path: Path, monkeypatch):
     "mask_bool_where_inverted.onnx",  # a boolean mask, masked_score
     "alibi_causal.onnx",            # an additive mask
     "t5_bias_mask.onnx",            # bias and mask
+    "swin_window_mask.onnx",        # a window mask tiled over the batch
+    "longt5_local_blocks.onnx",     # rank-5 scores merged to rank 4
 ])
 def test_site_sources_compile_to_the_reported_site(cache: Path, name: str) -> None:
     [site] = report_of(name)["sites"]
