@@ -995,6 +995,51 @@ def longt5_local(name="longt5_local_blocks"):
     g.save()
 
 
+def relative_shift(name="conformer_rel_shift", post_guard=False, fill=-np.inf,
+                   relative=True):
+    """Transformer-XL's and Conformer's relative-position attention (ESPnet's
+    RelPositionMultiHeadedAttention): content scores AC = (q + u)·Kᵀ and
+    position scores BD = (q + v)·Pᵀ over 2T - 1 relative positions, BD
+    shifted (a zero column concatenated, viewed [2T, T], the first row
+    dropped, viewed back, the first T columns kept), then (AC + BD)/sqrt(d),
+    the padding mask filled with -inf, the softmax and P·V; with
+    `post_guard`, the guard after the softmax that WeNet and ESPnet write
+    (`softmax(...).masked_fill(mask, 0)`), over a fill of -inf or
+    (ESPnet) finfo.min; without `relative`, the content scores alone."""
+    g = Graph(name, opset=17)
+    batch, heads, t, dim = 2, 2, 6, 16
+    q, k, v = qkv_inputs(g, heads=heads, q_len=t, dim=dim, batch=batch)
+    pos = g.input("pos", F32, [1, heads, 2 * t - 1, dim])
+    u = g.input("pos_bias_u", F32, [1, heads, 1, dim])
+    w = g.input("pos_bias_v", F32, [1, heads, 1, dim])
+    keep = g.input("mask", BOOL, [batch, 1, 1, t])
+    ac = g.op("MatMul", [g.op("Add", [q, u], "q_u"), k_transposed(g, k)], "matrix_ac")
+    p_t = g.op("Transpose", [pos], "pos_t", perm=[0, 1, 3, 2])
+    bd = g.op("MatMul", [g.op("Add", [q, w], "q_v"), p_t], "matrix_bd")
+    zero = g.const("zero_pad", np.zeros([batch, heads, t, 1], np.float32))
+    padded = g.op("Concat", [zero, bd], "pad_cat", axis=-1)
+    padded = g.op("Reshape", [padded, g.const("shift_view_shape", np.array(
+        [batch, heads, 2 * t, t], np.int64))], "shift_view")
+    shifted = g.op("Slice", [padded, g.const("s_start", np.array([1], np.int64)),
+                             g.const("s_end", np.array([2 * t], np.int64)),
+                             g.const("s_axes", np.array([2], np.int64))], "shift_slice")
+    shifted = g.op("Reshape", [shifted, g.const("shift_back_shape", np.array(
+        [batch, heads, t, 2 * t - 1], np.int64))], "shift_back")
+    bd = g.op("Slice", [shifted, g.const("k_start", np.array([0], np.int64)),
+                        g.const("k_end", np.array([t], np.int64)),
+                        g.const("k_axes", np.array([3], np.int64))], "shift_keep")
+    scores = g.op("Add", [ac, bd], "ac_bd") if relative else ac
+    scores = g.op("Div", [scores, g.const("sqrt_d", np.float32(np.sqrt(dim)))], "scale")
+    hidden = g.op("Not", [keep], "mask_not")
+    scores = g.op("Where", [hidden, g.const("fill", np.float32(fill)), scores], "mask_fill")
+    probs = g.op("Softmax", [scores], "softmax", axis=-1)
+    if post_guard:
+        probs = g.op("Where", [hidden, g.const("zero", np.float32(0.0)), probs], "guard")
+    ctx = g.op("MatMul", [probs, v], "pv")
+    g.output(ctx, F32, [batch, heads, t, dim])
+    g.save()
+
+
 def einsum_bqhk_masked():
     """Scores laid out [B, Sq, H, Sk] by einsum with a causal mask added in
     that layout ([Sq, 1, Sk]): a term on the permuted scores, not taken."""
@@ -1689,6 +1734,10 @@ def main():
     bmm_view_mask_view()
     swin_window()
     longt5_local()
+    relative_shift()
+    relative_shift("conformer_rel_shift_guarded", post_guard=True)
+    relative_shift("conformer_rel_shift_guarded_min", post_guard=True, fill=FINFO_MIN)
+    relative_shift("espnet_guarded_min", post_guard=True, fill=FINFO_MIN, relative=False)
     einsum_attention("einsum_scores_bqhk", "bqhd,bkhd->bqhk", "bqhk,bkhd->bqhd",
                      q_layout="bshd")
     einsum_attention("einsum_mqa", "bhqd,bkd->bhqk", "bhqk,bkd->bhqd",

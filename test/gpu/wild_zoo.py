@@ -215,6 +215,54 @@ class SwinWindow(nn.Module):
         return torch.roll(self.proj(out).view(b, s, c), shifts=self.shift, dims=1)
 
 
+class ConformerRelPos(nn.Module):
+    """WeNet's relative-position attention (Transformer-XL's, in a Conformer):
+    content scores (q + u)·Kᵀ, position scores (q + v)·Pᵀ over 2T - 1
+    sinusoidal positions shifted by a zero column and views, `(AC + BD) /
+    sqrt(d)`, the padding filled with -inf and the probabilities zeroed
+    again after the softmax (`softmax(...).masked_fill(mask, 0.0)`)."""
+
+    def __init__(self, hidden: int, heads: int, seq: int):
+        super().__init__()
+        self.heads, self.head_dim, self.max_len = heads, hidden // heads, seq
+        self.linear_q = nn.Linear(hidden, hidden)
+        self.linear_k = nn.Linear(hidden, hidden)
+        self.linear_v = nn.Linear(hidden, hidden)
+        self.linear_out = nn.Linear(hidden, hidden)
+        self.linear_pos = nn.Linear(hidden, hidden, bias=False)
+        self.pos_bias_u = nn.Parameter(0.02 * torch.randn(heads, self.head_dim))
+        self.pos_bias_v = nn.Parameter(0.02 * torch.randn(heads, self.head_dim))
+        positions = torch.arange(seq - 1, -seq, -1.0)[:, None]
+        freqs = torch.exp(torch.arange(0, hidden, 2) * (-math.log(10000.0) / hidden))
+        table = torch.zeros(2 * seq - 1, hidden)
+        table[:, 0::2] = torch.sin(positions * freqs)
+        table[:, 1::2] = torch.cos(positions * freqs)
+        self.register_buffer("pos_emb", table[None], persistent=False)
+
+    @staticmethod
+    def rel_shift(x):
+        zero_pad = torch.zeros((*x.size()[:3], 1), device=x.device, dtype=x.dtype)
+        x_padded = torch.cat([zero_pad, x], dim=-1)
+        x_padded = x_padded.view(*x.size()[:2], x.size(3) + 1, x.size(2))
+        return x_padded[:, :, 1:].view_as(x)[:, :, :, : x.size(-1) // 2 + 1]
+
+    def forward(self, x, padding):
+        b, t, _ = x.shape
+        h, d = self.heads, self.head_dim
+        q = self.linear_q(x).view(b, t, h, d)
+        k = self.linear_k(x).view(b, t, h, d).transpose(1, 2)
+        v = self.linear_v(x).view(b, t, h, d).transpose(1, 2)
+        pos = self.pos_emb[:, self.max_len - t:self.max_len + t - 1]
+        p = self.linear_pos(pos).view(1, -1, h, d).transpose(1, 2)
+        ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
+        bd = self.rel_shift(torch.matmul((q + self.pos_bias_v).transpose(1, 2),
+                                         p.transpose(-2, -1)))
+        scores = (ac + bd) / math.sqrt(d)
+        mask = (padding == 0)[:, None, None, :]
+        attn = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1).masked_fill(mask, 0.0)
+        return self.linear_out(torch.matmul(attn, v).transpose(1, 2).reshape(b, t, h * d))
+
+
 class ReturnsWeights(Projections):
     """The attention probabilities are used beside the output (their mean
     over heads added to the result, as code that also returns them for
@@ -646,6 +694,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("xglm-clamp", XglmClamp(hidden, heads), with_padding, 1),
         ("codegen-order", CodegenOrder(hidden, heads), tokens, 1),
         ("swin-window", SwinWindow(hidden, heads, seq), tokens, 1),
+        ("conformer-relpos", ConformerRelPos(hidden, heads, max(seq, 64)), with_padding, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),

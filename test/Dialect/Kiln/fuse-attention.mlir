@@ -1438,10 +1438,13 @@ func.func @select_before_negative_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2
 
 // -----
 
-// (QKᵀ + mask)·c scales the mask too; the op adds the mask after the scale.
+// (QKᵀ + mask)·c scales the mask too; the op adds the mask after the scale,
+// so the fused graph multiplies a mask known only at run time by c first.
 // CHECK-LABEL: func.func @mask_before_scale
-// CHECK-NOT:     kiln.attention
-// CHECK:         tosa.reduce_max
+// CHECK:         %[[C:.*]] = "tosa.const"() <{values = dense<0.353553385> : tensor<1x1x1x1xf32>}>
+// CHECK:         %[[SCALED:.*]] = tosa.mul %arg2, %[[C]]
+// CHECK:         kiln.attention %arg0, %arg1, %arg3 mask(%[[SCALED]] : tensor<1x1x1x16xf32>) {scale = 0.353553385 : f32}
+// CHECK-NOT:     tosa.reduce_max
 func.func @mask_before_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>, %mask: tensor<1x1x1x16xf32>, %v: tensor<1x2x16x8xf32>) -> (tensor<1x2x16x8xf32>) {
   %sh2x16x8 = tosa.const_shape {values = dense<[2, 16, 8]> : tensor<3xindex>} : () -> !tosa.shape<3>
   %v2 = tosa.reshape %q, %sh2x16x8 : (tensor<1x2x16x8xf32>, !tosa.shape<3>) -> tensor<2x16x8xf32>
@@ -1457,7 +1460,6 @@ func.func @mask_before_scale(%q: tensor<1x2x16x8xf32>, %k: tensor<1x2x16x8xf32>,
   %shift = "tosa.const"() {values = dense<0> : tensor<1xi8>} : () -> tensor<1xi8>
   %v13 = tosa.mul %v10, %scale, %shift : (tensor<1x2x16x16xf32>, tensor<1x1x1x1xf32>, tensor<1xi8>) -> tensor<1x2x16x16xf32>
   %max = tosa.reduce_max %v13 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>
-  // expected-remark @above {{softmax not fused: a mask is added before the scale}}
   %v15 = tosa.sub %v13, %max : (tensor<1x2x16x16xf32>, tensor<1x2x16x1xf32>) -> tensor<1x2x16x16xf32>
   %v16 = tosa.exp %v15 : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x16xf32>
   %v17 = tosa.reduce_sum %v16 {axis = 3 : i32} : (tensor<1x2x16x16xf32>) -> tensor<1x2x16x1xf32>

@@ -346,6 +346,10 @@ struct SoftmaxOps {
   /// the keys a row sees (the probabilities of the others are 0, or NaN on
   /// a row that sees none), else a null predicate.
   KeyPredicate seen;
+  /// The fill of `seen`'s select: -inf, or a finite fill that hides a key
+  /// as -inf does where the row sees another (finfo.min), which only a
+  /// guard after the softmax (`select(seen, p, 0)`) makes exact.
+  double seenFill = -std::numeric_limits<double>::infinity();
 };
 
 /// The other operand of `select` when one of its value operands is
@@ -525,15 +529,20 @@ FailureOr<SoftmaxOps> matchSoftmax(tosa::ReduceMaxOp maxOp,
   // the row sees a key; on a row that sees none the graph's probabilities
   // are NaN, 0 after a guard, and the fused op's output is 0).
   if (auto hidden = softmax.input.getDefiningOp<tosa::SelectOp>()) {
-    auto minusInf = [](Value value) {
+    auto hides = [](Value value) {
       std::optional<double> fill = getSplatFloat(value);
-      return fill && std::isinf(*fill) && *fill < 0;
+      return fill && isAbsorbingMask(*fill);
     };
     KeyPredicate kept;
-    if (selectAround(hidden, minusInf, kept))
+    if (Value scores = selectAround(hidden, hides, kept)) {
       softmax.seen = kept;
+      softmax.seenFill =
+          *getSplatFloat(scores == hidden.getOnTrue() ? hidden.getOnFalse()
+                                                      : hidden.getOnTrue());
+    }
   }
-  if (softmax.sumGuard && !samePredicate(summed, softmax.seen))
+  if (softmax.sumGuard && (!samePredicate(summed, softmax.seen) ||
+                           !std::isinf(softmax.seenFill)))
     return fail("the row sum is restricted to keys other than those the "
                 "scores hide with -inf");
 
@@ -1011,7 +1020,18 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
         // importer folded) is scaled with its values; any other float mask
         // would need each value scaled at run time.
         DenseFPElementsAttr values = floatConstant(term.value);
-        if (!values || match.scaleFactor || !(match.scale > 0.0) ||
+        if (!values) {
+          // A term computed at run time (Transformer-XL's and Conformer's
+          // shifted position scores, `(AC + BD) / sqrt(d)`): the op adds
+          // it scaled, `c·s + c·t`, which is `(s + t)·c` for any constant
+          // c; the fused graph multiplies it before the op.
+          if (match.scaleFactor)
+            return fail(Twine("a mask is ") + applied +
+                        " before a run-time scale");
+          term.scale = match.scale;
+          return success();
+        }
+        if (match.scaleFactor || !(match.scale > 0.0) ||
             llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
               double value = v.convertToDouble();
               return value != 0.0 && !isAbsorbingMask(value * match.scale);
@@ -2081,6 +2101,7 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
 
   // Forwards: the probabilities must feed only the left side of P·V.
   Value probs = softmax->output;
+  bool guardedFiniteFill = false;
   tosa::MatMulOp outputMatmul;
   bool collapsed = false;
   SmallVector<int32_t, 4> probsPerms;
@@ -2092,6 +2113,7 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     if (std::optional<Value> guarded =
             matchSeenGuard(probs, softmax->seen, match.ops)) {
       probs = *guarded;
+      guardedFiniteFill = !std::isinf(softmax->seenFill);
       continue;
     }
     if (quantisedProbs && !match.probScale)
@@ -2145,6 +2167,21 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
     return failure();
   if (stoppedAt)
     *stoppedAt = nullptr;
+  // ESPnet's `softmax(s.masked_fill(m, finfo.min)).masked_fill(m, 0)`: a
+  // key the mask hides scores 0 where its row sees another (exp(min - max)
+  // is 0) and the guard zeroes a row that sees none, which is what the op
+  // gives a mask of -inf. Taken for a site of that one mask only: with
+  // other terms that may hide keys a row could be hidden by them, which
+  // the guard does not cover.
+  if (guardedFiniteFill) {
+    if (!terms.front().isBoolean || terms.front().fill != softmax->seenFill ||
+        llvm::any_of(llvm::drop_begin(terms), [](const MaskTerm &term) {
+          return term.isBoolean || mayHideKeys(term.value);
+        }))
+      return fail("the probabilities are zeroed after a softmax whose "
+                  "scores other terms may hide too");
+    terms.front().fill = -std::numeric_limits<double>::infinity();
+  }
   // A permutation of the scores' leading axes must be undone on the
   // probabilities: P·V then reads them as Q·Kᵀ wrote them.
   if (match.scoresPerms.empty() != probsPerms.empty())
@@ -2357,7 +2394,22 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
   Value value = term.value;
   if (term.inverted)
     value = tosa::LogicalNotOp::create(rewriter, loc, value.getType(), value);
-  if (term.scale != 1.0) {
+  if (term.scale != 1.0 && !floatConstant(value)) {
+    // A term computed at run time met after the scale (matchScores): the
+    // fused graph scales it, in its own type.
+    auto type = cast<RankedTensorType>(value.getType());
+    auto splatType = RankedTensorType::get(
+        SmallVector<int64_t>(type.getRank(), 1), type.getElementType());
+    Value factor = tosa::ConstOp::create(
+        rewriter, loc, splatType,
+        DenseElementsAttr::get(
+            splatType, rewriter.getFloatAttr(type.getElementType(), term.scale)));
+    Value shift = tosa::ConstOp::create(
+        rewriter, loc, RankedTensorType::get({1}, rewriter.getI8Type()),
+        DenseElementsAttr::get(RankedTensorType::get({1}, rewriter.getI8Type()),
+                               rewriter.getI8IntegerAttr(0)));
+    value = tosa::MulOp::create(rewriter, loc, type, value, factor, shift);
+  } else if (term.scale != 1.0) {
     // A constant mask met after the scale (matchScores): its values scaled.
     DenseFPElementsAttr values = floatConstant(value);
     const llvm::fltSemantics &semantics =
