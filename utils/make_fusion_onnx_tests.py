@@ -510,6 +510,22 @@ def causal_trilu_large(name, seq=2560, form="triu_add"):
         keep = g.op("Trilu", [ones], "tril", upper=0)
         scores = g.op("Where", [keep, scores, g.const("fmin", np.float32(FINFO_MIN))],
                       "causal_where")
+    elif form == "expand_tril_where":
+        # Kiln's own ONNX writer: torch.ones((S, S), dtype=bool) as Expand of
+        # a one-element constant, then tril, selecting the scores.
+        ones = g.op("Expand", [g.const("one_bool", np.array([True])), size], "ones")
+        keep = g.op("Trilu", [ones, g.const("diag", np.array(0, np.int64))], "tril", upper=0)
+        scores = g.op("Where", [keep, scores, g.const("fmin", np.float32(FINFO_MIN))],
+                      "causal_where")
+    elif form == "float_tril_eq0":
+        # scores.masked_fill(ones((S, S)).tril() == 0, -inf): a float tril
+        # compared with zero (research code's einsum attention).
+        ones = g.op("ConstantOfShape", [size], "ones",
+                    value=helper.make_tensor("one", F32, [1], [1.0]))
+        tril = g.op("Trilu", [ones], "tril", upper=0)
+        hidden = g.op("Equal", [tril, g.const("zero", np.float32(0.0))], "tril_eq0")
+        scores = g.op("Where", [hidden, g.const("ninf", np.float32(-np.inf)), scores],
+                      "causal_fill")
     else:  # triu_masked_fill: scores.masked_fill(ones.triu(1), -inf)
         ones = g.op("ConstantOfShape", [size], "ones",
                     value=helper.make_tensor("one", BOOL, [1], [True]))
@@ -1702,6 +1718,8 @@ def main():
     causal_trilu_large("causal_triu_large")
     causal_trilu_large("causal_tril_where_large", form="tril_where")
     causal_trilu_large("causal_triu_masked_fill_large", form="triu_masked_fill")
+    causal_trilu_large("causal_float_tril_eq0_large", form="float_tril_eq0")
+    causal_trilu_large("causal_expand_tril_where_large", form="expand_tril_where")
     causal_init_batched("causal_init_batched")
     causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)

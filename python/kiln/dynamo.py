@@ -595,8 +595,9 @@ def _strided_keys(source: Any, chosen: Dict[str, Any]) -> bool:
 
 
 def keys_contiguous(term: Any) -> Any:
-    """`term` (a mask or bias) with its last axis contiguous, keeping its
-    broadcast (zero-stride) axes broadcast: itself where it already is."""
+    """`term` (a mask or bias, or Q, K or V) with its last axis contiguous,
+    keeping its broadcast (zero-stride) axes broadcast: itself where it
+    already is."""
     if term.dim() == 0 or term.stride(-1) == 1 or term.size(-1) == 1:
         return term
     one = tuple(slice(0, 1) if term.stride(d) == 0 and term.size(d) > 1
@@ -638,6 +639,13 @@ def _insert_site(graph: Any, sources: Dict[str, Any], site: Dict[str, Any],
     # written as before.)
     for role in ("mask", "bias"):
         if operands.get(role) is not None and _strided_keys(sources[role], chosen[role]):
+            operands[role] = graph.call_function(keys_contiguous, (operands[role],))
+    # The kernels read Q, K and V with their head dim contiguous. Replayed
+    # ops can leave it strided (LongT5's keys: an einsum's transpose of a
+    # copy); keys_contiguous is then the copy, and itself elsewhere.
+    for role in ("query", "key", "value"):
+        if operands.get(role) is not None and (
+                chosen[role]["transforms"] or _strided_keys(sources[role], chosen[role])):
             operands[role] = graph.call_function(keys_contiguous, (operands[role],))
     if training:
         # The forward keeping its log-sum-exp, differentiated by autograd

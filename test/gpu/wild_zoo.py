@@ -586,9 +586,9 @@ class XglmClamp(Projections):
         scores = q @ k.transpose(-1, -2)
         keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
         keep = keep[None, None] & padding[:, None, None, :].bool()
-        low = torch.finfo(scores.dtype).min
-        scores = scores + torch.where(keep, 0.0, low).to(scores.dtype)
-        scores = torch.max(scores, torch.tensor(low, dtype=scores.dtype, device=x.device))
+        low = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=x.device)
+        scores = scores + torch.where(keep, torch.zeros_like(low), low)
+        scores = torch.max(scores, low)
         return self.merge(scores.softmax(-1) @ v)
 
 
@@ -605,7 +605,8 @@ class CodegenOrder(Projections):
         k = (k.float() * torch.cos(angle)).to(x.dtype)
         scores = torch.matmul(q, k.float().transpose(-1, -2))
         keep = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-        scores = scores + torch.where(keep, 0.0, torch.finfo(x.dtype).min).to(x.dtype)
+        low = torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device)
+        scores = scores + torch.where(keep, torch.zeros_like(low), low)
         scores = scores / math.sqrt(self.head_dim)
         probs = scores.softmax(-1).to(v.dtype)
         return self.merge(torch.matmul(probs, v))

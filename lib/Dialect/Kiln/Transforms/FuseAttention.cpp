@@ -1374,11 +1374,28 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
       Value numbers = equal.getInput1(), zero = equal.getInput2();
       if (getSplatFloat(numbers) == 0.0)
         std::swap(numbers, zero);
-      auto cast = numbers.getDefiningOp<tosa::CastOp>();
-      if (getSplatFloat(zero) != 0.0 || !cast || !isBoolean(cast.getInput()))
+      if (getSplatFloat(zero) != 0.0)
         return std::nullopt;
-      value = cast.getInput(); // `b == 0` is `not b`
-      hides = !hides;
+      if (auto cast = numbers.getDefiningOp<tosa::CastOp>();
+          cast && isBoolean(cast.getInput())) {
+        value = cast.getInput(); // `b == 0` is `not b`
+        hides = !hides;
+        continue;
+      }
+      // `select(b, c, 0) == 0` is `not b` for c != 0, and `select(b, 0, c)
+      // == 0` is `b`: a float tril of ones compared with zero
+      // (`masked_fill(ones(S, S).tril() == 0, -inf)`), which the importer
+      // writes as a select at lengths too large to fold.
+      auto select = numbers.getDefiningOp<tosa::SelectOp>();
+      std::optional<double> onTrue =
+          select ? getSplatFloat(select.getOnTrue()) : std::nullopt;
+      std::optional<double> onFalse =
+          select ? getSplatFloat(select.getOnFalse()) : std::nullopt;
+      if (!onTrue || !onFalse || (*onTrue == 0.0) == (*onFalse == 0.0))
+        return std::nullopt;
+      value = select.getPred();
+      if (*onFalse == 0.0)
+        hides = !hides;
     } else {
       break;
     }
