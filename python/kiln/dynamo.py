@@ -1141,20 +1141,25 @@ def _concrete(inputs: Sequence[Any]) -> List[Any]:
     return values
 
 
-def _in_float64(gm: Any) -> Any:
-    """A copy of Dynamo's graph `gm` computing in float64: every float dtype
-    it names (casts, constants' dtypes) becomes float64, so run on float64
-    inputs it gives the graph's own result without rounding to bf16, f16 or
-    f32 on the way."""
+def _in_wider(gm: Any, wide: Any) -> Any:
+    """A copy of Dynamo's graph `gm` computing in float type `wide` (float64,
+    or float32 where an op of the graph has no float64 kernel): every
+    narrower float dtype it names (casts, constants' dtypes, `x.float()`)
+    becomes `wide`, so run on inputs of that type it gives the graph's own
+    result without rounding to the narrower types on the way."""
     import copy
 
     import torch
 
-    narrow = {torch.float16, torch.bfloat16, torch.float32}
+    narrow = {t for t in (torch.float16, torch.bfloat16, torch.float32)
+              if torch.finfo(t).bits < torch.finfo(wide).bits}
+    method = {torch.float64: "double", torch.float32: "float"}[wide]
+    narrow_methods = {m for m, t in (("float", torch.float32), ("half", torch.float16),
+                                     ("bfloat16", torch.bfloat16)) if t in narrow}
 
     def widen(value: Any) -> Any:
         if isinstance(value, torch.dtype) and value in narrow:
-            return torch.float64
+            return wide
         if isinstance(value, (list, tuple)):
             return type(value)(widen(v) for v in value)
         if isinstance(value, dict):
@@ -1166,8 +1171,8 @@ def _in_float64(gm: Any) -> Any:
         node.args, node.kwargs = widen(node.args), widen(node.kwargs)
         # `x.float()` names its dtype by the method (a rotary embedding's
         # `position_ids.float()` beside a float64 `inv_freq`).
-        if node.op == "call_method" and node.target in ("float", "half", "bfloat16"):
-            node.target = "double"
+        if node.op == "call_method" and node.target in narrow_methods:
+            node.target = method
     module = torch.fx.GraphModule(gm, graph)
     module.recompile()
     return module
@@ -1189,6 +1194,7 @@ def _mismatch(original: Callable, inputs: Sequence[Any], rewritten: Callable,
     if len(want) != len(got):
         return f"{len(got)} outputs where the graph has {len(want)}"
     exact: Optional[List[Any]] = None
+    reference = "float64"
     for position, (a, b) in enumerate(zip(want, got)):
         if not a.dtype.is_floating_point:
             continue  # indices may part at near ties
@@ -1201,18 +1207,26 @@ def _mismatch(original: Callable, inputs: Sequence[Any], rewritten: Callable,
         message = (f"output {position} differs from the graph without Kiln "
                    f"(relative error {error:.3e} > {tolerance})")
         if exact is None:
-            try:
-                wide = [x.double() if isinstance(x, torch.Tensor)
-                        and x.dtype.is_floating_point else x for x in inputs]
-                with torch.no_grad():
-                    exact = _flat_tensors(_in_float64(original)(*wide))
-            except Exception as error64:  # noqa: BLE001
-                return f"{message}; no float64 run to decide ({error64})"
+            # float64 decides; where an op has no float64 kernel (an MoE's
+            # grouped matmul), float32, still far closer than bf16 or f16.
+            failures = []
+            for wide_type in (torch.float64, torch.float32):
+                try:
+                    wide = [x.to(wide_type) if isinstance(x, torch.Tensor)
+                            and x.dtype.is_floating_point else x for x in inputs]
+                    with torch.no_grad():
+                        exact = _flat_tensors(_in_wider(original, wide_type)(*wide))
+                    reference = str(wide_type).replace("torch.", "")
+                    break
+                except Exception as error_wide:  # noqa: BLE001
+                    failures.append(f"{str(wide_type).replace('torch.', '')}: {error_wide}")
+            if exact is None:
+                return f"{message}; no float64 or float32 run to decide ({'; '.join(failures)})"
         if len(exact) != len(want):
             return message
         own, kiln = _relative_error(exact[position], a), _relative_error(exact[position], b)
         if own is None or kiln is None or kiln > max(tolerance, 2 * own):
-            return (f"{message}; against the graph in float64 Kiln's error is "
+            return (f"{message}; against the graph in {reference} Kiln's error is "
                     f"{kiln if kiln is None else f'{kiln:.3e}'}, the graph's own "
                     f"{own if own is None else f'{own:.3e}'}")
     return None
