@@ -537,6 +537,26 @@ def causal_trilu_large(name, seq=2560, form="triu_add"):
     g.save()
 
 
+def local_band_large(name="local_band_abs_large", seq=2560, half=128):
+    """An encoder's local band `|i - j| <= w` from index vectors at a length
+    too large to fold (research code's `(rows[:, None] - rows[None, :]).abs()
+    <= w`, then where(near, scores, -inf))."""
+    g = Graph(name)
+    q, k, v = (g.input(n, F32, [1, 1, seq, 16]) for n in ("q", "k", "v"))
+    scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
+    scores = g.op("Mul", [scores, g.const("scale_factor", np.float32(0.25))], "scale")
+    rows = g.op("Range", [g.const("r_start", np.array(0, np.int64)),
+                          g.const("r_limit", np.array(seq, np.int64)),
+                          g.const("r_delta", np.array(1, np.int64))], "rows")
+    col = g.op("Unsqueeze", [rows, g.const("ax1", np.array([1], np.int64))], "rows_col")
+    row = g.op("Unsqueeze", [rows, g.const("ax0", np.array([0], np.int64))], "rows_row")
+    distance = g.op("Abs", [g.op("Sub", [col, row], "distance")], "distance_abs")
+    near = g.op("LessOrEqual", [distance, g.const("half", np.array(half, np.int64))], "near")
+    scores = g.op("Where", [near, scores, g.const("ninf", np.float32(-np.inf))], "band_where")
+    softmax_pv(g, scores, v, [1, 1, seq, 16])
+    g.save()
+
+
 def causal_init(name, q_len, kv_len, top_left=False, window=None):
     """A causal (or band) mask given as an initializer [1,1,Sq,Sk] of
     0 / -inf."""
@@ -1720,6 +1740,7 @@ def main():
     causal_trilu_large("causal_triu_masked_fill_large", form="triu_masked_fill")
     causal_trilu_large("causal_float_tril_eq0_large", form="float_tril_eq0")
     causal_trilu_large("causal_expand_tril_where_large", form="expand_tril_where")
+    local_band_large()
     causal_init_batched("causal_init_batched")
     causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)
