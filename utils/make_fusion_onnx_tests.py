@@ -537,10 +537,11 @@ def causal_trilu_large(name, seq=2560, form="triu_add"):
     g.save()
 
 
-def local_band_large(name="local_band_abs_large", seq=2560, half=128):
+def local_band_large(name="local_band_abs_large", seq=2560, half=128, form="abs"):
     """An encoder's local band `|i - j| <= w` from index vectors at a length
     too large to fold (research code's `(rows[:, None] - rows[None, :]).abs()
-    <= w`, then where(near, scores, -inf))."""
+    <= w`, then where(near, scores, -inf)); `window`: a causal window
+    `(i - j >= 0) & (i - j < w)`; `holes`: `|i - j| != 1`, no band."""
     g = Graph(name)
     q, k, v = (g.input(n, F32, [1, 1, seq, 16]) for n in ("q", "k", "v"))
     scores = g.op("MatMul", [q, k_transposed(g, k)], "qk")
@@ -550,8 +551,20 @@ def local_band_large(name="local_band_abs_large", seq=2560, half=128):
                           g.const("r_delta", np.array(1, np.int64))], "rows")
     col = g.op("Unsqueeze", [rows, g.const("ax1", np.array([1], np.int64))], "rows_col")
     row = g.op("Unsqueeze", [rows, g.const("ax0", np.array([0], np.int64))], "rows_row")
-    distance = g.op("Abs", [g.op("Sub", [col, row], "distance")], "distance_abs")
-    near = g.op("LessOrEqual", [distance, g.const("half", np.array(half, np.int64))], "near")
+    distance = g.op("Sub", [col, row], "distance")
+    if form == "window":
+        seen = g.op("GreaterOrEqual", [distance, g.const("zero_i", np.array(0, np.int64))],
+                    "seen")
+        recent = g.op("Less", [distance, g.const("half", np.array(half, np.int64))], "recent")
+        near = g.op("And", [seen, recent], "near")
+    elif form == "holes":
+        distance = g.op("Abs", [distance], "distance_abs")
+        one = g.op("Equal", [distance, g.const("one_i", np.array(1, np.int64))], "next_to")
+        near = g.op("Not", [one], "near")
+    else:
+        distance = g.op("Abs", [distance], "distance_abs")
+        near = g.op("LessOrEqual", [distance, g.const("half", np.array(half, np.int64))],
+                    "near")
     scores = g.op("Where", [near, scores, g.const("ninf", np.float32(-np.inf))], "band_where")
     softmax_pv(g, scores, v, [1, 1, seq, 16])
     g.save()
@@ -1741,6 +1754,8 @@ def main():
     causal_trilu_large("causal_float_tril_eq0_large", form="float_tril_eq0")
     causal_trilu_large("causal_expand_tril_where_large", form="expand_tril_where")
     local_band_large()
+    local_band_large("local_window_large", form="window")
+    local_band_large("local_holes_large", form="holes")
     causal_init_batched("causal_init_batched")
     causal_init_batched("causal_init_batched_differs", differs=True)
     causal_init("causal_initializer", S, S)

@@ -29,6 +29,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <functional>
 #include <optional>
 
 namespace mlir::kiln {
@@ -1447,6 +1448,195 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
   return mlir::kiln::detail::Band{0, *right};
 }
 
+/// A value of a mask's computation over the query row i and key column j,
+/// from constant index vectors: affine, `ai·i + aj·j + c`, while only added,
+/// subtracted and negated; past any other op a function of the distance
+/// d = i - j alone (its operands must then be), which `at` evaluates.
+struct DistanceFunction {
+  bool affine = true;
+  double ai = 0, aj = 0, c = 0;
+  std::function<double(int64_t)> at;
+
+  /// Whether the value depends on i and j through i - j only.
+  bool ofDistance() const { return !affine || ai == -aj; }
+  double operator()(int64_t d) const { return affine ? ai * d + c : at(d); }
+};
+
+/// Reads `value` as a DistanceFunction over [Sq, Sk] scores (leading unit
+/// axes aside), or nothing: a leaf that is not a constant splat or an
+/// affine index vector along one axis, or an op not listed.
+std::optional<DistanceFunction> readDistance(Value value, int64_t queryLength,
+                                             int64_t keyLength, int depth) {
+  if (depth == 0)
+    return std::nullopt;
+  auto read = [&](Value operand) {
+    return readDistance(operand, queryLength, keyLength, depth - 1);
+  };
+  auto function = [](std::function<double(int64_t)> at) {
+    DistanceFunction f;
+    f.affine = false;
+    f.at = std::move(at);
+    return f;
+  };
+  if (std::optional<double> splat = getSplatFloat(value)) {
+    DistanceFunction f;
+    f.c = *splat;
+    return f;
+  }
+  Operation *op = value.getDefiningOp();
+  if (!op)
+    return std::nullopt;
+  if (auto constant = dyn_cast<tosa::ConstOp>(op)) {
+    if (auto attr = dyn_cast<DenseIntElementsAttr>(constant.getValues());
+        attr && attr.isSplat()) {
+      DistanceFunction f;
+      f.c = attr.getElementType().isInteger(1)
+                ? (attr.getSplatValue<bool>() ? 1.0 : 0.0)
+                : double(attr.getSplatValue<APInt>().getSExtValue());
+      return f;
+    }
+    // An index vector along the queries or the keys, affine in its index.
+    for (bool alongKeys : {false, true}) {
+      std::optional<SmallVector<double>> values = indexVector(
+          value, alongKeys ? keyLength : queryLength, alongKeys);
+      if (!values || values->size() < 2)
+        continue;
+      double slope = (*values)[1] - (*values)[0], first = (*values)[0];
+      for (size_t n = 0; n < values->size(); ++n)
+        if ((*values)[n] != first + slope * double(n))
+          return std::nullopt;
+      DistanceFunction f;
+      (alongKeys ? f.aj : f.ai) = slope;
+      f.c = first;
+      return f;
+    }
+    return std::nullopt;
+  }
+  if (auto reshape = dyn_cast<tosa::ReshapeOp>(op)) {
+    auto from = getRankedType(reshape.getInput1());
+    auto to = getRankedType(reshape.getOutput());
+    auto lastTwo = [](RankedTensorType t) {
+      return t && t.getRank() >= 2 &&
+             llvm::all_of(t.getShape().drop_back(2),
+                          [](int64_t size) { return size == 1; });
+    };
+    if (!lastTwo(from) || !lastTwo(to) ||
+        from.getShape().take_back(2) != to.getShape().take_back(2))
+      return std::nullopt;
+    return read(reshape.getInput1());
+  }
+  if (auto cast = dyn_cast<tosa::CastOp>(op)) {
+    std::optional<DistanceFunction> x = read(cast.getInput());
+    if (!x || !getElementTypeOrSelf(cast.getType()).isInteger(1))
+      return x; // numbers keep their values (indices are small integers)
+    if (!x->ofDistance())
+      return std::nullopt;
+    return function([x = *x](int64_t d) { return x(d) != 0.0 ? 1.0 : 0.0; });
+  }
+  if (isa<tosa::AddOp, tosa::SubOp>(op)) {
+    std::optional<DistanceFunction> x = read(op->getOperand(0));
+    std::optional<DistanceFunction> y = read(op->getOperand(1));
+    if (!x || !y)
+      return std::nullopt;
+    double sign = isa<tosa::SubOp>(op) ? -1.0 : 1.0;
+    if (x->affine && y->affine) {
+      DistanceFunction f;
+      f.ai = x->ai + sign * y->ai;
+      f.aj = x->aj + sign * y->aj;
+      f.c = x->c + sign * y->c;
+      return f;
+    }
+    if (!x->ofDistance() || !y->ofDistance())
+      return std::nullopt;
+    return function([x = *x, y = *y, sign](int64_t d) { return x(d) + sign * y(d); });
+  }
+  if (auto negate = dyn_cast<tosa::NegateOp>(op)) {
+    std::optional<DistanceFunction> x = read(negate.getInput1());
+    if (!x)
+      return std::nullopt;
+    if (x->affine) {
+      x->ai = -x->ai;
+      x->aj = -x->aj;
+      x->c = -x->c;
+      return x;
+    }
+    return function([x = *x](int64_t d) { return -x(d); });
+  }
+  // Every other op needs its operands to be functions of the distance.
+  SmallVector<DistanceFunction> operands;
+  for (Value operand : op->getOperands()) {
+    if (isa<tosa::shapeType>(operand.getType()))
+      continue;
+    std::optional<DistanceFunction> x = read(operand);
+    if (!x || !x->ofDistance())
+      return std::nullopt;
+    operands.push_back(*x);
+  }
+  auto unary = [&](auto f) -> std::optional<DistanceFunction> {
+    if (operands.size() != 1)
+      return std::nullopt;
+    return function([x = operands[0], f](int64_t d) { return f(x(d)); });
+  };
+  auto binary = [&](auto f) -> std::optional<DistanceFunction> {
+    if (operands.size() != 2)
+      return std::nullopt;
+    return function([x = operands[0], y = operands[1], f](int64_t d) {
+      return f(x(d), y(d));
+    });
+  };
+  if (isa<tosa::AbsOp>(op))
+    return unary([](double x) { return std::abs(x); });
+  if (isa<tosa::LogicalNotOp>(op))
+    return unary([](double x) { return x != 0.0 ? 0.0 : 1.0; });
+  if (isa<tosa::GreaterEqualOp>(op))
+    return binary([](double x, double y) { return x >= y ? 1.0 : 0.0; });
+  if (isa<tosa::GreaterOp>(op))
+    return binary([](double x, double y) { return x > y ? 1.0 : 0.0; });
+  if (isa<tosa::EqualOp>(op))
+    return binary([](double x, double y) { return x == y ? 1.0 : 0.0; });
+  if (isa<tosa::LogicalAndOp>(op))
+    return binary([](double x, double y) { return x != 0.0 && y != 0.0 ? 1.0 : 0.0; });
+  if (isa<tosa::LogicalOrOp>(op))
+    return binary([](double x, double y) { return x != 0.0 || y != 0.0 ? 1.0 : 0.0; });
+  if (isa<tosa::SelectOp>(op) && operands.size() == 3)
+    return function([p = operands[0], x = operands[1], y = operands[2]](int64_t d) {
+      return p(d) != 0.0 ? x(d) : y(d);
+    });
+  return std::nullopt;
+}
+
+/// Recognises a boolean mask computed from query and key positions whose
+/// value depends on their distance only (an encoder's local band
+/// `|i - j| <= w`, a window `0 <= i - j < w`), at lengths too large to fold:
+/// the keys each row sees, evaluated once per distance, must be one
+/// interval around the row's own position, which is a band.
+std::optional<mlir::kiln::detail::Band>
+matchDistanceBand(Value value, int64_t queryLength, int64_t keyLength,
+                  bool hides) {
+  std::optional<DistanceFunction> mask =
+      readDistance(value, queryLength, keyLength, /*depth=*/24);
+  if (!mask || !mask->ofDistance() || keyLength < queryLength)
+    return std::nullopt;
+  // Key j of row i sits at e = j - (i + Sk - Sq) from the row's own
+  // position; d = i - j = -e - (Sk - Sq).
+  int64_t offset = keyLength - queryLength;
+  int64_t first = -(keyLength - 1), last = keyLength - 1 - offset;
+  auto visible = [&](int64_t e) { return ((*mask)(-e - offset) != 0.0) != hides; };
+  if (!visible(0))
+    return std::nullopt;
+  int64_t left = 0, right = 0;
+  while (left > first && visible(left - 1))
+    --left;
+  while (right < last && visible(right + 1))
+    ++right;
+  for (int64_t e = first; e <= last; ++e)
+    if ((e < left || e > right) && visible(e))
+      return std::nullopt; // not one interval
+  if (left == first && right == last)
+    return std::nullopt; // every key visible: not a mask at all
+  return mlir::kiln::detail::Band{left == first ? 0 : 1 - left, right};
+}
+
 } // namespace
 
 /// Recognises a constant causal (or sliding-window causal) mask: hidden
@@ -1468,8 +1658,11 @@ mlir::kiln::detail::matchCausalConstant(const MaskTerm &term,
     if (!term.isBoolean || ShapedType::isDynamic(queryLength) ||
         ShapedType::isDynamic(keyLength))
       return std::nullopt;
-    return matchCausalComparison(term.value, queryLength, keyLength,
-                                 term.inverted);
+    if (std::optional<mlir::kiln::detail::Band> band = matchCausalComparison(
+            term.value, queryLength, keyLength, term.inverted))
+      return band;
+    return matchDistanceBand(term.value, queryLength, keyLength,
+                             term.inverted);
   }
   auto attr = dyn_cast<DenseElementsAttr>(constant.getValues());
   if (!attr || attr.isSplat())
