@@ -981,12 +981,13 @@ def bmm_view_mask_view(name="bmm_view_mask_view"):
     g.save()
 
 
-def swin_window(name="swin_window_mask", shifted=True):
+def swin_window(name="swin_window_mask", shifted=True, scaled_at_rank5=False):
     """Swin's window attention (the original code, timm's and transformers'):
     windows folded into the batch ([B·nW, H, N, D]), a relative-position
     bias [1, H, N, N] added, then the scores viewed as [B, nW, H, N, N] to
     add the shifted windows' mask [1, nW, 1, N, N] (0 or -100), and viewed
-    back to [B·nW, H, N, N] for the softmax."""
+    back to [B·nW, H, N, N] for the softmax; with `scaled_at_rank5`, the
+    scores also halved before they are viewed back."""
     g = Graph(name, opset=17)
     batch, windows, heads, n, dim = 2, 4, 2, 9, 16
     q, k, v = qkv_inputs(g, heads=heads, q_len=n, dim=dim, batch=batch * windows)
@@ -1002,6 +1003,9 @@ def swin_window(name="swin_window_mask", shifted=True):
         split = g.const("split", np.array([batch, windows, heads, n, n], np.int64))
         scores5 = g.op("Reshape", [scores, split], "view_windows")
         scores5 = g.op("Add", [scores5, g.const("window_mask", mask)], "mask_add")
+        if scaled_at_rank5:
+            # A product inside the detour (its shift operand is no term).
+            scores5 = g.op("Mul", [scores5, g.const("half", np.float32(0.5))], "rank5_scale")
         merged = g.const("merged", np.array([-1, heads, n, n], np.int64))
         scores = g.op("Reshape", [scores5, merged], "view_back")
     softmax_pv(g, scores, v, [batch * windows, heads, n, dim])
@@ -1787,6 +1791,7 @@ def main():
     einsum_bqhk_masked()
     bmm_view_mask_view()
     swin_window()
+    swin_window("swin_window_mask_scaled", scaled_at_rank5=True)
     longt5_local()
     relative_shift()
     relative_shift("conformer_rel_shift_guarded", post_guard=True)

@@ -1032,11 +1032,23 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
           term.scale = match.scale;
           return success();
         }
-        if (match.scaleFactor || !(match.scale > 0.0) ||
-            llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
-              double value = v.convertToDouble();
-              return value != 0.0 && !isAbsorbingMask(value * match.scale);
-            }))
+        if (match.scaleFactor)
+          return fail(Twine("a mask is ") + applied +
+                      " before a run-time scale");
+        // A constant bias that hides nothing (Swin's position bias, added
+        // before a product in its scores' views) is scaled when compiled,
+        // as a run-time term is at run time. One that holds masking values
+        // is taken only where each stays a hiding fill once scaled: the
+        // band and mask readings see the values as masks.
+        bool masks = llvm::any_of(values.getValues<APFloat>(), [](const APFloat &v) {
+          return isMaskingValue(v.convertToDouble());
+        });
+        if (masks &&
+            (!(match.scale > 0.0) ||
+             llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
+               double value = v.convertToDouble();
+               return value != 0.0 && !isAbsorbingMask(value * match.scale);
+             })))
           return fail(Twine("a mask is ") + applied + " before the scale");
         term.scale = match.scale;
         return success();
@@ -3292,10 +3304,15 @@ bool foldSplitAxis(tosa::ReshapeOp start, PatternRewriter &rewriter) {
     int64_t o = t.getDimSize(axis), i = t.getDimSize(axis + 1);
     return (o == 1 || o == outer) && (i == 1 || i == inner);
   };
+  // tosa.mul's shift (a rank-1 i8 constant) is no term: kept as it is.
+  auto isShift = [](Operation *op, Value operand) {
+    return isa<tosa::MulOp>(op) && operand == op->getOperand(2);
+  };
   for (Operation *op : region)
     for (Value operand : op->getOperands())
       if (operand.getDefiningOp() != start.getOperation() &&
-          !mapsInRegion(operand, region, {}) && !termAllowed(operand))
+          !mapsInRegion(operand, region, {}) && !isShift(op, operand) &&
+          !termAllowed(operand))
         return false;
   auto merged = [&](RankedTensorType t) {
     SmallVector<int64_t> shape;
@@ -3359,6 +3376,8 @@ bool foldSplitAxis(tosa::ReshapeOp start, PatternRewriter &rewriter) {
     for (Value operand : op->getOperands()) {
       if (Value mappedValue = mapping.lookupOrNull(operand))
         state.addOperands(mappedValue);
+      else if (isShift(op, operand))
+        state.addOperands(operand);
       else
         state.addOperands(term(operand, op->getLoc()));
     }
