@@ -1017,32 +1017,21 @@ LogicalResult matchScores(Value scores, AttentionMatch &match,
       if (phase != Scale)
         return success();
       if (!term.isBoolean) {
-        // A constant of zeros and hiding fills (a static causal mask the
-        // importer folded) is scaled with its values; any other float mask
-        // would need each value scaled at run time.
-        DenseFPElementsAttr values = floatConstant(term.value);
-        if (!values) {
-          // A term computed at run time (Transformer-XL's and Conformer's
-          // shifted position scores, `(AC + BD) / sqrt(d)`): the op adds
-          // it scaled, `c·s + c·t`, which is `(s + t)·c` for any constant
-          // c; the fused graph multiplies it before the op.
-          if (match.scaleFactor)
-            return fail(Twine("a mask is ") + applied +
-                        " before a run-time scale");
-          term.scale = match.scale;
-          return success();
-        }
+        // The op adds the term scaled, `c·s + c·t`, which is `(s + t)·c`
+        // for any constant c: a term computed at run time (Transformer-XL's
+        // and Conformer's shifted position scores, `(AC + BD) / sqrt(d)`)
+        // is multiplied in the fused graph before the op, a constant when
+        // compiled. A constant that holds masking values is taken only
+        // where each stays a hiding fill once scaled: the band and mask
+        // readings see its values as masks.
         if (match.scaleFactor)
           return fail(Twine("a mask is ") + applied +
                       " before a run-time scale");
-        // A constant bias that hides nothing (Swin's position bias, added
-        // before a product in its scores' views) is scaled when compiled,
-        // as a run-time term is at run time. One that holds masking values
-        // is taken only where each stays a hiding fill once scaled: the
-        // band and mask readings see the values as masks.
-        bool masks = llvm::any_of(values.getValues<APFloat>(), [](const APFloat &v) {
-          return isMaskingValue(v.convertToDouble());
-        });
+        DenseFPElementsAttr values = floatConstant(term.value);
+        bool masks =
+            values && llvm::any_of(values.getValues<APFloat>(), [](const APFloat &v) {
+              return isMaskingValue(v.convertToDouble());
+            });
         if (masks &&
             (!(match.scale > 0.0) ||
              llvm::any_of(values.getValues<APFloat>(), [&](const APFloat &v) {
@@ -1345,6 +1334,23 @@ std::optional<SmallVector<double>> indexVector(Value value, int64_t length,
   return values;
 }
 
+/// The sizes of the last two axes of `value` where every other axis is 1.
+std::optional<std::pair<int64_t, int64_t>> lastTwoAxes(Value value) {
+  auto t = getRankedType(value);
+  if (!t || t.getRank() < 2 ||
+      llvm::any_of(t.getShape().drop_back(2),
+                   [](int64_t size) { return size != 1; }))
+    return std::nullopt;
+  return std::pair(t.getDimSize(t.getRank() - 2), t.getDimSize(t.getRank() - 1));
+}
+
+/// Whether `reshape` keeps the last two axes of a value whose other axes
+/// are all 1, changing only those leading unit axes.
+bool movesLeadingUnitAxes(tosa::ReshapeOp reshape) {
+  std::optional<std::pair<int64_t, int64_t>> in = lastTwoAxes(reshape.getInput1());
+  return in && in == lastTwoAxes(reshape.getOutput());
+}
+
 /// Recognises a boolean mask computed, not given: query positions compared
 /// with key positions, `keys <= queries` (`greater_equal(queries, keys)`,
 /// or `greater` for `<`), each a constant vector along its axis, the key
@@ -1357,15 +1363,6 @@ std::optional<SmallVector<double>> indexVector(Value value, int64_t length,
 std::optional<mlir::kiln::detail::Band>
 matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
                       bool hides) {
-  auto lastTwo = [](Type type) -> std::optional<std::pair<int64_t, int64_t>> {
-    auto ranked = dyn_cast<RankedTensorType>(type);
-    if (!ranked || ranked.getRank() < 2 ||
-        llvm::any_of(ranked.getShape().drop_back(2),
-                     [](int64_t size) { return size != 1; }))
-      return std::nullopt;
-    int64_t rank = ranked.getRank();
-    return std::pair(ranked.getDimSize(rank - 2), ranked.getDimSize(rank - 1));
-  };
   // Through reshapes, negations and a boolean written as numbers and
   // compared with zero (`where(mask, s, -big)` on a float mask compares it
   // with 0: Flax's make_causal_mask), each negation swapping what the
@@ -1376,8 +1373,7 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
   };
   for (;;) {
     if (auto reshape = value.getDefiningOp<tosa::ReshapeOp>()) {
-      auto in = lastTwo(reshape.getInput1().getType());
-      if (!in || in != lastTwo(reshape.getOutput().getType()))
+      if (!movesLeadingUnitAxes(reshape))
         return std::nullopt;
       value = reshape.getInput1();
     } else if (auto negation = value.getDefiningOp<tosa::LogicalNotOp>()) {
@@ -1415,7 +1411,7 @@ matchCausalComparison(Value value, int64_t queryLength, int64_t keyLength,
   }
   Operation *compare = value.getDefiningOp();
   if (!compare || !isa<tosa::GreaterEqualOp, tosa::GreaterOp>(compare) ||
-      lastTwo(value.getType()) != std::pair(queryLength, keyLength))
+      lastTwoAxes(value) != std::pair(queryLength, keyLength))
     return std::nullopt;
   // A comparison that says which keys are hidden (`masked_fill(future)`,
   // future = `keys > queries`) keeps the others: `keys > q` hides exactly
@@ -1525,15 +1521,7 @@ std::optional<DistanceFunction> readDistance(Value value, int64_t queryLength,
     return std::nullopt;
   }
   if (auto reshape = dyn_cast<tosa::ReshapeOp>(op)) {
-    auto from = getRankedType(reshape.getInput1());
-    auto to = getRankedType(reshape.getOutput());
-    auto lastTwo = [](RankedTensorType t) {
-      return t && t.getRank() >= 2 &&
-             llvm::all_of(t.getShape().drop_back(2),
-                          [](int64_t size) { return size == 1; });
-    };
-    if (!lastTwo(from) || !lastTwo(to) ||
-        from.getShape().take_back(2) != to.getShape().take_back(2))
+    if (!movesLeadingUnitAxes(reshape))
       return std::nullopt;
     return read(reshape.getInput1());
   }
@@ -2396,7 +2384,8 @@ FailureOr<AttentionMatch> matchAttention(tosa::ReduceMaxOp maxOp,
   // other terms that may hide keys a row could be hidden by them, which
   // the guard does not cover.
   if (guardedFiniteFill) {
-    if (!terms.front().isBoolean || terms.front().fill != softmax->seenFill ||
+    if (terms.empty() || !terms.front().isBoolean ||
+        terms.front().fill != softmax->seenFill ||
         llvm::any_of(llvm::drop_begin(terms), [](const MaskTerm &term) {
           return term.isBoolean || mayHideKeys(term.value);
         }))
@@ -3003,6 +2992,40 @@ static bool mapsInRegion(Value value,
   return def && (region.contains(def) || starts.contains(def));
 }
 
+/// A rank-5 term `v` tiled over whichever of axes `axis` and `axis + 1` it
+/// broadcasts over alone, so that their sizes are (outer, inner) or (1, 1):
+/// two adjacent axes merge only where both broadcast or neither does.
+static Value tileAxisPair(PatternRewriter &rewriter, Location loc, Value v,
+                          int64_t axis, int64_t outer, int64_t inner) {
+  auto t = getRankedType(v);
+  int64_t o = t.getDimSize(axis), i = t.getDimSize(axis + 1);
+  if ((o == 1 && i == 1) || (o == outer && i == inner))
+    return v;
+  SmallVector<int64_t> multiples(5, 1), shape(t.getShape());
+  multiples[axis] = o == 1 ? outer : 1;
+  multiples[axis + 1] = i == 1 ? inner : 1;
+  shape[axis] = outer;
+  shape[axis + 1] = inner;
+  Value multiplesValue = tosa::ConstShapeOp::create(
+      rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 5),
+      DenseIntElementsAttr::get(
+          RankedTensorType::get({5}, rewriter.getIndexType()), multiples));
+  return tosa::TileOp::create(rewriter, loc, t.clone(shape), v,
+                              multiplesValue);
+}
+
+/// `v` reshaped to `target`; a constant is reshaped in place, so that a
+/// splat stays a constant.
+static Value reshapeTerm(PatternRewriter &rewriter, Location loc, Value v,
+                         RankedTensorType target) {
+  if (auto constant = v.getDefiningOp<tosa::ConstOp>())
+    if (auto values = dyn_cast<DenseElementsAttr>(constant.getValues()))
+      if (target.hasStaticShape())
+        return tosa::ConstOp::create(rewriter, loc, target,
+                                     values.reshape(target));
+  return createReshape(rewriter, loc, v, target.getShape());
+}
+
 /// GQA written with a group axis: scores of rank 5, `[B, Hkv, G, Sq, Sk]`,
 /// from a product whose batch holds the groups (`[B·Hkv·G, Sq, Sk]`, K and V
 /// repeated over G). The softmax and everything between the split of the
@@ -3152,30 +3175,8 @@ bool mergeGroupAxes(tosa::ReduceMaxOp maxOp, PatternRewriter &rewriter,
   IRMapping mapping;
   // A term from outside the region, at rank 4.
   auto term = [&](Value v, Location loc) -> Value {
-    auto t = getRankedType(v);
-    int64_t b = t.getDimSize(1), c = t.getDimSize(2);
-    if (!((b == 1 && c == 1) || (b == heads && c == groups))) {
-      auto multiplesAttr = DenseIntElementsAttr::get(
-          RankedTensorType::get({5}, rewriter.getIndexType()),
-          ArrayRef<int64_t>{1, b == 1 ? heads : 1, c == 1 ? groups : 1, 1, 1});
-      Value multiples = tosa::ConstShapeOp::create(
-          rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 5),
-          multiplesAttr);
-      v = tosa::TileOp::create(
-          rewriter, loc,
-          t.clone({t.getDimSize(0), heads, groups, t.getDimSize(3),
-                   t.getDimSize(4)}),
-          v, multiples);
-      t = getRankedType(v);
-    }
-    RankedTensorType target = merged(t);
-    // A constant is reshaped in place, so that a splat stays a constant.
-    if (auto constant = v.getDefiningOp<tosa::ConstOp>())
-      if (auto values = dyn_cast<DenseElementsAttr>(constant.getValues()))
-        if (target.hasStaticShape())
-          return tosa::ConstOp::create(rewriter, loc, target,
-                                       values.reshape(target));
-    return createReshape(rewriter, loc, v, target.getShape());
+    v = tileAxisPair(rewriter, loc, v, 1, heads, groups);
+    return reshapeTerm(rewriter, loc, v, merged(getRankedType(v)));
   };
   SmallVector<Operation *> ordered(region.begin(), region.end());
   ordered.append(starts.begin(), starts.end());
@@ -3325,37 +3326,8 @@ bool foldSplitAxis(tosa::ReshapeOp start, PatternRewriter &rewriter) {
     return t.clone(shape);
   };
   auto term = [&](Value v, Location loc) -> Value {
-    auto t = getRankedType(v);
-    int64_t o = t.getDimSize(axis), i = t.getDimSize(axis + 1);
-    SmallVector<int64_t> shape(t.getShape());
-    if (o == 1 && i == 1) {
-      // Broadcast over both: one unit axis at rank 4.
-      shape.erase(shape.begin() + axis + 1);
-    } else {
-      if (o != outer || i != inner) {
-        // Broadcast over one of the two only: tiled over it.
-        SmallVector<int64_t> multiples(5, 1);
-        multiples[axis] = outer / o;
-        multiples[axis + 1] = inner / i;
-        shape[axis] = outer;
-        shape[axis + 1] = inner;
-        Value multiplesValue = tosa::ConstShapeOp::create(
-            rewriter, loc, tosa::shapeType::get(rewriter.getContext(), 5),
-            DenseIntElementsAttr::get(
-                RankedTensorType::get({5}, rewriter.getIndexType()),
-                multiples));
-        v = tosa::TileOp::create(rewriter, loc, t.clone(shape), v,
-                                 multiplesValue);
-      }
-      shape = SmallVector<int64_t>(merged(t.clone(shape)).getShape());
-    }
-    RankedTensorType target = t.clone(shape);
-    // A constant is reshaped in place, so that a splat stays a constant.
-    if (auto constant = v.getDefiningOp<tosa::ConstOp>())
-      if (auto values = dyn_cast<DenseElementsAttr>(constant.getValues()))
-        return tosa::ConstOp::create(rewriter, loc, target,
-                                     values.reshape(target));
-    return createReshape(rewriter, loc, v, shape);
+    v = tileAxisPair(rewriter, loc, v, axis, outer, inner);
+    return reshapeTerm(rewriter, loc, v, merged(getRankedType(v)));
   };
   SmallVector<Operation *> ordered(region.begin(), region.end());
   llvm::sort(ordered, [](Operation *x, Operation *y) {
