@@ -8,7 +8,8 @@ is not rewritten on a machine with JAX.
     python3 utils/dump_jax_sites.py CASE[,CASE...] OUT_DIR
 
 A CASE `bench:NAME:SEQ[:BATCH]` is bench/bench_jax.py's model NAME at SEQ
-tokens (and BATCH sequences, default 1) instead.
+tokens (and BATCH sequences, default 1) instead; `wild:NAME[:SEQ]` is
+utils/jax_wild.py's function NAME at SEQ tokens (default 64).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def main() -> int:
             batch = int(batch[0]) if batch else 1
             function, args = bench_jax.model(model, batch, int(seq))
             name = f"{model}-{seq}-b{batch}"
+        elif name.startswith("wild:"):
+            import jax_wild
+
+            _, case, *seq = name.split(":")
+            seq = int(seq[0]) if seq else 64
+            function, args = jax_wild.cases(seq)[case]()
+            name = f"{case}-{seq}"
         else:
             function, args = table[name]()
         flat, tree = jax.tree_util.tree_flatten(args)

@@ -263,10 +263,18 @@ def widened(tree: Any) -> Any:
         if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def jit_cases() -> None:
-    import save_stablehlo
+def jit_cases(zoo: str = "saved", seq: int = 64) -> None:
+    """kiln.jax.jit on each function of utils/save_stablehlo.py's table
+    (zoo "saved") or utils/jax_wild.py's (zoo "wild", at `seq` tokens)."""
+    if zoo == "wild":
+        import jax_wild
 
-    for name, make in save_stablehlo.cases().items():
+        table = jax_wild.cases(seq)
+    else:
+        import save_stablehlo
+
+        table = save_stablehlo.cases()
+    for name, make in table.items():
         def body(name: str = name, make: Callable = make) -> None:
             function, args = make()
             jitted = kjax.jit(function)
@@ -332,13 +340,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["attention", "jit"])
     parser.add_argument("--json")
+    parser.add_argument("--zoo", choices=["saved", "wild"], default="saved",
+                        help="the jit functions: utils/save_stablehlo.py's or "
+                        "utils/jax_wild.py's")
+    parser.add_argument("--seq", type=int, default=64,
+                        help="tokens of the wild zoo's functions")
     options = parser.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}", flush=True)
     if options.only in (None, "attention"):
         attention_cases()
     if options.only in (None, "jit"):
-        jit_cases()
-        scan_case()
+        jit_cases(options.zoo, options.seq)
+        if options.zoo == "saved":
+            scan_case()
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=1))
     passed = sum(r["passed"] for r in results)
