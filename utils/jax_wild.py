@@ -184,7 +184,7 @@ def cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:
     keep = jnp.ones((B, seq), jnp.int32).at[0, seq - seq // 4:].set(0)
     x = lambda dtype: normal(5, (B, seq, E), dtype)  # noqa: E731
     w = lambda i, cols, dtype: normal(20 + i, (E, cols), dtype, 0.05)  # noqa: E731
-    return {
+    table: Dict[str, Callable[[], Tuple[Callable, Tuple]]] = {
         "manual_softmax_bf16": lambda: (manual_softmax, qkv(bf16, seq)),
         "logsumexp_softmax_f32": lambda: (logsumexp_softmax, qkv(f32, seq)),
         "softmax_where_bf16": lambda: (softmax_where, qkv(bf16, seq) + (keep,)),
@@ -200,3 +200,53 @@ def cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:
             x(bf16), w(3, E, bf16), w(4, E // 2, bf16), w(5, E // 2, bf16))),
         "softcap_window_bf16": lambda: (softcap_window, qkv(bf16, seq)),
     }
+    try:
+        import flax.linen as nn
+
+        def linen_bias_mask(q: Any, k: Any, v: Any, keep: Any) -> Any:
+            """flax.linen.dot_product_attention with a bias and a mask."""
+            slopes = 2.0 ** (-8.0 * jnp.arange(1, H + 1, dtype=jnp.float32) / H)
+            distance = (jnp.arange(seq)[None, :] - jnp.arange(seq)[:, None])
+            bias = (slopes[:, None, None] * distance[None]).astype(q.dtype)[None]
+            mask = nn.make_attention_mask(keep, keep, dtype=bool)
+            return nn.dot_product_attention(q, k, v, bias=bias, mask=mask)
+
+        table["linen_bias_mask_bf16"] = lambda: (linen_bias_mask, qkv(bf16, seq) + (keep,))
+    except ImportError:
+        pass
+    try:
+        from flax import nnx
+
+        def nnx_case() -> Tuple[Callable, Tuple]:
+            module = nnx.MultiHeadAttention(num_heads=H, in_features=E, qkv_features=E,
+                                            decode=False, dtype=bf16, param_dtype=bf16,
+                                            rngs=nnx.Rngs(0))
+            graph, state = nnx.split(module)
+            mask = nnx.make_causal_mask(jnp.ones((B, seq)))
+
+            def call(state: Any, t: Any) -> Any:
+                return nnx.merge(graph, state)(t, mask=mask)
+
+            return call, (state, x(bf16))
+
+        table["nnx_mha_causal_bf16"] = nnx_case
+    except ImportError:
+        pass
+    try:
+        import equinox as eqx
+
+        def equinox_causal() -> Tuple[Callable, Tuple]:
+            module = eqx.nn.MultiheadAttention(H, E, key=key(8), dtype=bf16)
+            params, static = eqx.partition(module, eqx.is_array)
+            mask = jnp.tril(jnp.ones((seq, seq), bool))
+
+            def call(p: Any, t: Any) -> Any:
+                attend = eqx.combine(p, static)
+                return jax.vmap(lambda one: attend(one, one, one, mask=mask))(t)
+
+            return call, (params, x(bf16))
+
+        table["equinox_causal_bf16"] = equinox_causal
+    except ImportError:
+        pass
+    return table
