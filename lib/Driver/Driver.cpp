@@ -48,6 +48,12 @@ OwningOpRef<ModuleOp> readMLIR(StringRef path, MLIRContext &context) {
         << "cannot read input: " << errorMessage;
     return nullptr;
   }
+  // Boolean constants in hex one byte an element (newer MLIR's printing,
+  // JAX's) are rewritten one bit an element, as this MLIR reads them.
+  if (std::optional<std::string> repacked =
+          repackBooleanHex(buffer->getBuffer()))
+    buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        *repacked, buffer->getBufferIdentifier());
   auto sourceMgr = std::make_shared<llvm::SourceMgr>();
   sourceMgr->AddNewSourceBuffer(std::move(buffer), llvm::SMLoc());
   // StableHLO text (JAX's) parses beside Kiln's own dialects and is

@@ -500,6 +500,25 @@ Value Importer::laidOut(Value value, ArrayRef<int64_t> perm) {
   return composedTranspose(composedReshape(value, squeezed), squeezedPerm);
 }
 
+/// Whether `value` is (a conversion of) a quotient or product one of whose
+/// operands is (a broadcast of) a reduction: probabilities, a softmax's
+/// exponentials divided by their row sums.
+static bool normalizedBySum(Value value) {
+  Operation *op = value.getDefiningOp();
+  while (op && opName(op) == "convert" && op->getNumOperands() == 1)
+    op = op->getOperand(0).getDefiningOp();
+  if (!op || (opName(op) != "divide" && opName(op) != "multiply"))
+    return false;
+  return llvm::any_of(op->getOperands(), [](Value operand) {
+    Operation *inner = operand.getDefiningOp();
+    while (inner && inner->getNumOperands() == 1 &&
+           (opName(inner) == "broadcast_in_dim" || opName(inner) == "reshape" ||
+            opName(inner) == "convert"))
+      inner = inner->getOperand(0).getDefiningOp();
+    return inner && opName(inner) == "reduce";
+  });
+}
+
 Value Importer::dotGeneral(Operation *op) {
   Value lhs = op->getOperand(0), rhs = op->getOperand(1);
   auto lt = cast<RankedTensorType>(lhs.getType());
@@ -572,9 +591,19 @@ Value Importer::dotGeneral(Operation *op) {
     std::iota(order.begin(), order.end(), 0);
     return std::make_pair(Perm(freeDims), order);
   };
-  if (!swap && inPlace(lb, lf, lc))
+  // Where the rows have two axes over one column axis, the outer row axis
+  // becomes a batch axis (below): it must be the heads, outer in the
+  // scores' layout. That is the product's own layout for Q·Kᵀ (MQA's
+  // `bqhd,bkd->bhqk` puts the heads first, Q laid out [b, q, h, d]), and
+  // the probabilities' layout for P·V.
+  bool twoRowAxes = nbatch > 0 && (swap ? nrf == 2 && nlf == 1
+                                        : nlf == 2 && nrf == 1);
+  auto keepsOwnRows = [&](Value rows) {
+    return !twoRowAxes || normalizedBySum(rows);
+  };
+  if (!swap && keepsOwnRows(lhs) && inPlace(lb, lf, lc))
     std::tie(lfSorted, lfOrder) = natural(lf);
-  if (swap && inPlace(rb, rf, rc))
+  if (swap && keepsOwnRows(rhs) && inPlace(rb, rf, rc))
     std::tie(rfSorted, rfOrder) = natural(rf);
 
   Value a = lhs, b = rhs;
@@ -1198,6 +1227,82 @@ void mlir::kiln::loadStableHLOReader(MLIRContext *ctx) {
   ctx->getOrLoadDialect<ChloReaderDialect>();
 }
 
+std::optional<std::string> mlir::kiln::repackBooleanHex(StringRef text) {
+  static constexpr StringLiteral kOpen = "dense<\"0x";
+  std::string out;
+  size_t copied = 0, at = 0;
+  auto hexValue = [](char c) -> int {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  };
+  while ((at = text.find(kOpen, at)) != StringRef::npos) {
+    size_t hexBegin = at + kOpen.size();
+    at = hexBegin;
+    size_t hexEnd = text.find('"', hexBegin);
+    if (hexEnd == StringRef::npos)
+      break;
+    // `"> : tensor<AxBxi1>` after the digits.
+    StringRef rest = text.substr(hexEnd + 1);
+    if (!rest.consume_front(">"))
+      continue;
+    rest = rest.ltrim();
+    if (!rest.consume_front(":"))
+      continue;
+    rest = rest.ltrim();
+    if (!rest.consume_front("tensor<"))
+      continue;
+    StringRef shape = rest.take_until([](char c) { return c == '>'; });
+    if (!shape.consume_back("i1") || (!shape.empty() && !shape.consume_back("x")))
+      continue;
+    int64_t elements = 1;
+    bool known = true;
+    SmallVector<StringRef> dims;
+    if (!shape.empty())
+      shape.split(dims, 'x');
+    for (StringRef dim : dims) {
+      int64_t size;
+      if (dim.getAsInteger(10, size) || size < 0) {
+        known = false;
+        break;
+      }
+      elements *= size;
+    }
+    size_t digits = hexEnd - hexBegin;
+    if (!known || elements <= 1 || digits != size_t(2 * elements) ||
+        (elements + 7) / 8 == elements)
+      continue;
+    // One byte an element: pack element i into bit i % 8 of byte i / 8.
+    std::vector<uint8_t> packed((elements + 7) / 8, 0);
+    bool valid = true;
+    for (int64_t i = 0; i < elements && valid; ++i) {
+      int high = hexValue(text[hexBegin + 2 * i]);
+      int low = hexValue(text[hexBegin + 2 * i + 1]);
+      valid = high >= 0 && low >= 0;
+      if (valid && (high | low))
+        packed[i / 8] |= uint8_t(1u << (i % 8));
+    }
+    if (!valid)
+      continue;
+    out.append(text.data() + copied, hexBegin - copied);
+    static constexpr char kDigits[] = "0123456789ABCDEF";
+    for (uint8_t byte : packed) {
+      out.push_back(kDigits[byte >> 4]);
+      out.push_back(kDigits[byte & 15]);
+    }
+    copied = hexEnd;
+    at = hexEnd;
+  }
+  if (copied == 0)
+    return std::nullopt;
+  out.append(text.data() + copied, text.size() - copied);
+  return out;
+}
+
 bool mlir::kiln::containsStableHLO(ModuleOp module) {
   bool found = false;
   module.walk([&](Operation *op) {
@@ -1229,8 +1334,18 @@ void mlir::kiln::registerStableHLOImportTranslation() {
       [](const std::shared_ptr<llvm::SourceMgr> &sourceMgr,
          MLIRContext *ctx) -> OwningOpRef<Operation *> {
         loadStableHLOReader(ctx);
+        std::shared_ptr<llvm::SourceMgr> source = sourceMgr;
+        const llvm::MemoryBuffer *main =
+            source->getMemoryBuffer(source->getMainFileID());
+        if (std::optional<std::string> repacked =
+                repackBooleanHex(main->getBuffer())) {
+          source = std::make_shared<llvm::SourceMgr>();
+          source->AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(
+                                         *repacked, main->getBufferIdentifier()),
+                                     llvm::SMLoc());
+        }
         OwningOpRef<ModuleOp> input =
-            parseSourceFile<ModuleOp>(sourceMgr, ParserConfig(ctx));
+            parseSourceFile<ModuleOp>(source, ParserConfig(ctx));
         if (!input)
           return nullptr;
         return OwningOpRef<Operation *>(importStableHLO(*input).release());

@@ -37,7 +37,8 @@ __all__ = ["jit", "KilnJitted"]
 
 #: Primitives whose body is inlined into the flat program.
 _INLINED = {"pjit", "jit", "closed_call", "core_call", "custom_jvp_call",
-            "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "checkpoint"}
+            "custom_vjp_call", "custom_vjp_call_jaxpr", "remat", "remat2",
+            "checkpoint"}
 
 #: Primitives whose lowering kilnc's StableHLO importer reads. Every other
 #: step (gathers, dynamic slices, loops, conditionals, random bits, custom

@@ -14,6 +14,9 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <optional>
+#include <string>
+
 namespace mlir {
 class MLIRContext;
 } // namespace mlir
@@ -23,6 +26,12 @@ namespace mlir::kiln {
 /// Loads the dialect that parses StableHLO's printed ops (`stablehlo.*`)
 /// into `ctx`: after this, MLIR text holding them parses.
 void loadStableHLOReader(MLIRContext *ctx);
+
+/// `text` with every boolean constant written in hex one byte an element
+/// (`dense<"0x0100..."> : tensor<NxMxi1>`, as newer MLIR prints them, JAX's
+/// included) rewritten one bit an element, the form this MLIR parses; null
+/// where `text` holds none.
+std::optional<std::string> repackBooleanHex(StringRef text);
 
 /// Whether `module` holds StableHLO ops (as the reader parsed them).
 bool containsStableHLO(ModuleOp module);

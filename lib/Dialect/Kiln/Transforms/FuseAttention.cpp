@@ -371,8 +371,9 @@ Value selectAround(tosa::SelectOp select,
 }
 
 /// Whether `a` and `b` compute the same value: the same value, or the same
-/// op on operands that do (up to `depth` ops deep). Each `jnp.where` of one
-/// mask broadcasts it anew; the copies are equivalent.
+/// op on operands that do (up to `depth` ops deep), whatever names the
+/// importer gave them (discardable attributes). Each `jnp.where` of one mask
+/// broadcasts it anew; the copies are equivalent.
 bool sameValue(Value a, Value b, int depth) {
   if (a == b)
     return true;
@@ -384,7 +385,9 @@ bool sameValue(Value a, Value b, int depth) {
   return OperationEquivalence::isEquivalentTo(
       x, y,
       [&](Value l, Value r) { return success(sameValue(l, r, depth - 1)); },
-      /*markEquivalent=*/nullptr, OperationEquivalence::IgnoreLocations);
+      /*markEquivalent=*/nullptr,
+      OperationEquivalence::IgnoreLocations |
+          OperationEquivalence::IgnoreDiscardableAttrs);
 }
 
 bool samePredicate(const KeyPredicate &a, const KeyPredicate &b) {
@@ -3375,6 +3378,29 @@ struct FoldSplitAxis : public OpRewritePattern<tosa::ReshapeOp> {
   }
 };
 
+/// `exp(x' - reduce_max(x))` where x' is a copy of x (the same op on the
+/// same operands: `jax.nn.softmax(s, where=m)` selects the hidden scores
+/// out once for the maximum and again for the exponent) → the exponent
+/// reads x, so that the softmax is read as one.
+struct ShareSoftmaxInput : public OpRewritePattern<tosa::ReduceMaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tosa::ReduceMaxOp maxOp,
+                                PatternRewriter &rewriter) const override {
+    if (!maxOp->hasOneUse())
+      return failure();
+    auto sub = dyn_cast<tosa::SubOp>(*maxOp->user_begin());
+    Value input = maxOp.getInput();
+    if (!sub || sub.getInput2() != maxOp.getOutput() ||
+        sub.getInput1() == input || !sameValue(sub.getInput1(), input, 4) ||
+        sub.getInput1().getType() != input.getType() ||
+        !llvm::any_of(sub->getUsers(),
+                      [](Operation *user) { return isa<tosa::ExpOp>(user); }))
+      return failure();
+    rewriter.modifyOpInPlace(sub, [&] { sub->setOperand(0, input); });
+    return success();
+  }
+};
+
 /// Applies mergeGroupAxes to every softmax over rank-5 scores.
 struct MergeGroupAxes : public OpRewritePattern<tosa::ReduceMaxOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -3406,8 +3432,18 @@ struct KilnFuseAttentionPass
 
   /// Tags the op producing each matched site's result with
   /// `kiln.site_root = N`, numbering the sites in program order (the order
-  /// of the kiln.attention ops a fusion would create), and rewrites nothing.
+  /// of the kiln.attention ops a fusion would create). It rewrites nothing
+  /// but what changes no value: an exponent that reads a copy of the row
+  /// max's input reads the input itself (ShareSoftmaxInput).
   void annotateSites(Operation *root) {
+    {
+      RewritePatternSet shared(&getContext());
+      shared.add<ShareSoftmaxInput>(&getContext());
+      GreedyRewriteConfig config;
+      config.enableFolding(false).enableConstantCSE(false);
+      config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+      (void)applyPatternsGreedily(root, std::move(shared), config);
+    }
     llvm::SmallPtrSet<Operation *, 8> roots;
     root->walk([&](tosa::ReduceMaxOp maxOp) {
       std::string whyNot;
@@ -3493,4 +3529,5 @@ void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
   patterns.add<UnpackRowPackedAttention>(patterns.getContext());
   patterns.add<MergeGroupAxes>(patterns.getContext());
   patterns.add<FoldSplitAxis>(patterns.getContext());
+  patterns.add<ShareSoftmaxInput>(patterns.getContext());
 }
