@@ -608,12 +608,23 @@ Value Importer::dotGeneral(Operation *op) {
 
   Value a = lhs, b = rhs;
   Perm ab = lb, ac = lc, af = lfSorted, bb = rb, bc = rc, bf = rfSorted;
+  // The axis of dot_general's result ([batch, lhs free, rhs free]) that
+  // each sorted free axis becomes.
+  Perm afResult, bfResult;
+  for (int64_t k : lfOrder)
+    afResult.push_back(nbatch + k);
+  for (int64_t k : rfOrder)
+    bfResult.push_back(nbatch + nlf + k);
   if (swap) {
     std::swap(a, b);
     std::swap(ab, bb);
     std::swap(ac, bc);
     std::swap(af, bf);
+    std::swap(afResult, bfResult);
   }
+  Value ta = full(a), tb = full(b);
+  if (!ta || !tb)
+    return {};
   auto sizes = [](Value v, ArrayRef<int64_t> dims) {
     auto t = cast<RankedTensorType>(v.getType());
     Shape s;
@@ -621,9 +632,71 @@ Value Importer::dotGeneral(Operation *op) {
       s.push_back(t.getDimSize(d));
     return s;
   };
-  Shape batch = sizes(a, ab), rows = sizes(a, af), cols = sizes(b, bf),
-        inner = sizes(a, ac);
-  if (sizes(b, bb) != batch || sizes(b, bc) != inner) {
+  Perm batchResult(nbatch);
+  std::iota(batchResult.begin(), batchResult.end(), 0);
+  // Column axes that end up before every row axis (the batch of the inputs
+  // where latent queries without one attend over them, `lhd,bshd->bhls`)
+  // become batch axes, the rows repeated over them: the product is then
+  // batched as the scores are laid out.
+  auto position = [&](int64_t resultAxis) {
+    return llvm::find(final, resultAxis) - final.begin();
+  };
+  Perm promoted;
+  if (!af.empty()) {
+    int64_t firstRow = position(afResult.front());
+    for (int64_t r : afResult)
+      firstRow = std::min<int64_t>(firstRow, position(r));
+    for (auto [i, r] : llvm::enumerate(bfResult))
+      if (position(r) < firstRow)
+        promoted.push_back(i);
+  }
+  int64_t repeats = 1;
+  for (int64_t i : promoted)
+    repeats *= sizes(tb, {bf[i]}).front();
+  if (!promoted.empty() && promoted.size() < bf.size() &&
+      repeats * rankedOf(ta).getNumElements() <= kFoldLimit * 16) {
+    llvm::stable_sort(promoted, [&](int64_t x, int64_t y) {
+      return position(bfResult[x]) < position(bfResult[y]);
+    });
+    int64_t np = promoted.size();
+    Shape unit(np, 1), multiples;
+    unit.append(rankedOf(ta).getShape().begin(), rankedOf(ta).getShape().end());
+    for (int64_t i : promoted)
+      multiples.push_back(sizes(tb, {bf[i]}).front());
+    multiples.append(rankedOf(ta).getRank(), 1);
+    ta = tile(reshape(ta, unit), multiples);
+    auto shifted = [&](ArrayRef<int64_t> dims) {
+      Perm out;
+      for (int64_t d : dims)
+        out.push_back(d + np);
+      return out;
+    };
+    Perm newAb(llvm::seq<int64_t>(0, np).begin(), llvm::seq<int64_t>(0, np).end());
+    Perm oldAb = shifted(ab);
+    newAb.append(oldAb.begin(), oldAb.end());
+    ab = newAb;
+    af = shifted(af);
+    ac = shifted(ac);
+    Perm newBb, newBf, newBfResult, newBatchResult;
+    for (int64_t i : promoted) {
+      newBb.push_back(bf[i]);
+      newBatchResult.push_back(bfResult[i]);
+    }
+    newBb.append(bb.begin(), bb.end());
+    newBatchResult.append(batchResult.begin(), batchResult.end());
+    for (auto [i, d] : llvm::enumerate(bf))
+      if (!llvm::is_contained(promoted, int64_t(i))) {
+        newBf.push_back(d);
+        newBfResult.push_back(bfResult[i]);
+      }
+    bb = newBb;
+    bf = newBf;
+    bfResult = newBfResult;
+    batchResult = newBatchResult;
+  }
+  Shape batch = sizes(ta, ab), rows = sizes(ta, af), cols = sizes(tb, bf),
+        inner = sizes(ta, ac);
+  if (sizes(tb, bb) != batch || sizes(tb, bc) != inner) {
     error() << "batch or contracting sizes differ";
     return {};
   }
@@ -637,7 +710,7 @@ Value Importer::dotGeneral(Operation *op) {
   Value zp = zeroPoint(elemType);
   Value a3, b3;
   int64_t groups = 1;
-  if (nbatch > 0 && rows.size() == 2 && cols.size() == 1 && rows[0] > 1 &&
+  if (!ab.empty() && rows.size() == 2 && cols.size() == 1 && rows[0] > 1 &&
       rows[1] > 1) {
     // Rows of two axes over one shared right side (GQA written with a group
     // axis: queries [.., G, S, D] over keys [.., S, D]): the outer row axis
@@ -649,15 +722,14 @@ Value Importer::dotGeneral(Operation *op) {
     repeated.push_back(k);
     repeated.push_back(n);
     Shape multiples(repeated.size(), 1);
-    multiples[nbatch] = groups;
-    a3 = composedReshape(composedTranspose(full(a), pa),
-                         {nb * groups, rows[1], k});
-    Value b4 = composedReshape(composedTranspose(full(b), pb), repeated);
+    multiples[batch.size()] = groups;
+    a3 = composedReshape(composedTranspose(ta, pa), {nb * groups, rows[1], k});
+    Value b4 = composedReshape(composedTranspose(tb, pb), repeated);
     b3 = b4 ? reshape(tile(b4, multiples), {nb * groups, k, n}) : Value();
   } else {
     int64_t m = product(rows);
-    a3 = composedReshape(laidOut(full(a), pa), {nb, m, k});
-    b3 = composedReshape(laidOut(full(b), pb), {nb, k, n});
+    a3 = composedReshape(laidOut(ta, pa), {nb, m, k});
+    b3 = composedReshape(laidOut(tb, pb), {nb, k, n});
   }
   if (!a3 || !b3)
     return {};
@@ -670,27 +742,14 @@ Value Importer::dotGeneral(Operation *op) {
   shape.append(rows);
   shape.append(cols);
   Value result = reshape(mm, shape);
-  // [batch, a's free (sorted), b's free (sorted)] back to dot_general's
-  // [batch, lhs free, rhs free].
+  // Back to dot_general's [batch, lhs free, rhs free]: result axis k is
+  // the product's axis where `laid` holds k.
+  Perm laid(batchResult);
+  laid.append(afResult);
+  laid.append(bfResult);
   Perm perm;
-  for (int64_t d = 0; d < nbatch; ++d)
-    perm.push_back(d);
-  int64_t na = swap ? nrf : nlf;
-  auto place = [&](ArrayRef<int64_t> order, int64_t offset) {
-    // Sorted position of each original free axis.
-    Perm inverse(order.size());
-    for (auto [pos, original] : llvm::enumerate(order))
-      inverse[original] = pos;
-    for (int64_t original = 0; original < (int64_t)order.size(); ++original)
-      perm.push_back(offset + inverse[original]);
-  };
-  if (swap) {
-    place(lfOrder, nbatch + na);
-    place(rfOrder, nbatch);
-  } else {
-    place(lfOrder, nbatch);
-    place(rfOrder, nbatch + na);
-  }
+  for (int64_t axis = 0; axis < (int64_t)laid.size(); ++axis)
+    perm.push_back(llvm::find(laid, axis) - laid.begin());
   result = composedTranspose(result, perm);
   return castTo(result, resultType.getElementType());
 }

@@ -3401,6 +3401,69 @@ struct ShareSoftmaxInput : public OpRewritePattern<tosa::ReduceMaxOp> {
   }
 };
 
+/// `exp(x - (log(sum(exp(x - c))) + c))` over the last axis, c one value a
+/// row (`exp(s - logsumexp(s))`; JAX's logsumexp takes c the row max where
+/// it is finite, 0 elsewhere, and the sum through `abs`) → the softmax as
+/// the fusion reads it, `exp(x - max) · 1 / sum(exp(x - max))`: the same
+/// value for any c (NaN on a row whose max is infinite, either way).
+struct ReadLogSumExpSoftmax : public OpRewritePattern<tosa::ExpOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(tosa::ExpOp exp,
+                                PatternRewriter &rewriter) const override {
+    auto sub = exp.getInput1().getDefiningOp<tosa::SubOp>();
+    if (!sub)
+      return failure();
+    Value x = sub.getInput1();
+    auto type = dyn_cast<RankedTensorType>(x.getType());
+    auto add = sub.getInput2().getDefiningOp<tosa::AddOp>();
+    if (!type || !isa<FloatType>(type.getElementType()) || !add ||
+        type.getRank() < 2)
+      return failure();
+    int64_t axis = type.getRank() - 1;
+    for (int side = 0; side < 2; ++side) {
+      auto log = add->getOperand(side).getDefiningOp<tosa::LogOp>();
+      Value c = add->getOperand(1 - side);
+      if (!log)
+        continue;
+      Value summed = log.getInput1();
+      if (auto abs = summed.getDefiningOp<tosa::AbsOp>())
+        summed = abs.getInput1();
+      auto sum = summed.getDefiningOp<tosa::ReduceSumOp>();
+      if (!sum || sum.getAxis() != axis)
+        continue;
+      auto inner = sum.getInput().getDefiningOp<tosa::ExpOp>();
+      auto shifted = inner ? inner.getInput1().getDefiningOp<tosa::SubOp>()
+                           : tosa::SubOp();
+      if (!shifted || !sameValue(shifted.getInput1(), x, 2) ||
+          !sameValue(shifted.getInput2(), c, 2))
+        continue;
+      auto rowType = dyn_cast<RankedTensorType>(c.getType());
+      if (!rowType || rowType.getRank() != type.getRank() ||
+          rowType.getDimSize(axis) != 1)
+        continue;
+      Location loc = exp.getLoc();
+      SmallVector<int64_t> rowShape(type.getShape());
+      rowShape[axis] = 1;
+      auto row = RankedTensorType::get(rowShape, type.getElementType());
+      Value max = tosa::ReduceMaxOp::create(rewriter, loc, row, x,
+                                            static_cast<uint32_t>(axis));
+      Value centred = tosa::SubOp::create(rewriter, loc, type, x, max);
+      Value e = tosa::ExpOp::create(rewriter, loc, type, centred);
+      Value total = tosa::ReduceSumOp::create(rewriter, loc, row, e,
+                                              static_cast<uint32_t>(axis));
+      Value inverse = tosa::ReciprocalOp::create(rewriter, loc, row, total);
+      auto shiftType = RankedTensorType::get({1}, rewriter.getI8Type());
+      Value shift = tosa::ConstOp::create(
+          rewriter, loc, shiftType,
+          DenseElementsAttr::get(shiftType, rewriter.getI8IntegerAttr(0)));
+      Value p = tosa::MulOp::create(rewriter, loc, type, e, inverse, shift);
+      rewriter.replaceOp(exp, p);
+      return success();
+    }
+    return failure();
+  }
+};
+
 /// Applies mergeGroupAxes to every softmax over rank-5 scores.
 struct MergeGroupAxes : public OpRewritePattern<tosa::ReduceMaxOp> {
   using OpRewritePattern::OpRewritePattern;
@@ -3530,4 +3593,5 @@ void mlir::kiln::populateFuseAttentionPatterns(RewritePatternSet &patterns,
   patterns.add<MergeGroupAxes>(patterns.getContext());
   patterns.add<FoldSplitAxis>(patterns.getContext());
   patterns.add<ShareSoftmaxInput>(patterns.getContext());
+  patterns.add<ReadLogSumExpSoftmax>(patterns.getContext());
 }
