@@ -28,9 +28,22 @@ class CompileError(KilnError):
         self.returncode = returncode
         self.diagnostics = diagnostics
         self.command = command
-        first = diagnostics.strip().splitlines()
-        summary = first[0] if first else f"kilnc exited with {returncode}"
+        summary = diagnostics_summary(diagnostics) or f"kilnc exited with {returncode}"
         super().__init__(Status.FORMAT_ERROR, f"kilnc failed: {summary}")
+
+
+def diagnostics_summary(stderr: str, most: int = 3) -> str:
+    """kilnc's diagnostics as a reason: its error lines first (at most
+    `most`), then, where it printed none, its first other line; warnings
+    about nodes kept opaque, which any graph of custom ops prints by the
+    dozen, never come before an error."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "error:" in line or "Assertion" in line
+              or "Segmentation" in line or "terminate" in line]
+    if errors:
+        return "\n".join(errors[:most])
+    others = [line for line in lines if "kept opaque" not in line]
+    return (others or lines or [""])[0]
 
 
 def _candidate_kilncs() -> List[Path]:

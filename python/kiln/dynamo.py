@@ -208,8 +208,11 @@ class _KilncRun:
             self.stdout.close()
             self.stderr.close()
         if returncode != 0:
+            from .compiler import diagnostics_summary
+
             raise KilnError(Status.FORMAT_ERROR,
-                            f"kilnc failed on {self.onnx_path}: {stderr.strip()}")
+                            f"kilnc failed on {self.onnx_path} (exit {returncode}): "
+                            f"{diagnostics_summary(stderr) or 'no diagnostics'}")
         report, _ = json.JSONDecoder().raw_decode(stdout.lstrip())
         if self.bind is None and report.get("bound_dims"):
             report = _free_sizes(report, self.onnx_path, self.options)

@@ -193,3 +193,17 @@ def test_compile_a_torch_module(tmp_path) -> None:
         raise
     assert len(package.sites) == 1
     assert package.report["sites"][0]["head_dim"] == 64
+
+
+def test_diagnostics_summary_puts_errors_before_opaque_warnings():
+    from kiln.compiler import diagnostics_summary
+
+    stderr = "\n".join(
+        [f"g.onnx:0:0: warning: ONNX node 'linear_{i}' (aten_linear_default) is kept "
+         "opaque: operator domain 'pkg.kiln.fx' is not supported" for i in range(40)]
+        + ["g.onnx:0:0: error: 'tosa.reshape' op cannot reshape 12 elements to 10"])
+    summary = diagnostics_summary(stderr)
+    assert summary.startswith("g.onnx:0:0: error: 'tosa.reshape'")
+    assert "kept opaque" not in summary
+    assert diagnostics_summary("") == ""
+    assert diagnostics_summary("a note\nanother") == "a note"
