@@ -14,7 +14,8 @@ SwiGLU), `bert` (bidirectional, BERT's additive padding mask ``(1 - keep)
 · -1e9``), `alibi` (slopes and distances built from ops, causal), `softcap`
 (Gemma 2's ``tanh(s / 50) · 50``, causal), `flax` (``flax.linen``'s
 ``MultiHeadDotProductAttention`` with a causal mask) and `equinox`
-(``equinox.nn.MultiheadAttention`` mapped over the batch with ``jax.vmap``).
+(``equinox.nn.MultiheadAttention`` mapped over the batch with ``jax.vmap``);
+`encoder` is bert without its mask (what the mask costs, beside bert).
 Each model's output under ``kiln.jax.jit`` is first checked against the
 model run in float64 (``jax_enable_x64``), beside ``jax.jit``'s own error.
 Attention alone: bf16 ``[B, S, 16, D]``, D 64 and 128, causal and not,
@@ -162,6 +163,13 @@ def model(name: str, batch: int, seq: int) -> Tuple[Callable, Tuple]:
         attend = {"gpt": causal_einsum, "alibi": alibi_causal,
                   "softcap": softcap_causal}[name]
         return (lambda p, x: _stack(p, x, lambda p, x: block(p, x, attend))), (params(), x)
+    if name == "encoder":
+        # bert without its padding mask: what the mask costs, beside bert.
+        def plain(q: Any, k: Any, v: Any) -> Any:
+            s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(DIM)
+            return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v)
+
+        return (lambda p, x: _stack(p, x, lambda p, x: block(p, x, plain))), (params(), x)
     if name == "gpt-scan":
         # The layers stacked and run by lax.scan: the attention is in the
         # loop's body.
