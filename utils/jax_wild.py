@@ -5,7 +5,9 @@ through logsumexp, `jax.nn.softmax(where=)`, `lax.dot_general` called by
 hand, MQA with a key that has no head axis, attention mapped over heads with
 `jax.vmap`, a learned temperature, T5's bucketed relative-position bias
 gathered from a table, a sliding window from iotas, latent queries over
-inputs, the layer under `jax.checkpoint`, RoPE with GQA through `jnp.repeat`.
+inputs, the layer under `jax.checkpoint`, RoPE with GQA through `jnp.repeat`,
+products accumulated in f32 (`preferred_element_type`), a prefix LM's mask,
+and Flax's and Equinox's modules called with masks.
 `cases(seq)` gives each as `(function, args)` at `seq` tokens (at real
 lengths the masks are not folded into constants), for
 `test/gpu/check_jax.py --zoo wild` and `utils/dump_jax_sites.py wild:NAME`.
@@ -179,6 +181,28 @@ def softcap_window(q: Any, k: Any, v: Any, window: int = 32) -> Any:
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(v.dtype), v)
 
 
+def mixed_precision(q: Any, k: Any, v: Any) -> Any:
+    """bf16 products accumulated in f32 (`preferred_element_type`), the
+    softmax in f32, P cast back to bf16, causal."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    s = s / math.sqrt(D)
+    s = jnp.where(jnp.tril(jnp.ones((q.shape[1], k.shape[1]), bool)), s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bhqk,bkhd->bqhd", p, v, preferred_element_type=jnp.float32)
+    return out.astype(v.dtype)
+
+
+def prefix_lm(q: Any, k: Any, v: Any, prefix: int = 16) -> Any:
+    """A prefix LM: the first `prefix` keys seen by every query, causal
+    after them."""
+    i = jnp.arange(q.shape[1])[:, None]
+    j = jnp.arange(k.shape[1])[None, :]
+    keep = (j <= i) | (j < prefix)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D)
+    s = jnp.where(keep, s, -jnp.inf)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
 def cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:
     f32, bf16 = jnp.float32, jnp.bfloat16
     keep = jnp.ones((B, seq), jnp.int32).at[0, seq - seq // 4:].set(0)
@@ -199,6 +223,8 @@ def cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:
         "checkpointed_rope_gqa_bf16": lambda: (checkpointed_rope_gqa, (
             x(bf16), w(3, E, bf16), w(4, E // 2, bf16), w(5, E // 2, bf16))),
         "softcap_window_bf16": lambda: (softcap_window, qkv(bf16, seq)),
+        "mixed_precision_bf16": lambda: (mixed_precision, qkv(bf16, seq)),
+        "prefix_lm_bf16": lambda: (prefix_lm, qkv(bf16, seq)),
     }
     try:
         import flax.linen as nn
