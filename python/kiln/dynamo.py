@@ -2163,7 +2163,11 @@ def _exported(source: Any, tensors: Sequence[Any], positions: Sequence[int],
             if node.op == "placeholder"] if dynamic_shapes else tensors)
         names = (_user_input_names(exported) if entry.get("onnx") == "kiln"
                  else _input_names(program))
-        finite = finite_weights(gm, example_inputs, positions, names)
+        # A buffer written into the graph as a constant (constant_buffers)
+        # is no input of it: kilnc refuses a finite input it cannot find.
+        written = {names[index] for index in constants}
+        finite = [name for name in finite_weights(gm, example_inputs, positions, names)
+                  if name not in written]
         if finite:
             kiln_options = {**kiln_options, "finite_inputs": finite}
             key = hashlib.sha256((key + ",".join(finite)).encode()).hexdigest()[:24]

@@ -22,6 +22,7 @@ beyond the dtype's bounds, leave that signature to plain ``jax.jit``, and
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import threading
 import warnings
@@ -81,9 +82,23 @@ def _is_drop(var: Any) -> bool:
     return type(var).__name__ == "DropVar"
 
 
+@functools.lru_cache(maxsize=None)
+def _inlined_names() -> frozenset:
+    """_INLINED and the name this JAX gives `jax.checkpoint`'s primitive
+    (`checkpoint`, `remat2` ...: it has changed between releases)."""
+    names = set(_INLINED)
+    try:
+        from jax._src import ad_checkpoint
+
+        names.add(ad_checkpoint.remat_p.name)
+    except (ImportError, AttributeError):  # pragma: no cover - other JAX layouts
+        pass
+    return frozenset(names)
+
+
 def _body(eqn: Any) -> Optional[Tuple[Any, List[Any]]]:
     """The (jaxpr, consts) an inlined call's equation runs."""
-    if eqn.primitive.name not in _INLINED:
+    if eqn.primitive.name not in _inlined_names():
         return None
     for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
         inner = eqn.params.get(key)
