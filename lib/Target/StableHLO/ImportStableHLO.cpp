@@ -190,6 +190,16 @@ Value Importer::composedReshape(Value value, ArrayRef<int64_t> shape) {
       break;
     value = def->getOperand(0);
   }
+  // A reshape of the value to this shape that exists already (a step's
+  // own, which carries its name: `(x @ w).reshape(b, s, h, d)` before a
+  // repeat composed past it) is taken rather than made again unnamed.
+  for (Operation *user : value.getUsers())
+    if (user->getName().getStringRef() == "tosa.reshape" &&
+        user->getOperand(0) == value &&
+        cast<RankedTensorType>(user->getResult(0).getType()).getShape() ==
+            ArrayRef<int64_t>(shape) &&
+        user->getBlock() == builder.getInsertionBlock())
+      return user->getResult(0);
   return reshape(value, shape);
 }
 
@@ -198,7 +208,10 @@ Value Importer::composedReshape(Value value, ArrayRef<int64_t> shape) {
 /// reshape that merges it): reshape(tile(reshape(x, insert 1 after axis),
 /// G on it), merge). Returns x, the axis and G.
 struct AxisRepeat {
+  /// The repeated value, and the shape it is read in (its own, or a
+  /// reshape of it where the repeat's expand also regroups its axes).
   Value source;
+  Shape shape;
   int64_t axis;
   int64_t times;
 };
@@ -210,26 +223,28 @@ static std::optional<AxisRepeat> asAxisRepeat(Value value) {
                      : tosa::ReshapeOp();
   if (!expand)
     return std::nullopt;
-  auto x = cast<RankedTensorType>(expand.getInput1().getType());
   auto expanded = cast<RankedTensorType>(expand.getOutput().getType());
   auto tiled = cast<RankedTensorType>(tile.getOutput().getType());
   auto out = cast<RankedTensorType>(merge.getOutput().getType());
-  int64_t rank = x.getRank();
-  if (expanded.getRank() != rank + 1 || out.getRank() != rank)
+  int64_t rank = out.getRank();
+  if (expanded.getRank() != rank + 1)
     return std::nullopt;
+  // The expand inserts a unit axis after `axis` (and may regroup the
+  // others: the importer composes the reshape before a repeat with the
+  // repeat's own, `(x @ w).reshape(b, s, h, d)` then `jnp.repeat`).
   for (int64_t axis = 0; axis < rank; ++axis) {
-    Shape withUnit(x.getShape());
-    withUnit.insert(withUnit.begin() + axis + 1, 1);
-    if (ArrayRef<int64_t>(withUnit) != expanded.getShape())
+    if (expanded.getDimSize(axis + 1) != 1)
       continue;
+    Shape source(expanded.getShape());
+    source.erase(source.begin() + axis + 1);
     int64_t times = tiled.getDimSize(axis + 1);
-    Shape tiledShape(withUnit);
+    Shape tiledShape(expanded.getShape());
     tiledShape[axis + 1] = times;
-    Shape merged(x.getShape());
+    Shape merged(source);
     merged[axis] *= times;
     if (ArrayRef<int64_t>(tiledShape) == tiled.getShape() &&
         ArrayRef<int64_t>(merged) == out.getShape())
-      return AxisRepeat{expand.getInput1(), axis, times};
+      return AxisRepeat{expand.getInput1(), source, axis, times};
   }
   return std::nullopt;
 }
@@ -245,7 +260,8 @@ Value Importer::composedTranspose(Value value, ArrayRef<int64_t> perm) {
   // with jnp.repeat in [B, S, H, D] order).
   if (std::optional<AxisRepeat> repeat = asAxisRepeat(value)) {
     int64_t axis = llvm::find(perm, repeat->axis) - perm.begin();
-    Value moved = composedTranspose(repeat->source, perm);
+    Value moved =
+        composedTranspose(composedReshape(repeat->source, repeat->shape), perm);
     auto type = rankedOf(moved);
     Shape withUnit(type.getShape());
     withUnit.insert(withUnit.begin() + axis + 1, 1);
