@@ -3402,10 +3402,25 @@ struct ShareSoftmaxInput : public OpRewritePattern<tosa::ReduceMaxOp> {
 };
 
 /// `exp(x - (log(sum(exp(x - c))) + c))` over the last axis, c one value a
-/// row (`exp(s - logsumexp(s))`; JAX's logsumexp takes c the row max where
+/// row, weighing values (`exp(s - logsumexp(s))`; JAX's logsumexp takes c the row max where
 /// it is finite, 0 elsewhere, and the sum through `abs`) → the softmax as
 /// the fusion reads it, `exp(x - max) · 1 / sum(exp(x - max))`: the same
 /// value for any c (NaN on a row whose max is infinite, either way).
+/// Whether `value` reaches the left side of a matmul through at most four
+/// reshapes, transposes and casts: probabilities that weigh values (P·V).
+/// Softmaxes elsewhere are not this pass's to rewrite.
+bool weighsAProduct(Value value, int depth = 4) {
+  for (Operation *user : value.getUsers()) {
+    if (auto matmul = dyn_cast<tosa::MatMulOp>(user))
+      if (matmul.getA() == value)
+        return true;
+    if (depth > 0 && isa<tosa::ReshapeOp, tosa::TransposeOp, tosa::CastOp>(user) &&
+        weighsAProduct(user->getResult(0), depth - 1))
+      return true;
+  }
+  return false;
+}
+
 struct ReadLogSumExpSoftmax : public OpRewritePattern<tosa::ExpOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(tosa::ExpOp exp,
@@ -3417,7 +3432,7 @@ struct ReadLogSumExpSoftmax : public OpRewritePattern<tosa::ExpOp> {
     auto type = dyn_cast<RankedTensorType>(x.getType());
     auto add = sub.getInput2().getDefiningOp<tosa::AddOp>();
     if (!type || !isa<FloatType>(type.getElementType()) || !add ||
-        type.getRank() < 2)
+        type.getRank() < 2 || !weighsAProduct(exp.getOutput()))
       return failure();
     int64_t axis = type.getRank() - 1;
     for (int side = 0; side < 2; ++side) {
