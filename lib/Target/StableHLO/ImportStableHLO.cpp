@@ -193,12 +193,15 @@ Value Importer::composedReshape(Value value, ArrayRef<int64_t> shape) {
   // A reshape of the value to this shape that exists already (a step's
   // own, which carries its name: `(x @ w).reshape(b, s, h, d)` before a
   // repeat composed past it) is taken rather than made again unnamed.
+  Block *block = builder.getInsertionBlock();
+  Block::iterator point = builder.getInsertionPoint();
   for (Operation *user : value.getUsers())
     if (user->getName().getStringRef() == "tosa.reshape" &&
         user->getOperand(0) == value &&
         cast<RankedTensorType>(user->getResult(0).getType()).getShape() ==
             ArrayRef<int64_t>(shape) &&
-        user->getBlock() == builder.getInsertionBlock())
+        user->getBlock() == block &&
+        (point == block->end() || user->isBeforeInBlock(&*point)))
       return user->getResult(0);
   return reshape(value, shape);
 }
