@@ -2602,6 +2602,14 @@ Value materialize(PatternRewriter &rewriter, Location loc,
   return createSwapInnermost(rewriter, loc, value);
 }
 
+/// The shift operand of a floating-point tosa.mul (zero).
+Value zeroShift(PatternRewriter &rewriter, Location loc) {
+  auto type = RankedTensorType::get({1}, rewriter.getI8Type());
+  return tosa::ConstOp::create(
+      rewriter, loc, type,
+      DenseElementsAttr::get(type, rewriter.getI8IntegerAttr(0)));
+}
+
 /// Brings a mask term to the fused op's `[B, Hq, Sq, Sk]` indexing.
 Value materializeMask(PatternRewriter &rewriter, Location loc,
                       const MaskTerm &term, int64_t batch, int64_t heads) {
@@ -2618,11 +2626,8 @@ Value materializeMask(PatternRewriter &rewriter, Location loc,
         rewriter, loc, splatType,
         DenseElementsAttr::get(
             splatType, rewriter.getFloatAttr(type.getElementType(), term.scale)));
-    Value shift = tosa::ConstOp::create(
-        rewriter, loc, RankedTensorType::get({1}, rewriter.getI8Type()),
-        DenseElementsAttr::get(RankedTensorType::get({1}, rewriter.getI8Type()),
-                               rewriter.getI8IntegerAttr(0)));
-    value = tosa::MulOp::create(rewriter, loc, type, value, factor, shift);
+    value = tosa::MulOp::create(rewriter, loc, type, value, factor,
+                                zeroShift(rewriter, loc));
   } else if (term.scale != 1.0) {
     // A constant mask met after the scale (matchScores): its values scaled.
     DenseFPElementsAttr values = floatConstant(value);
@@ -3467,11 +3472,8 @@ struct ReadLogSumExpSoftmax : public OpRewritePattern<tosa::ExpOp> {
       Value total = tosa::ReduceSumOp::create(rewriter, loc, row, e,
                                               static_cast<uint32_t>(axis));
       Value inverse = tosa::ReciprocalOp::create(rewriter, loc, row, total);
-      auto shiftType = RankedTensorType::get({1}, rewriter.getI8Type());
-      Value shift = tosa::ConstOp::create(
-          rewriter, loc, shiftType,
-          DenseElementsAttr::get(shiftType, rewriter.getI8IntegerAttr(0)));
-      Value p = tosa::MulOp::create(rewriter, loc, type, e, inverse, shift);
+      Value p = tosa::MulOp::create(rewriter, loc, type, e, inverse,
+                                    zeroShift(rewriter, loc));
       rewriter.replaceOp(exp, p);
       return success();
     }
@@ -3508,6 +3510,16 @@ struct KilnFuseAttentionPass
     : public kiln::impl::KilnFuseAttentionBase<KilnFuseAttentionPass> {
   using KilnFuseAttentionBase::KilnFuseAttentionBase;
 
+  /// The rewrite driver's settings: no folding and no region simplification,
+  /// which would rewrite the unfused parts of the graph too; this pass only
+  /// replaces attention sites.
+  static GreedyRewriteConfig sitesOnly() {
+    GreedyRewriteConfig config;
+    config.enableFolding(false).enableConstantCSE(false);
+    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+    return config;
+  }
+
   /// Tags the op producing each matched site's result with
   /// `kiln.site_root = N`, numbering the sites in program order (the order
   /// of the kiln.attention ops a fusion would create). It rewrites nothing
@@ -3517,10 +3529,7 @@ struct KilnFuseAttentionPass
     {
       RewritePatternSet shared(&getContext());
       shared.add<ShareSoftmaxInput>(&getContext());
-      GreedyRewriteConfig config;
-      config.enableFolding(false).enableConstantCSE(false);
-      config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
-      (void)applyPatternsGreedily(root, std::move(shared), config);
+      (void)applyPatternsGreedily(root, std::move(shared), sitesOnly());
     }
     llvm::SmallPtrSet<Operation *, 8> roots;
     root->walk([&](tosa::ReduceMaxOp maxOp) {
@@ -3563,12 +3572,7 @@ struct KilnFuseAttentionPass
     }
     populateFuseAttentionPatterns(patterns, paddedRows == "free", foldFp8);
     populateSimplifyAttentionPatterns(patterns, paddedRows == "free", foldFp8);
-    // Folding would rewrite the unfused parts of the graph too; this pass
-    // only replaces attention sites.
-    GreedyRewriteConfig config;
-    config.enableFolding(false).enableConstantCSE(false);
-    config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
-    if (failed(applyPatternsGreedily(root, std::move(patterns), config)))
+    if (failed(applyPatternsGreedily(root, std::move(patterns), sitesOnly())))
       return signalPassFailure();
     numFused += countFused() - before;
 
