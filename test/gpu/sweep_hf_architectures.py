@@ -8,6 +8,7 @@ taken by Kiln (`choose="kiln"`), and each architecture's ONNX is kept where
 a site was found and not rewritten (KILN_KEEP_GRAPHS under --cache).
 
     python3 test/gpu/sweep_hf_architectures.py --out sweep.json --cache DIR
+    python3 test/gpu/sweep_hf_architectures.py --set more --out more.json
 """
 
 from __future__ import annotations
@@ -64,12 +65,68 @@ ARCHITECTURES: Dict[str, Any] = {
     "longt5": ("AutoModel", dict(d_kv=64, d_ff=2816, encoder_attention_type="local")),
 }
 
+#: A second set (`--set more`): architectures released since the first, and
+#: older encoders and seq2seq models with attention of their own (MLA,
+#: attention sinks, differential attention, chunked and sliding layers,
+#: tiny heads).
+MORE_ARCHITECTURES: Dict[str, Any] = {
+    "gpt_oss": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64,
+                                             num_local_experts=4, num_experts_per_tok=2,
+                                             sliding_window=128)),
+    "qwen3_moe": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64,
+                                               num_experts=4, num_experts_per_tok=2,
+                                               moe_intermediate_size=704)),
+    "deepseek_v3": ("AutoModelForCausalLM", dict(
+        num_key_value_heads=16, q_lora_rank=512, kv_lora_rank=256, qk_rope_head_dim=32,
+        qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=4, num_experts_per_tok=2,
+        first_k_dense_replace=1, moe_intermediate_size=704, n_group=1, topk_group=1)),
+    "deepseek_v2": ("AutoModelForCausalLM", dict(
+        num_key_value_heads=16, q_lora_rank=None, kv_lora_rank=256, qk_rope_head_dim=32,
+        qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=4, num_experts_per_tok=2,
+        first_k_dense_replace=1, moe_intermediate_size=704, n_group=1, topk_group=1)),
+    "olmoe": ("AutoModelForCausalLM", dict(num_key_value_heads=4, num_experts=4,
+                                           num_experts_per_tok=2)),
+    "phimoe": ("AutoModelForCausalLM", dict(num_key_value_heads=4, num_local_experts=4)),
+    "granitemoe": ("AutoModelForCausalLM", dict(num_key_value_heads=4, num_local_experts=4)),
+    "exaone4": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64,
+                                             sliding_window=128)),
+    "smollm3": ("AutoModelForCausalLM", dict(num_key_value_heads=4)),
+    "ministral": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64,
+                                               sliding_window=128)),
+    "arcee": ("AutoModelForCausalLM", dict(num_key_value_heads=4)),
+    "seed_oss": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64)),
+    "hunyuan_v1_dense": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64)),
+    "ernie4_5": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64)),
+    "glm4": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64, pad_token_id=0)),
+    "diffllama": ("AutoModelForCausalLM", dict(num_key_value_heads=4)),
+    "cohere2": ("AutoModelForCausalLM", dict(num_key_value_heads=4, sliding_window=128)),
+    "apertus": ("AutoModelForCausalLM", dict(num_key_value_heads=4)),
+    "vaultgemma": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64)),
+    "bitnet": ("AutoModelForCausalLM", dict(num_key_value_heads=4)),
+    "llama4_text": ("AutoModelForCausalLM", dict(num_key_value_heads=4, head_dim=64,
+                                                 attention_chunk_size=128, num_local_experts=2,
+                                                 intermediate_size_mlp=2816)),
+    "deberta": ("AutoModel", {}),
+    "squeezebert": ("AutoModel", {}),
+    "mobilebert": ("AutoModel", {}),
+    "big_bird": ("AutoModel", dict(attention_type="original_full")),
+    "rembert": ("AutoModel", dict(input_embedding_size=256, output_embedding_size=256)),
+    "xmod": ("AutoModel", dict(pad_token_id=1)),
+    "data2vec-text": ("AutoModel", dict(pad_token_id=1)),
+    "convbert": ("AutoModel", {}),
+    "nezha": ("AutoModel", {}),
+    "blenderbot": ("AutoModel", {}),
+    "plbart": ("AutoModel", {}),
+    "bigbird_pegasus": ("AutoModel", dict(attention_type="original_full")),
+    "switch_transformers": ("AutoModel", dict(d_kv=64, d_ff=2816, num_experts=4)),
+}
+
 COMMON = dict(hidden_size=1024, num_attention_heads=16, num_hidden_layers=2,
               intermediate_size=2816, vocab_size=1024, max_position_embeddings=2048)
 
 
 def build(name: str, torch: Any, tf: Any) -> Any:
-    auto, extra = ARCHITECTURES[name]
+    auto, extra = {**ARCHITECTURES, **MORE_ARCHITECTURES}[name]
     kwargs = dict(COMMON, **extra)
     config = tf.AutoConfig.for_model(name, **kwargs)
     for attribute, value in (("d_model", 1024), ("encoder_layers", 2), ("decoder_layers", 2),
@@ -109,6 +166,8 @@ def relative_error(got: Any, want: Any) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
+    parser.add_argument("--set", choices=("first", "more"), default="first",
+                        help="which list to sweep where --only names none")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--out", default="")
@@ -122,7 +181,8 @@ def main() -> int:
 
     import kiln.dynamo
 
-    names = [n for n in options.only.split(",") if n] or list(ARCHITECTURES)
+    names = [n for n in options.only.split(",") if n] or list(
+        ARCHITECTURES if options.set == "first" else MORE_ARCHITECTURES)
     rows: List[Dict[str, Any]] = []
     for name in names:
         began = time.perf_counter()
