@@ -9,7 +9,8 @@ is not rewritten on a machine with JAX.
 
 A CASE `bench:NAME:SEQ[:BATCH]` is bench/bench_jax.py's model NAME at SEQ
 tokens (and BATCH sequences, default 1) instead; `wild:NAME[:SEQ]` is
-utils/jax_wild.py's function NAME at SEQ tokens (default 64).
+utils/jax_wild.py's function NAME (of `cases` or `library_cases`) at SEQ
+tokens (default 64).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def main() -> int:
 
             _, case, *seq = name.split(":")
             seq = int(seq[0]) if seq else 64
-            function, args = jax_wild.cases(seq)[case]()
+            table_of = {**jax_wild.cases(seq), **jax_wild.library_cases(seq)}
+            function, args = table_of[case]()
             name = f"{case}-{seq}"
         else:
             function, args = table[name]()

@@ -7,7 +7,10 @@ hand, MQA with a key that has no head axis, attention mapped over heads with
 gathered from a table, a sliding window from iotas, latent queries over
 inputs, the layer under `jax.checkpoint`, RoPE with GQA through `jnp.repeat`,
 products accumulated in f32 (`preferred_element_type`), a prefix LM's mask,
-and Flax's and Equinox's modules called with masks.
+and Flax's and Equinox's modules called with masks; `library_cases(seq)`:
+`jax.nn.dot_product_attention`'s XLA path with each of its arguments,
+MaxText's grouped einsum over packed documents and Gemma's [B, T, N, S]
+scores.
 `cases(seq)` gives each as `(function, args)` at `seq` tokens (at real
 lengths the masks are not folded into constants), for
 `test/gpu/check_jax.py --zoo wild` and `utils/dump_jax_sites.py wild:NAME`.
@@ -201,6 +204,87 @@ def prefix_lm(q: Any, k: Any, v: Any, prefix: int = 16) -> Any:
     s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(D)
     s = jnp.where(keep, s, -jnp.inf)
     return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
+#: The fill MaxText and jax.nn.dot_product_attention's XLA path give hidden
+#: scores: finite, -0.7 of f32's largest.
+LARGE_NEGATIVE = -0.7 * float(jnp.finfo(jnp.float32).max)
+#: Gemma's JAX reference: K_MASK.
+GEMMA_MASK = -2.3819763e38
+
+
+def maxtext_segments(q: Any, k: Any, v: Any, segments: Any) -> Any:
+    """MaxText's layout: GQA by a grouped einsum (no repeat), packed
+    documents (segment ids equal) and causal, the finite fill, the softmax
+    in f32."""
+    b, t, n, h = q.shape
+    groups = n // k.shape[2]
+    q = q.reshape(b, t, k.shape[2], groups, h)
+    s = jnp.einsum("btkgh,bskh->bkgts", q, k) * h ** -0.5
+    causal = jnp.arange(t)[:, None] >= jnp.arange(k.shape[1])[None, :]
+    same = segments[:, :, None] == segments[:, None, :]
+    mask = (causal[None] & same)[:, None, None]
+    s = jnp.where(mask, s, LARGE_NEGATIVE)
+    p = jax.nn.softmax(s.astype(jnp.float32), axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bskh->btkgh", p, v).reshape(b, t, n, h)
+
+
+def gemma_btns(q: Any, k: Any, v: Any) -> Any:
+    """Gemma's JAX reference: the query pre-scaled, scores laid out
+    [B, T, N, S], soft-capped, a [B, T, S] causal mask with K_MASK."""
+    t = q.shape[1]
+    logits = jnp.einsum("BTNH,BSNH->BTNS", q * D ** -0.5, k)
+    logits = jnp.tanh(logits / 50.0) * 50.0
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, k.shape[1]), bool)), (q.shape[0], t, k.shape[1]))
+    logits = jnp.where(mask[:, :, None, :], logits, GEMMA_MASK)
+    probs = jax.nn.softmax(logits, axis=-1).astype(k.dtype)
+    return jnp.einsum("BTNS,BSNH->BTNH", probs, v)
+
+
+def library_cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:
+    """Attention through `jax.nn.dot_product_attention`'s XLA path (the
+    path JAX takes where cuDNN's is not asked for) with each of its
+    arguments, and two production code bases' own forms."""
+    bf16 = jnp.bfloat16
+    lengths = jnp.array([seq, seq - seq // 4], jnp.int32)[:B]
+    keep = jnp.ones((B, seq), bool).at[0, seq - seq // 4:].set(False)
+    segments = (jnp.arange(seq)[None, :] >= jnp.array([[seq // 3], [seq // 2]])[:B]
+                ).astype(jnp.int32) + 1
+
+    def dpa(**options: Any) -> Callable:
+        return lambda q, k, v: jax.nn.dot_product_attention(
+            q, k, v, implementation="xla", **options)
+
+    def with_bias(q: Any, k: Any, v: Any, keep: Any) -> Any:
+        slopes = 2.0 ** (-8.0 * jnp.arange(1, q.shape[2] + 1, dtype=jnp.float32) / q.shape[2])
+        distance = jnp.arange(k.shape[1])[None, :] - jnp.arange(q.shape[1])[:, None]
+        bias = (slopes[:, None, None] * distance[None])[None].astype(q.dtype)
+        mask = keep[:, None, None, :]
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
+                                            implementation="xla")
+
+    def cross(q: Any, k: Any, v: Any, lengths: Any) -> Any:
+        return jax.nn.dot_product_attention(q[:, : q.shape[1] // 2], k, v,
+                                            key_value_seq_lengths=lengths,
+                                            implementation="xla")
+
+    def padded(q: Any, k: Any, v: Any, lengths: Any) -> Any:
+        return jax.nn.dot_product_attention(q, k, v, query_seq_lengths=lengths,
+                                            key_value_seq_lengths=lengths,
+                                            implementation="xla")
+
+    return {
+        "dpa_causal_gqa_bf16": lambda: (dpa(is_causal=True), qkv(bf16, seq, H, H // 2)),
+        "dpa_scale_bf16": lambda: (dpa(scale=0.1), qkv(bf16, seq)),
+        "dpa_window_bf16": lambda: (dpa(is_causal=True, local_window_size=(32, 0)),
+                                    qkv(bf16, seq)),
+        "dpa_lengths_bf16": lambda: (padded, qkv(bf16, seq) + (lengths,)),
+        "dpa_cross_lengths_bf16": lambda: (cross, qkv(bf16, seq) + (lengths,)),
+        "dpa_bias_mask_bf16": lambda: (with_bias, qkv(bf16, seq) + (keep,)),
+        "maxtext_segments_bf16": lambda: (maxtext_segments,
+                                          qkv(bf16, seq, H, H // 2) + (segments,)),
+        "gemma_btns_bf16": lambda: (gemma_btns, qkv(bf16, seq)),
+    }
 
 
 def cases(seq: int = 64) -> Dict[str, Callable[[], Tuple[Callable, Tuple]]]:

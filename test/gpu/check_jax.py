@@ -265,11 +265,12 @@ def widened(tree: Any) -> Any:
 
 def jit_cases(zoo: str = "saved", seq: int = 64) -> None:
     """kiln.jax.jit on each function of utils/save_stablehlo.py's table
-    (zoo "saved") or utils/jax_wild.py's (zoo "wild", at `seq` tokens)."""
-    if zoo == "wild":
+    (zoo "saved") or utils/jax_wild.py's (zoo "wild", and "library" for
+    its library_cases, at `seq` tokens)."""
+    if zoo in ("wild", "library"):
         import jax_wild
 
-        table = jax_wild.cases(seq)
+        table = (jax_wild.cases if zoo == "wild" else jax_wild.library_cases)(seq)
     else:
         import save_stablehlo
 
@@ -340,9 +341,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["attention", "jit"])
     parser.add_argument("--json")
-    parser.add_argument("--zoo", choices=["saved", "wild"], default="saved",
-                        help="the jit functions: utils/save_stablehlo.py's or "
-                        "utils/jax_wild.py's")
+    parser.add_argument("--zoo", choices=["saved", "wild", "library"], default="saved",
+                        help="the jit functions: utils/save_stablehlo.py's, "
+                        "utils/jax_wild.py's cases or its library_cases")
     parser.add_argument("--seq", type=int, default=64,
                         help="tokens of the wild zoo's functions")
     options = parser.parse_args()

@@ -628,6 +628,71 @@ class TorchMultiheadAttention(nn.Module):
         return out
 
 
+class DiffusersBaddbmm(Projections):
+    """Diffusers' attention processor: heads folded into the batch, the
+    scores from `baddbmm` over an uninitialised `torch.empty` with beta=0
+    and the scale as alpha, the softmax upcast to float32; cross-attention
+    to a context of another length (a text encoder's tokens)."""
+
+    def forward(self, x, context):
+        b, s, _ = x.shape
+        h, d = self.heads, self.head_dim
+
+        def fold(t):
+            n = t.shape[1]
+            return t.view(b, n, h, d).permute(0, 2, 1, 3).reshape(b * h, n, d)
+
+        q, k, v = fold(self.q(x)), fold(self.k(context)), fold(self.v(context))
+        empty = torch.empty(q.shape[0], q.shape[1], k.shape[1], dtype=q.dtype, device=q.device)
+        scores = torch.baddbmm(empty, q, k.transpose(-1, -2), beta=0, alpha=d ** -0.5)
+        probs = scores.float().softmax(dim=-1).to(q.dtype)
+        out = torch.bmm(probs, v)
+        return self.o(out.view(b, h, s, d).permute(0, 2, 1, 3).reshape(b, s, h * d))
+
+
+class XTransformersCausal(Projections):
+    """x-transformers' form: `einsum('b h i d, b h j d -> b h i j')`, the
+    causal mask as `ones(i, j).triu(j - i + 1)` filled with -finfo.max, the
+    softmax in float32."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        dots = torch.einsum("b h i d, b h j d -> b h i j", q, k) * self.head_dim ** -0.5
+        i, j = dots.shape[-2:]
+        mask_value = -torch.finfo(dots.dtype).max
+        causal = torch.ones((i, j), dtype=torch.bool, device=x.device).triu(j - i + 1)
+        dots = dots.masked_fill(causal, mask_value)
+        attn = dots.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+        return self.merge(torch.einsum("b h i j, b h j d -> b h i d", attn, v))
+
+
+class SegmentIdsCausal(Projections):
+    """Packed documents: a key is seen where its segment id equals the
+    query's and it is not in the future; -inf through `masked_fill`."""
+
+    def forward(self, x, segments):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        same = segments[:, :, None] == segments[:, None, :]
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5
+        scores = scores.masked_fill(~(same & causal)[:, None], float("-inf"))
+        return self.merge(scores.softmax(-1) @ v)
+
+
+class MhaKeyPadding(nn.Module):
+    """`nn.MultiheadAttention` with a boolean `key_padding_mask` and
+    `need_weights=False`."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(hidden, heads, batch_first=True)
+
+    def forward(self, x, padding):
+        out, _ = self.attention(x, x, x, key_padding_mask=padding == 0, need_weights=False)
+        return out
+
+
 class TorchEncoderLayer(nn.Module):
     """`nn.TransformerEncoderLayer` (pre-norm, batch first) with a causal
     float mask from `nn.Transformer.generate_square_subsequent_mask`."""
@@ -660,6 +725,15 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         padding = torch.ones(batch, seq, device=device, dtype=torch.long)
         padding[0, seq - seq // 8:] = 0  # right padding on the first sequence
         return tokens() + (padding,)
+
+    def with_context():
+        return tokens() + (torch.randn(batch, 77, hidden, device=device, dtype=dtype),)
+
+    def with_segments():
+        segments = torch.ones(batch, seq, device=device, dtype=torch.long)
+        segments[:, seq // 3:] = 2  # two documents a row
+        segments[0, seq * 2 // 3:] = 3  # three in the first
+        return tokens() + (segments,)
 
     def with_past():
         past = max(seq // 2, 32)
@@ -697,6 +771,10 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("swin-window", SwinWindow(hidden, heads, seq), tokens, 1),
         ("conformer-relpos", ConformerRelPos(hidden, heads, max(seq, 64)), with_padding, 1),
         ("torch-mha", TorchMultiheadAttention(hidden, heads), tokens, 1),
+        ("diffusers-baddbmm", DiffusersBaddbmm(hidden, heads), with_context, 1),
+        ("xtransformers-causal", XTransformersCausal(hidden, heads), tokens, 1),
+        ("segment-ids-causal", SegmentIdsCausal(hidden, heads), with_segments, 1),
+        ("mha-key-padding", MhaKeyPadding(hidden, heads), with_padding, 1),
         ("torch-encoder-layer", TorchEncoderLayer(hidden, heads), tokens, 1),
         ("returns-weights", ReturnsWeights(hidden, heads), tokens, 0),
         ("head-mask", HeadMask(hidden, heads), tokens, 0),
