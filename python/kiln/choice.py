@@ -18,6 +18,11 @@ A site one of whose values (the scores, where the graph writes attention
 out) has SCORES_TIMED elements or more is not timed: Inductor must
 materialise them, and Kiln's kernel never loses there in any measurement we
 hold; nor is the graph run to capture its values then.
+
+A caller that can use the wait for a site's package (the backend compiles
+the whole graph meanwhile) takes prepare()'s Pending where the package is
+still being compiled: everything of the timing but the measurement is done,
+and Pending.measure() gives the decision later.
 """
 
 import hashlib
@@ -25,14 +30,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import site_cache as _cache
 from .regions import copy_into, graph_module, walk_up
 from .site import SiteSpec
 
-__all__ = ["Choice", "SCORES_TIMED", "choose", "fused_already", "kept_sdpa",
-           "largest_value", "sdpa_backend"]
+__all__ = ["Choice", "Pending", "SCORES_TIMED", "choose", "fused_already", "kept_sdpa",
+           "largest_value", "prepare", "sdpa_backend"]
 
 #: From this many score elements (batch x heads x queries x keys) a site
 #: is rewritten without timing. Inductor's code for such a site moves at
@@ -194,18 +199,58 @@ class Choice:
     finished. `dense` names the site's dense per-head term ("bias" or
     "mask"), where it reads one. `meanwhile`, where given, is work the
     caller will need anyway, run before a site timed as written waits for
-    its package (nothing else of the timing overlaps that wait there)."""
+    its package (nothing else of the timing overlaps that wait there).
+    `built`, where given, says whether the site's package is compiled yet:
+    prepare() leaves the measurement of a site whose package is not to
+    its caller (see Pending)."""
 
     def __init__(self, build: Callable[[Any, Dict[str, Any]], Any],
                  compile: Callable[[Any, Sequence[Any]], Callable],
                  probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None,
                  dense: Optional[str] = None,
-                 meanwhile: Optional[Callable[[], None]] = None) -> None:
+                 meanwhile: Optional[Callable[[], None]] = None,
+                 built: Optional[Callable[[], bool]] = None) -> None:
         self.build = build
         self.compile = compile
         self.probe = probe or build
         self.dense = dense
         self.meanwhile = meanwhile
+        self.built = built
+
+
+class Pending:
+    """A site's timing with everything done but the measurement (the site
+    probed, both paths compiled), left for later because the site's package
+    was still being compiled: `measure()` gives the decision as choose()
+    does, and remembers it. Measured once; where a site of the same form
+    was decided meanwhile (`key`, another layer's timing), its decision is
+    taken instead of timing again."""
+
+    def __init__(self, key: str, run: Callable[[], Dict[str, Any]]) -> None:
+        self.key = key
+        self._run = run
+        self._decision: Optional[Dict[str, Any]] = None
+
+    def measure(self) -> Dict[str, Any]:
+        if self._decision is None:
+            known = _recall(self.key)
+            self._decision = ({**known, "cached": True} if known is not None
+                              else self._run())
+        return self._decision
+
+
+def _later_or_now(timing: Pending, pending: Optional[Dict[str, Pending]],
+                 built: Optional[Callable[[], bool]]) -> Union[Dict[str, Any], Pending]:
+    """`timing` measured now, or returned unmeasured (and kept in `pending`
+    by its key) where the caller takes pending timings (`pending` given)
+    and the site's package is not compiled yet (`built()` says no): the
+    measurement would first wait for the package, which the caller's own
+    work can overlap. A package already compiled is not waited for: the
+    site is timed at once."""
+    if pending is None or built is None or built():
+        return timing.measure()
+    pending[timing.key] = timing
+    return timing
 
 
 def _directory() -> Path:
@@ -447,6 +492,20 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     and the times in microseconds where measured}. `output` is the node the
     site's result replaces, `sources` its operands' source nodes by role,
     `value_of(node)` a node's value on the model's first inputs."""
+    decision = prepare(site, output, sources, value_of, choice)
+    return decision.measure() if isinstance(decision, Pending) else decision
+
+
+def prepare(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
+            value_of: Callable[[Any], Any], choice: Choice,
+            pending: Optional[Dict[str, Pending]] = None
+            ) -> Union[Dict[str, Any], Pending]:
+    """choose()'s decision, or, where `pending` is given (the timings the
+    caller has left for later, by key) and the site would be measured while
+    its package is still being compiled (`choice.built()` says no), a
+    Pending holding everything but the measurement, also kept in `pending`.
+    A site of the same form as one already pending follows that one's
+    timing (nothing compiled again)."""
     import torch
 
     stops = list(dict.fromkeys(node for role, node in sources.items() if role != "output"))
@@ -477,6 +536,10 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
     decision = _recall(key)
     if decision is not None:
         return {**decision, "cached": True}
+    if pending is not None and key in pending:
+        # Another layer of a form whose timing waits: its decision is
+        # this site's too (as a cached one would be).
+        return Pending(key, pending[key].measure)
 
     def graph_as_written(graph: Any, env: Dict[Any, Any]) -> Any:
         return copy_into(graph, env, body, output)
@@ -496,6 +559,22 @@ def choose(site: Dict[str, Any], output: Any, sources: Dict[str, Any],
             with_kiln = graph_module(
                 leaves, lambda graph, env: choice.build(graph, operands(env)))
             kiln = compile(with_kiln, values)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"path": "kiln", "why": "not timed: out of memory while timing"}
+    timing = Pending(key, lambda: _measured(key, inductor, kiln, values, as_written))
+    return _later_or_now(timing, pending, choice.built)
+
+
+def _measured(key: str, inductor: Callable, kiln: Callable, values: Sequence[Any],
+              as_written: bool) -> Dict[str, Any]:
+    """The decision between a site's two compiled paths, `inductor` and
+    `kiln`, timed now on `values` (the first run of `kiln` waits for the
+    site's package where it is still being compiled), and remembered."""
+    import torch
+
+    try:
+        with torch.no_grad():
             inductor_s = seconds(inductor, values)
             kiln_s = seconds(kiln, values)
     except torch.cuda.OutOfMemoryError:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import operator
@@ -792,12 +793,7 @@ class _SiteKernels:
                 work = lambda: self.compile(*key)  # noqa: E731
             future = self.futures[key] = self.pool.submit(self._build, work)
 
-        def wait() -> Any:
-            with _step(self.entry, "site kernels"):
-                try:
-                    return future.result()
-                except KilnError as error:
-                    raise KilnError(error.status, f"no kernel ({error})") from error
+        wait = functools.partial(self._wait, future)
 
         def handle() -> int:
             if self.handle is not None:
@@ -814,6 +810,22 @@ class _SiteKernels:
             return kops.handle(wait())
 
         return handle
+
+    def _wait(self, future: Any) -> Any:
+        with _step(self.entry, "site kernels"):
+            try:
+                return future.result()
+            except KilnError as error:
+                raise KilnError(error.status, f"no kernel ({error})") from error
+
+    def built(self, site: Dict[str, Any]) -> bool:
+        """Whether the package of `site` (started) is done compiling."""
+        return self.futures[(site_source(site), _site_label(site))].done()
+
+    def wait(self, site: Dict[str, Any]) -> Any:
+        """The package of `site` (started), waited for; KilnError ("no
+        kernel (...)") where it could not be built."""
+        return self._wait(self.futures[(site_source(site), _site_label(site))])
 
     def close(self) -> None:
         """Lets a package still compiling finish in the background (it
@@ -867,7 +879,9 @@ class _Timed:
     """The timed choice of each site's path (kiln.choice) in the graph of
     `exported`, run on `tensors` (its inputs): the values a site reads come
     from one eager run of the graph as exported, made when the first site
-    is timed and kept only for the sources the sites read."""
+    is timed and kept only for the sources the sites read. A site asked
+    with `built` (whether its package is compiled) may come back as a
+    choice.Pending, measured later by `measure()`."""
 
     def __init__(self, exported: Any, tensors: Sequence[Any],
                  options: Optional[Dict[str, Any]],
@@ -876,6 +890,8 @@ class _Timed:
         self.meanwhile = meanwhile
         self.names: set = set()
         self.values: Optional[Dict[str, Any]] = None
+        #: The timings left pending so far, by the key of their site's form.
+        self.pending: Dict[str, Any] = {}
 
     def prepare(self, names: set) -> None:
         """The names of the nodes whose values sites may read (their
@@ -901,17 +917,40 @@ class _Timed:
     def __call__(self, site: Dict[str, Any], output: Any, sources: Dict[str, Any],
                  build: Callable[[Any, Dict[str, Any]], Any],
                  probe: Optional[Callable[[Any, Dict[str, Any]], Any]] = None,
-                 dense: Optional[str] = None) -> Dict[str, Any]:
+                 dense: Optional[str] = None,
+                 built: Optional[Callable[[], bool]] = None) -> Any:
+        """The site's decision (choice.choose's), or, given `built`, a
+        choice.Pending where its package is still being compiled."""
         from . import choice
 
+        def prepare() -> Any:
+            return choice.prepare(site, output, sources, self.value, choice.Choice(
+                build, lambda module, inputs: _inductor(module, inputs, self.options),
+                probe=probe, dense=dense, meanwhile=self.meanwhile, built=built),
+                self.pending if built is not None else None)
+
+        return self._timing(prepare)
+
+    def measure(self, pending: Any, wait: Optional[Callable[[], Any]] = None
+                ) -> Dict[str, Any]:
+        """The decision of a site whose timing was left pending (a
+        choice.Pending), measured now as __call__ would have, after `wait`
+        (which waits for the site's package: KilnError where it could not
+        be built, the site then refused)."""
+        def measure() -> Dict[str, Any]:
+            if wait is not None:
+                wait()
+            return pending.measure()
+
+        return self._timing(measure)
+
+    def _timing(self, work: Callable[[], Any]) -> Any:
         try:
-            # Compiled apart from the frame Dynamo is compiling: Inductor's
-            # guards on these small graphs must not land in its shape env.
+            # Compiled and run apart from the frame Dynamo is compiling:
+            # Inductor's guards on these small graphs must not land in its
+            # shape env.
             with _outside_dynamo():
-                return choice.choose(site, output, sources, self.value, choice.Choice(
-                    build, lambda module, inputs: _inductor(module, inputs,
-                                                            self.options),
-                    probe=probe, dense=dense, meanwhile=self.meanwhile))
+                return work()
         except KilnError:
             raise  # the site cannot be rewritten (the rewrite says why)
         except Exception as error:  # noqa: BLE001 (timing never breaks the model)
@@ -922,11 +961,19 @@ class _Timed:
 
 
 def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
-             choose: Optional["_Timed"] = None) -> int:
+             choose: Optional["_Timed"] = None,
+             deferred: Optional[Dict[int, Tuple[Any, Callable[[], Any]]]] = None,
+             decided: Optional[Dict[int, Any]] = None) -> int:
     """Replaces each rewritable site of `report` in `module`'s graph by a
     Kiln call; returns how many it replaced. `choose`, when given, decides
     each site's path (choice.choose's decision, kept in the entry's
-    "choices"); a site it gives to Inductor is left as written."""
+    "choices"); a site it gives to Inductor is left as written. Where
+    `deferred` is given, a site whose package is still compiling when it
+    would be measured is written on Kiln's path and its timing left in
+    `deferred` (by site index: the choice.Pending and what waits for the
+    package), for _settle. `decided` gives decisions already made, by
+    site index (a KilnError: the site refused): those are not asked of
+    `choose`."""
     # torch.ops.kiln.attention defined before any site is written into the
     # graph (a site's op handle, which defined it before, is taken only
     # later, once its package is built).
@@ -941,7 +988,8 @@ def _rewrite(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
     dense_bias = entry.get("dense_bias", "kiln")
     kernels = _SiteKernels(entry, training=bool(entry.get("training")))
     try:
-        return _rewrite_sites(module, report, entry, choose, nodes, dense_bias, kernels)
+        return _rewrite_sites(module, report, entry, choose, nodes, dense_bias, kernels,
+                              deferred, decided)
     finally:
         kernels.close()
 
@@ -957,7 +1005,9 @@ def _fma_backward(site: Dict[str, Any]) -> Optional[str]:
 
 def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
                    choose: Optional["_Timed"], nodes: Dict[str, Any], dense_bias: str,
-                   kernels: _SiteKernels) -> int:
+                   kernels: _SiteKernels,
+                   deferred: Optional[Dict[int, Tuple[Any, Callable[[], Any]]]] = None,
+                   decided: Optional[Dict[int, Any]] = None) -> int:
     """_rewrite's work, the sites' packages compiling in `kernels`."""
     graph = module.graph
     plans = [_plan(site, nodes, kernels) for site in report["sites"]]
@@ -1008,17 +1058,30 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
         before = set(graph.nodes)
         try:
             if choose is not None:
-                # Too large to time both ways, a site reading a dense term is
-                # timed against Inductor's least time (see sites_saving_us).
-                dense = dense_term(site, {role: _shape_of(node)
-                                          for role, node in sources.items()})
-                with _step(entry, "site timing"):
-                    decision = choose(site, output, sources, build, probe, dense)
-                entry.setdefault("choices", {})[index] = decision
-                if decision["path"] != "kiln":
-                    entry["skipped"][index] = (
-                        f"Inductor's path is faster here ({decision['why']})")
-                    continue
+                decision = decided.get(index) if decided is not None else None
+                if isinstance(decision, KilnError):
+                    raise decision  # refused when it was timed
+                if decision is None:
+                    # Too large to time both ways, a site reading a dense
+                    # term is timed against Inductor's least time (see
+                    # sites_saving_us).
+                    dense = dense_term(site, {role: _shape_of(node)
+                                              for role, node in sources.items()})
+                    built = (None if deferred is None
+                             else functools.partial(kernels.built, site))
+                    with _step(entry, "site timing"):
+                        decision = choose(site, output, sources, build, probe, dense,
+                                          built)
+                if isinstance(decision, dict):
+                    entry.setdefault("choices", {})[index] = decision
+                    if decision["path"] != "kiln":
+                        entry["skipped"][index] = (
+                            f"Inductor's path is faster here ({decision['why']})")
+                        continue
+                elif deferred is not None:
+                    # Timed once Inductor has compiled the graph, which its
+                    # package's compile overlaps: on Kiln's path until then.
+                    deferred[index] = (decision, functools.partial(kernels.wait, site))
             with graph.inserting_before(output):
                 result = build(graph, sources)
         except KilnError as error:
@@ -1026,6 +1089,8 @@ def _rewrite_sites(module: Any, report: Dict[str, Any], entry: Dict[str, Any],
             for node in reversed(inserted):
                 graph.erase_node(node)
             entry["skipped"][index] = str(error)
+            if deferred is not None:
+                deferred.pop(index, None)
             continue
         output.replace_all_uses_with(result)
         entry["rewritten"].append(index)
@@ -2220,18 +2285,37 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
     taking `tensors`."""
     import torch
 
-    module = _graph_of(exported)
     if entry.get("training"):
         entry["needs_grad"] = [name for name, t in zip(_user_input_names(exported), tensors)
                                if getattr(t, "requires_grad", False)]
     timed = (entry.get("choose", "timed") == "timed"
              and all(t.is_cuda for t in tensors)
              and not any(isinstance(t, torch._subclasses.FakeTensor) for t in tensors))
+    timer = (_Timed(exported, tensors, options, getattr(_alone_for(entry), "early", None))
+             if timed else None)
+    # A timed site whose package is still compiling is timed after
+    # Inductor's compile of the graph, which overlaps that compile.
+    deferred: Dict[int, Tuple[Any, Callable[[], Any]]] = {}
+    module = _rewritten_graph(exported, report, tensors, entry, timer,
+                              deferred if timer is not None else None)
+    settle = None
+    if deferred and timer is not None:
+        settle = functools.partial(_settle, exported, report, tensors, entry, timer,
+                                   deferred)
+    return _checked(gm, example_inputs, module, tensors, options, entry, settle)
+
+
+def _rewritten_graph(exported: Any, report: Dict[str, Any], tensors: Sequence[Any],
+                     entry: Dict[str, Any], timer: Optional[_Timed],
+                     deferred: Optional[Dict[int, Tuple[Any, Callable[[], Any]]]] = None,
+                     decided: Optional[Dict[int, Any]] = None) -> Any:
+    """A fresh copy of the exported graph with the report's sites rewritten
+    (_rewrite, with `timer`, `deferred` and `decided`) and its lifted
+    constants bound; _Fallback where no site is rewritten."""
+    module = _graph_of(exported)
     try:
-        rewritten = bool(report["sites"]) and _rewrite(
-            module, report, entry,
-            _Timed(exported, tensors, options,
-                   getattr(_alone_for(entry), "early", None)) if timed else None)
+        rewritten = bool(report["sites"]) and _rewrite(module, report, entry, timer,
+                                                       deferred, decided)
     except Exception as error:  # noqa: BLE001 (never break the model)
         if _restarts(error):
             raise
@@ -2245,29 +2329,62 @@ def _finish(exported: Any, report: Dict[str, Any], gm: Any, example_inputs: Sequ
         module = _bind_lifted(module, exported, _device_of(tensors))
     except Exception as error:  # noqa: BLE001 (never break the model)
         raise _Fallback(f"cannot bind the graph's constants: {error}") from error
-    return _checked(gm, example_inputs, module, tensors, options, entry)
+    return module
+
+
+def _settle(exported: Any, report: Dict[str, Any], tensors: Sequence[Any],
+            entry: Dict[str, Any], timer: _Timed,
+            deferred: Dict[int, Tuple[Any, Callable[[], Any]]]) -> Optional[Any]:
+    """Times the sites whose timing waited for the graph's compile
+    (`deferred`: by site index, the choice.Pending and what waits for the
+    site's package), keeping each decision in the entry's "choices" marked
+    "deferred". None where every one keeps Kiln's path (the graph compiled
+    stands); else the exported graph rewritten again with the decisions
+    made, for Inductor to compile in its place (a site whose package could
+    not be built is left as written there, as the rewrite leaves it)."""
+    decided: Dict[int, Any] = dict(entry.get("choices", {}))
+    again = False
+    with _step(entry, "site timing"):
+        for index, (pending, wait) in deferred.items():
+            try:
+                decision = {**timer.measure(pending, wait), "deferred": True}
+            except KilnError as error:
+                decided[index] = error
+                again = True
+                continue
+            decided[index] = entry.setdefault("choices", {})[index] = decision
+            again = again or decision["path"] != "kiln"
+    if not again:
+        return None
+    entry["rewritten"], entry["skipped"] = [], {}
+    return _rewritten_graph(exported, report, tensors, entry, timer, decided=decided)
 
 
 def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
              tensors: Sequence[Any], options: Dict[str, Any],
-             entry: Dict[str, Any]) -> Callable:
+             entry: Dict[str, Any],
+             settle: Optional[Callable[[], Optional[Any]]] = None) -> Callable:
     """The rewritten `module` (taking `tensors`) checked against Dynamo's
-    graph `gm` on its inputs (docs/design.md) and compiled by Inductor."""
+    graph `gm` on its inputs (docs/design.md) and compiled by Inductor.
+    `settle`, where given, times the sites left pending once the graph is
+    compiled, and gives the graph to compile instead where one of them
+    loses (_settle)."""
     import torch
 
     device = _device_of(tensors)
     if device is not None:
         _scalars_on(module, device)
     # Inductor first: a site package still compiling (a reserved handle)
-    # is waited for only when the check runs the graph.
-    try:
-        with _step(entry, "inductor"):
-            compiled = _inductor(module, tensors, options)
-    except Exception as error:  # noqa: BLE001 (never break the model)
-        if _restarts(error):
-            raise
-        raise _Fallback(f"Inductor failed on the rewritten graph: "
-                        f"{type(error).__name__}: {str(error)[:500]}") from error
+    # is waited for only when the check runs the graph, or a pending
+    # timing measures the site.
+    compiled = _compiled(module, tensors, options, entry)
+    if settle is not None:
+        again = settle()
+        if again is not None:
+            module = again
+            if device is not None:
+                _scalars_on(module, device)
+            compiled = _compiled(module, tensors, options, entry)
     verify = _verify_mode()
     if verify != "off" and _writes_in_place(gm):
         verify, entry["verified"] = "off", "not checked: the graph writes in place"
@@ -2292,6 +2409,19 @@ def _checked(gm: Any, example_inputs: Sequence[Any], module: Any,
             entry["verified"] = "checked on its first inputs"
     _bind_sites(module)
     return compiled
+
+
+def _compiled(module: Any, tensors: Sequence[Any], options: Dict[str, Any],
+              entry: Dict[str, Any]) -> Callable:
+    """The rewritten `module` compiled by Inductor (step "inductor")."""
+    try:
+        with _step(entry, "inductor"):
+            return _inductor(module, tensors, options)
+    except Exception as error:  # noqa: BLE001 (never break the model)
+        if _restarts(error):
+            raise
+        raise _Fallback(f"Inductor failed on the rewritten graph: "
+                        f"{type(error).__name__}: {str(error)[:500]}") from error
 
 
 def _bind_sites(module: Any) -> None:
@@ -2396,8 +2526,12 @@ def explain(model: Any, *example_inputs: Any) -> str:
         sources = entry.get("source_lines", {})
         for index, site in enumerate(report["sites"]):
             choice = entry.get("choices", {}).get(index)
-            state = ("rewritten" + (f" ({choice['why']})" if choice else "")
-                     if index in entry["rewritten"]
+            timed = ""
+            if choice:
+                timed = f" ({choice['why']}" + (
+                    "; timed after the graph's compile" if choice.get("deferred")
+                    else "") + ")"
+            state = ("rewritten" + timed if index in entry["rewritten"]
                      else f"not rewritten: {entry['skipped'].get(index)}")
             where = _site_line(site, sources)
             lines.append(
