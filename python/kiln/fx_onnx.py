@@ -849,6 +849,34 @@ for _name, _op in _REDUCE.items():
         _HANDLERS[f"aten.{_name}.{_overload}"] = _reduce(_op)
 
 
+@_handles("aten.max.dim", "aten.min.dim")
+def _extremum_dim(w: _Writer, node: Any) -> None:
+    """`x.max(dim, keepdim)`'s values (`<node>__0`) as ReduceMax (ReduceMin
+    for `min`), the translation `amax` takes: a softmax stabilised by hand
+    with `.max(-1, keepdim=True).values` is read as with `amax`. Its indices
+    (`<node>__1`) are written whole, as an opaque node of their own, where
+    the graph reads them."""
+    values, indices = _value(node)
+    source = w.name_of(node.args[0])
+    rank = len(w.types[source][1])
+    dim = int(_arg(node, 1, "dim", 0)) % max(rank, 1)
+    keep = bool(_arg(node, 2, "keepdim", False))
+    dtype = dtype_name(values.dtype)
+    op = "ReduceMax" if _target_name(node.target) == "aten.max.dim" else "ReduceMin"
+    w.emit(op, [w.cast(source, dtype), w.ints([dim])], [f"{node.name}__0"],
+           keepdims=int(keep))
+    w.declare(f"{node.name}__0", dtype, _static_shape(values))
+    users = getattr(node, "users", None)
+    if users is not None and all(_target_name(u.target) == "getitem" and u.args[1] == 0
+                                 for u in users):
+        return  # the indices are not read
+    op_name = re.sub(r"[^A-Za-z0-9_]", "_", _target_name(node.target))
+    w.emit(f"{op_name}_indices", [source], [f"{node.name}__1"],
+           name=f"{node.name}__indices", domain=OPAQUE_DOMAIN)
+    w.opaque.append(f"{node.name}__indices")
+    w.declare(f"{node.name}__1", dtype_name(indices.dtype), _static_shape(indices))
+
+
 @_handles("aten.cumsum.default")
 def _cumsum(w: _Writer, node: Any) -> None:
     dtype, _ = out_type(node)

@@ -373,6 +373,21 @@ class HeadsInBatchEinsum(Projections):
         return self.o(out.view(b, h, s, d).permute(0, 2, 1, 3).reshape(b, s, h * d))
 
 
+class MaxValuesSoftmax(Projections):
+    """The softmax written out with the row's maximum taken by
+    `.max(dim=-1, keepdim=True).values` (a max with indices), a causal
+    mask from `tril`."""
+
+    def forward(self, x):
+        q, k, v = self.qkv(x)
+        s = x.shape[1]
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        future = torch.ones(s, s, dtype=torch.bool, device=x.device).tril().logical_not()
+        scores = scores.masked_fill(future, float("-inf"))
+        weights = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+        return self.merge((weights / weights.sum(dim=-1, keepdim=True)) @ v)
+
+
 class LogsumexpSoftmax(Projections):
     """The softmax as exp(scores - logsumexp(scores)), causal by a `tril`
     of booleans."""
@@ -756,6 +771,7 @@ def zoo(batch: int, seq: int, device: Any, dtype: Any) -> List[Case]:
         ("whisper-scaled", WhisperScaled(hidden, heads, max(seq, 64)), tokens, 1),
         ("heads-in-batch-einsum", HeadsInBatchEinsum(hidden, heads), tokens, 1),
         ("logsumexp-softmax", LogsumexpSoftmax(hidden, heads), tokens, 1),
+        ("max-values-softmax", MaxValuesSoftmax(hidden, heads), tokens, 1),
         ("stable-softmax", StableSoftmax(hidden, heads), tokens, 1),
         ("additive-padding-dim3", AdditivePaddingDim3(hidden, heads), with_padding, 1),
         ("sdpa-enable-gqa", SdpaEnableGqa(hidden, heads), tokens, 1),

@@ -115,12 +115,14 @@ def test_einsum_tril_attention_names_the_graph_nodes(tmp_path: Path) -> None:
     assert report["unfused"] == []
 
 
-@pytest.mark.parametrize("form", ["logsumexp", "log_softmax", "log_softmax.int", "stable"])
+@pytest.mark.parametrize("form", ["logsumexp", "log_softmax", "log_softmax.int", "stable",
+                                  "stable_max_values"])
 def test_softmax_written_through_its_logarithm_or_a_row_shift(
         form: str, tmp_path: Path) -> None:
     """exp(scores - logsumexp(scores)), exp(log_softmax(scores)) and
-    softmax(scores - amax(scores)) are the softmax of the scores: one site
-    each, verified, its output the graph's own product."""
+    softmax(scores - amax(scores)) (or the values of `max(scores, -1)`) are
+    the softmax of the scores: one site each, verified, its output the
+    graph's own product."""
     g = Graph()
     q, k, v = qkv(g)
     kt = g.call("transpose", "aten.transpose.int", (k, -2, -1), shape=(B, H, D, S),
@@ -144,8 +146,16 @@ def test_softmax_written_through_its_logarithm_or_a_row_shift(
         probs = g.call("exp", "aten.exp.default", (logs,), shape=(B, H, S, S),
                        dtype="bfloat16")
     else:
-        row_max = g.call("amax", "aten.amax.default", (scaled, [-1], True),
-                         shape=(B, H, S, 1), dtype="bfloat16")
+        if form == "stable_max_values":
+            # x.max(-1, keepdim=True).values: a max with indices.
+            both = g.call("max_1", "aten.max.dim", (scaled, -1, True),
+                          val=(Val((B, H, S, 1), "bfloat16"), Val((B, H, S, 1), "int64")))
+            row_max = g.call("getitem", "getitem", (both, 0), shape=(B, H, S, 1),
+                             dtype="bfloat16")
+            both.users = {row_max: None}  # the indices unread
+        else:
+            row_max = g.call("amax", "aten.amax.default", (scaled, [-1], True),
+                             shape=(B, H, S, 1), dtype="bfloat16")
         shifted = g.call("sub", "aten.sub.Tensor", (scaled, row_max), shape=(B, H, S, S),
                          dtype="bfloat16")
         probs = g.call("softmax", "aten._softmax.default", (shifted, -1, False),
@@ -326,7 +336,7 @@ def test_tuple_results_and_lifted_constants(tmp_path: Path) -> None:
                    val=[Val((B, S, D), "float32")] * 3)
     pieces = [g.call(f"getitem_{i}", "getitem", (split, i), shape=(B, S, D),
                      dtype="float32") for i in range(3)]
-    odd = g.call("max_1", "aten.max.dim", (pieces[0], -1),
+    odd = g.call("kthvalue", "aten.kthvalue.default", (pieces[0], 1, -1),
                  val=[Val((B, S), "float32"), Val((B, S), "int64")])
     top = g.call("getitem_3", "getitem", (odd, 0), shape=(B, S), dtype="float32")
     row = g.call("view", "aten.view.default", (top, [B, 1, S]), shape=(B, 1, S),
@@ -335,13 +345,13 @@ def test_tuple_results_and_lifted_constants(tmp_path: Path) -> None:
                     shape=(B, S, S), dtype="float32")
     g.output(masked, *pieces)
     written = fx_onnx.write(g, {"c_lifted_tensor_0": numpy.tril(numpy.ones((S, S), bool))})
-    assert written.opaque == ["max_1"]
+    assert written.opaque == ["kthvalue"]
     assert written.input_names == ["x"]
     assert [i.name for i in written.model.graph.initializer] == ["c_lifted_tensor_0"]
     report = report_of(g, tmp_path, {"c_lifted_tensor_0":
                                      numpy.tril(numpy.ones((S, S), bool))})
     assert report["sites"] == []
-    assert [o["node"] for o in report["opaque"]] == ["max_1"]
+    assert [o["node"] for o in report["opaque"]] == ["kthvalue"]
 
 
 def test_symbolic_sizes_are_left_to_torchs_exporter() -> None:
