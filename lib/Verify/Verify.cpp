@@ -90,6 +90,44 @@ static std::optional<int64_t> gatherTableRows(Value value) {
   return rows;
 }
 
+/// The contracted size of the products a weight feeds: for a float argument
+/// of rank 2 or 3 (a matrix, or Flax's `[in, heads, dim]` kernel) that is
+/// the right-hand side of a matmul shared by every row of its left side
+/// (x·W: a batch of one, following casts, reshapes and other layout ops),
+/// that product's K (the largest, where it feeds several). None for any
+/// other argument (Q, K and V: batched by sequence or head).
+static std::optional<int64_t> weightFanIn(BlockArgument argument) {
+  auto type = dyn_cast<RankedTensorType>(argument.getType());
+  if (!type || type.getRank() < 2 || type.getRank() > 3 ||
+      !isa<FloatType>(type.getElementType()))
+    return std::nullopt;
+  std::optional<int64_t> fanIn;
+  SmallVector<Value> worklist = {argument};
+  llvm::SmallPtrSet<Operation *, 16> seen;
+  while (!worklist.empty()) {
+    Value current = worklist.pop_back_val();
+    for (OpOperand &use : current.getUses()) {
+      Operation *user = use.getOwner();
+      if (!seen.insert(user).second)
+        continue;
+      if (auto matmul = dyn_cast<tosa::MatMulOp>(user)) {
+        auto rhs = cast<RankedTensorType>(matmul.getB().getType());
+        if (use.get() != matmul.getB() || matmul.getA() == matmul.getB() ||
+            rhs.getDimSize(0) != 1)
+          continue;
+        int64_t size = rhs.getDimSize(1);
+        if (!ShapedType::isDynamic(size) && size > 1)
+          fanIn = fanIn ? std::max(*fanIn, size) : size;
+        continue;
+      }
+      if (isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::SliceOp,
+              tosa::IdentityOp, tensor::CastOp>(user))
+        worklist.push_back(user->getResult(0));
+    }
+  }
+  return fanIn;
+}
+
 /// Appends `values` to the results of `func` (every return of it).
 static void returnExtraValues(func::FuncOp func, ArrayRef<Value> values) {
   if (values.empty())
@@ -420,6 +458,17 @@ mlir::kiln::verifyFusion(ModuleOp unfused, ModuleOp fused,
     if (isa<FloatType>(tensor.elementType)) {
       fillRandom(tensor, rng);
       how = "normal(0, 1)";
+      // A weight drawn N(0, 1) makes x·W's entries of size sqrt(K):
+      // scores then saturate every softmax and a bf16 graph's own rounding
+      // decides its output. Drawn N(0, 1/K), as initialisers draw weights,
+      // its products stay of the inputs' size.
+      if (std::optional<int64_t> fanIn =
+              weightFanIn(unfusedFunc.getArgument(index))) {
+        double scale = 1.0 / std::sqrt(static_cast<double>(*fanIn));
+        for (int64_t i = 0, e = tensor.getNumElements(); i < e; ++i)
+          tensor.setFromDouble(i, tensor.getAsDouble(i) * scale);
+        how = "normal(0, 1/" + std::to_string(*fanIn) + ") (a weight)";
+      }
     } else if ((rows = gatherTableRows(unfusedFunc.getArgument(index))) &&
                !tensor.elementType.isInteger(1) &&
                !StringRef(name).contains_insensitive("mask")) {
