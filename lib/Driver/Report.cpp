@@ -19,6 +19,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::kiln;
 
@@ -135,6 +137,17 @@ llvm::json::Array sizesToJSON(ArrayRef<int64_t> sizes) {
   return array;
 }
 
+/// A number for the report: JSON has no infinity or NaN, so those are
+/// written as the strings "inf", "-inf" and "nan" (Python's float() reads
+/// them back).
+llvm::json::Value jsonNumber(double value) {
+  if (std::isfinite(value))
+    return value;
+  if (std::isnan(value))
+    return "nan";
+  return value > 0 ? "inf" : "-inf";
+}
+
 /// A step the rewrite can replay from `op`'s chained input to its result:
 /// a layout op, or an elementwise op whose other operands are splat
 /// constants (x·c, x + c, select(x, a, b), 1/x, -x), a static slice or a
@@ -147,8 +160,9 @@ std::optional<std::pair<llvm::json::Object, Value>> replayStep(Operation *op) {
     for (auto [chain, other] : {std::pair(lhs, rhs), std::pair(rhs, lhs)})
       if (std::optional<double> constant = splatConstant(other);
           constant && chain.getType() == op->getResult(0).getType())
-        return std::pair(llvm::json::Object{{"op", name}, {"value", *constant}},
-                         chain);
+        return std::pair(
+            llvm::json::Object{{"op", name}, {"value", jsonNumber(*constant)}},
+            chain);
     return std::nullopt;
   };
   if (auto mul = dyn_cast<tosa::MulOp>(op))
@@ -163,8 +177,8 @@ std::optional<std::pair<llvm::json::Object, Value>> replayStep(Operation *op) {
             cast<ShapedType>(select.getOutput().getType()).getShape())
       return std::nullopt;
     return std::pair(llvm::json::Object{{"op", "where"},
-                                        {"true", *onTrue},
-                                        {"false", *onFalse},
+                                        {"true", jsonNumber(*onTrue)},
+                                        {"false", jsonNumber(*onFalse)},
                                         {"dtype", elementName(op->getResult(0).getType())}},
                      select.getPred());
   }
@@ -176,7 +190,7 @@ std::optional<std::pair<llvm::json::Object, Value>> replayStep(Operation *op) {
       if (std::optional<double> constant = splatNumber(other);
           constant && cast<ShapedType>(chain.getType()).getShape() ==
                           cast<ShapedType>(op->getResult(0).getType()).getShape())
-        return std::pair(llvm::json::Object{{"op", "eq"}, {"value", *constant}},
+        return std::pair(llvm::json::Object{{"op", "eq"}, {"value", jsonNumber(*constant)}},
                          chain);
     return std::nullopt;
   }

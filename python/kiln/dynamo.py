@@ -450,7 +450,9 @@ def _apply(graph: Any, node: Any, transforms: List[Dict[str, Any]],
         elif op == "reciprocal":
             node = graph.call_function(aten.reciprocal.default, (node,))
         elif op == "eq":
-            node = graph.call_function(aten.eq.Scalar, (node, transform["value"]))
+            value = transform["value"]  # "inf", "-inf" or "nan" where not finite
+            node = graph.call_function(aten.eq.Scalar, (
+                node, float(value) if isinstance(value, str) else value))
         elif op == "neg":
             node = graph.call_function(aten.neg.default, (node,))
         elif op == "where":

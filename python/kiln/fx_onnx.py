@@ -479,11 +479,18 @@ def _split(w: _Writer, node: Any) -> None:
     _pieces(w, node, values, int(dim), squeeze)
 
 
+class _Dead(Exception):
+    """This node computes nothing the graph reads and is not written (the
+    getitem torch.export keeps of a piece no handler wrote)."""
+
+
 @_handles("getitem")
 def _getitem(w: _Writer, node: Any) -> None:
     source, index = node.args
     name = f"{source.name}__{int(index)}"
     if name not in w.types:
+        if getattr(node, "users", None) == {}:
+            raise _Dead(node.name)
         raise Unsupported(f"{node.name} takes an output that is not a tensor")
     w.finish(node, name)
 
@@ -867,9 +874,10 @@ def _extremum_dim(w: _Writer, node: Any) -> None:
            keepdims=int(keep))
     w.declare(f"{node.name}__0", dtype, _static_shape(values))
     users = getattr(node, "users", None)
-    if users is not None and all(_target_name(u.target) == "getitem" and u.args[1] == 0
-                                 for u in users):
-        return  # the indices are not read
+    if users is not None and all(
+            _target_name(u.target) == "getitem"
+            and (u.args[1] == 0 or not getattr(u, "users", None)) for u in users):
+        return  # the indices are not read (torch.export keeps a dead getitem)
     op_name = re.sub(r"[^A-Za-z0-9_]", "_", _target_name(node.target))
     w.emit(f"{op_name}_indices", [source], [f"{node.name}__1"],
            name=f"{node.name}__indices", domain=OPAQUE_DOMAIN)
@@ -1081,6 +1089,8 @@ def _write_node(w: _Writer, node: Any) -> None:
         marks = len(w.nodes), len(w.value_info), set(w.types)
         try:
             handler(w, node)
+        except _Dead:
+            return
         except (_Opaque, Unsupported, KeyError, TypeError, ValueError, IndexError):
             # Written whole instead: what the handler made goes.
             del w.nodes[marks[0]:]

@@ -152,7 +152,12 @@ def test_softmax_written_through_its_logarithm_or_a_row_shift(
                           val=(Val((B, H, S, 1), "bfloat16"), Val((B, H, S, 1), "int64")))
             row_max = g.call("getitem", "getitem", (both, 0), shape=(B, H, S, 1),
                              dtype="bfloat16")
-            both.users = {row_max: None}  # the indices unread
+            # The indices unread: torch.export keeps their getitem, dead.
+            dead = Node("call_function", "getitem_1", "getitem", (both, 1),
+                        val=Val((B, H, S, 1), "int64"))
+            dead.users = {}
+            both.users = {row_max: None, dead: None}
+            g._add(dead)
         else:
             row_max = g.call("amax", "aten.amax.default", (scaled, [-1], True),
                              shape=(B, H, S, 1), dtype="bfloat16")
@@ -614,3 +619,27 @@ def test_keys_after_a_past_input_are_rewritten_from_the_concatenation(
     assert site["operands"]["key"]["value"] == "cat"
     assert site["operands"]["value"]["value"] == "cat_1"
     assert dynamo._unrewritable(site) is None
+
+
+def test_a_boolean_padding_mask_made_additive_with_infinity_reports_valid_json(
+        tmp_path: Path) -> None:
+    """`nn.MultiheadAttention`'s key padding: a boolean mask made additive
+    (`masked_fill(zeros, pad, -inf)`) before SDPA. The mask operand's replay
+    step holds -inf, which JSON cannot spell: the report writes it "-inf"
+    (it once wrote a bare -inf, which no JSON reader takes)."""
+    g = Graph()
+    q, k, v = qkv(g, "float16")
+    pad = g.input("pad", (B, 1, 1, S), "bool")
+    zeros = g.call("zeros", "aten.zeros.default", ([B, 1, 1, S],), {"dtype": "float16"},
+                   shape=(B, 1, 1, S), dtype="float16")
+    additive = g.call("masked_fill", "aten.masked_fill.Scalar", (zeros, pad, float("-inf")),
+                      shape=(B, 1, 1, S), dtype="float16")
+    out = g.call("sdpa", "aten.scaled_dot_product_attention.default", (q, k, v),
+                 {"attn_mask": additive}, shape=(B, H, S, D), dtype="float16")
+    g.output(out)
+    report = report_of(g, tmp_path)
+    [site] = report["sites"]
+    steps = [step for source in site["operands"]["mask"]["sources"]
+             for step in source.get("transforms", [])]
+    assert any(step.get("op") == "where" and "-inf" in (step.get("true"), step.get("false"))
+               for step in steps), site["operands"]["mask"]

@@ -235,18 +235,20 @@ def _replay(x: Any, transforms: List[Dict[str, Any]]) -> Any:
         elif op == "not":
             x = jnp.logical_not(x)
         elif op == "mul":
-            x = x * jnp.asarray(t["value"], x.dtype)
+            x = x * jnp.asarray(float(t["value"]), x.dtype)
         elif op == "add":
-            x = x + jnp.asarray(t["value"], x.dtype)
+            x = x + jnp.asarray(float(t["value"]), x.dtype)
         elif op == "where":
             dtype = dtypes[t["dtype"]]
-            x = jnp.where(x, jnp.asarray(t["true"], dtype), jnp.asarray(t["false"], dtype))
+            # Non-finite numbers come as "inf", "-inf" or "nan".
+            x = jnp.where(x, jnp.asarray(float(t["true"]), dtype),
+                          jnp.asarray(float(t["false"]), dtype))
         elif op == "reciprocal":
             x = 1 / x
         elif op == "neg":
             x = -x
         elif op == "eq":
-            x = x == jnp.asarray(t["value"], x.dtype)
+            x = x == jnp.asarray(float(t["value"]), x.dtype)
         elif op == "slice":
             index = tuple(slice(int(a), int(a) + int(n))
                           for a, n in zip(t["start"], t["size"]))
