@@ -62,10 +62,11 @@ static std::string argumentName(func::FuncOp func, unsigned index) {
   return "arg" + std::to_string(index);
 }
 
-/// Rows of the smallest table `value` indexes through tosa.gather (following
-/// casts, reshapes and other layout ops), if any.
-static std::optional<int64_t> gatherTableRows(Value value) {
-  std::optional<int64_t> rows;
+/// Calls `visit` on each use of `value`, and of what casts, reshapes and
+/// other layout ops of it compute, by an op other than those (each user
+/// once).
+static void forEachUseThroughLayout(Value value,
+                                    llvm::function_ref<void(OpOperand &)> visit) {
   SmallVector<Value> worklist = {value};
   llvm::SmallPtrSet<Operation *, 16> seen;
   while (!worklist.empty()) {
@@ -74,19 +75,27 @@ static std::optional<int64_t> gatherTableRows(Value value) {
       Operation *user = use.getOwner();
       if (!seen.insert(user).second)
         continue;
-      if (auto gather = dyn_cast<tosa::GatherOp>(user)) {
-        if (use.getOperandNumber() != 1)
-          continue;
-        int64_t size = gather.getValues().getType().getDimSize(1);
-        if (!ShapedType::isDynamic(size))
-          rows = rows ? std::min(*rows, size) : size;
-        continue;
-      }
       if (isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::SliceOp,
               tosa::IdentityOp, tensor::CastOp>(user))
         worklist.push_back(user->getResult(0));
+      else
+        visit(use);
     }
   }
+}
+
+/// Rows of the smallest table `value` indexes through tosa.gather (following
+/// casts, reshapes and other layout ops), if any.
+static std::optional<int64_t> gatherTableRows(Value value) {
+  std::optional<int64_t> rows;
+  forEachUseThroughLayout(value, [&](OpOperand &use) {
+    auto gather = dyn_cast<tosa::GatherOp>(use.getOwner());
+    if (!gather || use.getOperandNumber() != 1)
+      return;
+    int64_t size = gather.getValues().getType().getDimSize(1);
+    if (!ShapedType::isDynamic(size))
+      rows = rows ? std::min(*rows, size) : size;
+  });
   return rows;
 }
 
@@ -102,29 +111,18 @@ static std::optional<int64_t> weightFanIn(BlockArgument argument) {
       !isa<FloatType>(type.getElementType()))
     return std::nullopt;
   std::optional<int64_t> fanIn;
-  SmallVector<Value> worklist = {argument};
-  llvm::SmallPtrSet<Operation *, 16> seen;
-  while (!worklist.empty()) {
-    Value current = worklist.pop_back_val();
-    for (OpOperand &use : current.getUses()) {
-      Operation *user = use.getOwner();
-      if (!seen.insert(user).second)
-        continue;
-      if (auto matmul = dyn_cast<tosa::MatMulOp>(user)) {
-        auto rhs = cast<RankedTensorType>(matmul.getB().getType());
-        if (use.get() != matmul.getB() || matmul.getA() == matmul.getB() ||
-            rhs.getDimSize(0) != 1)
-          continue;
-        int64_t size = rhs.getDimSize(1);
-        if (!ShapedType::isDynamic(size) && size > 1)
-          fanIn = fanIn ? std::max(*fanIn, size) : size;
-        continue;
-      }
-      if (isa<tosa::CastOp, tosa::ReshapeOp, tosa::TransposeOp, tosa::SliceOp,
-              tosa::IdentityOp, tensor::CastOp>(user))
-        worklist.push_back(user->getResult(0));
-    }
-  }
+  forEachUseThroughLayout(argument, [&](OpOperand &use) {
+    auto matmul = dyn_cast<tosa::MatMulOp>(use.getOwner());
+    if (!matmul)
+      return;
+    auto rhs = cast<RankedTensorType>(matmul.getB().getType());
+    if (use.get() != matmul.getB() || matmul.getA() == matmul.getB() ||
+        rhs.getDimSize(0) != 1)
+      return;
+    int64_t size = rhs.getDimSize(1);
+    if (!ShapedType::isDynamic(size) && size > 1)
+      fanIn = fanIn ? std::max(*fanIn, size) : size;
+  });
   return fanIn;
 }
 
